@@ -1,0 +1,205 @@
+"""The reproducibility analysis on constructed answers: counting, divergence, cold/warm, bootstrap."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from suite.repro import (
+    Sample,
+    across_agreement,
+    analyse,
+    analyse_launches,
+    bootstrap_ci,
+    format_lengths,
+    LengthCount,
+    percentile,
+)
+
+
+def ids(*xs: int) -> list[int]:
+    return list(xs)
+
+
+def s(index: int, token_ids: list[int] | None = None, text: str | None = None, logprobs: list[float] | None = None,
+      error: str | None = None) -> Sample:
+    if text is None:
+        text = "".join(chr(97 + (t % 26)) for t in (token_ids or []))
+    return Sample(index=index, text=text, token_ids=token_ids, logprobs=logprobs, error=error)
+
+
+def test_one_answer_twenty_times_is_one_distinct_answer():
+    a = analyse([s(i, ids(1, 2, 3)) for i in range(20)])
+    assert a.distinct == 1
+    assert a.modal_share == 1.0
+    assert a.lengths_text == "3 ×20"
+    assert a.divergences == []
+    assert a.cold_warm.cold_is_modal is True
+    assert a.cold_warm.warm_distinct == 1
+    assert a.compared_by == "token_ids"
+
+
+def test_lengths_are_formatted_with_counts_in_length_order():
+    samples = [s(i, list(range(993))) for i in range(11)] + [s(11 + i, list(range(973))) for i in range(9)]
+    a = analyse(samples)
+    assert a.lengths_text == "973 ×9, 993 ×11"
+    assert [(lc.tokens, lc.count) for lc in a.lengths] == [(973, 9), (993, 11)]
+    assert format_lengths([LengthCount(tokens=None, count=2)]) == "? ×2"
+
+
+def test_cold_request_differs_from_the_warm_ones():
+    samples = [s(0, ids(5, 6, 7))] + [s(i, ids(5, 6, 8)) for i in range(1, 20)]
+    a = analyse(samples)
+    assert a.distinct == 2
+    assert a.modal_share == pytest.approx(19 / 20)
+    assert a.cold_warm.cold_is_modal is False
+    assert a.cold_warm.cold_in_warm is False
+    assert a.cold_warm.warm_distinct == 1
+    assert a.answers[0].indices == list(range(1, 20))
+
+
+def test_tie_goes_to_the_answer_seen_first():
+    samples = [s(0, ids(9, 9)), s(1, ids(1, 1)), s(2, ids(1, 1)), s(3, ids(9, 9))]
+    a = analyse(samples)
+    assert a.distinct == 2
+    assert a.modal_tied is True
+    assert a.answers[0].first_index == 0
+    assert a.answers[0].count == a.answers[1].count == 2
+
+
+def test_divergence_token_and_logprob_gap():
+    modal = s(1, ids(10, 11, 12, 13), logprobs=[-0.1, -0.2, -0.30, -0.4])
+    other = s(0, ids(10, 11, 99, 13), logprobs=[-0.1, -0.2, -0.35, -0.5])
+    a = analyse([other, modal, modal.model_copy(update={"index": 2})])
+    (d,) = a.divergences
+    assert d.token_index == 2
+    assert (d.modal_token, d.other_token) == (12, 99)
+    assert d.logprob_gap == pytest.approx(0.05)
+    assert d.count == 1
+
+
+def test_answer_that_is_a_prefix_of_the_modal_one():
+    full = ids(1, 2, 3, 4, 5)
+    samples = [s(i, full, logprobs=[-0.1] * 5) for i in range(3)] + [s(3, ids(1, 2, 3), logprobs=[-0.1] * 3)]
+    a = analyse(samples)
+    (d,) = a.divergences
+    assert d.token_index == 3
+    assert d.modal_token == 4 and d.other_token is None
+    assert d.logprob_gap is None  # the other answer ended there: no logprob to compare
+    assert a.lengths_text == "3 ×1, 5 ×3"
+
+
+def test_empty_answers_count_as_answers_and_are_reported():
+    samples = [s(0, [], text=""), s(1, ids(1)), s(2, ids(1)), s(3, [], text="")]
+    a = analyse(samples)
+    assert a.distinct == 2
+    assert a.empty_answers == 2
+    assert a.modal_tied and a.answers[0].n_tokens == 0  # tie: the empty answer came first
+    d = a.divergences[0]
+    assert d.token_index == 0 and d.modal_token is None and d.other_token == 1
+
+
+def test_errors_are_left_out_of_the_counts():
+    samples = [s(0, error="HTTP 500"), s(1, ids(1, 2)), s(2, ids(1, 2))]
+    a = analyse(samples)
+    assert a.errors == 1 and a.answered == 2
+    assert a.distinct == 1 and a.modal_share == 1.0
+    assert a.cold_warm.cold_is_modal is None  # the cold request failed
+
+
+def test_all_requests_failed():
+    a = analyse([s(0, error="x"), s(1, error="y")])
+    assert a.distinct == 0 and a.modal_share is None and a.lengths == []
+
+
+def test_text_comparison_when_token_ids_are_missing():
+    samples = [Sample(index=0, text="Paris is", completion_tokens=2),
+               Sample(index=1, text="Paris is", completion_tokens=2),
+               Sample(index=2, text="Paris was", completion_tokens=2)]
+    a = analyse(samples)
+    assert a.compared_by == "text"
+    assert a.distinct == 2
+    (d,) = a.divergences
+    assert d.token_index is None and d.char_index == 6
+    assert a.lengths_text == "2 ×3"
+
+
+def test_mixed_token_ids_fall_back_to_text():
+    a = analyse([s(0, ids(1, 2), text="ab"), Sample(index=1, text="ab")])
+    assert a.compared_by == "text" and a.distinct == 1
+
+
+def test_same_text_different_token_ids_are_different_answers():
+    a = analyse([s(0, ids(1, 2), text="ab"), s(1, ids(3), text="ab")])
+    assert a.distinct == 2
+
+
+def test_concurrent_first_wave_is_cold():
+    samples = [s(i, ids(1)) for i in range(4)] + [s(4 + i, ids(2)) for i in range(8)]
+    a = analyse(samples, cold_count=4)
+    assert a.cold_warm.cold_indices == [0, 1, 2, 3]
+    assert a.cold_warm.cold_is_modal is False
+    assert a.cold_warm.warm_count == 8
+
+
+def test_nan_logprobs_give_no_gap():
+    modal = s(0, ids(1, 2), logprobs=[-0.1, float("nan")])
+    a = analyse([modal, modal.model_copy(update={"index": 1}), s(2, ids(1, 3), logprobs=[-0.1, -1.0])])
+    assert a.divergences[0].logprob_gap is None
+
+
+def test_across_agreement_counts_pairs_between_launches():
+    assert across_agreement([["a", "a"], ["a", "a"], ["a"]]) == 1.0
+    assert across_agreement([["a"], ["b"]]) == 0.0
+    # pairs: (l0,l1): a-a, a-b, b-a, b-b -> 2 of 4 agree
+    assert across_agreement([["a", "b"], ["a", "b"]]) == 0.5
+    assert across_agreement([["a"]]) is None
+
+
+def test_bootstrap_interval_is_deterministic_and_brackets_the_estimate():
+    groups = [["a"] * 4 + ["b"], ["a"] * 5, ["b"] * 2 + ["a"] * 3]
+    est = across_agreement(groups)
+    lo, hi = bootstrap_ci(groups, across_agreement, resamples=500, seed=1)
+    assert 0.0 <= lo <= est <= hi <= 1.0
+    assert lo < hi
+    assert bootstrap_ci(groups, across_agreement, resamples=500, seed=1) == (lo, hi)
+
+
+def test_bootstrap_of_identical_answers_is_a_point():
+    assert bootstrap_ci([["x"] * 5] * 3, across_agreement, resamples=200) == (1.0, 1.0)
+
+
+def test_percentile():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([7], 95) == 7
+    with pytest.raises(ValueError):
+        percentile([], 50)
+
+
+def test_launches_within_and_across_separately():
+    l0 = [s(i, ids(1, 2)) for i in range(3)]
+    l1 = [s(i, ids(1, 2)) for i in range(3)]
+    l2 = [s(0, ids(1, 3))] + [s(i, ids(1, 2)) for i in range(1, 3)]
+    r = analyse_launches([l0, l1, l2], resamples=300)
+    assert r.within_distinct == [1, 1, 2]
+    assert r.across_distinct == 2
+    assert r.modal_per_launch_distinct == 1
+    assert r.agreement == pytest.approx((9 + 6 + 6) / 27)
+    lo, hi = r.agreement_ci95
+    assert lo <= r.agreement <= hi
+
+
+def test_launches_each_stable_but_different_from_each_other():
+    r = analyse_launches([[s(i, ids(1)) for i in range(3)], [s(i, ids(2)) for i in range(3)]], resamples=100)
+    assert r.within_distinct == [1, 1]
+    assert r.across_distinct == 2
+    assert r.agreement == 0.0 and r.agreement_ci95 == (0.0, 0.0)
+    assert r.modal_per_launch_distinct == 2
+
+
+def test_launch_with_only_errors():
+    r = analyse_launches([[s(0, error="dead")], [s(0, ids(1))]], resamples=50)
+    assert r.errors == 1
+    assert r.agreement is None and r.agreement_ci95 is None
+    assert not math.isnan(r.within_distinct[1])
