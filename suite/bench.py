@@ -1,0 +1,317 @@
+"""The bench: for every arm of a model, prepare, launch under the watchdog, run the stages, stop.
+
+Per arm: the runtime is installed (or its image built) and the model format prepared; the
+runtime is started in its determinism mode first (vLLM: batch-invariant) and, if it refuses or
+dies before it is ready, started again in its default mode with the refusal recorded; the run
+record is created with the configuration signature; the stages run in order (gate, latency,
+extraction, restarts) with the watchdog sampling memory the whole time; a watchdog trip stops the
+arm (a result, not a crash) and the bench goes on with the next arm. Nothing already measured is
+lost: each stage's result is written as soon as it finishes, and an interrupted run is resumable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from suite.catalog import Arm, ModelCard, format_path, get_card, prepare_format, prepared_checksum
+from suite.client import OpenAIClient
+from suite.definitions import RuntimeDefinition, get_definition
+from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
+from suite.launchers import get_launcher
+from suite.launchers.base import LaunchSpec, Launcher, LoraAdapter, RunningRuntime
+from suite.paths import PROMPTS_DIR
+from suite.profiles import Profile, get_profile
+from suite.records import (DeterminismOutcome, RunManifest, RunRecord, Summary, find_incomplete, new_run_id,
+                           utcnow)
+from suite.signature import Signature, command_version, detect_hardware, hash_files, redact_args, redact_env
+from suite.stages import ORDER, StageContext, get_stage
+
+log = logging.getLogger(__name__)
+
+
+def prompt_set_hash() -> str:
+    return hash_files([p for p in PROMPTS_DIR.rglob("*") if p.is_file()])
+
+
+@dataclass
+class ArmPlan:
+    """One arm resolved against the catalog and the runtime definitions."""
+
+    card: ModelCard
+    arm_name: str
+    arm: Arm
+    runtime: RuntimeDefinition
+    launcher: Launcher
+    model_path: Path
+    profile: Profile
+    lora: list[LoraAdapter] = field(default_factory=list)
+
+    def spec(self, controls: list[str], log_path: Path) -> LaunchSpec:
+        env: dict[str, str] = {}
+        args: list[str] = []
+        refused: list[str] = []
+        for name in [*self.arm.controls, *controls]:
+            control = self.runtime.control(name)
+            env.update(control.env)
+            args.extend(control.args)
+            refused.extend(control.refused_patterns)
+        env.update(self.arm.env)
+        args.extend(self.arm.args)
+        return LaunchSpec(runtime=self.runtime, model_path=self.model_path, served_name=self.card.served_name,
+                          seed=self.card.sampling.seed, context_length=self.card.context_length,
+                          controls=[*self.arm.controls, *controls], env=env, args=args, lora=self.lora,
+                          log_path=log_path, startup_timeout_s=self.runtime.server.startup_timeout_s,
+                          refused_patterns=refused)
+
+    def extra_body(self, controls: list[str]) -> dict[str, Any]:
+        body = dict(self.runtime.request.extra_body)
+        for name in [*self.arm.controls, *controls]:
+            body.update(self.runtime.control(name).extra_body)
+        return body
+
+    def client(self, rt: RunningRuntime, controls: list[str]) -> OpenAIClient:
+        return OpenAIClient(rt.base_url, self.card.served_name, extra_body=self.extra_body(controls))
+
+
+def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_name: str) -> list[ArmPlan]:
+    card = get_card(model)
+    if card.role == "judge" and not arms:
+        log.info("model %s is a judge model; benchmarking it like any other", model)
+    wanted = arms or list(card.arms)
+    unknown = [a for a in wanted if a not in card.arms]
+    if unknown:
+        raise SuiteError(f"model {model!r} has no arm {unknown[0]!r}; known: {', '.join(card.arms)}")
+    profile = get_profile(profile_name)
+    launcher = get_launcher(launcher_name)
+    plans = []
+    for name in wanted:
+        arm = card.arms[name]
+        runtime = get_definition(arm.runtime)
+        plans.append(ArmPlan(card, name, arm, runtime, launcher, format_path(card, arm.format), profile))
+    return plans
+
+
+def runtime_version(plan: ArmPlan, rt: RunningRuntime) -> str | None:
+    server = plan.runtime.server
+    if server.version_path:
+        try:
+            with OpenAIClient(rt.base_url, plan.card.served_name, timeout_s=10) as c:
+                data: Any = c.get_json(server.version_path)
+            for key in (server.version_field or "version").split("."):
+                data = data.get(key) if isinstance(data, dict) else None
+            if data is not None:
+                return str(data)
+        except SuiteError:
+            pass
+    local = plan.runtime.local
+    if local and local.version_command and plan.launcher.name == "local":
+        from suite.paths import runtime_prefix
+
+        return command_version([p.format(prefix=runtime_prefix(plan.runtime.name)) for p in local.version_command])
+    return None
+
+
+def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signature:
+    fmt = plan.card.formats[plan.arm.format]
+    env = {**(plan.runtime.local.env if plan.runtime.local and plan.launcher.name == "local" else {}),
+           **(plan.runtime.docker.env if plan.runtime.docker and plan.launcher.name == "docker" else {}),
+           **spec.env}
+    return Signature(
+        model=plan.card.name, model_format=plan.arm.format,
+        model_sha256=prepared_checksum(plan.card, plan.arm.format) or fmt.sha256,
+        model_revision=fmt.revision, runtime=plan.runtime.name, runtime_version=runtime_version(plan, rt),
+        image_digest=rt.image_digest, launcher=plan.launcher.name, command=redact_args(rt.command),
+        env=redact_env(env), controls=spec.controls, prompt_set_hash=prompt_set_hash(),
+        hardware=detect_hardware(),
+    ).with_digest()
+
+
+def start_with_determinism(plan: ArmPlan, log_dir: Path, extra_controls: list[str]) -> tuple[RunningRuntime, LaunchSpec, DeterminismOutcome]:
+    """Start in the runtime's determinism mode; on refusal, record it and start in default mode."""
+    control = plan.runtime.determinism_control
+    if control and control not in extra_controls:
+        spec = plan.spec([control, *extra_controls], log_dir / f"runtime-{control}.log")
+        try:
+            rt = plan.launcher.start(spec)
+            return rt, spec, DeterminismOutcome(control=control, outcome="on")
+        except RuntimeStartError as exc:
+            log.warning("%s refused its determinism mode %s: %s", plan.runtime.name, control, exc.error_line)
+            outcome = DeterminismOutcome(control=control, outcome="refused", error_line=exc.error_line)
+    else:
+        outcome = DeterminismOutcome(control=control, outcome="on" if control else "not-offered")
+    spec = plan.spec(extra_controls, log_dir / "runtime.log")
+    return plan.launcher.start(spec), spec, outcome
+
+
+def _watchdog_for(plan: ArmPlan, rt: RunningRuntime):
+    import memwatch
+
+    t = plan.card.watchdog
+    policy = memwatch.Policy(spill_gb=t.spill_gb, device_max_gb=t.device_max_gb, host_max_gb=t.host_max_gb)
+    probes = memwatch.default_probes(pid=rt.pid, container_id=rt.container_id)
+    return memwatch.Watchdog(policy, probes=probes, stop=rt.kill)
+
+
+def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: list[str] | None = None,
+            resume: bool = False) -> Summary:
+    """Run one arm end to end and write its run record; a failure is recorded, not raised."""
+    t_arm = time.monotonic()
+    started = utcnow()
+    try:
+        plan.launcher.check_available()
+        plan.launcher.prepare(plan.runtime)
+        prepare_format(plan.card, plan.arm.format)
+    except EnvironmentUnavailable as exc:
+        log.warning("arm %s skipped: %s", plan.arm_name, exc)
+        return Summary(run_id="-", model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
+                       launcher=plan.launcher.name, profile=plan.profile.name, started_at=started,
+                       status="skipped", reason=str(exc))
+
+    record: RunRecord | None = None
+    previous = find_incomplete(results, plan.card.name, plan.arm_name) if resume else None
+    if previous is not None:
+        record = RunRecord.open_incomplete(previous)
+        log.info("resuming %s", previous)
+    tmp_logs = results / ".logs" / f"{plan.card.name}-{plan.arm_name}-{int(time.time() * 1000)}"
+    log_dir = record.log_dir if record else tmp_logs
+    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        rt, spec, determinism = start_with_determinism(plan, log_dir, [])
+    except RuntimeStartError as exc:
+        return _failed_start(plan, results, started, exc, log_dir)
+
+    summary: Summary
+    with rt:
+        signature = make_signature(plan, rt, spec)
+        if record is None:
+            manifest = RunManifest(run_id=new_run_id(signature.digest), model=plan.card.name, arm=plan.arm_name,
+                                   runtime=plan.runtime.name, launcher=plan.launcher.name,
+                                   profile=plan.profile.name, started_at=started, signature=signature)
+            record = RunRecord.create(results, manifest)
+            for p in log_dir.iterdir():  # logs written before the record existed
+                p.rename(record.log_dir / p.name)
+            log_dir.rmdir()
+        summary = Summary(run_id=record.manifest.run_id, model=plan.card.name, arm=plan.arm_name,
+                          runtime=plan.runtime.name, launcher=plan.launcher.name, profile=plan.profile.name,
+                          started_at=record.manifest.started_at, determinism=determinism, signature=signature,
+                          startup_s=rt.startup_s)
+        watchdog = _watchdog_for(plan, rt)
+        watchdog.start()
+        base_controls = list(spec.controls)
+
+        @contextlib.contextmanager
+        def launch(controls: list[str] | None = None, with_determinism: bool = False) -> Iterator[tuple[RunningRuntime, OpenAIClient]]:
+            """A fresh runtime of this configuration (+ controls), under its own watchdog."""
+            assert record is not None
+            wanted = [c for c in base_controls if c not in plan.arm.controls] + list(controls or [])
+            sub_spec = plan.spec(wanted, record.log_dir / f"runtime-{'-'.join(wanted) or 'default'}-{int(time.time()*1000)}.log")
+            sub_rt = plan.launcher.start(sub_spec)
+            sub_wd = _watchdog_for(plan, sub_rt)
+            sub_wd.start()
+            try:
+                with sub_rt, plan.client(sub_rt, wanted) as client:
+                    yield sub_rt, client
+            finally:
+                report = sub_wd.stop()
+                if getattr(sub_wd, "tripped", False):
+                    raise WatchdogTripped(report)
+
+        ctx = StageContext(card=plan.card, arm_name=plan.arm_name, arm=plan.arm, runtime=plan.runtime,
+                           profile=plan.profile, sampling=plan.card.sampling, signature=signature, record=record,
+                           client=plan.client(rt, base_controls), running=rt, controls=base_controls,
+                           launch=launch, extra_body=plan.extra_body(base_controls))
+        status, reason = "complete", None
+        try:
+            for name in stages:
+                if record.stage_done(name):
+                    ctx.results[name] = record.read_stage(name)
+                    if name == "gate":
+                        ctx.reproducible = (ctx.results[name] or {}).get("reproducible")
+                    continue
+                if watchdog.tripped:
+                    break
+                if name in ("restarts", "controls"):
+                    # These stop and start the runtime: free the machine first.
+                    rt.stop()
+                module = get_stage(name) if name != "controls" else _controls_module()
+                log.info("arm %s: stage %s", plan.arm_name, name)
+                t0 = time.monotonic()
+                if name == "controls":
+                    result = module.run(ctx, controls_request or ["all"])
+                else:
+                    result = module.run(ctx)
+                log.info("arm %s: stage %s done in %.1f s", plan.arm_name, name, time.monotonic() - t0)
+                record.write_stage(name, result)
+                ctx.results[name] = result
+                if name == "gate":
+                    ctx.reproducible = getattr(result, "reproducible", None)
+        except WatchdogTripped:
+            status, reason = "stopped-by-watchdog", "a restarted runtime was stopped by the memory watchdog"
+        except KeyboardInterrupt:
+            watchdog.stop()
+            raise
+        except SuiteError as exc:
+            if watchdog.tripped:
+                status, reason = "stopped-by-watchdog", "stopped by the memory watchdog"
+            else:
+                status, reason = "failed", f"stage {name}: {exc}"
+                log.error("arm %s: %s", plan.arm_name, reason)
+        finally:
+            ctx.client.close()
+        report = watchdog.stop()
+        if watchdog.tripped:
+            status, reason = "stopped-by-watchdog", reason or "stopped by the memory watchdog"
+        if not record.stage_done("watchdog"):
+            record.write_stage("watchdog", report)
+    summary.status = status  # type: ignore[assignment]
+    summary.reason = reason
+    summary.finished_at = utcnow()
+    summary.wall_s = round(time.monotonic() - t_arm, 2)
+    record.finish(summary)
+    return summary
+
+
+def _controls_module():
+    import importlib
+
+    return importlib.import_module("suite.stages.controls")
+
+
+class WatchdogTripped(SuiteError):
+    def __init__(self, report: Any):
+        super().__init__("stopped by the memory watchdog")
+        self.report = report
+
+
+def _failed_start(plan: ArmPlan, results: Path, started: str, exc: RuntimeStartError, log_dir: Path) -> Summary:
+    """A runtime that never got ready: the record says so, with its error line and log."""
+    manifest = RunManifest(run_id=new_run_id(None), model=plan.card.name, arm=plan.arm_name,
+                           runtime=plan.runtime.name, launcher=plan.launcher.name, profile=plan.profile.name,
+                           started_at=started)
+    record = RunRecord.create(results, manifest)
+    for p in log_dir.iterdir():
+        p.rename(record.log_dir / p.name)
+    log_dir.rmdir()
+    summary = Summary(run_id=manifest.run_id, model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
+                      launcher=plan.launcher.name, profile=plan.profile.name, started_at=started,
+                      finished_at=utcnow(), status="failed", reason=f"start-up failed: {exc}")
+    record.finish(summary)
+    return summary
+
+
+def run_bench(model: str, arms: list[str] | None = None, launcher: str = "local", profile: str = "standard",
+              stages: list[str] | None = None, results: Path | None = None, controls: list[str] | None = None,
+              resume: bool = False) -> list[Summary]:
+    from suite.paths import results_dir
+
+    out = results or results_dir()
+    plans = plan_arms(model, arms, launcher, profile)
+    summaries = []
+    for plan in plans:
+        summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume))
+    return summaries

@@ -1,0 +1,283 @@
+"""The `suite` command line: one place turns user errors into one line and a non-zero exit.
+
+Commands: models, runtimes, doctor, setup, up, bench, gate, results, export, site, watch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.table import Table
+
+from suite.errors import SuiteError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="A reproducibility-first benchmark suite for LLM inference runtimes.")
+console = Console()
+log = logging.getLogger("suite")
+
+
+def _split(value: Optional[str]) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+@app.callback()
+def _setup_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
+                        handlers=[RichHandler(console=Console(stderr=True), show_path=False, show_time=True)])
+    for noisy in ("httpx", "httpcore", "docker", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@app.command()
+def models() -> None:
+    """List the model cards of the catalog, with their formats and arms."""
+    from suite.catalog import is_prepared, load_catalog
+
+    table = Table("model", "title", "formats", "arms (runtime: format)")
+    for card in load_catalog().values():
+        fmts = ", ".join(f"{n}{' ✓' if is_prepared(card, n) else ''}" for n in card.formats)
+        arms = ", ".join(f"{n} ({a.runtime}: {a.format})" for n, a in card.arms.items())
+        table.add_row(card.name, card.title, fmts, arms)
+    console.print(table)
+
+
+@app.command()
+def runtimes() -> None:
+    """List the runtime definitions under images/, with their controls and install state."""
+    from suite.definitions import load_definitions
+    from suite.launchers.local import is_installed
+
+    table = Table("runtime", "platforms", "determinism mode", "controls", "installed here")
+    for d in load_definitions().values():
+        table.add_row(d.name, ",".join(d.platforms), d.determinism_control or "not offered",
+                      ", ".join(d.controls) or "-", "yes" if is_installed(d) else ("-" if d.local is None else "no"))
+    console.print(table)
+
+
+@app.command()
+def doctor() -> None:
+    """What this machine has: Docker, NVIDIA driver/NVML, disk, caches, installed runtimes."""
+    from suite.catalog import is_prepared, load_catalog
+    from suite.definitions import load_definitions
+    from suite.launchers.local import is_installed
+    from suite.paths import cache_dir, results_dir
+    from suite.signature import detect_hardware
+
+    hw = detect_hardware()
+    table = Table("check", "state")
+    table.add_row("cpu", f"{hw.cpu} ({hw.cores} cores, {hw.memory_gb} GiB)")
+    table.add_row("gpu", f"{hw.gpu} (driver {hw.gpu_driver}, CUDA {hw.cuda})" if hw.gpu else "no NVIDIA driver / NVML")
+    try:
+        import docker
+
+        client = docker.from_env(timeout=5)
+        info = client.info()
+        runtimes_ = ", ".join(info.get("Runtimes", {}))
+        table.add_row("docker", f"engine {info.get('ServerVersion')} (runtimes: {runtimes_})")
+    except Exception as exc:  # any failure means: no usable engine
+        table.add_row("docker", f"unavailable: {type(exc).__name__}: {str(exc)[:120]}")
+    cache = cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(cache).free / 2**30
+    table.add_row("cache", f"{cache} ({free:.0f} GiB free)")
+    table.add_row("results", str(results_dir()))
+    for d in load_definitions().values():
+        if d.local:
+            table.add_row(f"runtime {d.name}", "installed" if is_installed(d) else "not installed")
+    for card in load_catalog().values():
+        for fmt in card.formats:
+            if is_prepared(card, fmt):
+                table.add_row(f"model {card.name}/{fmt}", "prepared")
+    console.print(table)
+
+
+@app.command()
+def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare."),
+          runtime: Optional[str] = typer.Option(None, help="Only this runtime (comma-separated list)."),
+          launcher: str = typer.Option("local", help="local or docker.")) -> None:
+    """Install the runtimes and prepare the model formats of a model's arms (reused when present)."""
+    import time
+
+    from suite.bench import plan_arms
+    from suite.catalog import prepare_format
+
+    wanted = _split(runtime)
+    for plan in plan_arms(model, None, launcher, "quick"):
+        if wanted and plan.runtime.name not in wanted:
+            continue
+        t0 = time.monotonic()
+        plan.launcher.prepare(plan.runtime)
+        console.print(f"runtime {plan.runtime.name}: ready ({time.monotonic() - t0:.0f} s)")
+        t0 = time.monotonic()
+        path = prepare_format(plan.card, plan.arm.format)
+        console.print(f"model {plan.card.name}/{plan.arm.format}: {path} ({time.monotonic() - t0:.0f} s)")
+
+
+@app.command()
+def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or runtime) of the model to serve."),
+       model: str = typer.Option("tiny", help="Model card."),
+       launcher: str = typer.Option("local", help="local or docker."),
+       port: Optional[int] = typer.Option(None, help="Port (default: a free one)."),
+       controls: Optional[str] = typer.Option(None, help="Controls to apply, comma-separated.")) -> None:
+    """Serve one arm of a model until Ctrl-C."""
+    import time
+
+    from suite.bench import plan_arms
+    from suite.catalog import get_card, prepare_format
+    from suite.paths import cache_dir
+
+    card = get_card(model)
+    arm = runtime_or_arm if runtime_or_arm in card.arms else next(
+        (n for n, a in card.arms.items() if a.runtime == runtime_or_arm), None)
+    if arm is None:
+        raise SuiteError(f"model {model!r} has no arm or runtime {runtime_or_arm!r}; known arms: {', '.join(card.arms)}")
+    plan = plan_arms(model, [arm], launcher, "quick")[0]
+    plan.launcher.prepare(plan.runtime)
+    prepare_format(plan.card, plan.arm.format)
+    spec = plan.spec(_split(controls) or [], cache_dir() / "logs" / f"up-{plan.runtime.name}.log")
+    spec.port = port
+    with plan.launcher.start(spec) as rt:
+        console.print(f"{plan.runtime.name} serving {card.served_name!r} at {rt.base_url}/v1 "
+                      f"(ready in {rt.startup_s:.1f} s; log: {rt.log_path}); Ctrl-C stops it")
+        while rt.alive():
+            time.sleep(0.5)
+        raise SuiteError(f"{plan.runtime.name} exited; see {rt.log_path}")
+
+
+def _print_summaries(summaries) -> None:
+    table = Table("arm", "status", "determinism", "distinct answers", "wall s", "record")
+    for s in summaries:
+        gate = s.gate or {}
+        prompts = gate.get("prompts") or []
+        distinct = ", ".join(f"{p.get('prompt_id', '?')}: {p.get('distinct_answers', '?')}/{p.get('requests', '?')}"
+                             for p in prompts) or "-"
+        det = s.determinism.outcome + (f" ({s.determinism.control})" if s.determinism.control else "")
+        table.add_row(s.arm, s.status + (f": {s.reason}" if s.reason else ""), det, distinct,
+                      f"{s.wall_s:.0f}" if s.wall_s else "-", s.run_id)
+    console.print(table)
+
+
+@app.command()
+def bench(model: str = typer.Option(os.environ.get("MODEL", "tiny"), help="Model card to benchmark."),
+          arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
+          launcher: str = typer.Option("local", help="local or docker."),
+          profile: str = typer.Option("standard", help="quick, standard or full."),
+          stages: Optional[str] = typer.Option(None, help="Stages to run (default: gate,latency,extraction,restarts)."),
+          resume: bool = typer.Option(False, help="Continue the newest incomplete run of each arm."),
+          site: bool = typer.Option(False, "--site/--no-site", help="Build the site afterwards.")) -> None:
+    """Benchmark every arm of a model: gate, latency, extraction, restarts; write the run records."""
+    from suite.bench import run_bench
+    from suite.paths import results_dir
+
+    summaries = run_bench(model, _split(arms), launcher, profile, _split(stages), resume=resume)
+    _print_summaries(summaries)
+    console.print(f"results: {results_dir()}")
+    if site:
+        _build_site()
+
+
+@app.command()
+def gate(model: str = typer.Option("tiny", help="Model card."),
+         arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
+         controls: Optional[str] = typer.Option(None, help="'all' or control names: run the gate once per control set."),
+         launcher: str = typer.Option("local", help="local or docker."),
+         profile: str = typer.Option("standard", help="quick, standard or full.")) -> None:
+    """Run the reproducibility gate (and, with --controls, the control matrix) for every arm."""
+    from suite.bench import run_bench
+
+    stages = ["gate"] + (["controls"] if controls else [])
+    summaries = run_bench(model, _split(arms), launcher, profile, stages, controls=_split(controls))
+    _print_summaries(summaries)
+    try:
+        from suite.stages.controls import ControlsResult, format_controls_table
+    except ImportError:
+        return
+    for s in summaries:
+        if s.controls:
+            console.print(format_controls_table(ControlsResult.model_validate(s.controls)))
+
+
+def _build_site(results: Optional[Path] = None, out: Optional[Path] = None) -> None:
+    from suite.paths import SITE_DIR, results_dir
+    from suite.publish import build_site
+
+    out_dir = out or SITE_DIR / "public"
+    report = build_site(results or results_dir(), out_dir)
+    console.print(f"site: {out_dir / 'index.html'} ({report})")
+
+
+@app.command("site")
+def site_cmd(out: Optional[Path] = typer.Option(None, help="Output folder (default site/public).")) -> None:
+    """Build the static website from the results folder."""
+    _build_site(out=out)
+
+
+@app.command()
+def results() -> None:
+    """List the run records in the results folder."""
+    from suite.paths import results_dir
+    from suite.publish import list_runs
+
+    console.print(list_runs(results_dir()))
+
+
+@app.command()
+def export(format: str = typer.Option("parquet", "--format", help="parquet or csv."),
+           out: Path = typer.Option(Path("export"), help="Output folder.")) -> None:
+    """Export the result tables (polars) as Parquet or CSV."""
+    from suite.export import export_tables
+    from suite.paths import results_dir
+
+    if format not in ("parquet", "csv"):
+        raise SuiteError(f"unknown export format {format!r}; known: parquet, csv")
+    for path in export_tables(results_dir(), format, out):
+        console.print(str(path))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def watch(ctx: typer.Context) -> None:
+    """Run the memory watchdog alone (same options as `python -m memwatch`)."""
+    from memwatch.__main__ import main as memwatch_main
+
+    raise typer.Exit(memwatch_main(list(ctx.args)))
+
+
+def _sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        app(standalone_mode=False)
+    except SuiteError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        Console(stderr=True).print("interrupted; runtimes stopped")
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # click's usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(130)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""Client for the OpenAI-compatible HTTP API that every runtime speaks (httpx).
+
+`OpenAIClient.complete` (/v1/completions) and `.chat` (/v1/chat/completions), streamed or not,
+with a per-request seed, max tokens, logprobs where the runtime offers them cheaply, and the
+runtime's own extra request fields (token ids, cache flags). A `Completion` carries the text, the
+generated token ids where the runtime returns them, the chosen-token logprobs, the finish reason,
+token counts, timings (TTFT, end to end, a timestamp per streamed chunk) and the suite's own
+overhead outside the HTTP exchange. HTTP and protocol errors raise `ClientError` with a clear
+message; `Completion.error` is never set by the client itself (stages use it to record failures).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, Field
+
+from suite.errors import SuiteError
+
+log = logging.getLogger(__name__)
+
+
+class ClientError(SuiteError):
+    """The runtime answered with an HTTP error, a malformed reply, or not at all."""
+
+
+class Completion(BaseModel):
+    text: str = ""
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None  # chosen-token logprob per generated token
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    ttft_s: float | None = None  # first text-bearing chunk (streamed), else None
+    e2e_s: float = 0.0  # request sent -> last byte received
+    chunk_times_s: list[float] = Field(default_factory=list)  # offsets of text-bearing chunks
+    overhead_s: float = 0.0  # the suite's own time outside the HTTP exchange
+    server_timings: dict[str, Any] | None = None  # llama-server's `timings`
+    system_fingerprint: str | None = None
+    error: str | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        if self.token_ids is not None:
+            return len(self.token_ids)
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return len(self.logprobs or [])
+
+
+def _parse_token_ids(choice: dict[str, Any]) -> list[int] | None:
+    """Generated token ids, from whichever field the runtime uses."""
+    ids = choice.get("token_ids")  # vLLM with return_token_ids
+    if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+        return ids
+    toks = choice.get("tokens")  # llama-server with return_tokens
+    if isinstance(toks, list) and all(isinstance(i, int) for i in toks):
+        return toks
+    lp = choice.get("logprobs")
+    if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+        content = lp["content"]
+        if content and all(isinstance(c, dict) and isinstance(c.get("id"), int) for c in content):
+            return [c["id"] for c in content]
+    return None
+
+
+def _parse_logprobs(choice: dict[str, Any]) -> list[float] | None:
+    lp = choice.get("logprobs")
+    if not isinstance(lp, dict):
+        return None
+    if isinstance(lp.get("token_logprobs"), list):  # completions format
+        return [float(x) if x is not None else float("nan") for x in lp["token_logprobs"]]
+    if isinstance(lp.get("content"), list):  # chat format (and llama-server completions)
+        return [float(c.get("logprob", float("nan"))) for c in lp["content"] if isinstance(c, dict)]
+    return None
+
+
+class OpenAIClient:
+    """One runtime's OpenAI-compatible endpoint, serving the model under `model`."""
+
+    def __init__(self, base_url: str, model: str, timeout_s: float = 600.0,
+                 extra_body: dict[str, Any] | None = None, api_key: str | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.extra_body = dict(extra_body or {})
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(timeout_s, connect=10.0),
+                                  headers=headers)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "OpenAIClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plain GETs -----------------------------------------------------------------------------
+    def get_json(self, path: str) -> Any:
+        try:
+            r = self._http.get(path)
+        except httpx.HTTPError as exc:
+            raise ClientError(f"GET {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+        if r.status_code != 200:
+            raise ClientError(f"GET {self.base_url}{path}: HTTP {r.status_code}: {r.text[:200]}")
+        try:
+            return r.json()
+        except ValueError:
+            raise ClientError(f"GET {self.base_url}{path}: reply is not JSON: {r.text[:200]!r}") from None
+
+    def models(self) -> list[dict[str, Any]]:
+        data = self.get_json("/v1/models")
+        return list(data.get("data", [])) if isinstance(data, dict) else []
+
+    # -- generation -----------------------------------------------------------------------------
+    def complete(self, prompt: str, *, max_tokens: int, seed: int | None = 42, temperature: float = 0.0,
+                 logprobs: int | None = None, stream: bool = False,
+                 extra: dict[str, Any] | None = None) -> Completion:
+        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
+                                "temperature": temperature}
+        if seed is not None:
+            body["seed"] = seed
+        if logprobs is not None:
+            body["logprobs"] = logprobs
+        return self._generate("/v1/completions", body, stream, extra, chat=False)
+
+    def chat(self, messages: list[dict[str, str]], *, max_tokens: int, seed: int | None = 42,
+             temperature: float = 0.0, logprobs: int | None = None, stream: bool = False,
+             response_format: dict[str, Any] | None = None,
+             extra: dict[str, Any] | None = None) -> Completion:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
+                                "temperature": temperature}
+        if seed is not None:
+            body["seed"] = seed
+        if logprobs is not None:
+            body["logprobs"] = True
+            body["top_logprobs"] = logprobs
+        if response_format is not None:
+            body["response_format"] = response_format
+        return self._generate("/v1/chat/completions", body, stream, extra, chat=True)
+
+    def _generate(self, path: str, body: dict[str, Any], stream: bool,
+                  extra: dict[str, Any] | None, chat: bool) -> Completion:
+        t_enter = time.perf_counter()
+        body = {**body, **self.extra_body, **(extra or {})}
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+            return self._stream(path, body, chat, t_enter)
+        request = self._http.build_request("POST", path, json=body)
+        t_send = time.perf_counter()
+        try:
+            r = self._http.send(request)
+            content = r.content
+        except httpx.HTTPError as exc:
+            raise ClientError(f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+        t_recv = time.perf_counter()
+        if r.status_code != 200:
+            raise ClientError(f"POST {self.base_url}{path}: HTTP {r.status_code}: {content[:300]!r}")
+        try:
+            data = json.loads(content)
+            choice = data["choices"][0]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ClientError(f"POST {self.base_url}{path}: malformed reply: {content[:300]!r}") from None
+        text = (choice.get("message") or {}).get("content") if chat else choice.get("text")
+        usage = data.get("usage") or {}
+        out = Completion(
+            text=text or "",
+            token_ids=_parse_token_ids(choice),
+            logprobs=_parse_logprobs(choice),
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            e2e_s=t_recv - t_send,
+            server_timings=data.get("timings"),
+            system_fingerprint=data.get("system_fingerprint"),
+        )
+        out.overhead_s = (t_send - t_enter) + (time.perf_counter() - t_recv)
+        return out
+
+    def _stream(self, path: str, body: dict[str, Any], chat: bool, t_enter: float) -> Completion:
+        parts: list[str] = []
+        token_ids: list[int] = []
+        logprobs: list[float] = []
+        chunk_times: list[float] = []
+        finish_reason = None
+        usage: dict[str, Any] = {}
+        timings = fingerprint = None
+        parse_s = 0.0
+        t_send = time.perf_counter()
+        try:
+            with self._http.stream("POST", path, json=body) as r:
+                if r.status_code != 200:
+                    raise ClientError(f"POST {self.base_url}{path}: HTTP {r.status_code}: {r.read()[:300]!r}")
+                for line in r.iter_lines():
+                    t_line = time.perf_counter()
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    try:
+                        data = json.loads(payload)
+                    except ValueError:
+                        raise ClientError(f"POST {self.base_url}{path}: malformed stream chunk: {payload[:200]!r}") from None
+                    if "error" in data and not data.get("choices"):
+                        raise ClientError(f"POST {self.base_url}{path}: error in stream: {str(data['error'])[:200]}")
+                    usage = data.get("usage") or usage
+                    timings = data.get("timings") or timings
+                    fingerprint = data.get("system_fingerprint") or fingerprint
+                    for choice in data.get("choices") or []:
+                        piece = ((choice.get("delta") or {}).get("content") if chat else choice.get("text")) or ""
+                        if piece:
+                            parts.append(piece)
+                            chunk_times.append(t_line - t_send)
+                        ids = _parse_token_ids(choice)
+                        if ids:
+                            token_ids.extend(ids)
+                        lps = _parse_logprobs(choice)
+                        if lps:
+                            logprobs.extend(lps)
+                        finish_reason = choice.get("finish_reason") or finish_reason
+                    parse_s += time.perf_counter() - t_line
+        except httpx.HTTPError as exc:
+            raise ClientError(f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+        t_recv = time.perf_counter()
+        out = Completion(
+            text="".join(parts),
+            token_ids=token_ids or None,
+            logprobs=logprobs or None,
+            finish_reason=finish_reason,
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            ttft_s=chunk_times[0] if chunk_times else None,
+            e2e_s=t_recv - t_send - parse_s,
+            chunk_times_s=chunk_times,
+            server_timings=timings,
+            system_fingerprint=fingerprint,
+        )
+        out.overhead_s = (t_send - t_enter) + parse_s + (time.perf_counter() - t_recv)
+        return out
+
+    def tokenize(self, text: str) -> list[int] | None:
+        """Token ids of a prompt via the runtime's /tokenize endpoint (llama-server, vLLM), if any."""
+        for path, body in (("/tokenize", {"content": text, "add_special": True}),
+                           ("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": True})):
+            try:
+                r = self._http.post(path, json=body)
+            except httpx.HTTPError:
+                return None
+            if r.status_code == 200:
+                data = r.json()
+                tokens = data.get("tokens")
+                if isinstance(tokens, list):
+                    return [t if isinstance(t, int) else t.get("id") for t in tokens]
+        return None

@@ -1,0 +1,198 @@
+"""Runtime definitions: `images/<name>/runtime.toml`, validated, in a registry.
+
+Adding a runtime that speaks the OpenAI-compatible API needs no Python: a folder under `images/`
+with a `runtime.toml` (this schema) and a `Dockerfile`. Unknown keys, missing fields and wrong
+types are errors that name the file and the key.
+
+Command templates take the placeholders `{prefix}` (local install folder), `{model_path}`,
+`{served_name}`, `{host}`, `{port}`, `{seed}`, `{context_length}`, `{lora_args}` (expanded into
+the `lora_args` template once per adapter, with `{lora_name}` and `{lora_path}`).
+"""
+
+from __future__ import annotations
+
+import logging
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from suite.errors import SuiteError
+from suite.paths import IMAGES_DIR
+
+log = logging.getLogger(__name__)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSpec(Strict):
+    """How to talk to the started server."""
+
+    ready_path: str = "/v1/models"  # GET answers 200 once the model is loaded
+    version_path: str | None = None  # GET returns the runtime's version/config
+    version_field: str | None = None  # dotted key in that JSON holding the version string
+    startup_timeout_s: float = 600.0
+    container_port: int = 8000  # port the server listens on inside a container
+
+
+class LocalSpec(Strict):
+    """How to install and start the runtime as a local process."""
+
+    install: str  # recipe script in the runtime's folder, called as `install PREFIX`
+    installed_marker: str = ".installed"
+    command: list[str]
+    env: dict[str, str] = Field(default_factory=dict)
+    version_command: list[str] | None = None  # prints the version (first line kept)
+
+
+class DockerSpec(Strict):
+    """How to build and run the runtime's image."""
+
+    dockerfile: str = "Dockerfile"
+    build_args: dict[str, str] = Field(default_factory=dict)
+    command: list[str] = Field(default_factory=list)  # args after the image's entrypoint
+    env: dict[str, str] = Field(default_factory=dict)
+    gpu: Literal["required", "optional", "none"] = "optional"
+    model_mount: str = "/models"  # where the model cache is mounted in the container
+    shm_size: str | None = None
+
+
+class Capabilities(Strict):
+    """What the runtime offers per request; the stages adapt to it."""
+
+    per_request_seed: bool = True
+    logprobs: Literal["cheap", "expensive", "none"] = "cheap"
+    token_ids: bool = False  # returns generated token ids (with request.extra_body)
+    chat: bool = True
+    json_schema: bool = False  # honours response_format json_schema
+    lora: bool = False
+    lora_args: list[str] = Field(default_factory=list)  # per adapter: {lora_name} {lora_path}
+    formats: list[str] = Field(default_factory=list)  # model format kinds: gguf, hf, nvfp4, w4a16
+
+
+class RequestSpec(Strict):
+    """Extra fields the runtime wants in every request body (token ids, cache flags...)."""
+
+    extra_body: dict[str, object] = Field(default_factory=dict)
+
+
+class Control(Strict):
+    """A named set of env and args that changes the runtime's behaviour (a determinism control)."""
+
+    description: str
+    env: dict[str, str] = Field(default_factory=dict)
+    args: list[str] = Field(default_factory=list)
+    extra_body: dict[str, object] = Field(default_factory=dict)  # per-request fields
+    concurrency: int = 1  # gate requests sent at once (the same request by N clients)
+    refused_patterns: list[str] = Field(default_factory=list)  # log regexes meaning "refused"
+
+
+class RuntimeDefinition(Strict):
+    """One runtime: how to install, start, and talk to it."""
+
+    name: str
+    description: str
+    protocol: Literal["openai", "lmstudio"] = "openai"
+    platforms: list[Literal["cpu", "gpu"]] = Field(default_factory=lambda: ["cpu"])
+    base: str | None = None  # another definition whose image this one reuses (variants)
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    local: LocalSpec | None = None
+    docker: DockerSpec | None = None
+    capabilities: Capabilities = Field(default_factory=Capabilities)
+    request: RequestSpec = Field(default_factory=RequestSpec)
+    determinism_control: str | None = None  # the control tried first; None: none offered
+    controls: dict[str, Control] = Field(default_factory=dict)
+    folder: Path = Path(".")  # set by the loader
+
+    @model_validator(mode="after")
+    def _check_controls(self) -> "RuntimeDefinition":
+        if self.determinism_control and self.determinism_control not in self.controls:
+            raise ValueError(
+                f"determinism_control {self.determinism_control!r} is not one of [controls]"
+            )
+        return self
+
+    def control(self, name: str) -> Control:
+        if name == "default":
+            return self.controls.get("default") or Control(description="the runtime's defaults")
+        if name not in self.controls:
+            known = ", ".join(["default", *sorted(self.controls)])
+            raise SuiteError(f"runtime {self.name!r} has no control {name!r}; known: {known}")
+        return self.controls[name]
+
+
+def _format_validation_error(path: Path, err: ValidationError) -> str:
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        what = "unknown key"
+    elif kind == "missing":
+        what = "missing required key"
+    else:
+        what = first["msg"].lower()
+    return f"{path}: {what}: {key}"
+
+
+def load_toml(path: Path) -> dict:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise SuiteError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def load_definition(path: Path) -> RuntimeDefinition:
+    """Load and validate one runtime.toml; errors name the file and the key."""
+    data = load_toml(path)
+    data.setdefault("name", path.parent.name)
+    try:
+        definition = RuntimeDefinition.model_validate({**data, "folder": path.parent})
+    except ValidationError as exc:
+        raise SuiteError(_format_validation_error(path, exc)) from None
+    if definition.name != path.parent.name:
+        raise SuiteError(f"{path}: name {definition.name!r} differs from its folder {path.parent.name!r}")
+    return definition
+
+
+def load_definitions(images_dir: Path | None = None) -> dict[str, RuntimeDefinition]:
+    """Every runtime under images/ (one folder each with a runtime.toml)."""
+    root = images_dir or IMAGES_DIR
+    found: dict[str, RuntimeDefinition] = {}
+    for toml_path in sorted(root.glob("*/runtime.toml")):
+        definition = load_definition(toml_path)
+        found[definition.name] = definition
+    for definition in found.values():
+        if definition.base and definition.base not in found:
+            raise SuiteError(
+                f"{definition.folder / 'runtime.toml'}: base: unknown runtime {definition.base!r}"
+            )
+    return found
+
+
+def get_definition(name: str, images_dir: Path | None = None) -> RuntimeDefinition:
+    definitions = load_definitions(images_dir)
+    if name not in definitions:
+        raise SuiteError(f"unknown runtime {name!r}; known: {', '.join(sorted(definitions))}")
+    return definitions[name]
+
+
+def render(template: list[str], values: dict[str, object], lora_args: list[str] | None = None,
+           loras: list[tuple[str, str]] | None = None) -> list[str]:
+    """Fill a command template; `{lora_args}` expands to lora_args once per adapter."""
+    out: list[str] = []
+    for part in template:
+        if part == "{lora_args}":
+            for lora_name, lora_path in loras or []:
+                out.extend(a.format(lora_name=lora_name, lora_path=lora_path) for a in lora_args or [])
+            continue
+        try:
+            out.append(part.format(**values))
+        except KeyError as exc:
+            raise SuiteError(f"command template {part!r}: unknown placeholder {exc.args[0]!r}") from None
+    return out

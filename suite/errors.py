@@ -1,0 +1,23 @@
+"""Errors the suite raises on purpose.
+
+`SuiteError` is a user-facing error: the CLI prints its message as one line and exits non-zero,
+without a traceback. `EnvironmentUnavailable` means a part (Docker, a GPU, a runtime) cannot run on
+this machine: that arm or test is skipped with the reason, not the whole run.
+"""
+
+
+class SuiteError(Exception):
+    """A problem with the user's input or environment, reported as one line."""
+
+
+class EnvironmentUnavailable(SuiteError):
+    """A backend, runtime or device is not available here; the caller skips it with this reason."""
+
+
+class RuntimeStartError(SuiteError):
+    """A runtime died or never became ready; carries the error line from its log."""
+
+    def __init__(self, message: str, error_line: str | None = None, log_path: str | None = None):
+        super().__init__(message)
+        self.error_line = error_line
+        self.log_path = log_path

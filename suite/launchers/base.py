@@ -1,0 +1,124 @@
+"""The launcher contract: how a runtime is started, waited for, and stopped.
+
+A launcher turns a `LaunchSpec` (a runtime definition, a model path, the chosen controls) into a
+`RunningRuntime`: a server that answers on `base_url`. `start` blocks until the runtime is ready
+or raises `RuntimeStartError` carrying the log's error line, and leaves nothing running behind it
+when it fails. `RunningRuntime.stop` is idempotent and is called on every exit path (context
+manager). The watchdog stops a runtime through `RunningRuntime.kill`.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from suite.definitions import RuntimeDefinition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoraAdapter:
+    """A LoRA adapter served beside the base model, under its own name."""
+
+    name: str
+    path: Path
+
+
+@dataclass
+class LaunchSpec:
+    """Everything a launcher needs to start one configuration of one runtime."""
+
+    runtime: "RuntimeDefinition"
+    model_path: Path
+    served_name: str
+    seed: int = 42
+    context_length: int = 4096
+    controls: list[str] = field(default_factory=list)  # names of the control sets applied
+    env: dict[str, str] = field(default_factory=dict)  # definition env + controls env + arm env
+    args: list[str] = field(default_factory=list)  # controls args + arm args, appended
+    lora: list[LoraAdapter] = field(default_factory=list)
+    log_path: Path = Path("runtime.log")
+    startup_timeout_s: float = 600.0
+    refused_patterns: list[str] = field(default_factory=list)  # log lines meaning "refused"
+    port: int | None = None  # None: pick a free port
+
+
+class RunningRuntime(abc.ABC):
+    """A started runtime. Use as a context manager so it is stopped on every exit path."""
+
+    base_url: str
+    command: list[str]
+    log_path: Path
+    pid: int | None = None  # host pid of the process group leader (local launcher)
+    container_id: str | None = None  # Docker container id (docker launcher)
+    image_digest: str | None = None
+    startup_s: float | None = None  # seconds from start to ready
+
+    @abc.abstractmethod
+    def alive(self) -> bool: ...
+
+    @abc.abstractmethod
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop gracefully (TERM, then KILL after timeout_s). Idempotent."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Stop at once (used by the watchdog on a trip). Idempotent."""
+
+    def __enter__(self) -> "RunningRuntime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class Launcher(abc.ABC):
+    """A way to run runtimes: a local process group, or a Docker container."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def check_available(self) -> None:
+        """Raise EnvironmentUnavailable with the reason when this launcher cannot run here."""
+
+    @abc.abstractmethod
+    def prepare(self, runtime: "RuntimeDefinition") -> None:
+        """Install or build the runtime (reused when already there)."""
+
+    @abc.abstractmethod
+    def start(self, spec: LaunchSpec) -> RunningRuntime:
+        """Start and wait until ready; raise RuntimeStartError (nothing left running) otherwise."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+_ERROR_HINT = re.compile(r"(error|exception|failed|fatal|refused|abort|cannot|unable|not found)", re.I)
+
+
+def find_error_line(log_text: str, patterns: list[str] | None = None) -> str | None:
+    """The line of a runtime log that says why it did not start.
+
+    A line matching one of the definition's refusal patterns wins; else the last line that looks
+    like an error; else the last non-empty line.
+    """
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    for pat in patterns or []:
+        rx = re.compile(pat)
+        for ln in lines:
+            if rx.search(ln):
+                return ln[:500]
+    for ln in reversed(lines):
+        if _ERROR_HINT.search(ln):
+            return ln[:500]
+    return lines[-1][:500] if lines else None

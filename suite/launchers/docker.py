@@ -1,0 +1,685 @@
+"""The Docker launcher: a runtime as a container built from its image folder.
+
+`prepare` builds `images/<name>/` with the Docker SDK (a variant with `base = "other"` reuses that
+runtime's image), tagged `suite-<name>:<hash12>`, where the hash covers the files of the build
+context, the Dockerfile's name and the build args; an existing tag is reused, so an image is built
+once per content. The host's pip settings are passed to the build as `PIP_*` build args, so that
+pip inside the build reaches the package index the way the host does; local pip folders
+(find-links, `file://` indexes, a constraints file) are served to the build over HTTP on the
+loopback interface (the build then uses the host's network). `SUITE_DOCKER_BASE` overrides the
+`BASE` build arg of images that declare one (where no image can be pulled, a local base image).
+
+`start` runs the image with the GPU requested when the engine has an NVIDIA runtime and the
+definition's `gpu` is not "none", the server's port bound to 127.0.0.1 only, the model's folder
+mounted read-only under `model_mount` (the model path in the command rewritten to it), the env of
+the definition and the chosen controls, and the labels `suite.run=1` and `suite.session=<id>`.
+The container's log is streamed into the run folder; `start` returns once the ready endpoint
+answers 200. Every exit path removes the container: stop/kill, a failed start, Ctrl-C and SIGTERM
+(signal handlers), and interpreter exit (atexit removes every container with this process's
+session label). The model path must exist on the Docker host: with a remote engine
+(`DOCKER_HOST=ssh://...`) the model cache lives there.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import http.server
+import logging
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+import httpx
+
+from suite.definitions import DockerSpec, RuntimeDefinition, get_definition, render
+from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
+from suite.launchers.base import LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port
+from suite.paths import cache_dir
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+
+log = logging.getLogger(__name__)
+
+LABEL_RUN = "suite.run"
+LABEL_SESSION = "suite.session"
+LABEL_RUNTIME = "suite.runtime"
+# Containers started by this process carry this label; `SUITE_DOCKER_SESSION` sets it (tests).
+SESSION = os.environ.get("SUITE_DOCKER_SESSION") or f"{os.getpid()}-{secrets.token_hex(4)}"
+_SESSION_PID = os.getpid()
+
+_LIVE: set["DockerRuntime"] = set()
+_critical_depth = 0
+_pending_signals: list[int] = []
+_previous_handlers: dict[int, Any] = {}
+_handlers_installed = False
+
+
+def _docker_client(timeout: int = 120) -> "docker.DockerClient":
+    try:
+        import docker
+    except ImportError as exc:  # the suite pins it; a broken install says so
+        raise EnvironmentUnavailable(f"the Docker SDK for Python is not installed ({exc})") from None
+    try:
+        return docker.from_env(timeout=timeout)
+    except docker.errors.DockerException as exc:
+        raise EnvironmentUnavailable(f"Docker engine not reachable: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException | str) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:400] if text else type(exc).__name__
+
+
+# ---------------------------------------------------------------- cleanup on every exit path
+
+
+def remove_session_containers() -> int:
+    """Remove every container labelled with this process's session; returns how many."""
+    if os.getpid() != _SESSION_PID:  # a forked child must not remove its parent's containers
+        return 0
+    try:
+        import docker
+
+        client = docker.from_env(timeout=30)
+        found = client.containers.list(all=True, filters={"label": f"{LABEL_SESSION}={SESSION}"})
+    except Exception as exc:  # noqa: BLE001 - best effort on the way out
+        log.debug("session cleanup: cannot list containers: %s", exc)
+        return 0
+    removed = 0
+    for container in found:
+        try:
+            container.remove(force=True)
+            removed += 1
+        except Exception as exc:  # noqa: BLE001
+            if "No such container" not in str(exc) and "already in progress" not in str(exc):
+                log.warning("could not remove container %s: %s", container.short_id, _first_line(exc))
+    for rt in list(_LIVE):
+        rt._mark_stopped()
+    if removed:
+        log.info("removed %d container(s) of session %s", removed, SESSION)
+    return removed
+
+
+def _cleanup_at_exit() -> None:
+    with _signals_deferred():
+        remove_session_containers()
+
+
+atexit.register(_cleanup_at_exit)
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    if _critical_depth:
+        _pending_signals.append(signum)
+        return
+    with _signals_deferred():
+        remove_session_containers()
+    previous = _previous_handlers.get(signum)
+    if callable(previous):
+        previous(signum, frame)
+    elif signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    else:
+        raise SystemExit(128 + signum)
+
+
+def _install_signal_handlers() -> None:
+    """SIGINT/SIGTERM remove this session's containers, then act as before (main thread only)."""
+    global _handlers_installed
+    if _handlers_installed or threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(signum)
+        if previous is _on_signal:
+            continue
+        _previous_handlers[signum] = previous if previous not in (signal.SIG_DFL, None) else None
+        if signum == signal.SIGINT and previous is signal.SIG_IGN:
+            continue
+        signal.signal(signum, _on_signal)
+    _handlers_installed = True
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM while a container is created and recorded, then deliver them."""
+    global _critical_depth
+    _critical_depth += 1
+    try:
+        yield
+    finally:
+        _critical_depth -= 1
+        if _critical_depth == 0 and _pending_signals:
+            signum = _pending_signals.pop(0)
+            _pending_signals.clear()
+            signal.raise_signal(signum)
+
+
+# ---------------------------------------------------------------- the host's pip settings
+
+_PIP_KEYS = {
+    "index-url": "PIP_INDEX_URL",
+    "extra-index-url": "PIP_EXTRA_INDEX_URL",
+    "find-links": "PIP_FIND_LINKS",
+    "trusted-host": "PIP_TRUSTED_HOST",
+    "timeout": "PIP_DEFAULT_TIMEOUT",
+    "default-timeout": "PIP_DEFAULT_TIMEOUT",
+    "retries": "PIP_RETRIES",
+    "constraint": "PIP_CONSTRAINT",
+}
+_PIP_LOCATIONS = {"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CONSTRAINT"}
+
+
+def host_pip_config() -> dict[str, str]:
+    """The host's effective pip settings (config files and PIP_* env), as PIP_* names."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    settings: dict[str, str] = {}
+    for line in out.stdout.splitlines():  # e.g. global.index-url='...', :env:.timeout='60'
+        m = re.match(r"^(?P<scope>[^=]*)\.(?P<key>[a-z-]+)='(?P<value>.*)'$", line.strip())
+        if m and m["key"] in _PIP_KEYS:
+            settings[_PIP_KEYS[m["key"]]] = m["value"]  # later scopes win, as in pip
+    return settings
+
+
+class _LocalFolderServer:
+    """Serves local folders read-only over HTTP on 127.0.0.1 (pip's find-links and indexes)."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, Path] = {}
+        self._server: http.server.ThreadingHTTPServer | None = None
+
+    def add(self, path: Path) -> str:
+        """Route for a folder or a file; returns its URL (once the server runs)."""
+        key = f"p{len(self.routes)}"
+        self.routes[key] = path
+        return key
+
+    def url(self, key: str) -> str:
+        assert self._server is not None
+        target = self.routes[key]
+        suffix = "/" if target.is_dir() else f"/{target.name}"
+        return f"http://127.0.0.1:{self._server.server_address[1]}/{key}{suffix}"
+
+    def __enter__(self) -> "_LocalFolderServer":
+        routes = self.routes
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def translate_path(self, path: str) -> str:
+                parts = unquote(urlparse(path).path).lstrip("/").split("/", 1)
+                base = routes.get(parts[0])
+                if base is None:
+                    return "/nonexistent"
+                root = base if base.is_dir() else base.parent
+                rest = parts[1] if len(parts) > 1 else ""
+                target = (root / rest).resolve()
+                if not str(target).startswith(str(root.resolve())):
+                    return "/nonexistent"
+                return str(target)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                log.debug("pip folder server: " + format, *args)
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True, name="pip-folders").start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+def _local_path(location: str) -> Path | None:
+    if location.startswith("file://"):
+        return Path(unquote(urlparse(location).path))
+    if "://" not in location and location.startswith("/"):
+        return Path(location)
+    return None
+
+
+def pip_build_args(server: _LocalFolderServer) -> tuple[dict[str, str], list[str]]:
+    """Build args carrying the host's pip settings; local locations are routed through `server`.
+
+    Returns the args with placeholders `{route:KEY}` for served locations, and the route keys.
+    """
+    args: dict[str, str] = {}
+    routes: list[str] = []
+    for name, value in host_pip_config().items():
+        if name not in _PIP_LOCATIONS:
+            args[name] = value
+            continue
+        kept: list[str] = []
+        for location in value.split():
+            path = _local_path(location)
+            if path is None:
+                kept.append(location)
+            elif path.exists():
+                key = server.add(path)
+                routes.append(key)
+                kept.append("{route:" + key + "}")
+            else:
+                log.debug("pip setting %s: %s does not exist here; left out of the build", name, location)
+        if kept:
+            args[name] = " ".join(kept)
+    if routes:
+        args["PIP_TRUSTED_HOST"] = " ".join(filter(None, [args.get("PIP_TRUSTED_HOST", ""), "127.0.0.1"]))
+    return args, routes
+
+
+# ---------------------------------------------------------------- images
+
+
+def _image_source(runtime: RuntimeDefinition) -> RuntimeDefinition:
+    """The definition whose folder holds the image (itself, or its `base`)."""
+    if runtime.base is None:
+        return runtime
+    seen = {runtime.name}
+    source = runtime
+    while source.base is not None:
+        if source.base in seen:
+            raise SuiteError(f"{runtime.folder / 'runtime.toml'}: base: cycle through {source.base!r}")
+        seen.add(source.base)
+        source = get_definition(source.base, runtime.folder.parent)
+    return source
+
+
+def docker_spec(runtime: RuntimeDefinition) -> DockerSpec:
+    """The runtime's [docker] section, or its base's when it has none."""
+    if runtime.docker is not None:
+        return runtime.docker
+    source = _image_source(runtime)
+    if source.docker is None:
+        raise EnvironmentUnavailable(f"runtime {runtime.name!r} has no [docker] section (no image)")
+    return source.docker
+
+
+def _context_files(folder: Path, dockerfile: str) -> list[str]:
+    from docker.utils.build import exclude_paths
+
+    ignore = folder / ".dockerignore"
+    patterns = ["runtime.toml"]  # read by the suite, not a build input
+    if ignore.exists():
+        patterns += [ln.strip() for ln in ignore.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    included = exclude_paths(str(folder), patterns, dockerfile=dockerfile)
+    return sorted(p for p in included if (folder / p).is_file())
+
+
+def build_args_for(source: RuntimeDefinition) -> dict[str, str]:
+    """The build args that define the image: the definition's, and BASE when overridden."""
+    spec = source.docker
+    assert spec is not None
+    args = dict(spec.build_args)
+    base_override = os.environ.get("SUITE_DOCKER_BASE")
+    dockerfile = source.folder / spec.dockerfile
+    if base_override and dockerfile.exists() and re.search(r"^\s*ARG\s+BASE\b", dockerfile.read_text(), re.M):
+        args["BASE"] = base_override
+    return args
+
+
+def image_tag(runtime: RuntimeDefinition) -> str:
+    """`suite-<name>:<hash12>`: the hash of the build context's files, Dockerfile and build args."""
+    source = _image_source(runtime)
+    spec = source.docker
+    if spec is None:
+        raise EnvironmentUnavailable(f"runtime {source.name!r} has no [docker] section (no image)")
+    folder = source.folder
+    if not (folder / spec.dockerfile).exists():
+        raise SuiteError(f"{folder / 'runtime.toml'}: docker.dockerfile: no file {spec.dockerfile!r}")
+    digest = hashlib.sha256()
+    digest.update(f"dockerfile={spec.dockerfile}\n".encode())
+    for key, value in sorted(build_args_for(source).items()):
+        digest.update(f"arg {key}={value}\n".encode())
+    for rel in _context_files(folder, spec.dockerfile):
+        path = folder / rel
+        digest.update(f"file {rel} {os.access(path, os.X_OK)}\n".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return f"suite-{source.name}:{digest.hexdigest()[:12]}"
+
+
+_PULL_HINT = re.compile(r"pull access denied|manifest unknown|repository does not exist|registry|dial tcp|"
+                        r"no such host|not found: manifest|toomanyrequests", re.I)
+
+
+def build_image(runtime: RuntimeDefinition, client: "docker.DockerClient | None" = None) -> str:
+    """Build the runtime's image unless its tag exists; returns the tag."""
+    import docker
+
+    client = client or _docker_client(timeout=3600)
+    source = _image_source(runtime)
+    tag = image_tag(runtime)
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        client.images.get(tag)
+        log.debug("image %s exists", tag)
+        return tag
+    builds = cache_dir() / "docker" / "builds"
+    builds.mkdir(parents=True, exist_ok=True)
+    with open(builds / f".{source.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another suite process may be building it
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            client.images.get(tag)
+            return tag
+        _run_build(client, source, tag, builds / f"{source.name}-{tag.split(':')[1]}.log")
+    return tag
+
+
+def _run_build(client: "docker.DockerClient", source: RuntimeDefinition, tag: str, log_path: Path) -> None:
+    import docker
+
+    spec = source.docker
+    assert spec is not None
+    args = build_args_for(source)
+    server = _LocalFolderServer()
+    pip_args, routes = pip_build_args(server)
+    log.info("building image %s from %s (log: %s)", tag, source.folder, log_path)
+    t0 = time.monotonic()
+    error: str | None = None
+    with server, log_path.open("w") as out:
+        for key, value in pip_args.items():
+            for route in routes:
+                value = value.replace("{route:" + route + "}", server.url(route))
+            args.setdefault(key, value)
+        shown = {k: v for k, v in args.items() if not k.startswith("PIP_")}
+        out.write(f"# build {tag} from {source.folder} args={shown}\n")
+        try:
+            stream = client.api.build(
+                path=str(source.folder), dockerfile=spec.dockerfile, tag=tag, buildargs=args,
+                rm=True, forcerm=True, decode=True, pull=False,
+                network_mode="host" if routes else None,
+                labels={"suite.image": source.name, "suite.tag": tag},
+            )
+            for chunk in stream:
+                if "stream" in chunk:
+                    out.write(chunk["stream"])
+                elif "error" in chunk:
+                    error = str(chunk["error"]).strip()
+                    out.write(f"ERROR {error}\n")
+                out.flush()
+        except docker.errors.APIError as exc:
+            error = _first_line(exc.explanation or exc)
+            out.write(f"ERROR {error}\n")
+    if error is None:
+        log.info("built %s in %.0f s", tag, time.monotonic() - t0)
+        return
+    text = log_path.read_text(errors="replace")
+    body = "\n".join(ln for ln in text.splitlines() if not ln.startswith(("ERROR ", "# build ")))
+    line = find_error_line(body) if "returned a non-zero code" in error else None
+    message = f"building the image of runtime {source.name!r} failed: {line or error}"
+    if _PULL_HINT.search(error) and "SUITE_DOCKER_BASE" not in os.environ:
+        message += " (no image can be pulled? set SUITE_DOCKER_BASE to a local base image)"
+    raise SuiteError(f"{message} (log: {log_path})")
+
+
+# ---------------------------------------------------------------- running containers
+
+
+class DockerRuntime(RunningRuntime):
+    """A started container; stop/kill remove it."""
+
+    def __init__(self, container: "Container", base_url: str, command: list[str], log_path: Path,
+                 image_digest: str | None):
+        self.container = container
+        self.container_id = container.id
+        self.base_url = base_url
+        self.command = command
+        self.log_path = log_path
+        self.image_digest = image_digest
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._log_thread: threading.Thread | None = None
+        _LIVE.add(self)
+
+    def _mark_stopped(self) -> None:
+        self._stopped = True
+        _LIVE.discard(self)
+
+    def alive(self) -> bool:
+        if self._stopped:
+            return False
+        try:
+            self.container.reload()
+        except Exception:  # noqa: BLE001 - gone
+            return False
+        return self.container.status == "running"
+
+    def state(self) -> dict[str, Any]:
+        try:
+            self.container.reload()
+            return dict(self.container.attrs.get("State") or {})
+        except Exception:  # noqa: BLE001
+            return {}
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            with contextlib.suppress(Exception):
+                self.container.stop(timeout=max(1, int(timeout_s)))
+            self._remove()
+
+    def kill(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            self._remove()
+
+    def _remove(self) -> None:
+        try:
+            self.container.remove(force=True)
+        except Exception as exc:  # noqa: BLE001
+            if "No such container" not in str(exc) and "already in progress" not in str(exc):
+                log.warning("could not remove container %s: %s", self.container.short_id, _first_line(exc))
+        if self._log_thread is not None:
+            self._log_thread.join(timeout=5)
+        self._mark_stopped()
+
+    def follow_log(self) -> None:
+        """Stream the container's output into log_path until the container ends."""
+
+        def pump() -> None:
+            with self.log_path.open("ab") as fh:
+                try:
+                    for chunk in self.container.logs(stream=True, follow=True):
+                        fh.write(chunk)
+                        fh.flush()
+                except Exception as exc:  # noqa: BLE001 - the container was removed
+                    log.debug("log stream of %s ended: %s", self.container.short_id, exc)
+
+        self._log_thread = threading.Thread(target=pump, daemon=True, name=f"log-{self.container.short_id}")
+        self._log_thread.start()
+
+
+def nvidia_runtime_present(client: "docker.DockerClient") -> bool:
+    """Whether the engine can give containers an NVIDIA GPU (the NVIDIA Container Toolkit)."""
+    try:
+        info = client.info()
+    except Exception:  # noqa: BLE001
+        return False
+    runtimes = info.get("Runtimes") or {}
+    cdi = " ".join(info.get("CDISpecDirs") or [])
+    return "nvidia" in runtimes or info.get("DefaultRuntime") == "nvidia" or "nvidia" in cdi
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class DockerLauncher(Launcher):
+    name = "docker"
+
+    def __init__(self) -> None:
+        self._client: "docker.DockerClient | None" = None
+        self._images: dict[str, str] = {}
+
+    @property
+    def client(self) -> "docker.DockerClient":
+        if self._client is None:
+            self._client = _docker_client()
+        return self._client
+
+    def check_available(self) -> None:
+        import docker
+
+        try:
+            self.client.ping()
+        except docker.errors.DockerException as exc:
+            raise EnvironmentUnavailable(f"Docker engine not reachable: {_first_line(exc)}") from None
+
+    def prepare(self, runtime: RuntimeDefinition) -> None:
+        self.check_available()
+        docker_spec(runtime)
+        self._images[runtime.name] = build_image(runtime, _docker_client(timeout=3600))
+
+    def image_for(self, runtime: RuntimeDefinition) -> str:
+        if runtime.name not in self._images:
+            self.prepare(runtime)
+        return self._images[runtime.name]
+
+    def _mounts(self, spec: LaunchSpec, dspec: DockerSpec) -> tuple[dict[str, dict[str, str]], str, list[tuple[str, str]]]:
+        model = spec.model_path.resolve()
+        if not model.exists():
+            raise SuiteError(f"model path {spec.model_path} does not exist")
+        mount = dspec.model_mount.rstrip("/") or "/models"
+        volumes: dict[str, dict[str, str]] = {}
+        if model.is_dir():
+            inner = f"{mount}/{model.name}"
+            volumes[str(model)] = {"bind": inner, "mode": "ro"}
+        else:
+            inner = f"{mount}/{model.name}"
+            volumes[str(model.parent)] = {"bind": mount, "mode": "ro"}
+        loras: list[tuple[str, str]] = []
+        for adapter in spec.lora:
+            inner_lora = f"/lora/{adapter.name}"
+            volumes[str(adapter.path.resolve())] = {"bind": inner_lora, "mode": "ro"}
+            loras.append((adapter.name, inner_lora))
+        return volumes, inner, loras
+
+    def start(self, spec: LaunchSpec) -> DockerRuntime:
+        import docker
+
+        runtime = spec.runtime
+        dspec = docker_spec(runtime)
+        tag = self.image_for(runtime)
+        client = self.client
+        want_gpu = dspec.gpu != "none"
+        has_gpu = want_gpu and nvidia_runtime_present(client)
+        if dspec.gpu == "required" and not has_gpu:
+            raise EnvironmentUnavailable(
+                f"runtime {runtime.name!r} needs an NVIDIA GPU and this Docker engine has no NVIDIA "
+                "runtime (install the NVIDIA Container Toolkit)")
+        port = spec.port or free_port()
+        if spec.port and not _port_free(spec.port):
+            raise RuntimeStartError(f"runtime {runtime.name!r} cannot start: port {spec.port} on 127.0.0.1 is in use")
+        volumes, inner_model, loras = self._mounts(spec, dspec)
+        values = {"prefix": "", "model_path": inner_model, "served_name": spec.served_name, "host": "0.0.0.0",
+                  "port": runtime.server.container_port, "seed": spec.seed, "context_length": spec.context_length}
+        args = render(dspec.command, values, runtime.capabilities.lora_args, loras) + list(spec.args)
+        env = {**dspec.env, **spec.env}
+        image = client.images.get(tag)
+        entrypoint = list(image.attrs.get("Config", {}).get("Entrypoint") or [])
+        repo_digests = image.attrs.get("RepoDigests") or []
+        image_digest = repo_digests[0] if repo_digests else image.id
+        device_requests = None
+        if has_gpu:
+            device_requests = [docker.types.DeviceRequest(**_gpu_request())]
+        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        spec.log_path.write_bytes(b"")
+        _install_signal_handlers()
+        t0 = time.monotonic()
+        with _signals_deferred():
+            try:
+                container = client.containers.create(
+                    tag, command=args, environment=env, volumes=volumes, detach=True,
+                    ports={f"{runtime.server.container_port}/tcp": ("127.0.0.1", port)},
+                    labels={LABEL_RUN: "1", LABEL_SESSION: SESSION, LABEL_RUNTIME: runtime.name},
+                    shm_size=dspec.shm_size, device_requests=device_requests,
+                )
+            except docker.errors.APIError as exc:
+                raise RuntimeStartError(f"runtime {runtime.name!r}: container not created: "
+                                        f"{_first_line(exc.explanation or exc)}") from None
+            rt = DockerRuntime(container, f"http://127.0.0.1:{port}", [*entrypoint, *args], spec.log_path,
+                               image_digest)
+        try:
+            try:
+                container.start()
+            except docker.errors.APIError as exc:
+                reason = _first_line(exc.explanation or exc)
+                if re.search(r"address already in use|port is already allocated", reason):
+                    reason = f"port {port} on 127.0.0.1 is in use"
+                raise RuntimeStartError(f"runtime {runtime.name!r} cannot start: {reason}") from None
+            rt.follow_log()
+            self._wait_ready(rt, spec, t0)
+        except BaseException:
+            rt.kill()
+            raise
+        rt.startup_s = time.monotonic() - t0
+        log.info("%s ready on %s in %.1f s (container %s, GPU %s)", runtime.name, rt.base_url, rt.startup_s,
+                 container.short_id, "yes" if has_gpu else "no")
+        return rt
+
+    def _wait_ready(self, rt: DockerRuntime, spec: LaunchSpec, t0: float) -> None:
+        runtime = spec.runtime
+        url = rt.base_url + runtime.server.ready_path
+        refusals = [re.compile(p) for p in spec.refused_patterns]
+        deadline = t0 + spec.startup_timeout_s
+        with httpx.Client(timeout=5.0) as http:
+            while True:
+                state = rt.state()
+                if state.get("Status") in ("exited", "dead") or not state:
+                    if rt._log_thread is not None:
+                        rt._log_thread.join(timeout=3)
+                    text = spec.log_path.read_text(errors="replace")
+                    line = find_error_line(text, spec.refused_patterns)
+                    why = "was killed for lack of memory" if state.get("OOMKilled") else \
+                        f"exited with status {state.get('ExitCode', '?')}"
+                    raise RuntimeStartError(f"runtime {runtime.name!r} {why} before it was ready: {line}",
+                                            error_line=line, log_path=str(spec.log_path))
+                if refusals:
+                    text = spec.log_path.read_text(errors="replace")
+                    if any(rx.search(text) for rx in refusals):
+                        line = find_error_line(text, spec.refused_patterns)
+                        raise RuntimeStartError(f"runtime {runtime.name!r} refused to start: {line}",
+                                                error_line=line, log_path=str(spec.log_path))
+                try:
+                    if http.get(url).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    line = find_error_line(spec.log_path.read_text(errors="replace"))
+                    raise RuntimeStartError(
+                        f"runtime {runtime.name!r} not ready after {spec.startup_timeout_s:.0f} s "
+                        f"(GET {runtime.server.ready_path}); last log line: {line}",
+                        error_line=line, log_path=str(spec.log_path))
+                time.sleep(0.25)
+
+
+def _gpu_request() -> dict[str, Any]:
+    """All GPUs, or those named in SUITE_DOCKER_GPUS (comma-separated indexes or UUIDs)."""
+    chosen = os.environ.get("SUITE_DOCKER_GPUS", "all").strip()
+    if chosen in ("", "all"):
+        return {"count": -1, "capabilities": [["gpu"]]}
+    return {"device_ids": [d.strip() for d in chosen.split(",") if d.strip()], "capabilities": [["gpu"]]}
+

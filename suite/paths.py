@@ -1,0 +1,42 @@
+"""Where the suite keeps things: the cache (runtimes, models, tools) and the results folder.
+
+`SUITE_CACHE` overrides the cache folder (default: the user's cache directory / suite);
+`RESULTS` overrides the results folder (default: ./results).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+IMAGES_DIR = REPO_ROOT / "images"
+PROMPTS_DIR = REPO_ROOT / "prompts"
+SITE_DIR = REPO_ROOT / "site"
+CARDS_DIR = Path(__file__).resolve().parent / "cards"
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("SUITE_CACHE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "suite"
+
+
+def runtime_prefix(runtime: str) -> Path:
+    """Install folder of a runtime's local build or venv."""
+    return cache_dir() / "runtimes" / runtime
+
+
+def models_dir() -> Path:
+    return cache_dir() / "models"
+
+
+def tools_prefix() -> Path:
+    """Venv with the model-preparation tools (torch, transformers, gguf, peft)."""
+    return cache_dir() / "tools"
+
+
+def results_dir() -> Path:
+    return Path(os.environ.get("RESULTS") or "results").resolve()

@@ -1,0 +1,50 @@
+"""Benchmark profiles: how many requests each stage makes.
+
+`quick` is for tests and CI (few requests, short answers), `standard` is the default of
+`make bench`, `full` is the study's own numbers (20-request gate, 48 sections, 3 repeats).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from suite.errors import SuiteError
+
+
+class Profile(BaseModel):
+    name: str
+    gate_requests: int  # N identical requests per gate prompt
+    gate_max_tokens: int
+    gate_prompts: list[str] | None  # gate prompt ids; None: all of them
+    restarts: int  # K launches of the same configuration
+    restart_requests: int  # short gate per launch
+    latency_requests: int
+    latency_warmup: int
+    latency_max_tokens: int
+    concurrency: list[int]
+    extraction_sections: int  # how many sections of prompts/extraction
+    extraction_repeats: int
+    extraction_max_tokens: int
+    judge_repeats: int  # the judge's own gate: one grading repeated
+
+
+PROFILES: dict[str, Profile] = {
+    "quick": Profile(name="quick", gate_requests=5, gate_max_tokens=48, gate_prompts=["short-open"],
+                     restarts=2, restart_requests=3, latency_requests=4, latency_warmup=1,
+                     latency_max_tokens=32, concurrency=[1], extraction_sections=3,
+                     extraction_repeats=2, extraction_max_tokens=160, judge_repeats=3),
+    "standard": Profile(name="standard", gate_requests=20, gate_max_tokens=256, gate_prompts=None,
+                        restarts=3, restart_requests=5, latency_requests=20, latency_warmup=2,
+                        latency_max_tokens=128, concurrency=[1], extraction_sections=24,
+                        extraction_repeats=3, extraction_max_tokens=256, judge_repeats=5),
+    "full": Profile(name="full", gate_requests=20, gate_max_tokens=1024, gate_prompts=None,
+                    restarts=3, restart_requests=5, latency_requests=50, latency_warmup=3,
+                    latency_max_tokens=256, concurrency=[1, 2, 4], extraction_sections=48,
+                    extraction_repeats=3, extraction_max_tokens=384, judge_repeats=10),
+}
+
+
+def get_profile(name: str) -> Profile:
+    if name not in PROFILES:
+        raise SuiteError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
+    return PROFILES[name]

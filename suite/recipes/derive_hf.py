@@ -1,0 +1,61 @@
+"""Derive an HF checkpoint (bf16) from a GGUF file: the same weights in a second format.
+
+Runs in the model-preparation tools venv (torch, transformers, gguf), never in the suite's own
+environment. Usage: derive_hf.py GGUF_PATH OUT_DIR
+
+The tokenizer that transformers derives from Gemma's GGUF does not add the BOS token; without it
+Gemma answers nonsense. This script makes the saved tokenizer add BOS (post-processor and config),
+and checks that it does before it finishes.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+
+def main(gguf_path: str, out_dir: str) -> None:
+    gguf = Path(gguf_path)
+    out = Path(out_dir)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
+    # The GGUF loader leaves quantizer marks on the config; the saved checkpoint is plain bf16.
+    for attr in ("quantization_config", "_pre_quantization_dtype"):
+        if hasattr(model.config, attr):
+            delattr(model.config, attr)
+    if hasattr(model, "hf_quantizer"):
+        model.hf_quantizer = None
+    model.config.torch_dtype = torch.bfloat16
+    model.save_pretrained(str(out), safe_serialization=True)
+    tok.save_pretrained(str(out))
+    fix_bos(out, tok.bos_token, tok.bos_token_id)
+    check = AutoTokenizer.from_pretrained(str(out))
+    ids = check("The capital of France is")["input_ids"]
+    if ids[0] != tok.bos_token_id:
+        sys.exit(f"derived tokenizer does not add BOS ({tok.bos_token_id}): {ids}")
+    print(json.dumps({"out": str(out), "bos_id": tok.bos_token_id, "probe_ids": ids}))
+
+
+def fix_bos(out: Path, bos: str, bos_id: int) -> None:
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["add_bos_token"] = True
+    cfg["add_eos_token"] = False
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+    tj_path = out / "tokenizer.json"
+    if tj_path.exists():
+        tj = json.loads(tj_path.read_text())
+        tj["post_processor"] = {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}},
+        }
+        tj_path.write_text(json.dumps(tj, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,226 @@
+"""Run records: write-once files under the results folder, with a schema version.
+
+Layout: `<results>/<model>/<arm>/<run-id>/` holding
+- `run.json`      : the manifest, written when the run starts (model, arm, signature, profile);
+- `stages/<name>.json` : each stage's result, written once when the stage finishes;
+- `requests.jsonl`: one JSON line per request (appended as requests happen);
+- `summary.json`  : written once when the run ends; its presence means the run is complete.
+A run without `summary.json` is incomplete: `suite bench --resume` continues it, skipping the
+stages already written. Every file is written to a temporary name and renamed, never overwritten.
+The loader refuses a schema version other than this one with a sentence that says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from suite.errors import SuiteError
+from suite.signature import Signature
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+STAGE_KEYS = ("gate", "controls", "latency", "extraction", "restarts", "watchdog")
+
+RunStatus = Literal["complete", "incomplete", "failed", "stopped-by-watchdog", "skipped"]
+
+
+class DeterminismOutcome(BaseModel):
+    """What happened to the runtime's determinism mode at start-up."""
+
+    control: str | None = None  # the control tried (e.g. batch-invariant); None: none offered
+    outcome: Literal["on", "refused", "not-offered"] = "not-offered"
+    error_line: str | None = None  # the log line that says why it was refused
+
+
+class RunManifest(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    model: str
+    arm: str
+    runtime: str
+    launcher: str
+    profile: str
+    started_at: str
+    signature: Signature | None = None
+
+
+class Summary(BaseModel):
+    """summary.json: one arm's run, one key per stage (None when the stage did not run)."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    model: str
+    arm: str
+    runtime: str
+    launcher: str
+    profile: str
+    started_at: str
+    finished_at: str | None = None
+    status: RunStatus = "incomplete"
+    reason: str | None = None  # why failed / skipped / stopped
+    wall_s: float | None = None
+    startup_s: float | None = None
+    determinism: DeterminismOutcome = Field(default_factory=DeterminismOutcome)
+    signature: Signature | None = None
+    gate: dict[str, Any] | None = None
+    controls: dict[str, Any] | None = None
+    latency: dict[str, Any] | None = None
+    extraction: dict[str, Any] | None = None
+    restarts: dict[str, Any] | None = None
+    watchdog: dict[str, Any] | None = None
+
+
+def utcnow() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write_once(path: Path, data: str) -> None:
+    """Write a file through a temporary name and a rename; refuse to replace an existing one."""
+    if path.exists():
+        raise SuiteError(f"{path}: already written; run records are never overwritten")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(data)
+        os.link(tmp, path)  # fails if path appeared meanwhile: never overwrite
+    finally:
+        os.unlink(tmp)
+
+
+def _check_version(path: Path, data: dict[str, Any]) -> None:
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            raise SuiteError(
+                f"{path}: schema version {version} is newer than this suite's {SCHEMA_VERSION}; "
+                "upgrade the suite to read it"
+            )
+        raise SuiteError(
+            f"{path}: schema version {version} is not this suite's {SCHEMA_VERSION}; "
+            "re-run the benchmark or use the suite version that wrote it"
+        )
+
+
+class RunRecord:
+    """A run folder being written: manifest, stage files, requests, then the summary."""
+
+    def __init__(self, run_dir: Path, manifest: RunManifest):
+        self.dir = run_dir
+        self.manifest = manifest
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create(cls, results: Path, manifest: RunManifest) -> "RunRecord":
+        run_dir = results / manifest.model / manifest.arm / manifest.run_id
+        if run_dir.exists():
+            raise SuiteError(f"{run_dir}: run folder exists already")
+        run_dir.mkdir(parents=True)
+        write_once(run_dir / "run.json", manifest.model_dump_json(indent=2))
+        return cls(run_dir, manifest)
+
+    @classmethod
+    def open_incomplete(cls, run_dir: Path) -> "RunRecord":
+        data = json.loads((run_dir / "run.json").read_text())
+        _check_version(run_dir / "run.json", data)
+        return cls(run_dir, RunManifest.model_validate(data))
+
+    @property
+    def requests_path(self) -> Path:
+        return self.dir / "requests.jsonl"
+
+    @property
+    def log_dir(self) -> Path:
+        d = self.dir / "logs"
+        d.mkdir(exist_ok=True)
+        return d
+
+    def record_request(self, kind: str, **fields: Any) -> None:
+        """Append one request's record (thread-safe)."""
+        line = json.dumps({"kind": kind, "at": utcnow(), **fields}, default=str)
+        with self._lock, self.requests_path.open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+    def stage_done(self, name: str) -> bool:
+        return (self.dir / "stages" / f"{name}.json").exists()
+
+    def write_stage(self, name: str, result: BaseModel | dict[str, Any]) -> None:
+        payload = result.model_dump(mode="json") if isinstance(result, BaseModel) else result
+        write_once(self.dir / "stages" / f"{name}.json", json.dumps(payload, indent=2, default=str))
+
+    def read_stage(self, name: str) -> dict[str, Any] | None:
+        p = self.dir / "stages" / f"{name}.json"
+        return json.loads(p.read_text()) if p.exists() else None
+
+    def finish(self, summary: Summary) -> Path:
+        for key in STAGE_KEYS:
+            if getattr(summary, key) is None:
+                setattr(summary, key, self.read_stage(key))
+        path = self.dir / "summary.json"
+        write_once(path, summary.model_dump_json(indent=2))
+        return path
+
+
+def load_summary(path: Path) -> Summary:
+    """Load and validate one summary.json; a wrong schema version is a one-line error."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SuiteError(f"{path}: cannot read run record: {exc}") from None
+    _check_version(path, data)
+    try:
+        return Summary.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        raise SuiteError(f"{path}: invalid run record at {key}: {first['msg']}") from None
+
+
+def incomplete_summary(run_dir: Path) -> Summary:
+    """A summary for a run that never finished, built from its manifest and stage files."""
+    rec = RunRecord.open_incomplete(run_dir)
+    m = rec.manifest
+    summary = Summary(
+        run_id=m.run_id, model=m.model, arm=m.arm, runtime=m.runtime, launcher=m.launcher,
+        profile=m.profile, started_at=m.started_at, signature=m.signature, status="incomplete",
+        reason="the run did not finish (interrupted); `suite bench --resume` continues it",
+    )
+    for key in STAGE_KEYS:
+        setattr(summary, key, rec.read_stage(key))
+    return summary
+
+
+def iter_run_dirs(results: Path) -> list[Path]:
+    return sorted(p.parent for p in results.glob("*/*/*/run.json"))
+
+
+def load_all(results: Path) -> list[Summary]:
+    """Every run under the results folder, complete or not, oldest first."""
+    out: list[Summary] = []
+    for run_dir in iter_run_dirs(results):
+        summary_path = run_dir / "summary.json"
+        out.append(load_summary(summary_path) if summary_path.exists() else incomplete_summary(run_dir))
+    out.sort(key=lambda s: (s.started_at, s.run_id))
+    return out
+
+
+def find_incomplete(results: Path, model: str, arm: str) -> Path | None:
+    """The newest incomplete run folder of this model and arm, if any."""
+    candidates = sorted(p.parent for p in (results / model / arm).glob("*/run.json")
+                        if not (p.parent / "summary.json").exists())
+    return candidates[-1] if candidates else None
+
+
+def new_run_id(signature_digest: str | None) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    return f"{stamp}-{(signature_digest or 'nosig')[:8]}"
