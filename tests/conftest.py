@@ -1,0 +1,74 @@
+"""Shared fixtures: the tiny model's formats and real runtimes started on it.
+
+Runtimes and models come from the suite's cache (`make test` installs them first through
+`suite setup`). A fixture that needs a runtime that is not installed skips with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from suite.catalog import ModelCard, get_card, prepare_format
+from suite.definitions import RuntimeDefinition, get_definition
+from suite.launchers.base import LaunchSpec
+from suite.launchers.local import LocalLauncher, LocalRuntime, is_installed
+
+
+@pytest.fixture(scope="session")
+def tiny_card() -> ModelCard:
+    return get_card("tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tiny_card: ModelCard) -> Path:
+    return prepare_format(tiny_card, "gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_hf(tiny_card: ModelCard) -> Path:
+    return prepare_format(tiny_card, "hf-bf16")
+
+
+def installed_definition(name: str) -> RuntimeDefinition:
+    definition = get_definition(name)
+    if not is_installed(definition):
+        pytest.skip(f"runtime {name} is not installed here (run `suite setup`)")
+    return definition
+
+
+def start_local(name: str, model_path: Path, tmp: Path, controls: list[str] | None = None,
+                **spec_fields) -> LocalRuntime:
+    """Start a real runtime of the catalog on the tiny model, with its definition's controls."""
+    definition = installed_definition(name)
+    env: dict[str, str] = {}
+    args: list[str] = []
+    refused: list[str] = []
+    for c in controls or []:
+        control = definition.control(c)
+        env.update(control.env)
+        args.extend(control.args)
+        refused.extend(control.refused_patterns)
+    spec = LaunchSpec(runtime=definition, model_path=model_path, served_name="tiny", seed=42,
+                      context_length=4096, controls=list(controls or []), env=env, args=args,
+                      log_path=tmp / f"{name}.log", startup_timeout_s=definition.server.startup_timeout_s,
+                      refused_patterns=refused, **spec_fields)
+    return LocalLauncher().start(spec)
+
+
+@pytest.fixture(scope="session")
+def llamacpp_server(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
+    """One llama-server on the tiny GGUF for the whole test session."""
+    rt = start_local("llamacpp", tiny_gguf, tmp_path_factory.mktemp("llamacpp"))
+    with rt:
+        yield rt
+
+
+@pytest.fixture(scope="session")
+def results_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("results")
+    os.environ.setdefault("RESULTS", str(path))
+    return path
