@@ -1,0 +1,39 @@
+# suite: the two commands are `make bench` and `make test`; both do their own set-up.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+MODEL  ?= tiny
+PROFILE ?= standard
+LAUNCHER ?= local
+# Tests left out of `make test`: the long ones and those needing an NVIDIA GPU.
+TEST_MARKERS ?= not slow and not gpu
+PYTEST_ARGS ?=
+
+.PHONY: setup bench test site lint clean-site
+
+$(BIN)/suite: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+# Install the runtimes of the model's arms and prepare its formats (reused when present).
+setup: $(BIN)/suite
+	$(BIN)/suite setup --model $(MODEL) --launcher $(LAUNCHER)
+
+bench: setup
+	$(BIN)/suite bench --model $(MODEL) --profile $(PROFILE) --launcher $(LAUNCHER)
+	$(BIN)/suite site
+
+site: $(BIN)/suite
+	$(BIN)/suite site
+
+test: $(BIN)/suite
+	$(BIN)/suite setup --model tiny
+	bash .ci/docker-setup.sh
+	bash .ci/browser-setup.sh
+	$(BIN)/python -m pytest -m "$(TEST_MARKERS)" $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "error: no tests ran"; exit 1; fi; exit $$rc
+
+lint: $(BIN)/suite
+	$(BIN)/hadolint images/*/Dockerfile
