@@ -125,7 +125,9 @@ class RuntimeDefinition(Strict):
 
 
 def _format_validation_error(path: Path, err: ValidationError) -> str:
-    first = err.errors()[0]
+    errors = err.errors()
+    # A misspelt key shows as an unknown key and a missing one: name the unknown one first.
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     key = ".".join(str(p) for p in first["loc"]) or "(top level)"
     kind = first["type"]
     if kind == "extra_forbidden":
