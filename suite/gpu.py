@@ -1,0 +1,234 @@
+"""One runtime on the GPU at a time: a machine-wide lock, a "GPU is free" check, a memory baseline.
+
+Preflight of every GPU arm: `exclusive_device()` takes a machine-wide lock (`fcntl` on
+`$SUITE_CACHE/locks/gpu.lock`; `SUITE_GPU_LOCK` names another file, e.g. one shared by several
+users), then asks NVML whether another compute process holds a GPU and refuses with a message
+naming the pids when one does. It yields a `DeviceLease` with the device memory in use at that
+moment (the baseline). After a runtime is stopped, `wait_for_baseline(baseline, timeout_s)`
+polls device memory until it is back to the baseline (within a tolerance) or the timeout ends.
+
+Where no NVIDIA driver answers (a CPU machine), these are no-ops and say why: `exclusive_device`
+yields a lease with `reason` set and takes no lock, `device_memory_used()` returns None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+from pydantic import BaseModel
+
+from suite.errors import SuiteError
+from suite.paths import cache_dir
+
+log = logging.getLogger(__name__)
+
+_nvml_lock = threading.Lock()
+_nvml_state: tuple[Any, str | None] | None = None  # (pynvml module or None, reason when None)
+
+BASELINE_TOLERANCE_BYTES = 256 * 1024 * 1024
+
+
+class GpuProcess(BaseModel):
+    """A compute process that holds memory on a GPU."""
+
+    pid: int
+    device: int
+    used_bytes: int | None
+    name: str | None = None
+
+
+class DeviceLease(BaseModel):
+    """What `exclusive_device` found when it took the GPU."""
+
+    locked: bool  # whether the machine-wide lock is held
+    lock_path: str | None = None
+    baseline_bytes: int | None = None  # device memory used when the lease began (all GPUs)
+    devices: list[str] = []  # GPU names, in NVML order
+    reason: str | None = None  # why this is a no-op (no NVIDIA driver)
+
+
+class BaselineWait(BaseModel):
+    """The outcome of waiting for device memory to return to its baseline."""
+
+    reached: bool
+    waited_s: float
+    used_bytes: int | None
+    baseline_bytes: int | None
+    reason: str | None = None
+
+
+def nvml() -> tuple[Any, str | None]:
+    """The initialised NVML binding, or None and the reason it is not available."""
+    global _nvml_state
+    with _nvml_lock:
+        if _nvml_state is None:
+            try:
+                import pynvml
+
+                pynvml.nvmlInit()
+                _nvml_state = (pynvml, None)
+            except ImportError:
+                _nvml_state = (None, "nvidia-ml-py is not installed")
+            except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
+                _nvml_state = (None, f"no NVIDIA driver answers ({exc})")
+        return _nvml_state
+
+
+def available() -> tuple[bool, str | None]:
+    lib, reason = nvml()
+    return lib is not None, reason
+
+
+def _handles(lib: Any) -> list[Any]:
+    return [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())]
+
+
+def device_names() -> list[str]:
+    lib, _ = nvml()
+    if lib is None:
+        return []
+    names = []
+    for h in _handles(lib):
+        name = lib.nvmlDeviceGetName(h)
+        names.append(name.decode() if isinstance(name, bytes) else str(name))
+    return names
+
+
+def device_memory_used() -> int | None:
+    """Bytes of device memory in use, summed over the GPUs; None without an NVIDIA driver."""
+    lib, _ = nvml()
+    if lib is None:
+        return None
+    total = 0
+    for h in _handles(lib):
+        try:
+            info = lib.nvmlDeviceGetMemoryInfo(h, version=lib.nvmlMemory_v2)
+        except Exception:  # noqa: BLE001 - older drivers know only v1
+            info = lib.nvmlDeviceGetMemoryInfo(h)
+        total += int(info.used)
+    return total
+
+
+def compute_processes() -> list[GpuProcess]:
+    """Processes that hold GPU memory for compute (empty without an NVIDIA driver)."""
+    lib, _ = nvml()
+    if lib is None:
+        return []
+    found: list[GpuProcess] = []
+    for index, h in enumerate(_handles(lib)):
+        for p in lib.nvmlDeviceGetComputeRunningProcesses(h):
+            used = getattr(p, "usedGpuMemory", None)
+            name = None
+            with contextlib.suppress(psutil.Error):
+                name = psutil.Process(p.pid).name()
+            found.append(GpuProcess(pid=int(p.pid), device=index, used_bytes=int(used) if used else None,
+                                    name=name))
+    return found
+
+
+def _own_pids() -> set[int]:
+    me = psutil.Process()
+    pids = {me.pid}
+    with contextlib.suppress(psutil.Error):
+        pids.update(c.pid for c in me.children(recursive=True))
+    return pids
+
+
+def check_free(ignore_pids: Iterable[int] = ()) -> None:
+    """Raise SuiteError naming the pids when another compute process holds a GPU."""
+    ignored = _own_pids() | set(ignore_pids)
+    others = [p for p in compute_processes() if p.pid not in ignored]
+    if not others:
+        return
+    described = ", ".join(
+        f"pid {p.pid}" + (f" ({p.name})" if p.name else "") + f" on GPU {p.device}"
+        + (f" holding {p.used_bytes / 2**20:.0f} MiB" if p.used_bytes else "")
+        for p in others)
+    raise SuiteError(f"the GPU is not free: another compute process holds it: {described}; "
+                     "stop it, or run on another machine")
+
+
+def lock_path() -> Path:
+    env = os.environ.get("SUITE_GPU_LOCK")
+    return Path(env) if env else cache_dir() / "locks" / "gpu.lock"
+
+
+@contextlib.contextmanager
+def machine_lock(path: Path | None = None, wait_s: float = 0.0) -> Iterator[Path]:
+    """Hold the machine-wide GPU lock; refuse (SuiteError naming the holder) after wait_s."""
+    path = path or lock_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "a+")
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    fh.seek(0)
+                    holder = fh.read().strip() or "another process"
+                    raise SuiteError(f"the GPU is taken by another suite run ({holder}; lock {path}); "
+                                     "wait for it to finish") from None
+                time.sleep(0.5)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
+        fh.flush()
+        yield path
+    finally:
+        fh.close()  # closing the file releases the lock
+
+
+@contextlib.contextmanager
+def exclusive_device(wait_s: float = 0.0, ignore_pids: Iterable[int] = ()) -> Iterator[DeviceLease]:
+    """The GPU for this run alone: the machine-wide lock, then the "no other process" check.
+
+    A no-op (a lease with `reason` set) where no NVIDIA driver answers.
+    """
+    lib, reason = nvml()
+    if lib is None:
+        log.info("GPU lock not taken: %s", reason)
+        yield DeviceLease(locked=False, reason=reason)
+        return
+    with machine_lock(wait_s=wait_s) as path:
+        check_free(ignore_pids)
+        lease = DeviceLease(locked=True, lock_path=str(path), baseline_bytes=device_memory_used(),
+                            devices=device_names())
+        log.info("GPU lease taken: %s, baseline %.0f MiB", ", ".join(lease.devices),
+                 (lease.baseline_bytes or 0) / 2**20)
+        yield lease
+
+
+def wait_for_baseline(baseline_bytes: int | None, timeout_s: float = 120.0,
+                      tolerance_bytes: int = BASELINE_TOLERANCE_BYTES, poll_s: float = 0.25) -> BaselineWait:
+    """Wait until device memory in use is back to `baseline_bytes` (+ tolerance), up to timeout_s."""
+    t0 = time.monotonic()
+    used = device_memory_used()
+    if used is None or baseline_bytes is None:
+        _, reason = nvml()
+        return BaselineWait(reached=True, waited_s=0.0, used_bytes=used, baseline_bytes=baseline_bytes,
+                            reason=reason or "no baseline was taken")
+    while used is not None and used > baseline_bytes + tolerance_bytes:
+        if time.monotonic() - t0 >= timeout_s:
+            held = ", ".join(f"pid {p.pid}" for p in compute_processes()) or "no compute process listed"
+            log.warning("device memory still %.0f MiB above its baseline after %.0f s (%s)",
+                        (used - baseline_bytes) / 2**20, timeout_s, held)
+            return BaselineWait(reached=False, waited_s=time.monotonic() - t0, used_bytes=used,
+                                baseline_bytes=baseline_bytes,
+                                reason=f"still {(used - baseline_bytes) / 2**20:.0f} MiB above baseline "
+                                       f"after {timeout_s:.0f} s ({held})")
+        time.sleep(poll_s)
+        used = device_memory_used()
+    return BaselineWait(reached=True, waited_s=time.monotonic() - t0, used_bytes=used,
+                        baseline_bytes=baseline_bytes)
