@@ -1,0 +1,302 @@
+"""The gate stage: the same request N times, and how many different answers came back.
+
+For each gate prompt (`prompts/gate/*.toml`, versioned and hashed), N identical requests at the
+card's fixed seed and sampling settings, one at a time (or `concurrency` at once, the same request
+from several clients, when the active control says so). Every request is recorded in
+`requests.jsonl` as it finishes (text, token ids, logprobs where the runtime gives them cheaply,
+finish reason, timings), so nothing measured is lost if the runtime dies. The analysis
+(`suite.repro`) gives per prompt the distinct answers, the modal share, the lengths with their
+counts, where each other answer departs from the modal one, and cold against warm.
+
+Verdict: more than one distinct answer on any prompt marks the arm unreproducible
+(`ctx.reproducible = False`); later stages then judge every repeat and report the spread.
+
+A runtime error or an empty answer is recorded per request and the gate goes on; a runtime that
+dies (or fails `MAX_CONSECUTIVE_ERRORS` requests in a row) stops the gate with a clear reason,
+keeping what was measured. `run_gate` is reused by the controls and restarts stages and for
+LoRA adapters (a request field that selects the adapter).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from suite.client import ClientError, Completion, OpenAIClient
+from suite.definitions import _format_validation_error, load_toml
+from suite.errors import SuiteError
+from suite.paths import PROMPTS_DIR
+from suite.repro import ColdWarm, DistinctAnswer, Divergence, LengthCount, Sample, analyse
+
+if TYPE_CHECKING:
+    from suite.stages import StageContext
+
+log = logging.getLogger(__name__)
+
+GATE_DIR = PROMPTS_DIR / "gate"
+MAX_CONSECUTIVE_ERRORS = 5
+
+
+# -- prompts --------------------------------------------------------------------------------------
+
+class GatePrompt(BaseModel):
+    """One gate prompt file: `prompts/gate/<id>.toml`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    version: int
+    kind: Literal["completion", "chat"] = "completion"
+    max_tokens: int = Field(gt=0)  # the answer's natural length; the profile may cap it
+    description: str = ""
+    prompt: str = Field(min_length=1)
+    sha256: str = ""  # of the file, set by the loader
+
+
+def load_gate_prompt(path: Path) -> GatePrompt:
+    data = load_toml(path)
+    try:
+        prompt = GatePrompt.model_validate(data)
+    except ValidationError as exc:
+        raise SuiteError(_format_validation_error(path, exc)) from None
+    if prompt.id != path.stem:
+        raise SuiteError(f"{path}: id {prompt.id!r} differs from the file name {path.stem!r}")
+    return prompt.model_copy(update={"sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+
+
+def load_gate_prompts(directory: Path | None = None) -> dict[str, GatePrompt]:
+    root = directory or GATE_DIR
+    prompts = {p.id: p for p in (load_gate_prompt(f) for f in sorted(root.glob("*.toml")))}
+    if not prompts:
+        raise SuiteError(f"{root}: no gate prompts (*.toml)")
+    return prompts
+
+
+def select_prompts(wanted: list[str] | None, directory: Path | None = None) -> list[GatePrompt]:
+    """The profile's gate prompts (None: all of them), in a stable order."""
+    prompts = load_gate_prompts(directory)
+    if wanted is None:
+        return list(prompts.values())
+    unknown = [w for w in wanted if w not in prompts]
+    if unknown:
+        raise SuiteError(f"unknown gate prompt {unknown[0]!r}; known: {', '.join(prompts)}")
+    return [prompts[w] for w in wanted]
+
+
+# -- results --------------------------------------------------------------------------------------
+
+class GatePromptResult(BaseModel):
+    prompt_id: str
+    prompt_version: int
+    prompt_sha256: str
+    kind: str
+    max_tokens: int
+    compared_by: str
+    requests: int
+    answered: int
+    errors: int
+    empty_answers: int
+    distinct_answers: int
+    modal_share: float | None
+    modal_tied: bool
+    lengths: list[LengthCount]
+    lengths_text: str
+    answers: list[DistinctAnswer]
+    divergences: list[Divergence]
+    cold_warm: ColdWarm | None
+    error_messages: list[str] = Field(default_factory=list)  # first few distinct errors
+    stopped_reason: str | None = None
+
+
+class GateResult(BaseModel):
+    """One gate run: per prompt the distinct answers, and the arm-level verdict."""
+
+    label: str = "default"  # configuration: default, a control, or a LoRA adapter
+    controls: list[str] = Field(default_factory=list)
+    model: str | None = None  # the served model or adapter name the requests named
+    n_requests: int
+    concurrency: int = 1
+    seed: int | None
+    temperature: float
+    logprobs: bool
+    prompts: list[GatePromptResult]
+    reproducible: bool | None  # False: >1 distinct answer on a prompt; None: not enough answers
+    verdict: str
+    stopped_reason: str | None = None
+    wall_s: float
+    http_s: float  # time inside the HTTP exchanges (sum of the requests' end-to-end)
+    overhead_ms_per_request: float | None = None  # the suite's own time per request (one at a time)
+
+    @property
+    def max_distinct(self) -> int:
+        return max((p.distinct_answers for p in self.prompts), default=0)
+
+
+def verdict_of(prompts: list[GatePromptResult], stopped: str | None) -> tuple[bool | None, str]:
+    spread = [p for p in prompts if p.distinct_answers > 1]
+    if spread:
+        parts = "; ".join(f"{p.prompt_id}: {p.distinct_answers} distinct answers in {p.answered} "
+                          f"(lengths {p.lengths_text})" for p in spread)
+        return False, f"not reproducible: {parts}"
+    thin = [p for p in prompts if p.answered < 2]
+    if stopped or thin or not prompts:
+        why = stopped or (f"{thin[0].prompt_id}: {thin[0].answered} answer(s)" if thin else "no prompts")
+        return None, f"undetermined: {why}"
+    return True, f"reproducible: one answer per prompt ({', '.join(f'{p.prompt_id} ×{p.answered}' for p in prompts)})"
+
+
+# -- running --------------------------------------------------------------------------------------
+
+RecordFn = Callable[..., None]
+
+
+def _sample(index: int, c: Completion) -> Sample:
+    return Sample(index=index, text=c.text, token_ids=c.token_ids, logprobs=c.logprobs,
+                  completion_tokens=c.completion_tokens, error=c.error)
+
+
+def _one_request(client: OpenAIClient, prompt: GatePrompt, max_tokens: int, seed: int | None,
+                 temperature: float, logprobs: bool, extra: dict[str, Any]) -> Completion:
+    try:
+        if prompt.kind == "chat":
+            return client.chat([{"role": "user", "content": prompt.prompt}], max_tokens=max_tokens, seed=seed,
+                               temperature=temperature, logprobs=1 if logprobs else None, extra=extra)
+        return client.complete(prompt.prompt, max_tokens=max_tokens, seed=seed, temperature=temperature,
+                               logprobs=1 if logprobs else None, extra=extra)
+    except ClientError as exc:
+        return Completion(error=str(exc))
+
+
+def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, seed: int | None, temperature: float,
+             max_tokens_cap: int | None = None, logprobs: bool = False, concurrency: int = 1,
+             extra: dict[str, Any] | None = None, record: RecordFn | None = None,
+             alive: Callable[[], bool] | None = None, death_reason: Callable[[], str | None] | None = None,
+             label: str = "default", controls: list[str] | None = None, kind: str = "gate") -> GateResult:
+    """N identical requests per prompt; analyse them; return the gate's result.
+
+    `record(kind, **fields)` is called once per request as soon as it finishes. `alive()` says
+    whether the runtime still runs (checked after a failed request); `death_reason()` gives the
+    log line that says why it died.
+    """
+    extra = dict(extra or {})
+    concurrency = max(1, concurrency)
+    t_gate = time.perf_counter()
+    http_s = 0.0
+    results: list[GatePromptResult] = []
+    stopped: str | None = None
+    pool = ThreadPoolExecutor(max_workers=concurrency) if concurrency > 1 else None
+    try:
+        for prompt in prompts:
+            if stopped:
+                break
+            max_tokens = min(prompt.max_tokens, max_tokens_cap) if max_tokens_cap else prompt.max_tokens
+            samples: list[Sample] = []
+            errors: list[str] = []
+            consecutive = 0
+            prompt_stopped: str | None = None
+            for wave_start in range(0, n, concurrency):
+                indices = list(range(wave_start, min(n, wave_start + concurrency)))
+                call = lambda _i: _one_request(client, prompt, max_tokens, seed, temperature, logprobs, extra)  # noqa: E731
+                outs = list(pool.map(call, indices)) if pool else [call(indices[0])]
+                for i, c in zip(indices, outs):
+                    http_s += c.e2e_s
+                    samples.append(_sample(i, c))
+                    if record is not None:
+                        record(kind, label=label, controls=controls or [], prompt_id=prompt.id,
+                               prompt_version=prompt.version, prompt_sha256=prompt.sha256, index=i,
+                               wave=wave_start // concurrency, concurrency=concurrency, seed=seed,
+                               temperature=temperature, max_tokens=max_tokens, request_extra=extra,
+                               text=c.text, token_ids=c.token_ids, logprobs=c.logprobs,
+                               finish_reason=c.finish_reason, prompt_tokens=c.prompt_tokens,
+                               completion_tokens=c.completion_tokens, e2e_s=c.e2e_s, ttft_s=c.ttft_s,
+                               overhead_s=c.overhead_s, server_timings=c.server_timings,
+                               system_fingerprint=c.system_fingerprint, error=c.error)
+                    if c.error:
+                        consecutive += 1
+                        if c.error not in errors:
+                            errors.append(c.error)
+                        log.warning("%s %s request %d failed: %s", label, prompt.id, i, c.error)
+                    else:
+                        consecutive = 0
+                if any(c.error for c in outs):
+                    if alive is not None and not alive():
+                        why = (death_reason() if death_reason else None) or "no error line in its log"
+                        stopped = prompt_stopped = (f"the runtime died during {prompt.id} after "
+                                                    f"{len(samples)} of {n} requests: {why}")
+                    elif consecutive >= MAX_CONSECUTIVE_ERRORS:
+                        stopped = prompt_stopped = (f"{consecutive} requests in a row failed on {prompt.id}; "
+                                                    f"last error: {errors[-1]}")
+                if stopped:
+                    log.error("gate stopped: %s", stopped)
+                    break
+            a = analyse(samples, cold_count=concurrency)
+            results.append(GatePromptResult(
+                prompt_id=prompt.id, prompt_version=prompt.version, prompt_sha256=prompt.sha256, kind=prompt.kind,
+                max_tokens=max_tokens, compared_by=a.compared_by, requests=a.requests, answered=a.answered,
+                errors=a.errors, empty_answers=a.empty_answers, distinct_answers=a.distinct,
+                modal_share=a.modal_share, modal_tied=a.modal_tied, lengths=a.lengths, lengths_text=a.lengths_text,
+                answers=a.answers, divergences=a.divergences, cold_warm=a.cold_warm, error_messages=errors[:5],
+                stopped_reason=prompt_stopped,
+            ))
+            log.info("%s %s: %d distinct in %d (lengths %s)", label, prompt.id, a.distinct, a.answered, a.lengths_text)
+    finally:
+        if pool:
+            pool.shutdown(wait=True)
+    reproducible, verdict = verdict_of(results, stopped)
+    wall = time.perf_counter() - t_gate
+    total = sum(p.requests for p in results)
+    overhead = (wall - http_s) / total * 1000 if total and concurrency == 1 else None
+    return GateResult(label=label, controls=controls or [], model=extra.get("model") or client.model,
+                      n_requests=n, concurrency=concurrency, seed=seed, temperature=temperature,
+                      logprobs=logprobs, prompts=results, reproducible=reproducible, verdict=verdict,
+                      stopped_reason=stopped, wall_s=round(wall, 4), http_s=round(http_s, 4),
+                      overhead_ms_per_request=None if overhead is None or math.isnan(overhead) else round(overhead, 4))
+
+
+def death_reason_of(running: Any) -> Callable[[], str | None]:
+    """The error line of a runtime's log, read when it has died."""
+    def reason() -> str | None:
+        from suite.launchers.base import find_error_line
+
+        path = getattr(running, "log_path", None)
+        try:
+            text = Path(path).read_text(errors="replace") if path else ""
+        except OSError:
+            return None
+        code = getattr(getattr(running, "proc", None), "returncode", None)
+        line = find_error_line(text)
+        return f"exit status {code}: {line}" if code is not None else line
+    return reason
+
+
+def logprobs_for(ctx: "StageContext") -> bool:
+    return ctx.runtime.capabilities.logprobs == "cheap"
+
+
+def concurrency_of(ctx: "StageContext", controls: list[str]) -> int:
+    return max([ctx.runtime.control(c).concurrency for c in controls] or [1])
+
+
+def run(ctx: "StageContext") -> GateResult:
+    """The gate on the arm's running runtime."""
+    prompts = select_prompts(ctx.profile.gate_prompts)
+    extra = dict(ctx.extra_body)
+    if ctx.sampling.top_p is not None:
+        extra.setdefault("top_p", ctx.sampling.top_p)
+    result = run_gate(
+        ctx.client, prompts, ctx.profile.gate_requests, seed=ctx.sampling.seed,
+        temperature=ctx.sampling.temperature, max_tokens_cap=ctx.profile.gate_max_tokens,
+        logprobs=logprobs_for(ctx), concurrency=concurrency_of(ctx, ctx.controls), extra=extra,
+        record=ctx.record_request, alive=ctx.running.alive, death_reason=death_reason_of(ctx.running),
+        label="+".join(ctx.controls) or "default", controls=list(ctx.controls),
+    )
+    ctx.reproducible = result.reproducible
+    log.info("gate %s: %s", ctx.arm_name, result.verdict)
+    return result
