@@ -205,11 +205,14 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
         base_controls = list(spec.controls)
 
         @contextlib.contextmanager
-        def launch(controls: list[str] | None = None, with_determinism: bool = False) -> Iterator[tuple[RunningRuntime, OpenAIClient]]:
+        def launch(controls: list[str] | None = None, with_determinism: bool = False,
+                   lora: list[LoraAdapter] | None = None) -> Iterator[tuple[RunningRuntime, OpenAIClient]]:
             """A fresh runtime of this configuration (+ controls), under its own watchdog."""
             assert record is not None
             wanted = [c for c in base_controls if c not in plan.arm.controls] + list(controls or [])
             sub_spec = plan.spec(wanted, record.log_dir / f"runtime-{'-'.join(wanted) or 'default'}-{int(time.time()*1000)}.log")
+            if lora is not None:
+                sub_spec.lora = list(lora)
             sub_rt = plan.launcher.start(sub_spec)
             sub_wd = _watchdog_for(plan, sub_rt)
             sub_wd.start()

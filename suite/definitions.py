@@ -70,6 +70,10 @@ class Capabilities(Strict):
     json_schema: bool = False  # honours response_format json_schema
     lora: bool = False
     lora_args: list[str] = Field(default_factory=list)  # per adapter: {lora_name} {lora_path}
+    # How one request picks base or adapter in a server started with adapters: "model" (the
+    # request's model field names the adapter), "scale" (a per-request `lora` list of
+    # {id, scale}, as llama-server), "process" (the adapter applies to every request).
+    lora_select: Literal["model", "scale", "process"] = "model"
     formats: list[str] = Field(default_factory=list)  # model format kinds: gguf, hf, nvfp4, w4a16
 
 
