@@ -1,0 +1,425 @@
+"""The extraction stage: facts extracted from documents as JSON, repeated, scored against gold.
+
+The documents live in `prompts/extraction/documents/*.toml` (original texts, split into sections,
+each section with typed gold facts; see `suite.scoring.GoldFact`), the request wording in
+`prompts/extraction/prompt.toml`. A profile asks for N sections: the sections tagged with the
+smallest of the `quick` (3), `standard` (24) and `full` (48) sets that holds N, in file order.
+
+Every section is asked R times (`extraction_repeats`) with the card's seed and sampling. The
+answer is requested as JSON against a schema: through `response_format` (OpenAI `json_schema`,
+then llama-cpp-python's `json_object` + schema) where the runtime supports it, otherwise by the
+prompt alone; the mode used is reported. Model output is untrusted: it is parsed by
+`suite.jsonextract` (invalid JSON is counted, never a crash) and only compared with gold.
+
+Per arm: sections whose extracted facts are identical across the R repeats; precision, recall
+and the share of "clean" answers (valid JSON, no wrong fact), as mean and standard error over
+sections; the spread over repeats; figures by fact type. Every fact goes to `requests.jsonl`
+(kind `extraction-fact`) with the arm's full configuration signature, so any fact can be traced
+to the exact configuration that produced it. An optional LLM judge (`suite.stages.judge`) grades
+the answers too, when the context has one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from suite.client import ClientError, Completion, OpenAIClient
+from suite.errors import SuiteError
+from suite.jsonextract import extract_json_object
+from suite.paths import PROMPTS_DIR
+from suite.scoring import GoldFact, SectionScore, score_section
+from suite.stats import MeanSE, mean, mean_se
+
+from suite.stages.judge import JudgeResult
+
+if TYPE_CHECKING:
+    from suite.stages import StageContext
+
+log = logging.getLogger(__name__)
+
+RESULT_VERSION = 1
+EXTRACTION_DIR = PROMPTS_DIR / "extraction"
+DOCUMENTS_DIR = EXTRACTION_DIR / "documents"
+SECTION_SETS = ("quick", "standard", "full")
+SIGNATURE_KEY_FIELDS = ("model", "model_format", "model_sha256", "runtime", "runtime_version", "launcher",
+                        "controls", "prompt_set_hash")
+
+Mode = Literal["json_schema", "json_object", "prompt-only"]
+
+
+# -- documents ------------------------------------------------------------------------------------
+
+class Section(BaseModel):
+    """One section of a document: its text and the facts it states."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    profiles: list[Literal["quick", "standard", "full"]]
+    text: str = Field(min_length=1)
+    facts: list[GoldFact] = Field(min_length=1)
+    document: str = ""  # set by the loader
+    kind: str = ""  # kind of document, set by the loader
+
+    @property
+    def uid(self) -> str:
+        return f"{self.document}/{self.id}"
+
+
+class Document(BaseModel):
+    """One extraction document file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int
+    id: str
+    kind: str
+    title: str
+    sections: list[Section] = Field(min_length=1)
+
+
+class PromptTemplate(BaseModel):
+    """`prompts/extraction/prompt.toml`: the request wording and the format hint per fact type."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int
+    template: str
+    formats: dict[str, str]
+
+
+def load_document(path: Path) -> Document:
+    """Load and check one document; errors name the file and the key."""
+    from suite.definitions import _format_validation_error, load_toml
+
+    data = load_toml(path)
+    try:
+        doc = Document.model_validate(data)
+    except ValidationError as exc:
+        raise SuiteError(_format_validation_error(path, exc)) from None
+    seen: set[str] = set()
+    for section in doc.sections:
+        if section.id in seen:
+            raise SuiteError(f"{path}: duplicate section id {section.id!r}")
+        seen.add(section.id)
+        if "full" not in section.profiles:
+            raise SuiteError(f"{path}: section {section.id!r}: every section belongs to the 'full' set")
+        keys = [f.key for f in section.facts]
+        if len(set(keys)) != len(keys):
+            raise SuiteError(f"{path}: section {section.id!r}: duplicate fact key")
+        section.document, section.kind = doc.id, doc.kind
+    return doc
+
+
+@lru_cache(maxsize=4)
+def _load_all(directory: str) -> tuple[Document, ...]:
+    paths = sorted(Path(directory).glob("*.toml"))
+    if not paths:
+        raise SuiteError(f"{directory}: no extraction documents (*.toml)")
+    return tuple(load_document(p) for p in paths)
+
+
+def load_documents(directory: Path = DOCUMENTS_DIR) -> list[Document]:
+    return list(_load_all(str(directory)))
+
+
+def load_prompt(path: Path = EXTRACTION_DIR / "prompt.toml") -> PromptTemplate:
+    from suite.definitions import _format_validation_error, load_toml
+
+    try:
+        return PromptTemplate.model_validate(load_toml(path))
+    except ValidationError as exc:
+        raise SuiteError(_format_validation_error(path, exc)) from None
+
+
+def select_sections(n: int, documents: list[Document] | None = None) -> list[Section]:
+    """The first n sections of the smallest section set (quick, standard, full) that has n."""
+    docs = documents if documents is not None else load_documents()
+    every = [s for d in docs for s in d.sections]
+    if n < 1:
+        raise SuiteError(f"extraction_sections must be at least 1, got {n}")
+    for tag in SECTION_SETS:
+        tagged = [s for s in every if tag in s.profiles]
+        if len(tagged) >= n:
+            return tagged[:n]
+    raise SuiteError(f"extraction_sections={n}, but the documents have only {len(every)} sections")
+
+
+# -- requests -------------------------------------------------------------------------------------
+
+def fact_format(fact: GoldFact, prompt: PromptTemplate) -> str:
+    if fact.type == "number":
+        return prompt.formats["number_with_unit" if fact.unit else "number"]
+    return prompt.formats[fact.type]
+
+
+def build_prompt(section: Section, prompt: PromptTemplate) -> str:
+    lines = "\n".join(f"- {f.key}: {f.ask} ({fact_format(f, prompt)})" for f in section.facts)
+    return prompt.template.format(facts=lines, text=section.text.strip()).strip()
+
+
+def json_schema_for(facts: list[GoldFact]) -> dict[str, Any]:
+    """The JSON schema of the answer: every asked key, each its type or null."""
+    props: dict[str, Any] = {}
+    for f in facts:
+        if f.type == "boolean":
+            kind = "boolean"
+        elif f.type == "number" and not f.unit:
+            kind = "number"
+        else:
+            kind = "string"
+        props[f.key] = {"anyOf": [{"type": kind}, {"type": "null"}]}
+    return {"type": "object", "properties": props, "required": [f.key for f in facts],
+            "additionalProperties": False}
+
+
+def response_format_for(mode: Mode, schema: dict[str, Any]) -> dict[str, Any] | None:
+    if mode == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "facts", "strict": True, "schema": schema}}
+    if mode == "json_object":
+        return {"type": "json_object", "schema": schema}
+    return None
+
+
+class JsonChat:
+    """Chat requests that ask for JSON, falling back through the response_format modes.
+
+    Starts with `json_schema` where the runtime says it honours a schema (else prompt-only); when
+    the runtime rejects a mode with an HTTP 4xx, the next one is tried and kept for later requests.
+    """
+
+    def __init__(self, client: OpenAIClient, supports_schema: bool):
+        self.client = client
+        self.modes: list[Mode] = ["json_schema", "json_object", "prompt-only"] if supports_schema else ["prompt-only"]
+        self.rejections: list[str] = []
+
+    @property
+    def mode(self) -> Mode:
+        return self.modes[0]
+
+    def ask(self, content: str, schema: dict[str, Any], *, max_tokens: int, seed: int, temperature: float,
+            extra: dict[str, Any] | None = None) -> Completion:
+        while True:
+            try:
+                return self.client.chat([{"role": "user", "content": content}], max_tokens=max_tokens, seed=seed,
+                                        temperature=temperature,
+                                        response_format=response_format_for(self.mode, schema), extra=extra)
+            except ClientError as exc:
+                if self.mode != "prompt-only" and " HTTP 4" in str(exc):
+                    log.warning("response_format %s rejected: %s", self.mode, str(exc)[:200])
+                    self.rejections.append(f"{self.mode}: {str(exc)[:200]}")
+                    self.modes.pop(0)
+                    continue
+                raise
+
+
+# -- results --------------------------------------------------------------------------------------
+
+class RepeatScore(BaseModel):
+    """Gold scores of one repeat over all sections (the spread across repeats)."""
+
+    repeat: int = Field(description="repeat index, 0-based")
+    clean_share: float | None = Field(description="share of sections with valid JSON and no wrong fact")
+    precision: float | None = Field(description="mean over sections of correct / answered")
+    recall: float | None = Field(description="mean over sections of correct / gold facts")
+    invalid_json: int = Field(description="sections whose answer held no JSON object")
+
+
+class TypeScore(BaseModel):
+    """Gold scores by fact type, over all facts and repeats."""
+
+    facts: int = Field(description="facts of this type asked, times repeats")
+    correct: int = Field(description="right after normalisation")
+    correct_exact: int = Field(description="right as written")
+    partial: int = Field(description="wrong but half right (title missing, unit, precision)")
+    missing: int = Field(description="left null or absent")
+
+
+class SectionSummary(BaseModel):
+    """One section, over its repeats."""
+
+    section: str = Field(description="document/section id")
+    kind: str = Field(description="kind of document")
+    facts: int = Field(description="gold facts in the section")
+    identical: bool = Field(description="the extracted facts were the same in every repeat")
+    distinct_answers: int = Field(description="distinct extracted-fact sets over the repeats")
+    clean_rate: float = Field(description="share of repeats that were clean")
+    recall: float = Field(description="mean recall over repeats")
+    precision: float | None = Field(description="mean precision over repeats (None if nothing answered)")
+    invalid_json: int = Field(description="repeats without a JSON object")
+
+
+class ExtractionResult(BaseModel):
+    """Summary of the extraction stage for one arm (every fact is in requests.jsonl)."""
+
+    version: int = Field(default=RESULT_VERSION, description="schema version of this result")
+    prompt_version: int = Field(description="version of prompts/extraction/prompt.toml")
+    documents: dict[str, int] = Field(description="document id -> its version, for the documents used")
+    sections: int = Field(description="sections asked")
+    repeats: int = Field(description="repeats per section")
+    max_tokens: int = Field(description="max_tokens per request")
+    mode: Mode = Field(description="how JSON was asked for: json_schema / json_object response_format, or prompt-only")
+    mode_rejections: list[str] = Field(default_factory=list, description="response_format modes the runtime rejected")
+    requests: int = Field(description="requests sent")
+    failed_requests: int = Field(description="requests that got an HTTP or protocol error")
+    invalid_json: int = Field(description="answers with no JSON object (failed requests included)")
+    identical_sections: int = Field(description="sections whose extracted facts were identical across all repeats")
+    facts_per_repeat: int = Field(description="gold facts over the sections asked")
+    precision: MeanSE = Field(description="per-section precision (correct / answered), mean and SE over sections")
+    recall: MeanSE = Field(description="per-section recall (correct / gold), mean and SE over sections")
+    recall_exact: MeanSE = Field(description="recall counting only answers right as written")
+    clean_share: MeanSE = Field(description="per-section share of clean repeats, mean and SE over sections")
+    per_repeat: list[RepeatScore] = Field(description="the same scores per repeat: the spread across repeats")
+    by_type: dict[str, TypeScore] = Field(description="fact type -> counts over all facts and repeats")
+    per_section: list[SectionSummary] = Field(description="one row per section")
+    reproducible_gate: bool | None = Field(default=None, description="the gate's verdict for this arm, if known")
+    judge: JudgeResult | None = Field(default=None, description="the LLM judge's grading, when a judge was given")
+    wall_s: float = Field(description="wall time of the stage")
+    signature_digest: str = Field(description="configuration signature of the arm")
+
+
+class Answer(BaseModel):
+    """One answer to one section (kept in memory for scoring and the judge)."""
+
+    section: str
+    repeat: int
+    text: str
+    extracted: dict[str, Any] | None
+    json_status: str
+    score: SectionScore
+
+
+def _fact_signature(ctx: "StageContext") -> dict[str, Any]:
+    sig = ctx.signature.model_dump(mode="json")
+    return {k: sig.get(k) for k in (*SIGNATURE_KEY_FIELDS, "command", "env", "hardware", "image_digest", "suite_version")}
+
+
+def _answered_facts(section: Section, extracted: dict[str, Any] | None) -> str:
+    """Canonical form of the asked facts' values, to compare repeats."""
+    if extracted is None:
+        return "<invalid>"
+    lower = {str(k).strip().lower(): v for k, v in extracted.items()}
+    values = {f.key: extracted.get(f.key, lower.get(f.key.lower())) for f in section.facts}
+    return json.dumps(values, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def run(ctx: "StageContext") -> ExtractionResult:
+    """Ask every section R times, score against gold, and run the judge when there is one."""
+    t_start = time.monotonic()
+    profile = ctx.profile
+    sections = select_sections(profile.extraction_sections)
+    prompt = load_prompt()
+    repeats = profile.extraction_repeats
+    if repeats < 1:
+        raise SuiteError(f"profile {profile.name}: extraction_repeats must be at least 1")
+    caps = ctx.runtime.capabilities
+    chat = JsonChat(ctx.client, supports_schema=bool(caps.json_schema and caps.chat))
+    extra: dict[str, Any] = {}
+    if ctx.sampling.top_p is not None:
+        extra["top_p"] = ctx.sampling.top_p
+    signature = _fact_signature(ctx)
+
+    answers: dict[str, list[Answer]] = {s.uid: [] for s in sections}
+    failed = 0
+    for repeat in range(repeats):
+        for section in sections:
+            content = build_prompt(section, prompt)
+            schema = json_schema_for(section.facts)
+            try:
+                c = chat.ask(content, schema, max_tokens=profile.extraction_max_tokens, seed=ctx.sampling.seed,
+                             temperature=ctx.sampling.temperature, extra=extra or None)
+                text, error = c.text, None
+            except ClientError as exc:
+                failed += 1
+                text, error, c = "", str(exc), None
+            parsed = extract_json_object(text)
+            score = score_section(section.facts, parsed.value)
+            answers[section.uid].append(Answer(section=section.uid, repeat=repeat, text=text,
+                                               extracted=parsed.value, json_status=parsed.status, score=score))
+            ctx.record_request(
+                "extraction", section=section.uid, repeat=repeat, mode=chat.mode, seed=ctx.sampling.seed,
+                max_tokens=profile.extraction_max_tokens, text=text, error=error,
+                finish_reason=c.finish_reason if c else None, e2e_s=c.e2e_s if c else None,
+                completion_tokens=c.completion_tokens if c else None, json_status=parsed.status,
+                json_method=parsed.method, json_error=parsed.error, correct=score.correct, wrong=score.wrong,
+                missing=score.missing, clean=score.clean,
+            )
+            for fs in score.facts:
+                ctx.record_request(
+                    "extraction-fact", section=section.uid, repeat=repeat, key=fs.key, type=fs.type,
+                    answer=fs.answer, gold=fs.gold, verdict=fs.verdict, exact=fs.exact, partial=fs.partial,
+                    note=fs.note, signature=signature,
+                )
+            log.debug("extraction %s r%d: %d/%d correct, json %s", section.uid, repeat, score.correct,
+                      score.facts_total, parsed.status)
+
+    result = summarise(sections, answers, repeats)
+    judge_result = None
+    if ctx.judge is not None:
+        from suite.stages import judge as judge_stage
+
+        judge_result = judge_stage.grade(ctx, sections, answers)
+    return ExtractionResult(
+        prompt_version=prompt.version,
+        documents={d.id: d.version for d in load_documents() if any(s.document == d.id for s in sections)},
+        sections=len(sections), repeats=repeats, max_tokens=profile.extraction_max_tokens, mode=chat.mode,
+        mode_rejections=chat.rejections, requests=len(sections) * repeats, failed_requests=failed,
+        reproducible_gate=ctx.reproducible, judge=judge_result, wall_s=round(time.monotonic() - t_start, 2),
+        signature_digest=ctx.signature.digest, **result,
+    )
+
+
+def summarise(sections: list[Section], answers: dict[str, list[Answer]], repeats: int) -> dict[str, Any]:
+    """The gold-based figures of ExtractionResult from the answers (pure; tested on constructed answers)."""
+    per_section: list[SectionSummary] = []
+    by_type: dict[str, TypeScore] = {}
+    for section in sections:
+        got = answers[section.uid]
+        distinct = {_answered_facts(section, a.extracted) for a in got}
+        precisions = [a.score.precision for a in got if a.score.precision is not None]
+        per_section.append(SectionSummary(
+            section=section.uid, kind=section.kind, facts=len(section.facts),
+            identical=len(distinct) == 1, distinct_answers=len(distinct),
+            clean_rate=sum(a.score.clean for a in got) / len(got),
+            recall=mean([a.score.recall for a in got]) or 0.0,
+            precision=mean(precisions) if precisions else None,
+            invalid_json=sum(a.extracted is None for a in got),
+        ))
+        for a in got:
+            for fs in a.score.facts:
+                t = by_type.setdefault(fs.type, TypeScore(facts=0, correct=0, correct_exact=0, partial=0, missing=0))
+                t.facts += 1
+                t.correct += fs.verdict == "correct"
+                t.correct_exact += fs.exact
+                t.partial += fs.partial
+                t.missing += fs.verdict == "missing"
+    per_repeat = []
+    for r in range(repeats):
+        scores = [answers[s.uid][r].score for s in sections]
+        precs = [sc.precision for sc in scores if sc.precision is not None]
+        per_repeat.append(RepeatScore(
+            repeat=r, clean_share=mean([float(sc.clean) for sc in scores]),
+            precision=mean(precs) if precs else None, recall=mean([sc.recall for sc in scores]),
+            invalid_json=sum(answers[s.uid][r].extracted is None for s in sections),
+        ))
+    return {
+        "invalid_json": sum(row.invalid_json for row in per_section),
+        "identical_sections": sum(row.identical for row in per_section),
+        "facts_per_repeat": sum(len(s.facts) for s in sections),
+        "precision": mean_se([row.precision for row in per_section if row.precision is not None]),
+        "recall": mean_se([row.recall for row in per_section]),
+        "recall_exact": mean_se([mean([a.score.correct_exact / a.score.facts_total for a in answers[s.uid]]) or 0.0
+                                 for s in sections]),
+        "clean_share": mean_se([row.clean_rate for row in per_section]),
+        "per_repeat": per_repeat,
+        "by_type": by_type,
+        "per_section": per_section,
+    }
+

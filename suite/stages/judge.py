@@ -1,0 +1,228 @@
+"""The LLM judge: a second opinion on the extraction answers, through any OpenAI-compatible endpoint.
+
+Optional. When the stage context carries a judge client (the catalog names a judge: a model card
+and arm of this catalog, or a URL and a served model name), the extraction stage hands it its
+answers. The judge reads the section text, the facts asked and the JSON answer, and returns one
+verdict per fact (correct / wrong / missing) with its reasoning, following the rubric in
+`prompts/judge/rubric.toml`. It never sees the gold facts, so its score is an independent figure,
+reported with its standard error next to the gold-based recall of the same answers, with the
+fact-level agreement between the two.
+
+Which answers are graded: the first repeat of each section when the gate found the arm
+reproducible, every repeat otherwise. The judge is itself gated: one grading is repeated
+`judge_repeats` times and its distinct-answer count is reported, because an unstable judge's
+score means little. The judge's raw answers and reasoning go to `requests.jsonl` (kind `judge`);
+they are untrusted model output, stored and shown escaped, never acted upon.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from suite.client import ClientError, OpenAIClient
+from suite.errors import SuiteError
+from suite.jsonextract import extract_json_object
+from suite.paths import PROMPTS_DIR
+from suite.stats import MeanSE, mean, mean_se
+
+if TYPE_CHECKING:
+    from suite.stages import StageContext
+    from suite.stages.extraction import Answer, Section
+
+log = logging.getLogger(__name__)
+
+RUBRIC_PATH = PROMPTS_DIR / "judge" / "rubric.toml"
+JUDGE_API_KEY_ENV = "SUITE_JUDGE_API_KEY"
+VERDICTS = ("correct", "wrong", "missing")
+
+
+class Rubric(BaseModel):
+    """`prompts/judge/rubric.toml`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int
+    max_tokens: int = Field(gt=0)
+    template: str
+
+
+def load_rubric(path: Path = RUBRIC_PATH) -> Rubric:
+    from suite.definitions import _format_validation_error, load_toml
+
+    try:
+        rubric = Rubric.model_validate(load_toml(path))
+    except ValidationError as exc:
+        raise SuiteError(_format_validation_error(path, exc)) from None
+    try:
+        rubric.template.format(text="", facts="", answer="")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise SuiteError(f"{path}: template: placeholders must be {{text}}, {{facts}}, {{answer}} ({exc})") from None
+    return rubric
+
+
+def public_url(url: str) -> str:
+    """The endpoint URL without any user:password part (records never hold secrets)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def client_for_url(url: str, model: str) -> OpenAIClient:
+    """A judge client for any OpenAI-compatible URL; the API key, if any, comes from the environment."""
+    if not url.startswith(("http://", "https://")):
+        raise SuiteError(f"judge url {url!r}: must start with http:// or https://")
+    return OpenAIClient(url.rstrip("/").removesuffix("/v1"), model, api_key=os.environ.get(JUDGE_API_KEY_ENV))
+
+
+class JudgeGate(BaseModel):
+    """The judge's own reproducibility: one grading repeated."""
+
+    section: str = Field(description="the section whose first answer was graded repeatedly")
+    repeats: int = Field(description="times the same grading was requested")
+    distinct_answers: int = Field(description="distinct raw judge answers")
+    distinct_verdicts: int = Field(description="distinct verdict sets (ignoring the reasoning text)")
+    failed: int = Field(default=0, description="gradings that errored or gave no JSON")
+
+
+class JudgeResult(BaseModel):
+    """The judge's grading of one arm's extraction answers, beside the gold-based score."""
+
+    rubric_version: int = Field(description="version of prompts/judge/rubric.toml")
+    endpoint: str = Field(description="judge endpoint URL (no credentials)")
+    model: str = Field(description="served model name of the judge")
+    mode: str = Field(description="how JSON was asked of the judge (response_format mode or prompt-only)")
+    graded_repeats: Literal["first", "all"] = Field(description="first repeat only (reproducible arm) or every repeat")
+    graded: int = Field(description="answers sent to the judge")
+    invalid: int = Field(description="judge replies without a usable JSON verdict object")
+    failed: int = Field(description="judge requests that errored")
+    score: MeanSE = Field(description="judge's share of facts correct, mean and SE over sections")
+    gold_score: MeanSE = Field(description="gold recall of the same answers, mean and SE over the same sections")
+    agreement: float | None = Field(description="share of facts where judge 'correct' equals gold 'correct'")
+    gate: JudgeGate | None = Field(default=None, description="the judge's distinct-answer count on a repeated grading")
+    wall_s: float = Field(description="wall time of the judging")
+
+
+def build_judge_prompt(rubric: Rubric, section: "Section", answer: "Answer") -> str:
+    facts = "\n".join(f"- {f.key}: {f.ask}" for f in section.facts)
+    shown = json.dumps(answer.extracted, ensure_ascii=False, indent=1) if answer.extracted is not None else answer.text
+    return rubric.template.format(text=section.text.strip(), facts=facts, answer=shown).strip()
+
+
+def judge_schema(section: "Section") -> dict[str, Any]:
+    keys = [f.key for f in section.facts]
+    return {
+        "type": "object",
+        "properties": {
+            "reasoning": {"type": "string"},
+            "verdicts": {"type": "object", "properties": {k: {"enum": list(VERDICTS)} for k in keys},
+                         "required": keys, "additionalProperties": False},
+        },
+        "required": ["reasoning", "verdicts"],
+        "additionalProperties": False,
+    }
+
+
+def parse_verdicts(section: "Section", obj: dict[str, Any] | None) -> tuple[dict[str, str] | None, str | None]:
+    """(key -> verdict, reasoning) from the judge's object; None when unusable."""
+    if obj is None:
+        return None, None
+    raw = obj.get("verdicts")
+    reasoning = obj.get("reasoning")
+    if not isinstance(raw, dict):
+        return None, reasoning if isinstance(reasoning, str) else None
+    lower = {str(k).strip().lower(): v for k, v in raw.items()}
+    verdicts: dict[str, str] = {}
+    for f in section.facts:
+        v = raw.get(f.key, lower.get(f.key.lower()))
+        v = str(v).strip().lower() if v is not None else "missing"
+        verdicts[f.key] = v if v in VERDICTS else "wrong"
+    return verdicts, reasoning if isinstance(reasoning, str) else None
+
+
+def grade(ctx: "StageContext", sections: list["Section"], answers: dict[str, list["Answer"]]) -> JudgeResult:
+    """Grade the extraction answers with ctx.judge, gate the judge, and compare with gold."""
+    from suite.stages.extraction import JsonChat
+
+    assert ctx.judge is not None
+    t0 = time.monotonic()
+    judge = ctx.judge
+    rubric = load_rubric()
+    chat = JsonChat(judge, supports_schema=True)
+    seed, temperature = ctx.sampling.seed, ctx.sampling.temperature
+    everything = ctx.reproducible is not True
+    failed = invalid = graded = 0
+    judge_by_section: dict[str, list[float]] = {}
+    gold_by_section: dict[str, list[float]] = {}
+    agree = compared = 0
+
+    def ask(section: "Section", answer: "Answer") -> tuple[str | None, dict[str, str] | None, str | None, str | None]:
+        prompt = build_judge_prompt(rubric, section, answer)
+        try:
+            c = chat.ask(prompt, judge_schema(section), max_tokens=rubric.max_tokens, seed=seed, temperature=temperature)
+        except ClientError as exc:
+            return None, None, None, str(exc)
+        parsed = extract_json_object(c.text)
+        verdicts, reasoning = parse_verdicts(section, parsed.value)
+        return c.text, verdicts, reasoning, None
+
+    for section in sections:
+        for answer in answers[section.uid] if everything else answers[section.uid][:1]:
+            graded += 1
+            text, verdicts, reasoning, error = ask(section, answer)
+            failed += error is not None
+            invalid += error is None and verdicts is None
+            score = None
+            if verdicts is not None:
+                score = sum(v == "correct" for v in verdicts.values()) / len(section.facts)
+                judge_by_section.setdefault(section.uid, []).append(score)
+                gold_by_section.setdefault(section.uid, []).append(answer.score.recall)
+                for fs in answer.score.facts:
+                    compared += 1
+                    agree += (verdicts.get(fs.key) == "correct") == (fs.verdict == "correct")
+            ctx.record_request(
+                "judge", section=section.uid, repeat=answer.repeat, judge_model=judge.model,
+                judge_endpoint=public_url(judge.base_url), rubric_version=rubric.version, mode=chat.mode,
+                text=text, reasoning=reasoning, verdicts=verdicts, score=score, gold_recall=answer.score.recall,
+                error=error,
+            )
+
+    gate = None
+    repeats = getattr(ctx.profile, "judge_repeats", 0)
+    if repeats and sections:
+        section = sections[0]
+        answer = answers[section.uid][0]
+        texts: list[str] = []
+        verdict_sets: list[str] = []
+        gate_failed = 0
+        for i in range(repeats):
+            text, verdicts, reasoning, error = ask(section, answer)
+            if text is None or verdicts is None:
+                gate_failed += 1
+            if text is not None:
+                texts.append(text)
+            if verdicts is not None:
+                verdict_sets.append(json.dumps(verdicts, sort_keys=True))
+            ctx.record_request("judge-gate", section=section.uid, index=i, judge_model=judge.model,
+                               judge_endpoint=public_url(judge.base_url), text=text, verdicts=verdicts,
+                               reasoning=reasoning, error=error)
+        gate = JudgeGate(section=section.uid, repeats=repeats, distinct_answers=len(set(texts)),
+                         distinct_verdicts=len(set(verdict_sets)), failed=gate_failed)
+
+    uids = [s.uid for s in sections if s.uid in judge_by_section]
+    return JudgeResult(
+        rubric_version=rubric.version, endpoint=public_url(judge.base_url), model=judge.model, mode=chat.mode,
+        graded_repeats="all" if everything else "first", graded=graded, invalid=invalid, failed=failed,
+        score=mean_se([mean(judge_by_section[u]) for u in uids]),
+        gold_score=mean_se([mean(gold_by_section[u]) for u in uids]),
+        agreement=agree / compared if compared else None, gate=gate, wall_s=round(time.monotonic() - t0, 2),
+    )

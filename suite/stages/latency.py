@@ -1,0 +1,338 @@
+"""The latency stage: streamed requests, timed by the suite and, where it can, by the runtime.
+
+After `latency_warmup` requests that are not counted, `latency_requests` streamed completions of
+one fixed prompt are sent at each concurrency level of the profile (1 by default; a sweep such as
+1,2,4 sends that many at once). Per level: time to first token (TTFT), inter-token latency (ITL,
+the gaps between streamed chunks), time per output token (TPOT, (e2e - TTFT) / (tokens - 1)),
+end-to-end latency and output tokens/s, each as n, mean, p50, p90 and p99 (`suite.stats`).
+
+The suite's own time per request (building the body, parsing the stream, writing the request
+record: everything outside the HTTP exchange) is measured and reported beside them in ms.
+
+Runtime-reported timings are stored next to the suite's: llama-server's `timings` object (per
+request: prompt and generation time) gives paired differences (ours - runtime's); vLLM's
+Prometheus `/metrics` histograms (`vllm:time_to_first_token_seconds`, ...) are scraped before
+and after each level and their deltas give the runtime's mean for exactly those requests.
+Every request goes to `requests.jsonl` (kind `latency`); the summary holds numbers only.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Literal
+
+import httpx
+from pydantic import BaseModel, Field
+
+from suite.client import ClientError, Completion, OpenAIClient
+from suite.errors import SuiteError
+from suite.stats import Distribution, summarize
+
+if TYPE_CHECKING:
+    from suite.stages import StageContext
+
+log = logging.getLogger(__name__)
+
+RESULT_VERSION = 1
+PROMPT_ID = "latency-story-v1"
+# A plain completion prompt that makes any base or instruct model write on for a while.
+PROMPT = (
+    "The following is a long, detailed story about a lighthouse keeper on a remote island who finds "
+    "an old map inside a glass bottle washed up on the shore.\n\nChapter 1\n\n"
+)
+
+# vLLM histogram families, per quantity: several names because vLLM renamed them across versions.
+VLLM_METRICS: dict[str, tuple[str, ...]] = {
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "tpot": ("vllm:time_per_output_token_seconds", "vllm:request_time_per_output_token_seconds",
+             "vllm:inter_token_latency_seconds"),
+    "e2e": ("vllm:e2e_request_latency_seconds",),
+}
+
+
+class RuntimeTimings(BaseModel):
+    """What the runtime itself reported for the measured requests, and how far ours are from it."""
+
+    source: Literal["llama-server timings", "vllm /metrics"] = Field(description="where the figures come from")
+    n: int = Field(description="requests the runtime reported on")
+    ttft_mean_s: float | None = Field(default=None, description="runtime's mean TTFT (llama-server: prompt time)")
+    tpot_mean_s: float | None = Field(default=None, description="runtime's mean time per output token")
+    e2e_mean_s: float | None = Field(default=None, description="runtime's mean request time")
+    ttft_diff_ms: Distribution | None = Field(
+        default=None, description="per request, our TTFT minus the runtime's, ms (llama-server only)")
+    tpot_diff_ms: Distribution | None = Field(
+        default=None, description="per request, our TPOT minus the runtime's, ms (llama-server only)")
+    ttft_mean_diff_ms: float | None = Field(default=None, description="our mean TTFT minus the runtime's, ms")
+    tpot_mean_diff_ms: float | None = Field(default=None, description="our mean TPOT minus the runtime's, ms")
+    e2e_mean_diff_ms: float | None = Field(default=None, description="our mean e2e minus the runtime's, ms")
+
+
+class LatencyLevel(BaseModel):
+    """Latency at one concurrency level (requests in flight at once)."""
+
+    concurrency: int = Field(description="requests in flight at once")
+    requests: int = Field(description="measured requests sent (warm-up excluded)")
+    failed: int = Field(description="measured requests that got an HTTP or protocol error")
+    wall_s: float = Field(description="wall time of the measured requests of this level")
+    ttft_s: Distribution = Field(description="time to first token, seconds")
+    itl_s: Distribution = Field(description="inter-token latency: gaps between streamed chunks, seconds")
+    tpot_s: Distribution = Field(description="time per output token after the first, seconds")
+    e2e_s: Distribution = Field(description="end-to-end request latency, seconds")
+    output_tokens: Distribution = Field(description="tokens generated per request")
+    output_tokens_per_s: Distribution = Field(description="per request, tokens / e2e")
+    throughput_tokens_per_s: float | None = Field(
+        default=None, description="all tokens of the level / its wall time (aggregate rate)")
+    overhead_ms: Distribution = Field(
+        description="the suite's own time per request outside the HTTP exchange, ms (client + record)")
+    runtime_timings: RuntimeTimings | None = Field(
+        default=None, description="the runtime's own timings of the same requests, when it reports them")
+
+
+class LatencyResult(BaseModel):
+    """Summary of the latency stage for one arm (per-request detail is in requests.jsonl)."""
+
+    version: int = Field(default=RESULT_VERSION, description="schema version of this result")
+    prompt_id: str = Field(description="id of the fixed prompt")
+    endpoint: str = Field(description="API path used (streamed)")
+    max_tokens: int = Field(description="max_tokens of every request")
+    warmup: int = Field(description="warm-up requests sent first and not counted")
+    levels: list[LatencyLevel] = Field(description="one entry per concurrency level, in order")
+    signature_digest: str = Field(description="configuration signature of the arm")
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+def _n_tokens(c: Completion) -> int:
+    """Tokens generated: the usage count, else the runtime's timings, else the text chunks."""
+    if c.completion_tokens:
+        return int(c.completion_tokens)
+    if c.server_timings and isinstance(c.server_timings.get("predicted_n"), (int, float)):
+        return int(c.server_timings["predicted_n"])
+    if c.token_ids:
+        return len(c.token_ids)
+    return len(c.chunk_times_s)
+
+
+def _tpot(c: Completion, n: int) -> float | None:
+    if c.ttft_s is None or n < 2:
+        return None
+    return (c.e2e_s - c.ttft_s) / (n - 1)
+
+
+def _llama_timings(t: dict[str, Any] | None) -> dict[str, float] | None:
+    """(ttft, tpot, e2e) in seconds from llama-server's `timings` object."""
+    if not t or not isinstance(t.get("prompt_ms"), (int, float)) or not isinstance(t.get("predicted_ms"), (int, float)):
+        return None
+    predicted_n = t.get("predicted_n") or 0
+    out = {"ttft": float(t["prompt_ms"]) / 1000.0, "e2e": (float(t["prompt_ms"]) + float(t["predicted_ms"])) / 1000.0}
+    # predicted_ms spans the tokens decoded after the prompt: the first token is sampled from the
+    # prompt pass, so the per-token gap is predicted_ms / (predicted_n - 1) when that is > 0.
+    if predicted_n >= 2:
+        out["tpot"] = float(t["predicted_ms"]) / 1000.0 / (predicted_n - 1)
+    return out
+
+
+_PROM_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Sum of every sample per metric name (labels summed away): enough for histogram deltas."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _PROM_LINE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        if math.isnan(value):
+            continue
+        out[m.group(1)] = out.get(m.group(1), 0.0) + value
+    return out
+
+
+def scrape_metrics(base_url: str) -> dict[str, float] | None:
+    """The runtime's Prometheus metrics, or None where it has none (or none we know)."""
+    try:
+        r = httpx.get(f"{base_url.rstrip('/')}/metrics", timeout=10.0)
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200:
+        return None
+    metrics = parse_prometheus(r.text)
+    return metrics if any(k.startswith("vllm:") for k in metrics) else None
+
+
+def vllm_means(before: dict[str, float], after: dict[str, float]) -> dict[str, tuple[float, int]]:
+    """Per quantity, (mean seconds, count) of the observations added between two scrapes."""
+    out: dict[str, tuple[float, int]] = {}
+    for quantity, names in VLLM_METRICS.items():
+        for name in names:
+            s_key, c_key = f"{name}_sum", f"{name}_count"
+            if s_key in after and c_key in after:
+                d_count = after[c_key] - before.get(c_key, 0.0)
+                d_sum = after[s_key] - before.get(s_key, 0.0)
+                if d_count > 0:
+                    out[quantity] = (d_sum / d_count, int(round(d_count)))
+                    break
+    return out
+
+
+def _diff_ms(ours: float | None, theirs: float | None) -> float | None:
+    return None if ours is None or theirs is None else (ours - theirs) * 1000.0
+
+
+# -- the stage ------------------------------------------------------------------------------------
+
+class _Sample(BaseModel):
+    ttft: float | None
+    e2e: float
+    tpot: float | None
+    n_tokens: int
+    itl: list[float]
+    overhead_s: float
+    runtime: dict[str, float] | None
+
+
+def _one_request(client: OpenAIClient, *, max_tokens: int, seed: int, temperature: float,
+                 extra: dict[str, Any]) -> Completion:
+    return client.complete(PROMPT, max_tokens=max_tokens, seed=seed, temperature=temperature, stream=True,
+                           extra=extra or None)
+
+
+def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: int,
+              extra: dict[str, Any]) -> LatencyLevel:
+    """`requests` streamed requests with `concurrency` in flight; summary of the measured ones."""
+    seed, temperature = ctx.sampling.seed, ctx.sampling.temperature
+    samples: list[_Sample] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def work(index: int) -> None:
+        try:
+            c = _one_request(ctx.client, max_tokens=max_tokens, seed=seed, temperature=temperature, extra=extra)
+        except ClientError as exc:
+            with lock:
+                errors.append(str(exc))
+            ctx.record_request("latency", concurrency=concurrency, index=index, warmup=False, error=str(exc))
+            return
+        t_book = time.perf_counter()
+        n = _n_tokens(c)
+        times = c.chunk_times_s
+        itl = [b - a for a, b in zip(times, times[1:])]
+        runtime = _llama_timings(c.server_timings)
+        sample = _Sample(ttft=c.ttft_s, e2e=c.e2e_s, tpot=_tpot(c, n), n_tokens=n, itl=itl,
+                         overhead_s=0.0, runtime=runtime)
+        ctx.record_request(
+            "latency", concurrency=concurrency, index=index, warmup=False, prompt_id=PROMPT_ID, seed=seed,
+            max_tokens=max_tokens, text=c.text, finish_reason=c.finish_reason, completion_tokens=n,
+            prompt_tokens=c.prompt_tokens, ttft_s=c.ttft_s, e2e_s=c.e2e_s, tpot_s=sample.tpot,
+            chunk_times_s=[round(x, 6) for x in times], client_overhead_s=c.overhead_s,
+            server_timings=c.server_timings,
+        )
+        sample.overhead_s = c.overhead_s + (time.perf_counter() - t_book)
+        with lock:
+            samples.append(sample)
+
+    metrics_before = scrape_metrics(ctx.base_url)
+    t0 = time.perf_counter()
+    if concurrency <= 1:
+        for i in range(requests):
+            work(i)
+    else:
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            list(pool.map(work, range(requests)))
+    wall = time.perf_counter() - t0
+    metrics_after = scrape_metrics(ctx.base_url) if metrics_before is not None else None
+
+    if not samples:
+        raise SuiteError(f"latency: every request at concurrency {concurrency} failed: {errors[0] if errors else '?'}")
+    ttfts = [s.ttft for s in samples if s.ttft is not None]
+    tpots = [s.tpot for s in samples if s.tpot is not None]
+    e2es = [s.e2e for s in samples]
+    total_tokens = sum(s.n_tokens for s in samples)
+    level = LatencyLevel(
+        concurrency=concurrency,
+        requests=requests,
+        failed=len(errors),
+        wall_s=round(wall, 4),
+        ttft_s=summarize(ttfts),
+        itl_s=summarize([x for s in samples for x in s.itl]),
+        tpot_s=summarize(tpots),
+        e2e_s=summarize(e2es),
+        output_tokens=summarize([s.n_tokens for s in samples]),
+        output_tokens_per_s=summarize([s.n_tokens / s.e2e for s in samples if s.e2e > 0]),
+        throughput_tokens_per_s=total_tokens / wall if wall > 0 else None,
+        overhead_ms=summarize([s.overhead_s * 1000.0 for s in samples]),
+    )
+    level.runtime_timings = _runtime_timings(samples, level, metrics_before, metrics_after)
+    return level
+
+
+def _runtime_timings(samples: list[_Sample], level: LatencyLevel, before: dict[str, float] | None,
+                     after: dict[str, float] | None) -> RuntimeTimings | None:
+    paired = [s for s in samples if s.runtime]
+    if paired:
+        rt_ttft = [s.runtime["ttft"] for s in paired if s.runtime and "ttft" in s.runtime]
+        rt_tpot = [s.runtime["tpot"] for s in paired if s.runtime and "tpot" in s.runtime]
+        rt_e2e = [s.runtime["e2e"] for s in paired if s.runtime and "e2e" in s.runtime]
+        d_ttft = [(s.ttft - s.runtime["ttft"]) * 1000.0 for s in paired
+                  if s.runtime and s.ttft is not None and "ttft" in s.runtime]
+        d_tpot = [(s.tpot - s.runtime["tpot"]) * 1000.0 for s in paired
+                  if s.runtime and s.tpot is not None and "tpot" in s.runtime]
+        out = RuntimeTimings(
+            source="llama-server timings", n=len(paired),
+            ttft_mean_s=summarize(rt_ttft).mean, tpot_mean_s=summarize(rt_tpot).mean, e2e_mean_s=summarize(rt_e2e).mean,
+            ttft_diff_ms=summarize(d_ttft), tpot_diff_ms=summarize(d_tpot),
+        )
+    elif before is not None and after is not None:
+        means = vllm_means(before, after)
+        if not means:
+            return None
+        out = RuntimeTimings(
+            source="vllm /metrics", n=max(c for _, c in means.values()),
+            ttft_mean_s=means.get("ttft", (None, 0))[0], tpot_mean_s=means.get("tpot", (None, 0))[0],
+            e2e_mean_s=means.get("e2e", (None, 0))[0],
+        )
+    else:
+        return None
+    out.ttft_mean_diff_ms = _diff_ms(level.ttft_s.mean, out.ttft_mean_s)
+    out.tpot_mean_diff_ms = _diff_ms(level.tpot_s.mean, out.tpot_mean_s)
+    out.e2e_mean_diff_ms = _diff_ms(level.e2e_s.mean, out.e2e_mean_s)
+    return out
+
+
+def run(ctx: "StageContext") -> LatencyResult:
+    """Warm up, then measure every concurrency level of the profile."""
+    profile = ctx.profile
+    max_tokens = profile.latency_max_tokens
+    extra: dict[str, Any] = {}
+    if ctx.sampling.top_p is not None:
+        extra["top_p"] = ctx.sampling.top_p
+    for i in range(profile.latency_warmup):
+        try:
+            c = _one_request(ctx.client, max_tokens=max_tokens, seed=ctx.sampling.seed,
+                             temperature=ctx.sampling.temperature, extra=extra)
+            ctx.record_request("latency", concurrency=1, index=i, warmup=True, prompt_id=PROMPT_ID,
+                               ttft_s=c.ttft_s, e2e_s=c.e2e_s, completion_tokens=_n_tokens(c))
+        except ClientError as exc:
+            ctx.record_request("latency", concurrency=1, index=i, warmup=True, error=str(exc))
+            log.warning("latency warm-up request %d failed: %s", i, exc)
+    levels = []
+    for concurrency in profile.concurrency:
+        if concurrency < 1:
+            raise SuiteError(f"profile {profile.name}: concurrency must be >= 1, got {concurrency}")
+        level = run_level(ctx, concurrency, profile.latency_requests, max_tokens, extra)
+        log.info("latency c=%d: TTFT p50 %.1f ms, TPOT p50 %.1f ms, overhead p50 %.3f ms", concurrency,
+                 (level.ttft_s.p50 or 0) * 1000, (level.tpot_s.p50 or 0) * 1000, level.overhead_ms.p50 or 0)
+        levels.append(level)
+    return LatencyResult(prompt_id=PROMPT_ID, endpoint="/v1/completions", max_tokens=max_tokens,
+                         warmup=profile.latency_warmup, levels=levels, signature_digest=ctx.signature.digest)
