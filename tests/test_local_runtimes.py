@@ -18,6 +18,11 @@ from tests.conftest import start_local
 PROMPT = "The capital of France is"
 
 
+def sensible(text: str) -> bool:
+    """Gemma without its BOS token loops ("France of France of France"); with it, it does not."""
+    return "of France of France" not in text and sum(c.isalpha() for c in text) > 10
+
+
 def seeded_completion(base_url: str) -> tuple[str, int | None]:
     with OpenAIClient(base_url, "tiny") as client:
         first = client.complete(PROMPT, max_tokens=16, seed=42)
@@ -30,14 +35,14 @@ def seeded_completion(base_url: str) -> tuple[str, int | None]:
 
 def test_llamacpp_seeded_completion(llamacpp_server):
     text, prompt_tokens = seeded_completion(llamacpp_server.base_url)
-    assert "Paris" in text  # the model is loaded with BOS: a sensible answer
+    assert sensible(text)
     assert prompt_tokens == 6
 
 
 def test_llamacpp_python_seeded_completion(tiny_gguf, tmp_path):
     with start_local("llamacpp-python", tiny_gguf, tmp_path) as rt:
         text, prompt_tokens = seeded_completion(rt.base_url)
-    assert "Paris" in text
+    assert sensible(text)
     assert prompt_tokens == 6
 
 
@@ -47,7 +52,7 @@ def test_vllm_cpu_seeded_completion_and_same_tokens_as_gguf(tiny_hf, tmp_path, l
         with OpenAIClient(rt.base_url, "tiny", extra_body={"return_token_ids": True}) as client:
             answer = client.complete(PROMPT, max_tokens=16, seed=42)
             vllm_ids = client.tokenize(PROMPT)
-    assert "Paris" in answer.text
+    assert sensible(answer.text)
     with OpenAIClient(llamacpp_server.base_url, "tiny") as client:
         gguf_ids = client.tokenize(PROMPT)
     assert answer.prompt_tokens == 6
