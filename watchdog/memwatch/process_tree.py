@@ -2,7 +2,8 @@
 
 On Linux a runtime that overruns its GPU (unified memory, offloading, a CPU fallback) shows it
 here, so this is the Linux "spill" signal. Membership is refreshed every ``refresh_s`` seconds
-(a walk over the process table); between refreshes only the known members' RSS is read (one small
+from the members' own ``/proc/<pid>/task/<tid>/children`` lists (one pass over the process table
+where the kernel lacks them); between refreshes only the known members' RSS is read (one small
 /proc read each), which keeps a 10 Hz watch cheap. Members stay tracked after their parent exits
 (orphans re-parented to init are still the runtime's). RSS counts pages shared between members
 more than once, so a tree of forked workers reads high: thresholds are relative to the baseline.
@@ -11,7 +12,9 @@ more than once, so a tree of forked workers reads high: thresholds are relative 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -50,14 +53,15 @@ class ProcessTreeProbe(Probe):
         """Add the descendants of every live member; drop members that exited."""
         found: dict[int, psutil.Process] = {}
         for pid, proc in list(self._members.items()):
-            if not proc.is_running():
-                continue
-            found[pid] = proc
-            try:
-                for child in proc.children(recursive=True):
-                    found.setdefault(child.pid, child)
-            except (psutil.NoSuchProcess, psutil.ZombieProcess):
-                pass
+            if proc.is_running():
+                found[pid] = proc
+        descendants = _descendants(list(found))
+        for pid in descendants:
+            if pid not in found:
+                try:
+                    found[pid] = psutil.Process(pid)
+                except psutil.NoSuchProcess:
+                    pass
         self._members = found
         self._last_refresh = time.monotonic()
 
@@ -92,3 +96,54 @@ class ProcessTreeProbe(Probe):
 
     def details(self) -> dict[str, Any]:
         return {"root_pid": self.pid, "peak_processes": self._peak_procs}
+
+
+_HAS_CHILDREN_FILES = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists()
+
+
+def _children_from_task_files(pid: int) -> list[int] | None:
+    """Children of every thread of ``pid`` from /proc (Linux with CONFIG_PROC_CHILDREN)."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+    return out
+
+
+def _descendants(roots: list[int]) -> set[int]:
+    """All descendants of ``roots``: from the members' children files, else one ppid map."""
+    if _HAS_CHILDREN_FILES:
+        seen: set[int] = set(roots)
+        todo = list(roots)
+        while todo:
+            kids = _children_from_task_files(todo.pop())
+            if kids is None:
+                break
+            for k in kids:
+                if k not in seen:
+                    seen.add(k)
+                    todo.append(k)
+        else:
+            return seen - set(roots)
+    children: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        ppid = proc.info["ppid"]
+        if ppid is not None:
+            children.setdefault(ppid, []).append(proc.pid)
+    seen = set(roots)
+    todo = list(roots)
+    while todo:
+        for k in children.get(todo.pop(), ()):
+            if k not in seen:
+                seen.add(k)
+                todo.append(k)
+    return seen - set(roots)
