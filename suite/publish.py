@@ -640,6 +640,7 @@ def controls_view(c: dict[str, Any] | None, prompt_ids: list[str]) -> dict[str, 
         })
     lora = pick(c, "lora")
     return {"prompts": prompts, "rows": rows, "n": pick(c, "n_requests"),
+            "by_conf": {row["configuration"]: row for row in rows},
             "lora": lora if isinstance(lora, dict) else None}
 
 
@@ -668,7 +669,7 @@ def restarts_view(r: dict[str, Any] | None) -> dict[str, Any] | None:
         "launches": pick(r, "launches"), "launched": pick(r, "launched"),
         "per_launch": pick(r, "requests_per_launch"), "stable_within": pick(r, "stable_within"),
         "consistent_across": pick(r, "consistent_across"), "verdict": pick(r, "verdict", default=""),
-        "prompts": prompts, "outcomes": outcomes,
+        "prompts": prompts, "outcomes": outcomes, "by_prompt": {p["prompt_id"]: p for p in prompts},
         "startup": [o["startup_s"] for o in outcomes if isinstance(o["startup_s"], (int, float))],
     }
 
@@ -857,6 +858,17 @@ def _model_page(site: _Site, model: ModelRuns, generated: str) -> None:
                 section_ids.append(sid)
 
     controls = [controls_view(r.s.controls, prompt_ids) for r in runs]
+    control_configs: list[str] = []
+    for c in controls:
+        for row in (c or {}).get("rows", []):
+            if row["configuration"] not in control_configs:
+                control_configs.append(row["configuration"])
+    restarts = [restarts_view(r.s.restarts) for r in runs]
+    restart_prompts: list[str] = []
+    for rs in restarts:
+        for p in (rs or {}).get("prompts", []):
+            if p["prompt_id"] not in restart_prompts:
+                restart_prompts.append(p["prompt_id"])
 
     site.write(
         model.page, "model.html", model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
@@ -864,7 +876,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str) -> None:
         memory_svgs=memory_svgs, latency_rows=latency_rows(runs), extraction=extraction,
         section_ids=section_ids, watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         controls=controls, signature_rows=signature_rows(runs),
-        restarts=[restarts_view(r.s.restarts) for r in runs],
+        restarts=restarts, restart_prompts=restart_prompts, control_configs=control_configs,
         latency_ttft_n=sum(len(v) for v in ttft.values()),
     )
 

@@ -221,9 +221,14 @@ class Page:
         return [ev["params"]["request"]["url"] for ev in self._mine()
                 if ev["method"] == "Network.requestWillBeSent"]
 
-    def screenshot(self, path: Path, full_page: bool = True) -> Path:
+    def screenshot(self, path: Path, full_page: bool = True, band: tuple[int, int] | None = None) -> Path:
+        """A PNG of the page: all of it, the viewport, or the vertical `band` (top, height) in CSS px."""
         params: dict[str, Any] = {"format": "png"}
-        if full_page:
+        if band is not None:
+            width = self.eval("document.documentElement.scrollWidth")
+            params["captureBeyondViewport"] = True
+            params["clip"] = {"x": 0, "y": band[0], "width": width, "height": band[1], "scale": 1}
+        elif full_page:
             params["captureBeyondViewport"] = True
             metrics = self.browser.send("Page.getLayoutMetrics", session=self.session)
             size = metrics.get("cssContentSize") or metrics["contentSize"]
