@@ -70,6 +70,7 @@ class DistinctAnswer(BaseModel):
     n_tokens: int | None
     text_preview: str
     text: str
+    token_ids: list[int] | None = None
 
 
 class Divergence(BaseModel):
@@ -193,7 +194,7 @@ def analyse(samples: Sequence[Sample], cold_count: int = 1, preview_chars: int =
     answers = [
         DistinctAnswer(rank=r, count=len(g), share=len(g) / len(ok), first_index=g[0].index,
                        indices=[s.index for s in g], n_tokens=g[0].n_tokens,
-                       text_preview=g[0].text[:preview_chars], text=g[0].text)
+                       text_preview=g[0].text[:preview_chars], text=g[0].text, token_ids=g[0].token_ids)
         for r, g in enumerate(groups)
     ]
     divergences = [divergence(groups[0][0], g[0], r, len(g), by) for r, g in enumerate(groups) if r > 0]
