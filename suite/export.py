@@ -1,0 +1,213 @@
+"""Export: the results folder as flat tables (polars), written as Parquet or CSV.
+
+`export_tables(results, fmt, out)` loads every run record (validated, as the site does) and
+writes one file per table:
+
+- `runs`: one row per run: status, determinism mode, signature digest, headline figures;
+- `gate`: one row per run and gate prompt: distinct answers, lengths, cold vs warm;
+- `controls`: one row per run, control configuration and gate prompt;
+- `restarts`: one row per run and gate prompt: within/across-launch figures, agreement interval;
+- `latency`: one row per run, concurrency level and metric: n, mean, p50, p90, p99, min, max;
+- `extraction_sections`: one row per run and document section;
+- `watchdog`: one row per run: samples, peaks, trip;
+- `requests`: one row per recorded request (text, timings, errors; token ids left out).
+
+Every row carries `run_id`, `model`, `arm` and `signature_digest`, so any figure can be joined
+back to the configuration that produced it. Nothing is run again.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+import polars as pl
+
+from suite.errors import SuiteError
+from suite.publish import Run, latency_metrics, load_runs, pick, read_requests
+
+log = logging.getLogger(__name__)
+
+Format = Literal["parquet", "csv"]
+REQUEST_FIELDS = ("kind", "at", "label", "prompt_id", "index", "seed", "temperature", "max_tokens",
+                  "concurrency", "warmup", "text", "finish_reason", "prompt_tokens", "completion_tokens",
+                  "ttft_s", "e2e_s", "tpot_s", "error", "section", "repeat")
+
+
+def _key(run: Run) -> dict[str, Any]:
+    s = run.s
+    return {"run_id": s.run_id, "model": s.model, "arm": s.arm,
+            "signature_digest": s.signature.digest if s.signature else None}
+
+
+def _scalar(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return ", ".join(str(x) for x in v)
+    if isinstance(v, dict):
+        return None
+    return v
+
+
+def runs_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    rows = []
+    for r in runs:
+        s, h, sig = r.s, r.headline, r.s.signature
+        ex = s.extraction or {}
+        rows.append(_key(r) | {
+            "runtime": s.runtime, "launcher": s.launcher, "profile": s.profile, "status": s.status,
+            "reason": s.reason, "started_at": s.started_at, "finished_at": s.finished_at,
+            "wall_s": s.wall_s, "startup_s": s.startup_s,
+            "determinism_control": s.determinism.control, "determinism_outcome": s.determinism.outcome,
+            "determinism_error_line": s.determinism.error_line,
+            "runtime_version": sig.runtime_version if sig else None,
+            "model_format": sig.model_format if sig else None,
+            "model_sha256": sig.model_sha256 if sig else None,
+            "controls": ", ".join(sig.controls) if sig else None,
+            "suite_version": sig.suite_version if sig else None,
+            "distinct_answers_max": h.distinct, "gate_requests": h.n,
+            "ttft_p50_ms": h.ttft_p50_ms, "output_tokens_per_s_p50": h.tokens_per_s,
+            "extraction_clean_share": h.clean_share, "extraction_clean_share_se": h.clean_share_se,
+            "extraction_identical_sections": pick(ex, "identical_sections"),
+            "extraction_sections": pick(ex, "sections") if isinstance(pick(ex, "sections"), int) else None,
+        })
+    return rows
+
+
+def gate_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    rows = []
+    for r in runs:
+        for p in pick(r.s.gate, "prompts", default=[]) or []:
+            cw = pick(p, "cold_warm") or {}
+            rows.append(_key(r) | {
+                "prompt_id": pick(p, "prompt_id"), "requests": pick(p, "requests"),
+                "answered": pick(p, "answered"), "errors": pick(p, "errors"),
+                "distinct_answers": pick(p, "distinct_answers"), "modal_share": pick(p, "modal_share"),
+                "lengths": pick(p, "lengths_text"), "compared_by": pick(p, "compared_by"),
+                "cold_is_modal": pick(cw, "cold_is_modal"), "warm_distinct": pick(cw, "warm_distinct"),
+                "warm_count": pick(cw, "warm_count"),
+            })
+    return rows
+
+
+def controls_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    rows = []
+    for r in runs:
+        for row in pick(r.s.controls, "rows", default=[]) or []:
+            distinct = pick(row, "distinct", default={}) or {}
+            base = _key(r) | {"configuration": pick(row, "configuration"), "status": pick(row, "status"),
+                              "reason": pick(row, "reason"), "concurrency": pick(row, "concurrency"),
+                              "startup_s": pick(row, "startup_s")}
+            if not distinct:
+                rows.append(base | {"prompt_id": None, "distinct_answers": None, "answered": None, "lengths": None})
+            for pid, d in distinct.items():
+                rows.append(base | {"prompt_id": pid, "distinct_answers": d,
+                                    "answered": (pick(row, "answered", default={}) or {}).get(pid),
+                                    "lengths": (pick(row, "lengths", default={}) or {}).get(pid)})
+    return rows
+
+
+def restarts_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    rows = []
+    for r in runs:
+        rs = r.s.restarts
+        for p in pick(rs, "prompts", default=[]) or []:
+            ci = pick(p, "agreement_ci95") or [None, None]
+            rows.append(_key(r) | {
+                "launches": pick(rs, "launches"), "launched": pick(rs, "launched"),
+                "prompt_id": pick(p, "prompt_id"), "within_distinct": _scalar(pick(p, "within_distinct")),
+                "across_distinct": pick(p, "across_distinct"), "agreement": pick(p, "agreement"),
+                "agreement_ci95_low": ci[0], "agreement_ci95_high": ci[1], "lengths": pick(p, "lengths_text"),
+            })
+    return rows
+
+
+def latency_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    rows = []
+    for r in runs:
+        for level in pick(r.s.latency, "levels", default=[]) or []:
+            for metric, d in latency_metrics(level).items():
+                rows.append(_key(r) | {"concurrency": pick(level, "concurrency"), "metric": metric} |
+                            {k: d.get(k) for k in ("n", "mean", "p50", "p90", "p99", "min", "max")})
+    return rows
+
+
+def extraction_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    rows = []
+    for r in runs:
+        for sec in pick(r.s.extraction, "per_section", default=[]) or []:
+            rows.append(_key(r) | {k: _scalar(v) for k, v in sec.items()})
+    return rows
+
+
+def watchdog_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    rows = []
+    for r in runs:
+        wd = r.s.watchdog
+        if not wd:
+            continue
+        trip = pick(wd, "trip") or {}
+        peaks = pick(wd, "peaks", default={}) or {}
+        rows.append(_key(r) | {
+            "tripped": pick(wd, "tripped"), "samples": pick(wd, "sample_count"),
+            "duration_s": pick(wd, "duration_s"), "mean_interval_s": pick(wd, "mean_interval_s"),
+            "peak_bytes_max": max(peaks.values()) if peaks else None,
+            "trip_rule": pick(trip, "rule"), "trip_metric": pick(trip, "metric"),
+            "trip_value_bytes": pick(trip, "value_bytes"), "trip_threshold_bytes": pick(trip, "threshold_bytes"),
+            "trip_t_s": pick(trip, "t_s"), "trip_gone_s": pick(trip, "gone_s"),
+        })
+    return rows
+
+
+def requests_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    rows = []
+    kinds = ("gate", "latency", "controls", "restarts", "extraction", "extraction-fact", "judge")
+    for r in runs:
+        for q in read_requests(r.run_dir, kinds):
+            rows.append(_key(r) | {f: _scalar(q.get(f)) for f in REQUEST_FIELDS})
+    return rows
+
+
+TABLES = {
+    "runs": runs_rows,
+    "gate": gate_rows,
+    "controls": controls_rows,
+    "restarts": restarts_rows,
+    "latency": latency_rows,
+    "extraction_sections": extraction_rows,
+    "watchdog": watchdog_rows,
+    "requests": requests_rows,
+}
+
+
+def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """Rows as a DataFrame; every column's type is inferred from all rows, not the first few."""
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def export_tables(results_dir: Path, fmt: str, out_dir: Path) -> list[Path]:
+    """Write every non-empty table as `<out>/<table>.<fmt>`; return the paths written."""
+    if fmt not in ("parquet", "csv"):
+        raise SuiteError(f"unknown export format {fmt!r}; known: parquet, csv")
+    models = load_runs(Path(results_dir))
+    runs = sorted((r for m in models.values() for a in m.arms.values() for r in a.runs),
+                  key=lambda r: (r.s.started_at, r.s.run_id))
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SuiteError(f"{out_dir}: exists and is not a folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for name, build in TABLES.items():
+        rows = build(runs)
+        if not rows and name != "runs":
+            log.info("export: no %s rows; %s not written", name, name)
+            continue
+        df = frame(rows)
+        path = out_dir / f"{name}.{fmt}"
+        if fmt == "parquet":
+            df.write_parquet(path)
+        else:
+            df.write_csv(path)
+        log.info("export: %s (%d rows)", path, df.height)
+        written.append(path)
+    return written
