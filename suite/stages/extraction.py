@@ -212,7 +212,10 @@ class JsonChat:
                                         temperature=temperature,
                                         response_format=response_format_for(self.mode, schema), extra=extra)
             except ClientError as exc:
-                if self.mode != "prompt-only" and " HTTP 4" in str(exc):
+                message = str(exc)
+                # A rejected response_format: HTTP 4xx, or a server that reports its own
+                # validation error as a 500 naming the field (llama-cpp-python does).
+                if self.mode != "prompt-only" and (" HTTP 4" in message or "response_format" in message):
                     log.warning("response_format %s rejected: %s", self.mode, str(exc)[:200])
                     self.rejections.append(f"{self.mode}: {str(exc)[:200]}")
                     self.modes.pop(0)

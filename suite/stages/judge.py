@@ -149,8 +149,12 @@ def parse_verdicts(section: "Section", obj: dict[str, Any] | None) -> tuple[dict
     return verdicts, reasoning if isinstance(reasoning, str) else None
 
 
-def grade(ctx: "StageContext", sections: list["Section"], answers: dict[str, list["Answer"]]) -> JudgeResult:
-    """Grade the extraction answers with ctx.judge, gate the judge, and compare with gold."""
+def grade(ctx: "StageContext", sections: list["Section"], answers: dict[str, list["Answer"]],
+          max_tokens: int | None = None) -> JudgeResult:
+    """Grade the extraction answers with ctx.judge, gate the judge, and compare with gold.
+
+    `max_tokens` caps the rubric's own limit (tests keep answers short).
+    """
     from suite.stages.extraction import JsonChat
 
     assert ctx.judge is not None
@@ -158,6 +162,7 @@ def grade(ctx: "StageContext", sections: list["Section"], answers: dict[str, lis
     judge = ctx.judge
     rubric = load_rubric()
     chat = JsonChat(judge, supports_schema=True)
+    limit = min(rubric.max_tokens, max_tokens) if max_tokens else rubric.max_tokens
     seed, temperature = ctx.sampling.seed, ctx.sampling.temperature
     everything = ctx.reproducible is not True
     failed = invalid = graded = 0
@@ -168,7 +173,7 @@ def grade(ctx: "StageContext", sections: list["Section"], answers: dict[str, lis
     def ask(section: "Section", answer: "Answer") -> tuple[str | None, dict[str, str] | None, str | None, str | None]:
         prompt = build_judge_prompt(rubric, section, answer)
         try:
-            c = chat.ask(prompt, judge_schema(section), max_tokens=rubric.max_tokens, seed=seed, temperature=temperature)
+            c = chat.ask(prompt, judge_schema(section), max_tokens=limit, seed=seed, temperature=temperature)
         except ClientError as exc:
             return None, None, None, str(exc)
         parsed = extract_json_object(c.text)
