@@ -1,0 +1,271 @@
+"""The website built from the golden results tree, read in a real headless Chromium.
+
+The golden tree (`tests/golden/results`, written by `tests/golden/make_golden.py` through the
+suite's own record writer and stage models) holds two models: `tiny` with three complete arms
+(one with a hostile answer: `<script>` and an `onerror` attribute), an older run, and `nano` with
+an interrupted run and one stopped by the watchdog. Screenshots go to `$SUITE_SCREENSHOTS`
+(default: a temporary folder, printed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.errors import SuiteError
+from suite.publish import MARKER, build_site, fmt_num, load_runs
+from suite.records import SCHEMA_VERSION, load_all
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from browser import Browser, find_chromium  # noqa: E402
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "results"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site") / "public"
+    report = build_site(GOLDEN, out)
+    assert report.runs == 6 and report.models == 2
+    assert report.complete == 4 and report.incomplete == 2
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser() -> Browser:
+    if find_chromium() is None:
+        pytest.fail("no Chromium here: run .ci/browser-setup.sh (installs Debian's chromium)")
+    b = Browser()
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    env = os.environ.get("SUITE_SCREENSHOTS")
+    d = Path(env) if env else tmp_path_factory.mktemp("screenshots")
+    d.mkdir(parents=True, exist_ok=True)
+    print(f"screenshots: {d}")
+    return d
+
+
+def golden_summary(model: str, arm: str):
+    runs = [s for s in load_all(GOLDEN) if s.model == model and s.arm == arm and s.status == "complete"]
+    return runs[-1]
+
+
+def open_clean(browser: Browser, path: Path):
+    """Open a page from disk; it must load with no console error and no request off the disk."""
+    page = browser.open(path.as_uri())
+    assert page.console_errors() == [], path
+    off_disk = [u for u in page.requested_urls() if not u.startswith("file://")]
+    assert off_disk == [], f"{path} requested {off_disk}"
+    return page
+
+
+# -- the build ---------------------------------------------------------------------------------
+
+def test_golden_tree_matches_the_stage_models() -> None:
+    """The golden records validate against the stages' current result models (regenerate if not)."""
+    from memwatch.report import WatchdogReport
+    from suite.stages.controls import ControlsResult
+    from suite.stages.extraction import ExtractionResult
+    from suite.stages.gate import GateResult
+    from suite.stages.latency import LatencyResult
+    from suite.stages.restarts import RestartsResult
+
+    models = {"gate": GateResult, "controls": ControlsResult, "latency": LatencyResult,
+              "extraction": ExtractionResult, "restarts": RestartsResult, "watchdog": WatchdogReport}
+    seen = 0
+    for s in load_all(GOLDEN):
+        for key, model in models.items():
+            data = getattr(s, key)
+            if data is not None:
+                model.model_validate(data)
+                seen += 1
+    assert seen >= 20
+
+
+def test_site_pages_and_links(site: Path) -> None:
+    pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html"))
+    assert "index.html" in pages
+    assert {"models/tiny.html", "models/nano.html", "models/tiny/gate-short-open.html",
+            "models/tiny/gate-long-open.html"} <= set(pages)
+    assert sum(1 for p in pages if p.startswith("runs/")) == 6
+    # every relative link and stylesheet resolves to a file of the site
+    for page in site.rglob("*.html"):
+        html = page.read_text()
+        for target in re.findall(r'(?:href|src)="([^"#]+)', html):
+            assert not re.match(r"^[a-z]+:", target), f"{page}: link off the site: {target}"
+            assert (page.parent / target).resolve().exists(), f"{page}: broken link {target}"
+    # no script of any kind, and the hostile answer only as escaped text
+    for page in site.rglob("*.html"):
+        html = page.read_text()
+        assert "<script" not in html.lower(), page
+        assert not re.search(r"<[^>]+\sonerror\s*=", html, re.I), page
+    answer = (site / "models/tiny/gate-short-open.html").read_text()
+    assert "&lt;script&gt;document.title=&#39;PWNED&#39;" in answer
+
+
+def test_rebuild_empties_the_output(site: Path, tmp_path: Path) -> None:
+    out = tmp_path / "public"
+    build_site(GOLDEN, out)
+    stale = out / "models" / "gone.html"
+    stale.write_text("old")
+    build_site(GOLDEN, out)
+    assert not stale.exists() and (out / MARKER).exists()
+
+
+def test_refuses_to_empty_a_folder_it_did_not_build(tmp_path: Path) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(SuiteError, match="not a site this suite built"):
+        build_site(GOLDEN, out)
+    assert (out / "notes.txt").read_text() == "keep me"
+    with pytest.raises(SuiteError, match="apart from the results folder"):
+        build_site(GOLDEN, GOLDEN / "public")
+
+
+def test_newer_schema_version_fails_with_its_sentence(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(GOLDEN, results)
+    summary = next(results.glob("tiny/vllm-cpu/*/summary.json"))
+    data = json.loads(summary.read_text())
+    data["schema_version"] = SCHEMA_VERSION + 1
+    summary.chmod(0o644)
+    summary.write_text(json.dumps(data))
+    out = tmp_path / "public"
+    out.mkdir()
+    (out / MARKER).write_text("")
+    (out / "index.html").write_text("the previous site")
+    with pytest.raises(SuiteError, match="newer than this suite"):
+        build_site(results, out)
+    assert (out / "index.html").read_text() == "the previous site"  # nothing deleted on failure
+
+    env = dict(os.environ, RESULTS=str(results))
+    cli = Path(sys.executable).parent / "suite"
+    proc = subprocess.run([str(cli), "site", "--out", str(out)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    text = (proc.stdout + proc.stderr).strip()
+    assert "Traceback" not in text
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    assert len(lines) == 1, text
+    assert str(summary) in lines[0].replace("\n", "") or summary.name in lines[0]
+    assert f"schema version {SCHEMA_VERSION + 1} is newer" in lines[0]
+
+
+# -- in the browser ----------------------------------------------------------------------------
+
+def test_index_in_the_browser(site: Path, browser: Browser, shots: Path) -> None:
+    page = open_clean(browser, site / "index.html")
+    page.screenshot(shots / "index.png")
+    assert (shots / "index.png").stat().st_size > 10_000
+    rows = page.eval("""[...document.querySelectorAll('tr.arm-row')].map(r => ({
+        arm: r.dataset.arm, model: r.closest('section').id,
+        distinct: r.querySelector('[data-fig=distinct]').innerText.trim(),
+        ttft: r.querySelector('[data-fig=ttft]').innerText.trim(),
+        tps: r.querySelector('[data-fig=tps]').innerText.trim(),
+        clean: r.querySelector('[data-fig=clean]').innerText.trim()}))""")
+    by = {(r["model"], r["arm"]): r for r in rows}
+    assert len(rows) == 5
+    for arm, distinct in (("llamacpp", "1 of 6"), ("llamacpp-python", "2 of 6"), ("vllm-cpu", "1 of 6")):
+        s = golden_summary("tiny", arm)
+        level = s.latency["levels"][0]
+        row = by[("model-tiny", arm)]
+        assert row["distinct"] == distinct
+        assert row["ttft"] == fmt_num(level["ttft_s"]["p50"] * 1000)
+        assert row["tps"] == fmt_num(level["output_tokens_per_s"]["p50"])
+        assert row["clean"].startswith(f"{s.extraction['clean_share']['mean'] * 100:.1f} %")
+    text = page.text()
+    assert "incomplete" in text and "stopped-by-watchdog" in text
+    assert "'function' object is not subscriptable" in text  # the vLLM refusal's error line
+
+
+def test_model_page_in_the_browser(site: Path, browser: Browser, shots: Path) -> None:
+    page = open_clean(browser, site / "models" / "tiny.html")
+    page.screenshot(shots / "model-tiny.png")
+    text = page.text()
+    for heading in ("Gate: the same request, repeated", "Determinism mode", "Control matrix", "Restarts",
+                    "Latency", "Extraction", "Watchdog", "Configuration signature", "All runs"):
+        assert heading in text
+    # gate: distinct answers and lengths with counts, cold vs warm
+    vllm = golden_summary("tiny", "vllm-cpu")
+    lp = golden_summary("tiny", "llamacpp-python")
+    assert lp.gate["prompts"][0]["lengths_text"] in text
+    assert "2 distinct of 6" in text and "cold differs from modal" in text
+    # determinism: refused with its error line; restarts: agreement interval
+    assert "refused" in text and vllm.determinism.error_line in text
+    assert "95% interval" in text
+    # latency table: the p50 TTFT of vLLM in ms
+    assert fmt_num(vllm.latency["levels"][0]["ttft_s"]["p50"] * 1000) in text
+    # extraction: identical sections, the grid with changed sections, the judge score
+    assert f"{lp.extraction['identical_sections']} of {lp.extraction['sections']}" in text
+    changed = page.eval("document.querySelectorAll('table.grid td.cell-changed').length")
+    assert changed == sum(1 for s in lp.extraction["per_section"] if not s["identical"])
+    assert f"{vllm.extraction['judge']['score']['mean']:.3f}" in text
+    # charts: TTFT, inter-token latency, one memory timeline per arm; each with a title
+    titles = page.eval("[...document.querySelectorAll('figure.chart svg')].map(s => s.textContent)")
+    assert len(titles) == 5
+    assert any("Time to first token" in t and "TTFT (ms)" in t for t in titles)
+    assert any("Inter-token latency" in t for t in titles)
+    assert sum("Memory timeline" in t and "memory (GiB)" in t for t in titles) == 3
+    # signature: the rows where the arms differ are highlighted
+    differs = page.eval("[...document.querySelectorAll('table.signature tr.differs th')].map(t => t.innerText)")
+    assert any(d.startswith("runtime") for d in differs)
+    assert not any(d.startswith("suite_version") for d in differs)
+    assert "<redacted>" in text and "HF_TOKEN" in text
+
+
+def test_incomplete_and_tripped_runs_render(site: Path, browser: Browser, shots: Path) -> None:
+    page = open_clean(browser, site / "models" / "nano.html")
+    page.screenshot(shots / "model-nano.png")
+    text = page.text()
+    assert "not run" in text
+    assert "suite bench --resume" in text
+    assert "Tripped: process_tree.rss_bytes" in text
+    assert page.eval("document.querySelectorAll('figure.chart svg').length") >= 1
+
+
+def test_hostile_answer_is_shown_never_run(site: Path, browser: Browser, shots: Path) -> None:
+    page = open_clean(browser, site / "models" / "tiny" / "gate-short-open.html")
+    page.screenshot(shots / "answers-tiny-short-open.png")
+    title = page.eval("document.title")
+    assert "PWNED" not in title and title.startswith("tiny")
+    assert page.eval("typeof window.__pwned") == "undefined"
+    assert page.eval("document.scripts.length") == 0
+    assert page.eval("document.querySelectorAll('[onerror], img').length") == 0
+    marked = page.eval("[...document.querySelectorAll('mark.depart')].map(m => m.innerText)")
+    assert any("<script>document.title='PWNED';window.__pwned=1</script>" in m for m in marked)
+    assert any('onerror="document.title=' in m for m in marked)
+    # counts and request numbers of each distinct answer; request 1 (cold) is the odd one
+    heads = page.eval("[...document.querySelectorAll('#arm-llamacpp-python .answer-head')].map(h => h.innerText)")
+    assert heads[0].startswith("×5") and "modal" in heads[0]
+    assert heads[1].startswith("×1") and "request 1" in heads[1] and "departs at token" in heads[1]
+
+
+def test_run_pages_render(site: Path, browser: Browser) -> None:
+    for path in sorted((site / "runs").glob("*.html")):
+        page = open_clean(browser, path)
+        assert "Run " in page.text()
+
+
+def test_list_runs_table() -> None:
+    from rich.console import Console
+
+    console = Console(width=250, record=True)
+    console.print(__import__("suite.publish", fromlist=["list_runs"]).list_runs(GOLDEN))
+    out = console.export_text()
+    assert out.count("tiny") >= 4 and "incomplete" in out and "stopped-by-watchdog" in out
+    models = load_runs(GOLDEN)
+    assert [a.name for a in models["tiny"].arms.values()] == ["llamacpp", "llamacpp-python", "vllm-cpu"]
+    assert len(models["tiny"].arms["llamacpp"].runs) == 2
