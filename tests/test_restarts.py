@@ -1,0 +1,69 @@
+"""Restarts: within-launch and across-launch answers reported separately, on constructed launches
+and on real llama-server processes started one after another."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.repro import Sample, analyse
+from suite.stages.gate import GatePromptResult, GateResult
+from suite.stages.restarts import LaunchOutcome, RestartsResult, summarise
+
+
+def gate_of(answers: list[list[int]], errors: int = 0) -> GateResult:
+    samples = [Sample(index=i, text=str(a), token_ids=a) for i, a in enumerate(answers)]
+    samples += [Sample(index=len(answers) + k, error="HTTP 500") for k in range(errors)]
+    a = analyse(samples)
+    p = GatePromptResult(prompt_id="short-open", prompt_version=1, prompt_sha256="x", kind="completion",
+                         max_tokens=8, compared_by=a.compared_by, requests=a.requests, answered=a.answered,
+                         errors=a.errors, empty_answers=a.empty_answers, distinct_answers=a.distinct,
+                         modal_share=a.modal_share, modal_tied=a.modal_tied, lengths=a.lengths,
+                         lengths_text=a.lengths_text, answers=a.answers, divergences=a.divergences,
+                         cold_warm=a.cold_warm)
+    return GateResult(n_requests=len(answers), seed=42, temperature=0.0, logprobs=False, prompts=[p],
+                      reproducible=a.distinct == 1, verdict="", wall_s=0.0, http_s=0.0)
+
+
+def test_stable_within_but_not_across_launches():
+    outcomes = [LaunchOutcome(index=0, status="ok", gate=gate_of([[1, 2]] * 3)),
+                LaunchOutcome(index=1, status="ok", gate=gate_of([[1, 3]] * 3))]
+    r = summarise(outcomes, ["short-open"], 2, 3)
+    (p,) = r.prompts
+    assert p.within_distinct == [1, 1] and p.across_distinct == 2
+    assert p.agreement == 0.0 and p.agreement_ci95 == (0.0, 0.0)
+    assert r.stable_within is True and r.consistent_across is False
+    assert r.verdict.startswith("NOT consistent across launches")
+
+
+def test_a_launch_that_refused_is_recorded_and_the_rest_counted():
+    outcomes = [LaunchOutcome(index=0, status="ok", gate=gate_of([[7]] * 3)),
+                LaunchOutcome(index=1, status="refused", reason="out of memory"),
+                LaunchOutcome(index=2, status="ok", gate=gate_of([[7]] * 2, errors=1))]
+    r = summarise(outcomes, ["short-open"], 3, 3)
+    assert r.launched == 2 and r.launch_outcomes[1].reason == "out of memory"
+    (p,) = r.prompts
+    assert p.within_distinct == [1, 1] and p.errors == 1
+    assert p.agreement == 1.0 and r.consistent_across is True
+
+
+def test_one_launch_is_not_enough_to_judge():
+    r = summarise([LaunchOutcome(index=0, status="ok", gate=gate_of([[1]] * 3))], ["short-open"], 3, 3)
+    assert r.consistent_across is None and r.verdict.startswith("undetermined: 1 of 3")
+
+
+def test_restarts_on_real_llama_servers(tmp_path):
+    from suite.bench import run_bench
+
+    (summary,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["restarts"], results=tmp_path)
+    assert summary.status == "complete", summary.reason
+    r = RestartsResult.model_validate(summary.restarts)
+    assert r.launches == 2 and r.launched == 2 and r.requests_per_launch == 3
+    assert [o.status for o in r.launch_outcomes] == ["ok", "ok"]
+    assert all(o.startup_s and o.startup_s > 0 for o in r.launch_outcomes)
+    (p,) = r.prompts
+    assert p.compared_by == "token_ids" and len(p.within_distinct) == 2
+    assert p.agreement is not None and 0.0 <= p.agreement <= 1.0
+    lo, hi = p.agreement_ci95
+    assert lo <= p.agreement <= hi
+    logs = list(tmp_path.glob("tiny/llamacpp/*/logs/runtime-default-*.log"))
+    assert len(logs) == 2, "each launch is a fresh process with its own log"
