@@ -15,6 +15,8 @@ Command line: ``python -m memwatch --pid N | --container ID | -- CMD ARGS...``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from memwatch.cgroup import CgroupProbe
 from memwatch.monitor import Watchdog
 from memwatch.nvml import NvmlProbe
@@ -43,15 +45,18 @@ __all__ = [
 ]
 
 
-def default_probes(pid: int | None = None, container_id: str | None = None) -> list[Probe]:
+def default_probes(
+    pid: int | None = None, container_id: str | None = None, docker_client: Any = None
+) -> list[Probe]:
     """Every probe that fits the target; those that cannot run here report why in the report.
 
-    A process: its tree's RSS. A container: its cgroup. Always: NVML and the Windows counter.
+    A process: its tree's RSS. A container: its cgroup (``docker_client``: reuse the caller's
+    Docker SDK client). Always: NVML and the Windows counter.
     """
     probes: list[Probe] = [NvmlProbe()]
     if pid is not None:
         probes.append(ProcessTreeProbe(pid))
     if container_id is not None:
-        probes.append(CgroupProbe(container_id))
+        probes.append(CgroupProbe(container_id, docker_client=docker_client))
     probes.append(WindowsSharedGpuProbe())
     return probes
