@@ -135,17 +135,12 @@ def compute_processes() -> list[GpuProcess]:
     return found
 
 
-def _own_pids() -> set[int]:
-    me = psutil.Process()
-    pids = {me.pid}
-    with contextlib.suppress(psutil.Error):
-        pids.update(c.pid for c in me.children(recursive=True))
-    return pids
-
-
 def check_free(ignore_pids: Iterable[int] = ()) -> None:
-    """Raise SuiteError naming the pids when another compute process holds a GPU."""
-    ignored = _own_pids() | set(ignore_pids)
+    """Raise SuiteError naming the pids when another compute process holds a GPU.
+
+    Every process counts, the suite's own children included: before a start none should hold it.
+    """
+    ignored = {os.getpid(), *ignore_pids}
     others = [p for p in compute_processes() if p.pid not in ignored]
     if not others:
         return

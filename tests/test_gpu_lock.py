@@ -114,7 +114,9 @@ def test_a_cuda_process_is_refused_by_name_and_memory_returns_to_baseline(tmp_pa
         with pytest.raises(SuiteError) as info:
             with gpu.exclusive_device():
                 pass
-        assert "not free" in str(info.value) and "pid" in str(info.value)
+        message = str(info.value)
+        print(f"\nrefusal: {message}")
+        assert "not free" in message and "pid" in message and "\n" not in message
     finally:
         holder.kill()
         holder.wait()
