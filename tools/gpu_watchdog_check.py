@@ -94,6 +94,7 @@ def trial(args: argparse.Namespace, workdir: Path, n: int) -> dict[str, object]:
     policy = Policy(spill_gb=None, device_growth_gb=args.ceiling_gib, interval_s=args.interval)
     wd = Watchdog(policy, [nvml, ProcessTreeProbe(target.pid)], stop=target.stop, pids=target.pids)
     child_pid = target.pid
+    started = False
     try:
         deadline = time.monotonic() + 120
         while not (log_path.exists() and "ready" in log_path.read_text()):
@@ -101,6 +102,7 @@ def trial(args: argparse.Namespace, workdir: Path, n: int) -> dict[str, object]:
                 raise RuntimeError(f"the PyTorch child did not start (exit {target.proc.poll()})")
             time.sleep(0.05)
         wd.start()
+        started = True
         time.sleep(5 * args.interval)
         wd.rebaseline()  # baseline: the device with the child's CUDA context
         time.sleep(3 * args.interval)
@@ -127,7 +129,7 @@ def trial(args: argparse.Namespace, workdir: Path, n: int) -> dict[str, object]:
         time.sleep(0.3)
     finally:
         target.stop()
-        report = wd.stop() if wd._started else None
+        report = wd.stop() if started else None
     rows = read_log(log_path)
     allocated = max((r[3] for r in rows if r[0] == "step"), default=0)
     out: dict[str, object] = {"trial": n, "child_pid": child_pid, "tripped": bool(report and report.tripped),
@@ -183,8 +185,14 @@ def main() -> int:
         return 2
 
     me = psutil.Process()
+    trials: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="memwatch-gpu-") as tmp:
-        trials = [trial(args, Path(tmp), n) for n in range(args.trials)]
+        for n in range(args.trials):
+            try:
+                trials.append(trial(args, Path(tmp), n))
+            except Exception as exc:  # a child that could not start: recorded, not a traceback
+                trials.append({"trial": n, "tripped": False, "child_reached_cap": False,
+                               "child_allocated_bytes": 0, "error": f"{type(exc).__name__}: {exc}"})
     leftovers = [c.pid for c in me.children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE]
     lat = [t["crossing_to_gone_s_child_clock"] for t in trials if t.get("crossing_to_gone_s_child_clock") is not None]
     # the device's growth at the trip was the child's: NVML must attribute (nearly) all of it

@@ -4,8 +4,8 @@ Works with cgroup v1 (``memory.usage_in_bytes``, ``memory.stat``) and v2 (``memo
 ``memory.stat``). The cgroup is found from a process (``/proc/<pid>/cgroup`` mapped through the
 cgroup mounts in ``/proc/self/mountinfo``), from a Docker container id (its main process's pid
 from the Docker SDK, else the usual paths ``docker/<id>``, ``system.slice/docker-<id>.scope``), or
-given as a folder. Where no cgroup file can be read (a remote Docker host, a rootless engine), the
-Docker SDK's streamed stats are the fallback: they arrive about once a second.
+given as a folder. Where no cgroup file of the container can be read here (a remote Docker host,
+an engine in a VM), the Docker SDK's streamed stats are the fallback: about once a second.
 
 Metrics: ``cgroup_usage_bytes`` (what the kernel charges, page cache included) and
 ``cgroup_working_set_bytes`` (usage less inactive file pages, as ``docker stats`` shows it; this
@@ -235,7 +235,10 @@ class CgroupProbe(Probe):
             pid = int((container.attrs.get("State") or {}).get("Pid") or 0)
             if pid > 0:
                 found = memory_cgroup_of_pid(pid)
-                if found is not None:
+                # the pid is the engine's: on a remote engine (DOCKER_HOST=ssh://...) or one in a
+                # VM, a local process may carry the same number. Docker's cgroup paths always
+                # name the container, so a path without its id is someone else's.
+                if found is not None and container.id in str(found[0]):
                     self.path, self.version = found
                     self.source = "cgroup files"
                     return True, None
