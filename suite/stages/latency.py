@@ -78,6 +78,8 @@ class LatencyLevel(BaseModel):
     concurrency: int = Field(description="requests in flight at once")
     requests: int = Field(description="measured requests sent (warm-up excluded)")
     failed: int = Field(description="measured requests that got an HTTP or protocol error")
+    incomplete: int = Field(
+        default=0, description="streams that ended without a finish reason (cut off by the runtime); not in the figures")
     wall_s: float = Field(description="wall time of the measured requests of this level")
     ttft_s: Distribution = Field(description="time to first token, seconds")
     itl_s: Distribution = Field(description="inter-token latency: gaps between streamed chunks, seconds")
@@ -214,6 +216,7 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
     seed, temperature = ctx.sampling.seed, ctx.sampling.temperature
     samples: list[_Sample] = []
     errors: list[str] = []
+    incomplete: list[int] = []
     lock = threading.Lock()
 
     def work(index: int) -> None:
@@ -226,6 +229,14 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
             return
         t_book = time.perf_counter()
         n = _n_tokens(c)
+        if c.finish_reason is None:
+            # The stream stopped without saying why: llama-cpp-python, for one, interrupts a
+            # running request when another arrives. Recorded, but kept out of the figures.
+            with lock:
+                incomplete.append(index)
+            ctx.record_request("latency", concurrency=concurrency, index=index, warmup=False, incomplete=True,
+                               text=c.text, completion_tokens=n, ttft_s=c.ttft_s, e2e_s=c.e2e_s)
+            return
         times = c.chunk_times_s
         itl = [b - a for a, b in zip(times, times[1:])]
         runtime = _llama_timings(c.server_timings)
@@ -254,7 +265,8 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
     metrics_after = scrape_metrics(ctx.base_url) if metrics_before is not None else None
 
     if not samples:
-        raise SuiteError(f"latency: every request at concurrency {concurrency} failed: {errors[0] if errors else '?'}")
+        why = errors[0] if errors else f"{len(incomplete)} streams ended without a finish reason"
+        raise SuiteError(f"latency: no request at concurrency {concurrency} completed: {why}")
     ttfts = [s.ttft for s in samples if s.ttft is not None]
     tpots = [s.tpot for s in samples if s.tpot is not None]
     e2es = [s.e2e for s in samples]
@@ -263,6 +275,7 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
         concurrency=concurrency,
         requests=requests,
         failed=len(errors),
+        incomplete=len(incomplete),
         wall_s=round(wall, 4),
         ttft_s=summarize(ttfts),
         itl_s=summarize([x for s in samples for x in s.itl]),
@@ -321,8 +334,9 @@ def run(ctx: "StageContext") -> LatencyResult:
         try:
             c = _one_request(ctx.client, max_tokens=max_tokens, seed=ctx.sampling.seed,
                              temperature=ctx.sampling.temperature, extra=extra)
-            ctx.record_request("latency", concurrency=1, index=i, warmup=True, prompt_id=PROMPT_ID,
-                               ttft_s=c.ttft_s, e2e_s=c.e2e_s, completion_tokens=_n_tokens(c))
+            ctx.record_request("latency", concurrency=1, index=i, warmup=True, prompt_id=PROMPT_ID, text=c.text,
+                               finish_reason=c.finish_reason, ttft_s=c.ttft_s, e2e_s=c.e2e_s,
+                               completion_tokens=_n_tokens(c), server_timings=c.server_timings)
         except ClientError as exc:
             ctx.record_request("latency", concurrency=1, index=i, warmup=True, error=str(exc))
             log.warning("latency warm-up request %d failed: %s", i, exc)

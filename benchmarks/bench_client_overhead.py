@@ -1,0 +1,96 @@
+"""Benchmark: the suite's own time per request at concurrency 1, against a real runtime.
+
+Starts the tiny model on an arm of the catalog (default: llama.cpp's llama-server) through the
+local launcher, sends warm-up requests, then N streamed requests through the latency stage, and
+prints the suite's overhead per request (client: building the body and parsing the stream;
+stage: the same plus writing the request record), with TTFT and TPOT as measured by the suite
+next to what the runtime reports for the same requests.
+
+    .venv/bin/python benchmarks/bench_client_overhead.py [--arm llamacpp] [--requests 50] [--max-tokens 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+from pathlib import Path
+
+from suite.bench import make_signature, plan_arms
+from suite.catalog import prepare_format
+from suite.errors import SuiteError
+from suite.profiles import get_profile
+from suite.records import RunManifest, RunRecord, new_run_id, utcnow
+from suite.stages import StageContext
+from suite.stages import latency as lat
+from suite.stats import summarize
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arm", default="llamacpp")
+    parser.add_argument("--requests", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    plan = plan_arms("tiny", [args.arm], "local", "quick")[0]
+    plan.launcher.check_available()
+    plan.launcher.prepare(plan.runtime)
+    prepare_format(plan.card, plan.arm.format)
+    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp_name:
+        tmp = Path(tmp_name)
+        spec = plan.spec([], tmp / "runtime.log")
+        with plan.launcher.start(spec) as rt:
+            signature = make_signature(plan, rt, spec)
+            manifest = RunManifest(run_id=new_run_id(signature.digest), model="tiny", arm=args.arm,
+                                   runtime=plan.runtime.name, launcher="local", profile="bench",
+                                   started_at=utcnow(), signature=signature)
+            record = RunRecord.create(tmp / "results", manifest)
+            profile = get_profile("quick").model_copy(update={
+                "latency_requests": args.requests, "latency_warmup": args.warmup,
+                "latency_max_tokens": args.max_tokens, "concurrency": [1]})
+            with plan.client(rt, []) as client:
+                ctx = StageContext(card=plan.card, arm_name=args.arm, arm=plan.arm, runtime=plan.runtime,
+                                   profile=profile, sampling=plan.card.sampling, signature=signature,
+                                   record=record, client=client, running=rt, controls=[],
+                                   launch=None,  # type: ignore[arg-type]
+                                   extra_body=plan.extra_body([]))
+                result = lat.run(ctx)
+            level = result.levels[0]
+            rows = [json.loads(x) for x in (record.dir / "requests.jsonl").read_text().splitlines()]
+            client_ms = summarize([r["client_overhead_s"] * 1000 for r in rows
+                                   if r["kind"] == "latency" and not r["warmup"] and "client_overhead_s" in r])
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    print(f"arm {args.arm} ({signature.runtime} {signature.runtime_version}), {level.requests} streamed requests, "
+          f"max_tokens {args.max_tokens}, concurrency 1, mean {level.output_tokens.mean:.1f} tokens each")
+    print(f"suite overhead per request, client only : median {ms(client_ms.p50)} ms, p99 {ms(client_ms.p99)} ms")
+    print(f"suite overhead per request, with record: median {ms(level.overhead_ms.p50)} ms, "
+          f"p99 {ms(level.overhead_ms.p99)} ms")
+    print(f"TTFT ours: median {ms((level.ttft_s.p50 or 0) * 1000)} ms; TPOT ours: median "
+          f"{ms((level.tpot_s.p50 or 0) * 1000)} ms, mean {ms((level.tpot_s.mean or 0) * 1000)} ms")
+    rt_t = level.runtime_timings
+    if rt_t is not None:
+        print(f"runtime ({rt_t.source}): TTFT mean {ms((rt_t.ttft_mean_s or 0) * 1000)} ms, "
+              f"TPOT mean {ms((rt_t.tpot_mean_s or 0) * 1000)} ms")
+        print(f"ours - runtime: TTFT mean {ms(rt_t.ttft_mean_diff_ms)} ms"
+              + (f" (median {ms(rt_t.ttft_diff_ms.p50)})" if rt_t.ttft_diff_ms else "")
+              + f", TPOT mean {ms(rt_t.tpot_mean_diff_ms)} ms"
+              + (f" (median {ms(rt_t.tpot_diff_ms.p50)})" if rt_t.tpot_diff_ms else ""))
+    else:
+        print("runtime timings: not reported by this runtime")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except SuiteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
