@@ -318,9 +318,13 @@ def test_watchdog_stops_a_growing_container(docker_launcher, toy_images, tiny_gg
         policy = memwatch.Policy(spill_gb=None, host_max_gb=0.6, interval_s=0.1)
         with memwatch.Watchdog(policy, probes=[memwatch.CgroupProbe(rt.container_id)], stop=rt.kill) as wd:
             tripped = wd.wait_tripped(timeout=60)
+            gone = wd.wait_gone(timeout=15)
         report = wd.report
-    assert tripped, report
+    assert tripped and gone, report
     assert report is not None and report.trip is not None
+    trip = report.trip
+    print(f"\nwatchdog trip: {trip.value_bytes / 2**20:.0f} MiB > {trip.threshold_bytes / 2**20:.0f} MiB, "
+          f"stop returned after {trip.stop_returned_s}, gone after {trip.gone_s} s")
     assert report.trip.rule == "host_max" and report.trip.value_bytes >= 0.6 * 2**30
     assert report.trip.value_bytes < 1.5 * 2**30  # stopped soon after the crossing
     assert not rt.alive()
