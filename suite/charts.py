@@ -5,21 +5,34 @@ that the page embeds as is: no script, no network, readable from disk. Every cha
 axis titles with their units, and a colour per arm. The SVG text is produced by vl-convert, which
 escapes every label, so arm or metric names cannot inject markup. A chart with no data returns
 None and the page says so instead.
+
+Speed (a site of 1,000 runs renders dozens of charts): the figures are aggregated here (quartiles,
+a bounded number of ticks), the chart only draws; the data travel as named datasets added to the
+finished specification, so altair never copies them; and altair's per-object schema validation
+is left to the renderer, which rejects an invalid specification anyway.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from functools import lru_cache
 from typing import Any
 
 import altair as alt
 import vl_convert as vlc
+from altair.utils import schemapi
+
+from suite.stats import percentile
 
 log = logging.getLogger(__name__)
 
 WIDTH = 520
 HEIGHT = 200
 FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
+TRIP = "#b00020"
+
+schemapi.disable_debug_mode()
 
 
 def _config(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
@@ -32,75 +45,133 @@ def _config(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
     )
 
 
-def render(chart: alt.TopLevelMixin) -> str:
-    """The chart as an SVG document string (the XML prolog removed, for inline use)."""
-    svg = vlc.vegalite_to_svg(_config(chart).to_dict(validate=False))
+def spec_of(chart: alt.TopLevelMixin) -> str:
+    """The chart's Vega-Lite specification (JSON), with the site's fonts and sizes."""
+    return json.dumps(_config(chart).to_dict(validate=False))
+
+
+def render(spec_json: str, datasets: dict[str, list[dict[str, Any]]] | None = None) -> str:
+    """A specification as an SVG string for inline use; `datasets` fill its named data sources."""
+    spec = json.loads(spec_json)
+    if datasets:
+        spec["datasets"] = {**spec.get("datasets", {}), **datasets}
+    svg = vlc.vegalite_to_svg(spec)
     if svg.startswith("<?xml"):
         svg = svg.split("?>", 1)[1]
     return svg.strip()
 
 
-def _rows(samples: dict[str, list[float]], scale: float = 1.0) -> list[dict[str, Any]]:
-    return [{"arm": arm, "value": v * scale} for arm, values in samples.items() for v in values
-            if v is not None]
+def _box_rows(samples: dict[str, list[float]], scale: float) -> list[dict[str, Any]]:
+    """Per arm: min, quartiles, median and max, computed here (the chart draws, never aggregates)."""
+    rows = []
+    for arm, values in samples.items():
+        xs = [v * scale for v in values if v is not None]
+        if xs:
+            rows.append({"arm": arm, "min": min(xs), "q1": percentile(xs, 25), "median": percentile(xs, 50),
+                         "q3": percentile(xs, 75), "max": max(xs), "n": len(xs)})
+    return rows
+
+
+def _tick_rows(samples: dict[str, list[float]], scale: float, max_ticks: int) -> list[dict[str, Any]]:
+    """The observations as ticks; above `max_ticks` per arm, evenly spaced quantiles stand for them."""
+    rows = []
+    for arm, values in samples.items():
+        xs = sorted(v * scale for v in values if v is not None)
+        if len(xs) > max_ticks:
+            xs = [xs[round(i * (len(xs) - 1) / (max_ticks - 1))] for i in range(max_ticks)]
+        rows += [{"arm": arm, "value": x} for x in xs]
+    return rows
 
 
 def distribution(samples: dict[str, list[float]], *, title: str, axis: str, scale: float = 1.0,
-                 subtitle: str | None = None) -> str | None:
-    """One row of ticks per arm with a box plot under them: every observation visible."""
-    rows = _rows(samples, scale)
-    if not rows:
+                 subtitle: str | None = None, max_ticks: int = 200) -> str | None:
+    """One row per arm: a tick per observation over a box (min, quartiles, median, max)."""
+    boxes = _box_rows(samples, scale)
+    if not boxes:
         return None
-    data = alt.Data(values=rows)
-    y = alt.Y("arm:N", title=None, sort=list(samples))
-    x = alt.X("value:Q", title=axis, scale=alt.Scale(zero=False))
-    color = alt.Color("arm:N", legend=None, sort=list(samples))
-    box = alt.Chart(data).mark_boxplot(extent="min-max", size=14, opacity=0.35).encode(x=x, y=y, color=color)
-    ticks = alt.Chart(data).mark_tick(thickness=1.5, size=22).encode(x=x, y=y, color=color)
-    height = max(60, 38 * len(samples))
+    spec = _distribution_spec(tuple(b["arm"] for b in boxes), title, axis, subtitle)
+    return render(spec, {"boxes": boxes, "ticks": _tick_rows(samples, scale, max_ticks)})
+
+
+@lru_cache(maxsize=64)
+def _distribution_spec(order: tuple[str, ...], title: str, axis: str, subtitle: str | None) -> str:
+    y = alt.Y("arm:N", title=None, sort=list(order))
+    color = alt.Color("arm:N", legend=None, sort=list(order))
+    box_data, tick_data = alt.Data(name="boxes"), alt.Data(name="ticks")
+    whisker = alt.Chart(box_data).mark_rule(color="#888").encode(
+        x=alt.X("min:Q", title=axis, scale=alt.Scale(zero=False)), x2="max:Q", y=y)
+    box = alt.Chart(box_data).mark_bar(size=16, opacity=0.3).encode(x="q1:Q", x2="q3:Q", y=y, color=color)
+    median = alt.Chart(box_data).mark_tick(size=20, thickness=2.5, color="black").encode(x="median:Q", y=y)
+    ticks = alt.Chart(tick_data).mark_tick(thickness=1.2, size=12, opacity=0.8).encode(
+        x="value:Q", y=y, color=color)
     props: dict[str, Any] = {"text": title}
     if subtitle:
         props["subtitle"] = subtitle
-    return render(alt.layer(box, ticks).properties(title=alt.TitleParams(**props), width=WIDTH,
-                                                   height=height))
+    return spec_of(alt.layer(whisker, box, ticks, median).properties(
+        title=alt.TitleParams(**props), width=WIDTH, height=max(60, 38 * len(order))))
 
 
 def ttft_distribution(samples_s: dict[str, list[float]]) -> str | None:
     """Time to first token of each streamed request, per arm, in milliseconds."""
     return distribution(samples_s, title="Time to first token", axis="TTFT (ms)", scale=1000.0,
-                        subtitle="one tick per streamed request; box: min, quartiles, max")
+                        subtitle="one tick per streamed request; bar: quartiles; black: median; line: min to max")
 
 
 def itl_distribution(samples_s: dict[str, list[float]]) -> str | None:
     """Inter-token latency (gaps between streamed chunks), per arm, in milliseconds."""
-    return distribution(samples_s, title="Inter-token latency", axis="gap between tokens (ms)",
-                        scale=1000.0, subtitle="every gap between consecutive streamed chunks")
+    return distribution(samples_s, title="Inter-token latency", axis="gap between tokens (ms)", scale=1000.0,
+                        subtitle="gaps between consecutive streamed chunks (up to 200 quantiles shown); "
+                                 "bar: quartiles; black: median")
 
 
-def memory_timeline(arm: str, t_s: list[float], metrics: dict[str, list[float | None]],
-                    trip_t_s: float | None = None, threshold_bytes: float | None = None) -> str | None:
-    """Memory readings of one arm's run over time, in GiB, with the trip (if any) marked."""
-    rows = [
-        {"t": t, "metric": name, "gib": v / 2**30}
-        for name, values in metrics.items()
-        for t, v in zip(t_s, values)
-        if v is not None
-    ]
-    if not rows:
+class MemorySeries:
+    """One arm's watchdog timeline: sample times (s), readings by metric (bytes), the trip if any."""
+
+    def __init__(self, arm: str, t_s: list[float], metrics: dict[str, list[float | None]],
+                 trip_t_s: float | None = None, threshold_bytes: float | None = None):
+        self.arm = arm
+        self.t_s = t_s
+        self.metrics = metrics
+        self.trip_t_s = trip_t_s
+        self.threshold_bytes = threshold_bytes
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [{"t": t, "reading": name, "gib": v / 2**30}
+                for name, values in self.metrics.items() for t, v in zip(self.t_s, values) if v is not None]
+
+
+def memory_timelines(series: list[MemorySeries], width: int = 1180) -> str | None:
+    """The memory timeline of every arm, one panel per arm side by side, on one GiB scale."""
+    datasets: dict[str, list[dict[str, Any]]] = {}
+    shown = [s for s in series if s.rows()]
+    if not shown:
         return None
-    base = alt.Chart(alt.Data(values=rows)).mark_line(interpolate="step-after", strokeWidth=1.5).encode(
-        x=alt.X("t:Q", title="time since the watchdog started (s)"),
-        y=alt.Y("gib:Q", title="memory (GiB)"),
-        color=alt.Color("metric:N", title="reading"),
-    )
-    layers: list[alt.Chart] = [base]
-    if threshold_bytes is not None:
-        layers.append(alt.Chart(alt.Data(values=[{"gib": threshold_bytes / 2**30}]))
-                      .mark_rule(color="#b00020", strokeDash=[4, 3]).encode(y="gib:Q"))
-    if trip_t_s is not None:
-        layers.append(alt.Chart(alt.Data(values=[{"t": trip_t_s}]))
-                      .mark_rule(color="#b00020").encode(x="t:Q"))
-    return render(alt.layer(*layers).properties(
-        title=alt.TitleParams(text=f"Memory timeline: {arm}",
-                              subtitle="watchdog samples; red: trip threshold / trip time"),
-        width=WIDTH, height=HEIGHT))
+    layout = []
+    for i, s in enumerate(shown):
+        datasets[f"mem{i}"] = s.rows()
+        if s.threshold_bytes is not None:
+            datasets[f"limit{i}"] = [{"gib": s.threshold_bytes / 2**30}]
+        if s.trip_t_s is not None:
+            datasets[f"trip{i}"] = [{"t": s.trip_t_s}]
+        layout.append((s.arm, s.threshold_bytes is not None, s.trip_t_s is not None))
+    return render(_memory_spec(tuple(layout), width), datasets)
+
+
+@lru_cache(maxsize=64)
+def _memory_spec(layout: tuple[tuple[str, bool, bool], ...], width: int) -> str:
+    panel_width = max(220, min(WIDTH, width // len(layout) - 90))
+    panels = []
+    for i, (arm, limit, trip) in enumerate(layout):
+        layers: list[alt.Chart] = [
+            alt.Chart(alt.Data(name=f"mem{i}")).mark_line(interpolate="step-after", strokeWidth=1.5).encode(
+                x=alt.X("t:Q", title="time since the watchdog started (s)"),
+                y=alt.Y("gib:Q", title="memory (GiB)"),
+                color=alt.Color("reading:N", title="reading"))]
+        if limit:
+            layers.append(alt.Chart(alt.Data(name=f"limit{i}")).mark_rule(color=TRIP, strokeDash=[4, 3])
+                          .encode(y="gib:Q"))
+        if trip:
+            layers.append(alt.Chart(alt.Data(name=f"trip{i}")).mark_rule(color=TRIP).encode(x="t:Q"))
+        panels.append(alt.layer(*layers).properties(title=arm, width=panel_width, height=HEIGHT))
+    return spec_of(alt.hconcat(*panels).resolve_scale(y="shared").properties(title=alt.TitleParams(
+        text="Memory timeline per arm", subtitle="watchdog samples (GiB); red: trip threshold and trip time")))

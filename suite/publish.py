@@ -21,8 +21,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -758,7 +760,7 @@ def make_env() -> Environment:
     return env
 
 
-def _empty_out(out: Path, results: Path) -> None:
+def _empty_out(out: Path, results: Path) -> threading.Thread | None:
     out_r, res_r = out.resolve(), results.resolve()
     if out_r == res_r or out_r in res_r.parents or res_r in out_r.parents:
         raise SuiteError(f"{out}: the site's output folder must be apart from the results folder {results}")
@@ -767,9 +769,17 @@ def _empty_out(out: Path, results: Path) -> None:
             raise SuiteError(f"{out}: exists and is not a folder")
         if any(out.iterdir()) and not (out / MARKER).exists():
             raise SuiteError(f"{out}: not empty and not a site this suite built; choose another --out")
-        shutil.rmtree(out)
+        # moved aside at once, deleted while the new site is written
+        old = out.with_name(f".{out.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+        out.rename(old)
+        remover = threading.Thread(target=shutil.rmtree, args=(old,), kwargs={"ignore_errors": True},
+                                   name="site-old-output", daemon=False)
+        remover.start()
+    else:
+        remover = None
     out.mkdir(parents=True)
     (out / MARKER).write_text("built by `suite site`; emptied on every build\n")
+    return remover
 
 
 class _Site:
@@ -841,14 +851,14 @@ def _model_page(site: _Site, model: ModelRuns, generated: str) -> None:
     ttft_svg = site.chart(charts.ttft_distribution({k: v for k, v in ttft.items() if v}))
     itl_svg = site.chart(charts.itl_distribution({k: v for k, v in itl.items() if v}))
 
-    memory_svgs: list[str | None] = []
+    series = []
     for r in runs:
         wd = r.s.watchdog or {}
         tl = pick(wd, "timeline") or {}
         trip = pick(wd, "trip") or {}
-        memory_svgs.append(site.chart(charts.memory_timeline(
-            r.s.arm, pick(tl, "t_s", default=[]), pick(tl, "metrics", default={}),
-            trip_t_s=pick(trip, "t_s"), threshold_bytes=pick(trip, "threshold_bytes"))))
+        series.append(charts.MemorySeries(r.s.arm, pick(tl, "t_s", default=[]), pick(tl, "metrics", default={}),
+                                          trip_t_s=pick(trip, "t_s"), threshold_bytes=pick(trip, "threshold_bytes")))
+    memory_svg = site.chart(charts.memory_timelines(series))
 
     extraction = [extraction_view(r.s.extraction) for r in runs]
     section_ids: list[str] = []
@@ -873,7 +883,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str) -> None:
     site.write(
         model.page, "model.html", model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
         gate=gate, generated=generated, ttft_svg=ttft_svg, itl_svg=itl_svg,
-        memory_svgs=memory_svgs, latency_rows=latency_rows(runs), extraction=extraction,
+        memory_svg=memory_svg, latency_rows=latency_rows(runs), extraction=extraction,
         section_ids=section_ids, watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         controls=controls, signature_rows=signature_rows(runs),
         restarts=restarts, restart_prompts=restart_prompts, control_configs=control_configs,
@@ -886,7 +896,7 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     t0 = time.perf_counter()
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     models = load_runs(results_dir)  # validates every record before anything is deleted
-    _empty_out(out_dir, results_dir)
+    remover = _empty_out(out_dir, results_dir)
     site = _Site(out_dir)
     shutil.copytree(STATIC_DIR, out_dir / "static")
     generated = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -905,6 +915,8 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
                        watchdog=watchdog_view(run.s.watchdog),
                        latency_rows=latency_rows([run]))
 
+    if remover is not None:
+        remover.join()
     complete = sum(1 for r in all_runs if r.s.status == "complete")
     report = BuildReport(
         out_dir=str(out_dir), index=str((out_dir / "index.html").resolve()), runs=len(all_runs),
