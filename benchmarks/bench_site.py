@@ -89,12 +89,15 @@ def main() -> int:
 
     from suite.publish import build_site
 
+    import os
+
     times = []
     for i in range(args.repeat):
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         report = build_site(results, out)
         times.append(time.perf_counter() - t)
-        print(f"build {i + 1}: {times[-1]:.2f} s  ({report.line()})")
+        print(f"build {i + 1}: {times[-1]:.2f} s wall, {time.process_time() - cpu:.2f} s CPU, "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores  ({report.line()})")
     best = min(times)
     print(f"site build from {report.runs} run records: {times[0]:.2f} s cold"
           + (f", best {best:.2f} s" if len(times) > 1 else "") + " (target < 10 s)")

@@ -57,6 +57,9 @@ class BuildReport(BaseModel):
     pages: int
     charts: int
     seconds: float
+    load_s: float = 0.0  # reading and validating the records
+    chart_s: float = 0.0  # drawing the charts
+    pages_s: float = 0.0  # everything else: figures, templates, writing
 
     def __str__(self) -> str:
         return self.line()
@@ -64,7 +67,8 @@ class BuildReport(BaseModel):
     def line(self) -> str:
         return (f"site: {self.pages} pages, {self.charts} charts from {self.runs} runs "
                 f"({self.complete} complete, {self.incomplete} not) of {self.models} models "
-                f"in {self.seconds:.2f} s; open {self.index}")
+                f"in {self.seconds:.2f} s (records {self.load_s:.2f} s, charts {self.chart_s:.2f} s, "
+                f"pages {self.pages_s:.2f} s); open {self.index}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -790,6 +794,7 @@ class _Site:
         self.env = make_env()
         self.pages = 0
         self.charts = 0
+        self.chart_s = 0.0
 
     def write(self, rel: str, template: str, **ctx: Any) -> None:
         depth = rel.count("/")
@@ -799,7 +804,11 @@ class _Site:
         path.write_text(html, encoding="utf-8")
         self.pages += 1
 
-    def chart(self, svg: str | None) -> str | None:
+    def chart(self, draw: Any, *args: Any) -> str | None:
+        """Draw one chart (`draw(*args)`), counting it and the time it took."""
+        t = time.perf_counter()
+        svg = draw(*args)
+        self.chart_s += time.perf_counter() - t
         if svg is not None:
             self.charts += 1
         return svg
@@ -848,8 +857,8 @@ def _model_page(site: _Site, model: ModelRuns, generated: str) -> None:
     ttft = {r.s.arm: [q["ttft_s"] for q in reqs if isinstance(q.get("ttft_s"), (int, float))]
             for r, reqs in zip(runs, latency_reqs)}
     itl = {r.s.arm: [g for q in reqs for g in itl_gaps(q)] for r, reqs in zip(runs, latency_reqs)}
-    ttft_svg = site.chart(charts.ttft_distribution({k: v for k, v in ttft.items() if v}))
-    itl_svg = site.chart(charts.itl_distribution({k: v for k, v in itl.items() if v}))
+    ttft_svg = site.chart(charts.ttft_distribution, {k: v for k, v in ttft.items() if v})
+    itl_svg = site.chart(charts.itl_distribution, {k: v for k, v in itl.items() if v})
 
     series = []
     for r in runs:
@@ -858,7 +867,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str) -> None:
         trip = pick(wd, "trip") or {}
         series.append(charts.MemorySeries(r.s.arm, pick(tl, "t_s", default=[]), pick(tl, "metrics", default={}),
                                           trip_t_s=pick(trip, "t_s"), threshold_bytes=pick(trip, "threshold_bytes")))
-    memory_svg = site.chart(charts.memory_timelines(series))
+    memory_svg = site.chart(charts.memory_timelines, series)
 
     extraction = [extraction_view(r.s.extraction) for r in runs]
     section_ids: list[str] = []
@@ -896,6 +905,7 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     t0 = time.perf_counter()
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     models = load_runs(results_dir)  # validates every record before anything is deleted
+    t_loaded = time.perf_counter()
     remover = _empty_out(out_dir, results_dir)
     site = _Site(out_dir)
     shutil.copytree(STATIC_DIR, out_dir / "static")
@@ -918,10 +928,13 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     if remover is not None:
         remover.join()
     complete = sum(1 for r in all_runs if r.s.status == "complete")
+    total = time.perf_counter() - t0
     report = BuildReport(
         out_dir=str(out_dir), index=str((out_dir / "index.html").resolve()), runs=len(all_runs),
         complete=complete, incomplete=len(all_runs) - complete, models=len(models),
-        pages=site.pages, charts=site.charts, seconds=round(time.perf_counter() - t0, 3),
+        pages=site.pages, charts=site.charts, seconds=round(total, 3),
+        load_s=round(t_loaded - t0, 3), chart_s=round(site.chart_s, 3),
+        pages_s=round(total - (t_loaded - t0) - site.chart_s, 3),
     )
     log.info(report.line())
     return report
