@@ -109,6 +109,36 @@ def test_gate_in_a_container(docker_launcher, llamacpp_image, tiny_gguf, tmp_pat
     assert session_containers(docker_launcher) == []
 
 
+def test_adding_a_runtime_is_a_folder(docker_launcher, llamacpp_image, tiny_gguf, tmp_path):
+    """A new runtime: a folder with a runtime.toml and a Dockerfile, no Python; a gate runs on it."""
+    image = docker_launcher.image_for(llamacpp_image)
+    folder = tmp_path / "images" / "llamacpp-one-slot"
+    folder.mkdir(parents=True)
+    (folder / "Dockerfile").write_text(f"FROM {image}\nENTRYPOINT [\"/usr/local/bin/llama-server\"]\n")
+    (folder / "runtime.toml").write_text(textwrap.dedent("""\
+        description = "llama-server with one slot and a small batch"
+        [server]
+        ready_path = "/health"
+        container_port = 8080
+        [docker]
+        command = ["--model", "{model_path}", "--alias", "{served_name}", "--host", "0.0.0.0",
+                   "--port", "8080", "--seed", "{seed}", "--ctx-size", "{context_length}",
+                   "--parallel", "1", "--batch-size", "64"]
+        gpu = "none"
+        [capabilities]
+        formats = ["gguf"]
+        """))
+    definition = load_definitions(tmp_path / "images")["llamacpp-one-slot"]
+    docker_launcher.prepare(definition)
+    with docker_launcher.start(spec_for(definition, tiny_gguf, tmp_path)) as rt:
+        assert "--parallel" in rt.command and "1" in rt.command
+        with OpenAIClient(rt.base_url, "tiny", extra_body={"cache_prompt": False}) as client:
+            gate = run_gate(client, select_prompts(["short-open"]), 3, seed=42, temperature=0.0,
+                            max_tokens_cap=8, alive=rt.alive)
+    assert gate.prompts[0].answered == 3 and gate.prompts[0].distinct_answers == 1
+    assert session_containers(docker_launcher) == []
+
+
 # -- interrupts -------------------------------------------------------------------------------------
 
 CHILD = textwrap.dedent("""

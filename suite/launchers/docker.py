@@ -581,8 +581,10 @@ class DockerLauncher(Launcher):
 
         runtime = spec.runtime
         dspec = docker_spec(runtime)
-        tag = self.image_for(runtime)
+        self.check_available()
         client = self.client
+        tag = build_image(runtime, _docker_client(timeout=3600))  # reused when it exists
+        self._images[runtime.name] = tag
         want_gpu = dspec.gpu != "none"
         has_gpu = want_gpu and nvidia_runtime_present(client)
         if dspec.gpu == "required" and not has_gpu:
