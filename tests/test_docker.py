@@ -359,3 +359,31 @@ def test_watchdog_stops_a_growing_container(docker_launcher, toy_images, tiny_gg
     assert report.trip.value_bytes < 1.5 * 2**30  # stopped soon after the crossing
     assert not rt.alive()
     assert session_containers(docker_launcher) == []
+
+
+def test_host_pip_settings_reach_the_build(docker_launcher, tmp_path):
+    """pip inside a build is configured as on the host; local pip folders are served to it."""
+    from suite.launchers.docker import _local_path, host_pip_config
+
+    settings = host_pip_config()
+    local = [loc for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL")
+             for loc in settings.get(name, "").split() if _local_path(loc) and _local_path(loc).exists()]
+    if not local:
+        pytest.skip("this host's pip uses no local folder")
+    folder = tmp_path / "images" / "pip-probe"
+    folder.mkdir(parents=True)
+    (folder / "runtime.toml").write_text('description = "probe"\n[docker]\ngpu = "none"\n')
+    (folder / "Dockerfile").write_text(TOY_DOCKERFILE + textwrap.dedent("""\
+        ARG PIP_FIND_LINKS
+        ARG PIP_EXTRA_INDEX_URL
+        ARG PIP_INDEX_URL
+        RUN for url in $PIP_FIND_LINKS $PIP_EXTRA_INDEX_URL $PIP_INDEX_URL; do \\
+              case "$url" in http://127.0.0.1:*) python3 -c "import sys, urllib.request; \\
+                urllib.request.urlopen(sys.argv[1], timeout=30).read(1)" "$url" && echo "reached $url";; esac; \\
+            done > /reached.txt && test -s /reached.txt
+        """))
+    definition = load_definitions(tmp_path / "images")["pip-probe"]
+    docker_launcher.prepare(definition)
+    tag = docker_launcher.image_for(definition)
+    out = docker_launcher.client.containers.run(tag, ["cat /reached.txt"], remove=True).decode()
+    assert out.count("reached http://127.0.0.1:") == len(local), out
