@@ -18,6 +18,10 @@ answers 200. Every exit path removes the container: stop/kill, a failed start, C
 (signal handlers), and interpreter exit (atexit removes every container with this process's
 session label). The model path must exist on the Docker host: with a remote engine
 (`DOCKER_HOST=ssh://...`) the model cache lives there.
+
+Environment: `SUITE_DOCKER_BASE` (the BASE build arg), `SUITE_DOCKER_GPUS` ("all", or GPU
+indexes/UUIDs separated by commas), `SUITE_DOCKER_SESSION` (the session label; default: pid and a
+random suffix). Build logs go to `$SUITE_CACHE/docker/builds/`.
 """
 
 from __future__ import annotations
