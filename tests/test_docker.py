@@ -387,3 +387,10 @@ def test_host_pip_settings_reach_the_build(docker_launcher, tmp_path):
     tag = docker_launcher.image_for(definition)
     out = docker_launcher.client.containers.run(tag, ["cat /reached.txt"], remove=True).decode()
     assert out.count("reached http://127.0.0.1:") == len(local), out
+
+
+def test_unreachable_engine_is_unavailable_with_the_reason(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    with pytest.raises(EnvironmentUnavailable) as info:
+        DockerLauncher().check_available()
+    assert "Docker engine not reachable" in one_line(info.value)
