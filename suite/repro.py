@@ -218,7 +218,7 @@ def analyse(samples: Sequence[Sample], cold_count: int = 1, preview_chars: int =
         requests=len(ordered),
         answered=len(ok),
         errors=len(ordered) - len(ok),
-        empty_answers=sum(1 for s in ok if (s.n_tokens == 0 if s.n_tokens is not None else s.text == "")),
+        empty_answers=sum(1 for s in ok if s.text == ""),  # nothing a reader would see
         distinct=len(groups),
         modal_share=(len(groups[0]) / len(ok)) if ok else None,
         modal_tied=len(groups) > 1 and len(groups[0]) == len(groups[1]),
