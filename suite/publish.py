@@ -539,6 +539,9 @@ def metric_label(name: str) -> tuple[str, str, float]:
         key, factor, unit = base[:-2], 1000.0, "ms"
     else:
         key, factor, unit = base, 1.0, ""
+    if prefix == "runtime_timings." and key.endswith("_diff"):
+        what = METRIC_LABELS.get(key[:-5], (key[:-5].upper(), ""))[0]
+        return f"{what}: ours − the runtime's own", "ms", factor
     label, default_unit = METRIC_LABELS.get(key, (key.replace("_", " "), unit))
     return (prefix.replace(".", " ") + label).strip(), unit or default_unit, factor
 
@@ -695,9 +698,9 @@ def watchdog_view(wd: dict[str, Any] | None) -> dict[str, Any] | None:
         "cpu_pct": pick(wd, "cpu_pct_of_core"),
         "policy": pick(wd, "policy", default={}),
         "probes": probes if isinstance(probes, list) else [],
-        "peaks_gib": {k: v / 2**30 for k, v in peaks.items() if isinstance(v, (int, float))},
+        "peaks_gib": {k: v / 2**30 for k, v in peaks.items() if isinstance(v, (int, float)) and k.endswith("_bytes")},
         "baselines_gib": {k: v / 2**30 for k, v in pick(wd, "baselines", default={}).items()
-                          if isinstance(v, (int, float))},
+                          if isinstance(v, (int, float)) and k.endswith("_bytes")},
         "events": pick(wd, "events", default=[]),
     }
 
@@ -865,7 +868,8 @@ def _model_page(site: _Site, model: ModelRuns, generated: str) -> None:
         wd = r.s.watchdog or {}
         tl = pick(wd, "timeline") or {}
         trip = pick(wd, "trip") or {}
-        series.append(charts.MemorySeries(r.s.arm, pick(tl, "t_s", default=[]), pick(tl, "metrics", default={}),
+        memory = {k: v for k, v in (pick(tl, "metrics", default={}) or {}).items() if k.endswith("_bytes")}
+        series.append(charts.MemorySeries(r.s.arm, pick(tl, "t_s", default=[]), memory,
                                           trip_t_s=pick(trip, "t_s"), threshold_bytes=pick(trip, "threshold_bytes")))
     memory_svg = site.chart(charts.memory_timelines, series)
 

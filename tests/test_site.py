@@ -233,7 +233,7 @@ def test_incomplete_and_tripped_runs_render(site: Path, browser: Browser, shots:
     text = page.text()
     assert "not run" in text
     assert "suite bench --resume" in text
-    assert "Tripped: process_tree.rss_bytes" in text
+    assert "Tripped: process_tree.host_rss_bytes" in text
     assert page.eval("document.querySelectorAll('figure.chart svg').length") >= 1
 
 

@@ -230,20 +230,21 @@ def watchdog_for(rng: random.Random, base_gib: float, seconds: float, trip_at: f
     policy = Policy(spill_gb=1.5, host_max_gb=16)
     trip = None
     if trip_at is not None:
-        trip = TripEvent(probe="process_tree", metric="rss_bytes", rule="spill",
+        trip = TripEvent(probe="process_tree", metric="host_rss_bytes", rule="spill",
                          threshold_bytes=(base_gib + 1.5) * gib, baseline_bytes=base_gib * gib,
                          value_bytes=rss[-1] or 0.0, t_s=ts[-1], previous_sample_t_s=ts[-2],
                          detected_unix=1764457000.0, stop_called_s=0.0004, stop_returned_s=0.21,
                          gone_s=0.23, gone_unix=1764457000.23, gone_basis="processes exited",
                          crossing_to_gone_s=0.33)
-    metrics = {"process_tree.rss_bytes": rss}
+    metrics: dict[str, list[float | None]] = {"host_rss_bytes": rss, "host_procs": [1.0] * len(rss)}
     return WatchdogReport(
         policy=policy,
-        probes=[ProbeStatus(name="process_tree", available=True, metrics=["rss_bytes"]),
+        probes=[ProbeStatus(name="process_tree", available=True, metrics=["host_procs", "host_rss_bytes"]),
                 ProbeStatus(name="nvml", available=False, reason="no NVIDIA driver on this machine")],
         tripped=trip is not None, trip=trip, started_unix=1764456000.0, duration_s=ts[-1],
-        sample_count=len(ts) * 8, mean_interval_s=0.1, baselines={"process_tree.rss_bytes": base_gib * gib},
-        peaks={"process_tree.rss_bytes": max(v for v in rss if v is not None)}, cpu_s=0.4,
+        sample_count=len(ts) * 8, mean_interval_s=0.1,
+        baselines={"host_rss_bytes": base_gib * gib, "host_procs": 1.0},
+        peaks={"host_rss_bytes": max(v for v in rss if v is not None), "host_procs": 1.0}, cpu_s=0.4,
         cpu_pct_of_core=0.9, cpu_ms_per_sample=0.11, timeline=Timeline(t_s=ts, metrics=metrics, raw_samples=len(ts) * 8))
 
 
