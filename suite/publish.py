@@ -62,12 +62,12 @@ class BuildReport(BaseModel):
     pages_s: float = 0.0  # everything else: figures, templates, writing
 
     def __str__(self) -> str:
-        return self.line()
+        return (f"{self.pages} pages, {self.charts} charts from {self.runs} runs "
+                f"({self.complete} complete, {self.incomplete} not) of {self.models} models "
+                f"in {self.seconds:.2f} s")
 
     def line(self) -> str:
-        return (f"site: {self.pages} pages, {self.charts} charts from {self.runs} runs "
-                f"({self.complete} complete, {self.incomplete} not) of {self.models} models "
-                f"in {self.seconds:.2f} s (records {self.load_s:.2f} s, charts {self.chart_s:.2f} s, "
+        return (f"site: {self} (records {self.load_s:.2f} s, charts {self.chart_s:.2f} s, "
                 f"pages {self.pages_s:.2f} s); open {self.index}")
 
 
@@ -940,7 +940,7 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
         load_s=round(t_loaded - t0, 3), chart_s=round(site.chart_s, 3),
         pages_s=round(total - (t_loaded - t0) - site.chart_s, 3),
     )
-    log.info(report.line())
+    log.debug(report.line())
     return report
 
 
