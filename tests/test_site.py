@@ -270,3 +270,20 @@ def test_list_runs_table() -> None:
     models = load_runs(GOLDEN)
     assert [a.name for a in models["tiny"].arms.values()] == ["llamacpp", "llamacpp-python", "vllm-cpu"]
     assert len(models["tiny"].arms["llamacpp"].runs) == 2
+
+
+def test_sparse_stage_records_render(tmp_path: Path) -> None:
+    """A record whose stages hold only some of their fields still renders ("—" where figures lack)."""
+    results = tmp_path / "results"
+    shutil.copytree(GOLDEN, results)
+    summary = next(results.glob("tiny/llamacpp-python/*/summary.json"))
+    data = json.loads(summary.read_text())
+    data.update(gate={"prompts": [{"prompt_id": "short-open"}]}, latency={"levels": [{}]},
+                extraction={"per_section": [{}]}, controls={"rows": [{}]}, restarts={"prompts": [{}]},
+                watchdog={"timeline": {}})
+    summary.chmod(0o644)
+    summary.write_text(json.dumps(data))
+    report = build_site(results, tmp_path / "public")
+    assert report.runs == 6
+    html = (tmp_path / "public" / "models" / "tiny.html").read_text()
+    assert "llamacpp-python" in html and "vllm-cpu" in html
