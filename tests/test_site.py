@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from suite.errors import SuiteError
-from suite.publish import MARKER, build_site, fmt_num, load_runs
+from suite.figures import load_runs
+from suite.publish import MARKER, build_site, fmt_num
 from suite.records import SCHEMA_VERSION, load_all
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

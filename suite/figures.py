@@ -1,0 +1,658 @@
+"""Figures: what the pages and the exported tables show, read from the run records.
+
+The stage results reach `summary.json` as dicts (one key per stage). The readers here turn them
+into the figures a person compares: per gate prompt the distinct answers, their lengths with
+counts and where each departs from the modal one; the headline of a run (distinct answers of N,
+median TTFT, output tokens/s, extraction clean share); latency percentiles with units; the
+extraction grid; the control matrix; restarts with their agreement interval; the watchdog's
+peaks and trip; the configuration signatures side by side. They accept the stage models' field
+names and tolerate missing ones, so a stage that did not run (or an older, sparser record) shows
+"not run" or "—" instead of breaking the site. Runs are grouped by model and arm here too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from pydantic import BaseModel
+
+from suite.errors import SuiteError
+from suite.records import Summary, load_all
+
+log = logging.getLogger(__name__)
+
+
+
+def pick(d: Any, *keys: str, default: Any = None) -> Any:
+    """The value of the first of `keys` present (and not None) in dict `d`; dotted keys descend."""
+    if not isinstance(d, dict):
+        return default
+    for key in keys:
+        cur: Any = d
+        for part in key.split("."):
+            if isinstance(cur, dict) and part in cur:
+                cur = cur[part]
+            else:
+                cur = None
+                break
+        if cur is not None:
+            return cur
+    return default
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a model, arm, prompt or run name."""
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", str(text)).strip("-.")
+    return s[:120] or "x"
+
+
+def as_float(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return None if isinstance(v, float) and math.isnan(v) else float(v)
+    if isinstance(v, dict):  # a Distribution or MeanSE
+        return as_float(pick(v, "p50", "mean", "value"))
+    return None
+
+
+def mean_se(v: Any) -> tuple[float | None, float | None, int | None]:
+    """(mean, standard error, n) from a MeanSE dict or a bare number."""
+    if isinstance(v, dict):
+        return as_float(v.get("mean")), as_float(v.get("se")), v.get("n")
+    return as_float(v), None, None
+
+
+def lengths_counts(raw: Any) -> list[tuple[int | None, int]]:
+    """Answer lengths (tokens; None: unknown) with their counts, from a dict, pairs or dicts."""
+    pairs: list[tuple[int | None, int]] = []
+
+    def as_len(v: Any) -> int | None:
+        return None if v is None else int(v)
+
+    if isinstance(raw, dict):
+        pairs = [(as_len(k), int(v)) for k, v in raw.items()]
+    elif isinstance(raw, list):
+        for item in raw:
+            if isinstance(item, dict):
+                count = pick(item, "count", "n", default=1)
+                pairs.append((as_len(pick(item, "tokens", "length", "n_tokens")), int(count)))
+            elif isinstance(item, (list, tuple)) and len(item) == 2:
+                pairs.append((as_len(item[0]), int(item[1])))
+    return pairs
+
+
+def lengths_text(pairs: list[tuple[int | None, int]]) -> str:
+    """`1,021 ×5, 1,024 ×1`: each length in tokens with how many answers had it."""
+    return ", ".join(f"{'?' if length is None else format(length, ',')} ×{count}" for length, count in pairs)
+
+
+@dataclass
+class DistinctAnswer:
+    """One distinct answer to a gate prompt, split where it departs from the modal answer."""
+
+    rank: int  # 0 = modal
+    text: str
+    count: int
+    requests: list[int]  # 1-based request numbers that gave it (1 = the cold request)
+    n_tokens: int | None
+    common: str = ""  # the prefix shared with the modal answer
+    rest: str = ""  # from the first differing character on
+    depart_char: int | None = None
+    depart_token: int | None = None
+    logprob_gap: float | None = None
+
+    @property
+    def modal(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass
+class GatePrompt:
+    prompt_id: str
+    n: int | None  # requests sent
+    answered: int | None
+    errors: int
+    distinct: int | None
+    lengths: list[tuple[int | None, int]]
+    lengths_label: str
+    cold_differs: bool | None
+    cold_vs_warm: str
+    first_divergence: str | None
+    modal_share: float | None
+    compared_by: str | None
+    answers: list[DistinctAnswer]
+    stopped_reason: str | None
+    page: str | None = None  # the answer page, relative to the site root
+
+    @property
+    def lengths_text(self) -> str:
+        return self.lengths_label or lengths_text(self.lengths)
+
+
+def _answers_of(p: dict[str, Any]) -> list[DistinctAnswer]:
+    """The distinct answers recorded in a gate prompt result, with their departure points."""
+    raw = pick(p, "answers", default=[])
+    if not isinstance(raw, list):
+        return []
+    divs = {pick(d, "rank"): d for d in pick(p, "divergences", default=[]) if isinstance(d, dict)}
+    out: list[DistinctAnswer] = []
+    modal_text = ""
+    for i, a in enumerate(x for x in raw if isinstance(x, dict)):
+        rank = int(pick(a, "rank", default=i))
+        text = pick(a, "text", "text_preview", default="")
+        text = text if isinstance(text, str) else json.dumps(text)
+        indices = pick(a, "indices", default=[])
+        ans = DistinctAnswer(rank=rank, text=text, count=int(pick(a, "count", default=len(indices) or 1)),
+                             requests=[int(k) + 1 for k in indices], n_tokens=pick(a, "n_tokens"))
+        if rank == 0:
+            modal_text = text
+            ans.common = text
+        else:
+            d = divs.get(rank, {})
+            cut = pick(d, "char_index")
+            if cut is None:
+                cut = common_prefix(modal_text, text)
+            ans.common, ans.rest, ans.depart_char = text[:cut], text[cut:], cut
+            ans.depart_token = pick(d, "token_index")
+            ans.logprob_gap = pick(d, "logprob_gap")
+        out.append(ans)
+    return out
+
+
+def gate_prompts(gate: dict[str, Any] | None) -> list[GatePrompt]:
+    """Per gate prompt: distinct answers of N, lengths with counts, cold vs warm, divergence."""
+    if not gate:
+        return []
+    raw = pick(gate, "prompts", default=[])
+    items: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(raw, dict):
+        items = [(str(k), v) for k, v in raw.items() if isinstance(v, dict)]
+    elif isinstance(raw, list):
+        items = [(str(pick(v, "prompt_id", "id", default=f"prompt-{i + 1}")), v)
+                 for i, v in enumerate(raw) if isinstance(v, dict)]
+    out = []
+    for pid, p in items:
+        answers = _answers_of(p)
+        distinct = pick(p, "distinct_answers", "distinct")
+        if distinct is None and answers:
+            distinct = len(answers)
+        lengths = lengths_counts(pick(p, "lengths"))
+        if not lengths and answers:
+            lengths = [(a.n_tokens, a.count) for a in answers]
+        cw = pick(p, "cold_warm")
+        cold_differs: bool | None = None
+        if isinstance(cw, dict):
+            is_modal = pick(cw, "cold_is_modal")
+            cold_differs = None if is_modal is None else not is_modal
+            if is_modal is None:
+                cold_txt = "cold request failed"
+            elif is_modal:
+                cold_txt = "cold = modal answer"
+            else:
+                in_warm = pick(cw, "cold_in_warm")
+                cold_txt = "cold differs from modal" + ("" if in_warm is None else
+                                                        (", seen warm too" if in_warm else ", never seen warm"))
+            cold_txt += f"; warm: {pick(cw, 'warm_distinct', default='?')} distinct in {pick(cw, 'warm_count', default='?')}"
+        else:
+            cold_txt = "—"
+        fd_txt = None
+        divs = pick(p, "divergences", default=[])
+        if isinstance(divs, list) and divs and isinstance(divs[0], dict):
+            d = divs[0]
+            idx, gap = pick(d, "token_index"), pick(d, "logprob_gap")
+            fd_txt = f"token {idx}" if idx is not None else f"character {pick(d, 'char_index', default='?')}"
+            if gap is not None:
+                fd_txt += f" (logprob gap {float(gap):.3g})"
+        out.append(GatePrompt(
+            prompt_id=pid, n=pick(p, "requests", "n"), answered=pick(p, "answered"),
+            errors=int(pick(p, "errors", default=0)), distinct=distinct, lengths=lengths,
+            lengths_label=str(pick(p, "lengths_text", default="")), cold_differs=cold_differs,
+            cold_vs_warm=cold_txt, first_divergence=fd_txt, modal_share=pick(p, "modal_share"),
+            compared_by=pick(p, "compared_by"), answers=answers, stopped_reason=pick(p, "stopped_reason"),
+        ))
+    return out
+
+
+@dataclass
+class Headline:
+    """The figures the index and `suite results` show for one run."""
+
+    distinct: int | None = None
+    n: int | None = None
+    ttft_p50_ms: float | None = None
+    tokens_per_s: float | None = None
+    clean_share: float | None = None
+    clean_share_se: float | None = None
+
+    @property
+    def distinct_text(self) -> str:
+        if self.distinct is None:
+            return "not run"
+        return f"{self.distinct} of {self.n}" if self.n else str(self.distinct)
+
+
+def latency_metrics(latency: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Every percentile summary (a dict with p50) in the latency result, by metric name."""
+    out: dict[str, dict[str, Any]] = {}
+    if not latency:
+        return out
+
+    def walk(d: dict[str, Any], prefix: str) -> None:
+        for k, v in d.items():
+            if isinstance(v, dict) and "p50" in v:
+                out[prefix + k] = v
+            elif isinstance(v, dict) and k not in ("samples", "config", "settings"):
+                walk(v, prefix + k + ".")
+
+    levels = pick(latency, "levels", "by_concurrency")
+    if isinstance(levels, list) and levels:
+        first = next((lv for lv in levels if pick(lv, "concurrency") in (1, None)), levels[0])
+        walk(first, "")
+    walk(latency, "")
+    return out
+
+
+def _metric(metrics: dict[str, dict[str, Any]], *names: str) -> dict[str, Any] | None:
+    for name in names:
+        if name in metrics:
+            return metrics[name]
+    return None
+
+
+def headline(s: Summary) -> Headline:
+    h = Headline()
+    prompts = gate_prompts(s.gate)
+    if prompts:
+        h.distinct = max((p.distinct or 0) for p in prompts)
+        h.n = max((p.n or 0) for p in prompts) or None
+    elif s.gate:
+        h.distinct = pick(s.gate, "distinct_max", "distinct")
+        h.n = pick(s.gate, "n", "requests")
+    m = latency_metrics(s.latency)
+    ttft = _metric(m, "ttft_s", "ttft", "ttft_ms")
+    if ttft is not None and ttft.get("p50") is not None:
+        h.ttft_p50_ms = float(ttft["p50"]) * (1 if "ttft_ms" in m else 1000.0)
+    tps = _metric(m, "output_tokens_per_s", "tokens_per_s", "output_tps", "throughput_tokens_per_s")
+    if tps is not None:
+        h.tokens_per_s = as_float(tps.get("p50"))
+    if s.extraction:
+        h.clean_share, h.clean_share_se, _ = mean_se(pick(s.extraction, "clean_share", "clean"))
+    return h
+
+
+# --------------------------------------------------------------------------------------------
+# The site model: runs grouped by model and arm.
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    summary: Summary
+    run_dir: Path
+    headline: Headline
+    page: str = ""
+
+    @property
+    def s(self) -> Summary:
+        return self.summary
+
+    @property
+    def date(self) -> str:
+        return self.summary.started_at.replace("T", " ").replace("Z", " UTC")
+
+    @property
+    def digest(self) -> str:
+        sig = self.summary.signature
+        return sig.digest[:12] if sig and sig.digest else "—"
+
+
+@dataclass
+class ArmRuns:
+    name: str
+    runs: list[Run] = field(default_factory=list)  # oldest first
+
+    @property
+    def current(self) -> Run:
+        """The newest complete run, else the newest run."""
+        complete = [r for r in self.runs if r.s.status == "complete"]
+        return (complete or self.runs)[-1]
+
+
+@dataclass
+class ModelRuns:
+    name: str
+    arms: dict[str, ArmRuns] = field(default_factory=dict)
+    page: str = ""
+
+    @property
+    def current(self) -> list[Run]:
+        return [a.current for a in self.arms.values()]
+
+    @property
+    def all_runs(self) -> list[Run]:
+        return sorted((r for a in self.arms.values() for r in a.runs),
+                      key=lambda r: (r.s.started_at, r.s.run_id), reverse=True)
+
+
+def group_runs(results: Path, summaries: list[Summary]) -> dict[str, ModelRuns]:
+    models: dict[str, ModelRuns] = {}
+    for s in summaries:
+        m = models.setdefault(s.model, ModelRuns(name=s.model, page=f"models/{slug(s.model)}.html"))
+        arm = m.arms.setdefault(s.arm, ArmRuns(name=s.arm))
+        arm.runs.append(Run(summary=s, run_dir=results / s.model / s.arm / s.run_id,
+                            headline=headline(s), page=f"runs/{slug(s.run_id)}-{slug(s.arm)}.html"))
+    return dict(sorted(models.items()))
+
+
+def load_runs(results: Path) -> dict[str, ModelRuns]:
+    if not results.is_dir():
+        raise SuiteError(f"{results}: no such results folder; run `suite bench` first")
+    return group_runs(results, load_all(results))
+
+
+# --------------------------------------------------------------------------------------------
+# Per-request records (requests.jsonl): answers of the gate, timings of the latency stage.
+# --------------------------------------------------------------------------------------------
+
+def read_requests(run_dir: Path, kinds: Iterable[str]) -> list[dict[str, Any]]:
+    path = run_dir / "requests.jsonl"
+    wanted = set(kinds)
+    out: list[dict[str, Any]] = []
+    if not path.exists():
+        return out
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                # the last line of an interrupted run may be cut short: skip it, say so
+                log.warning("%s:%d: unreadable request line skipped", path, lineno)
+                continue
+            if isinstance(rec, dict) and rec.get("kind") in wanted:
+                out.append(rec)
+    return out
+
+
+def request_prompt(rec: dict[str, Any]) -> str:
+    return str(pick(rec, "prompt_id", "prompt", default="?"))
+
+
+def request_text(rec: dict[str, Any]) -> str:
+    text = pick(rec, "text", "completion.text", "output", default="")
+    return text if isinstance(text, str) else json.dumps(text)
+
+
+def request_tokens(rec: dict[str, Any]) -> list[int] | None:
+    ids = pick(rec, "token_ids", "completion.token_ids")
+    return ids if isinstance(ids, list) else None
+
+
+def common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def analyse_requests(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """A gate prompt result rebuilt from its request records (for a run whose gate never finished)."""
+    from suite.repro import Sample, analyse
+
+    samples = [Sample(index=int(pick(r, "index", default=i)), text=request_text(r),
+                      token_ids=request_tokens(r), logprobs=pick(r, "logprobs"),
+                      completion_tokens=pick(r, "completion_tokens"), error=pick(r, "error"))
+               for i, r in enumerate(requests)]
+    result = analyse(samples).model_dump(mode="json")
+    result["distinct_answers"] = result.pop("distinct")
+    return result
+
+
+def itl_gaps(rec: dict[str, Any]) -> list[float]:
+    times = pick(rec, "chunk_times_s", "completion.chunk_times_s", default=[])
+    if not isinstance(times, list) or len(times) < 2:
+        return []
+    return [b - a for a, b in zip(times, times[1:]) if isinstance(a, (int, float)) and isinstance(b, (int, float))]
+
+
+# --------------------------------------------------------------------------------------------
+# Views of the model page.
+# --------------------------------------------------------------------------------------------
+
+def flatten_signature(sig: Any) -> dict[str, str]:
+    if sig is None:
+        return {}
+    d = sig.model_dump(mode="json") if isinstance(sig, BaseModel) else dict(sig)
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        if k == "hardware" and isinstance(v, dict):
+            for hk, hv in v.items():
+                out[f"hardware.{hk}"] = "—" if hv is None else str(hv)
+        elif k == "command" and isinstance(v, list):
+            out[k] = " ".join(str(x) for x in v)
+        elif k == "env" and isinstance(v, dict):
+            out[k] = "\n".join(f"{ek}={ev}" for ek, ev in sorted(v.items())) or "—"
+        elif k == "controls" and isinstance(v, list):
+            out[k] = ", ".join(str(x) for x in v) or "none"
+        elif isinstance(v, (dict, list)):
+            out[k] = json.dumps(v, sort_keys=True)
+        else:
+            out[k] = "—" if v is None else str(v)
+    return out
+
+
+@dataclass
+class SignatureRow:
+    key: str
+    values: list[str]
+
+    @property
+    def differs(self) -> bool:
+        return len(set(self.values)) > 1
+
+
+def signature_rows(runs: list[Run]) -> list[SignatureRow]:
+    flats = [flatten_signature(r.s.signature) for r in runs]
+    keys: list[str] = []
+    for f in flats:
+        for k in f:
+            if k not in keys:
+                keys.append(k)
+    return [SignatureRow(key=k, values=[f.get(k, "—") for f in flats]) for k in keys]
+
+
+METRIC_LABELS = {
+    "ttft": ("Time to first token", "ms"),
+    "itl": ("Inter-token latency", "ms"),
+    "tpot": ("Time per output token", "ms"),
+    "e2e": ("End-to-end", "ms"),
+    "overhead": ("Harness overhead", "ms"),
+    "tokens_per_s": ("Output tokens/s", "tok/s"),
+    "output_tokens_per_s": ("Output tokens/s", "tok/s"),
+    "output_tokens": ("Output tokens per request", "tokens"),
+}
+
+
+def metric_label(name: str) -> tuple[str, str, float]:
+    """A metric key's label, unit and the factor that turns the stored value into that unit."""
+    base = name.split(".")[-1]
+    prefix = name[: -len(base)]
+    if base.endswith("_ms"):
+        key, factor, unit = base[:-3], 1.0, "ms"
+    elif base.endswith("_s") and not base.endswith("per_s"):
+        key, factor, unit = base[:-2], 1000.0, "ms"
+    else:
+        key, factor, unit = base, 1.0, ""
+    if prefix == "runtime_timings." and key.endswith("_diff"):
+        what = METRIC_LABELS.get(key[:-5], (key[:-5].upper(), ""))[0]
+        return f"{what}: ours − the runtime's own", "ms", factor
+    label, default_unit = METRIC_LABELS.get(key, (key.replace("_", " "), unit))
+    return (prefix.replace(".", " ") + label).strip(), unit or default_unit, factor
+
+
+@dataclass
+class LatencyRow:
+    label: str
+    unit: str
+    cells: list[dict[str, Any] | None]  # per arm: n, p50, p90, p99 in the unit
+
+
+def latency_rows(runs: list[Run]) -> list[LatencyRow]:
+    per_arm = [latency_metrics(r.s.latency) for r in runs]
+    names: list[str] = []
+    for m in per_arm:
+        for k in m:
+            if k not in names:
+                names.append(k)
+    rows = []
+    for name in names:
+        label, unit, factor = metric_label(name)
+        cells: list[dict[str, Any] | None] = []
+        for m in per_arm:
+            d = m.get(name)
+            if d is None:
+                cells.append(None)
+                continue
+            cells.append({q: (None if d.get(q) is None else float(d[q]) * factor)
+                          for q in ("p50", "p90", "p99", "mean", "min", "max")} | {"n": d.get("n")})
+        rows.append(LatencyRow(label=label, unit=unit, cells=cells))
+    return rows
+
+
+def extraction_view(ex: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Identical sections, clean share, precision/recall, judge, and the per-section grid."""
+    if not ex:
+        return None
+    repeats = pick(ex, "repeats")
+    grid: dict[str, str] = {}
+    sections = pick(ex, "per_section", default=[])
+    for sec in sections if isinstance(sections, list) else []:
+        if not isinstance(sec, dict):
+            continue
+        sid = str(pick(sec, "section", "section_id", "id", default="?"))
+        invalid = pick(sec, "invalid_json", default=0)
+        if repeats and invalid >= repeats:
+            grid[sid] = "error"
+        elif pick(sec, "identical") is True:
+            grid[sid] = "same"
+        elif pick(sec, "identical") is False:
+            grid[sid] = "changed"
+        else:
+            grid[sid] = "—"
+    identical = pick(ex, "identical_sections")
+    total = pick(ex, "sections")
+    if not isinstance(total, int):
+        total = len(grid) or None
+    judge = pick(ex, "judge")
+    per_repeat = pick(ex, "per_repeat", default=[])
+    return {
+        "identical": identical,
+        "total": total,
+        "repeats": repeats,
+        "mode": pick(ex, "mode"),
+        "invalid_json": pick(ex, "invalid_json"),
+        "requests": pick(ex, "requests"),
+        "clean": mean_se(pick(ex, "clean_share")),
+        "precision": mean_se(pick(ex, "precision")),
+        "recall": mean_se(pick(ex, "recall")),
+        "judge": mean_se(pick(judge, "score")) if isinstance(judge, dict) else (None, None, None),
+        "judge_model": pick(judge, "model") if isinstance(judge, dict) else None,
+        "judge_agreement": pick(judge, "agreement") if isinstance(judge, dict) else None,
+        "per_repeat": [r for r in per_repeat if isinstance(r, dict)] if isinstance(per_repeat, list) else [],
+        "grid": grid,
+    }
+
+
+def controls_view(c: dict[str, Any] | None, prompt_ids: list[str]) -> dict[str, Any] | None:
+    """The control matrix: one row per configuration, distinct answers per gate prompt."""
+    if not c:
+        return None
+    rows = []
+    prompts = [str(p) for p in pick(c, "prompts", default=[])] or prompt_ids
+    for r in pick(c, "rows", default=[]):
+        if not isinstance(r, dict):
+            continue
+        distinct = pick(r, "distinct", default={})
+        answered = pick(r, "answered", default={})
+        lengths = pick(r, "lengths", default={})
+        cells = []
+        for pid in prompts:
+            d = distinct.get(pid) if isinstance(distinct, dict) else None
+            cells.append(None if d is None else {
+                "distinct": d, "answered": answered.get(pid) if isinstance(answered, dict) else None,
+                "lengths": lengths.get(pid) if isinstance(lengths, dict) else None})
+        rows.append({
+            "configuration": str(pick(r, "configuration", default="?")),
+            "description": pick(r, "description", default=""),
+            "status": str(pick(r, "status", default="?")),
+            "reason": pick(r, "reason"),
+            "concurrency": pick(r, "concurrency", default=1),
+            "startup_s": pick(r, "startup_s"),
+            "reproducible": pick(r, "reproducible"),
+            "cells": cells,
+        })
+    lora = pick(c, "lora")
+    return {"prompts": prompts, "rows": rows, "n": pick(c, "n_requests"),
+            "by_conf": {row["configuration"]: row for row in rows},
+            "lora": lora if isinstance(lora, dict) else None}
+
+
+def restarts_view(r: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Within-launch stability and across-launch consistency, with the agreement's 95% interval."""
+    if not r:
+        return None
+    prompts = []
+    for p in pick(r, "prompts", default=[]):
+        if not isinstance(p, dict):
+            continue
+        ci = pick(p, "agreement_ci95")
+        prompts.append({
+            "prompt_id": str(pick(p, "prompt_id", default="?")),
+            "within": pick(p, "within_distinct", default=[]),
+            "across": pick(p, "across_distinct"),
+            "agreement": pick(p, "agreement"),
+            "ci": tuple(ci) if isinstance(ci, (list, tuple)) and len(ci) == 2 else None,
+            "lengths": pick(p, "lengths_text", default=""),
+            "errors": pick(p, "errors", default=0),
+        })
+    outcomes = [{"index": pick(o, "index"), "status": pick(o, "status"), "reason": pick(o, "reason"),
+                 "startup_s": pick(o, "startup_s")}
+                for o in pick(r, "launch_outcomes", default=[]) if isinstance(o, dict)]
+    return {
+        "launches": pick(r, "launches"), "launched": pick(r, "launched"),
+        "per_launch": pick(r, "requests_per_launch"), "stable_within": pick(r, "stable_within"),
+        "consistent_across": pick(r, "consistent_across"), "verdict": pick(r, "verdict", default=""),
+        "prompts": prompts, "outcomes": outcomes, "by_prompt": {p["prompt_id"]: p for p in prompts},
+        "startup": [o["startup_s"] for o in outcomes if isinstance(o["startup_s"], (int, float))],
+    }
+
+
+def watchdog_view(wd: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not wd:
+        return None
+    trip = pick(wd, "trip")
+    probes = pick(wd, "probes", default=[])
+    peaks = pick(wd, "peaks", default={})
+    return {
+        "tripped": bool(pick(wd, "tripped", default=trip is not None)),
+        "trip": trip,
+        "samples": pick(wd, "sample_count"),
+        "duration_s": pick(wd, "duration_s"),
+        "interval_s": pick(wd, "mean_interval_s", "policy.interval_s"),
+        "cpu_pct": pick(wd, "cpu_pct_of_core"),
+        "policy": pick(wd, "policy", default={}),
+        "probes": probes if isinstance(probes, list) else [],
+        "peaks_gib": {k: v / 2**30 for k, v in peaks.items() if isinstance(v, (int, float)) and k.endswith("_bytes")},
+        "baselines_gib": {k: v / 2**30 for k, v in pick(wd, "baselines", default={}).items()
+                          if isinstance(v, (int, float)) and k.endswith("_bytes")},
+        "events": pick(wd, "events", default=[]),
+    }
