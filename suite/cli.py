@@ -257,9 +257,17 @@ def _sigterm(signum: int, frame: object) -> None:
 
 
 def main() -> None:
+    # Ctrl-C and SIGTERM stop the runtimes on every path, also when the suite was started with
+    # SIGINT ignored (a background job of a non-interactive shell).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _sigterm)
     try:
-        app(standalone_mode=False)
+        # Without standalone mode typer returns the exit code (130 after Ctrl-C) instead of exiting.
+        code = app(standalone_mode=False)
+        if code == 130:
+            raise KeyboardInterrupt
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except SuiteError as exc:
         Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -108,7 +108,7 @@ def test_stop_leaves_no_process(tiny_gguf, tmp_path):
         OpenAIClient(rt.base_url, "tiny", timeout_s=2).complete(PROMPT, max_tokens=2, seed=1)
 
 
-@pytest.mark.parametrize("delay_s", [0.3, 4.0])
+@pytest.mark.parametrize("delay_s", [1.2, 6.0])
 def test_ctrl_c_leaves_no_process(tiny_gguf, tmp_path, delay_s):
     """`suite up` interrupted during start-up or while serving stops its runtime."""
     import os
@@ -126,7 +126,8 @@ def test_ctrl_c_leaves_no_process(tiny_gguf, tmp_path, delay_s):
     servers = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130, out
+    # 130: the suite caught Ctrl-C and stopped its runtime; -2: Ctrl-C came before it started one.
+    assert proc.returncode in (130, -signal.SIGINT), out
     assert "Traceback" not in out
     time.sleep(0.5)
     assert all(no_process_left(pid) for pid in servers), out
