@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from suite import gpu
 from suite.catalog import Arm, ModelCard, format_path, get_card, prepare_format, prepared_checksum
 from suite.client import OpenAIClient
 from suite.definitions import RuntimeDefinition, get_definition
@@ -316,5 +317,12 @@ def run_bench(model: str, arms: list[str] | None = None, launcher: str = "local"
     plans = plan_arms(model, arms, launcher, profile)
     summaries = []
     for plan in plans:
-        summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume))
+        # One runtime on the GPU at a time: a machine-wide lock and no other compute process;
+        # after the arm, wait until device memory is back to its baseline (no-ops without a GPU).
+        with gpu.exclusive_device() as lease:
+            summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume))
+            if lease.locked:
+                waited = gpu.wait_for_baseline(lease.baseline_bytes)
+                if not waited.reached:
+                    log.warning("arm %s: %s", plan.arm_name, waited.reason)
     return summaries
