@@ -259,6 +259,14 @@ def latency_metrics(latency: dict[str, Any] | None) -> dict[str, dict[str, Any]]
     return out
 
 
+def latency_level(latency: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The latency level the pages show: one request at a time (else the first level)."""
+    levels = pick(latency, "levels", default=[])
+    if not isinstance(levels, list) or not levels:
+        return None
+    return next((lv for lv in levels if isinstance(lv, dict) and pick(lv, "concurrency") in (1, None)), levels[0])
+
+
 def _metric(metrics: dict[str, dict[str, Any]], *names: str) -> dict[str, Any] | None:
     for name in names:
         if name in metrics:

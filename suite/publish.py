@@ -34,7 +34,7 @@ from suite import charts
 from suite.errors import SuiteError
 from suite.figures import (
     GatePrompt, ModelRuns, analyse_requests, controls_view, extraction_view, gate_prompts, itl_gaps,
-    latency_rows, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug,
+    latency_level, latency_rows, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug,
     watchdog_view,
 )
 from suite.paths import SITE_DIR
@@ -209,7 +209,8 @@ def _model_page(site: _Site, model: ModelRuns, generated: str) -> None:
                     p.page = rel
 
     latency_reqs = [[q for q in reqs if q.get("kind") == "latency" and not q.get("warmup")
-                     and not q.get("error") and q.get("concurrency", 1) == 1] for reqs in requests]
+                     and not q.get("error") and not q.get("incomplete") and q.get("concurrency", 1) == 1]
+                    for reqs in requests]
     ttft = {r.s.arm: [q["ttft_s"] for q in reqs if isinstance(q.get("ttft_s"), (int, float))]
             for r, reqs in zip(runs, latency_reqs)}
     itl = {r.s.arm: [g for q in reqs for g in itl_gaps(q)] for r, reqs in zip(runs, latency_reqs)}
@@ -252,6 +253,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str) -> None:
         memory_svg=memory_svg, latency_rows=latency_rows(runs), extraction=extraction,
         section_ids=section_ids, watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         controls=controls, signature_rows=signature_rows(runs),
+        latency_levels=[latency_level(r.s.latency) for r in runs],
         restarts=restarts, restart_prompts=restart_prompts, control_configs=control_configs,
         latency_ttft_n=sum(len(v) for v in ttft.values()),
     )
