@@ -202,14 +202,17 @@ def test_interrupts_leave_no_container(docker_launcher, llamacpp_image, tiny_ggu
                 child.kill()
                 child.wait()
         left = session_containers(docker_launcher, session)
-        outcomes.append((phase, sig.name, round(delay, 2), code, len(left)))
+        log_path = tmp_path / f"{i}.log"
+        log_bytes = log_path.stat().st_size if log_path.exists() else 0  # > 0: its container had run
+        outcomes.append((phase, sig.name, round(delay, 2), code, len(left), log_bytes))
         for c in left:  # do not leak into the next run even when the assertion below fails
             c.remove(force=True)
-    print("\ninterrupts (phase, signal, delay s, exit code, containers left):")
+    print("\ninterrupts (phase, signal, delay s, exit code, containers left, runtime log bytes):")
     for outcome in outcomes:
         print("  ", outcome)
     assert all(o[4] == 0 for o in outcomes), outcomes
     assert all(o[3] != 0 for o in outcomes), "every child was interrupted, none finished on its own"
+    assert any(o[0] == "start-up" and o[5] > 0 for o in outcomes), "no interrupt landed while a container ran"
 
 
 # -- one-line errors with throwaway runtimes ---------------------------------------------------------
