@@ -268,7 +268,9 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     remover = _empty_out(out_dir, results_dir)
     site = _Site(out_dir)
     shutil.copytree(STATIC_DIR, out_dir / "static")
-    generated = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    # the newest record's date, not the clock: the same results folder gives the same site
+    stamps = [r.s.finished_at or r.s.started_at for m in models.values() for a in m.arms.values() for r in a.runs]
+    generated = max(stamps).replace("T", " ").replace("Z", " UTC") if stamps else "no runs yet"
     all_runs = [r for m in models.values() for a in m.arms.values() for r in a.runs]
 
     site.write("index.html", "index.html", models=models, generated=generated,

@@ -297,3 +297,12 @@ def test_lengths_read_as_the_studies_write_them() -> None:
                          "lengths": [{"tokens": 1021, "count": 5}, {"tokens": 1024, "count": 1}],
                          "lengths_text": "1021 ×5, 1024 ×1"}]}
     assert gate_prompts(gate)[0].lengths_text == "1,021 ×5, 1,024 ×1"
+
+
+def test_the_site_is_a_pure_function_of_the_results(site: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again"
+    build_site(GOLDEN, again)
+    files = sorted(p.relative_to(site) for p in site.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
+    for rel in files:
+        assert (site / rel).read_bytes() == (again / rel).read_bytes(), rel
