@@ -376,7 +376,7 @@ def test_host_pip_settings_reach_the_build(docker_launcher, tmp_path):
     folder = tmp_path / "images" / "pip-probe"
     folder.mkdir(parents=True)
     (folder / "runtime.toml").write_text('description = "probe"\n[docker]\ngpu = "none"\n')
-    (folder / "Dockerfile").write_text(TOY_DOCKERFILE + textwrap.dedent("""\
+    (folder / "Dockerfile").write_text(TOY_DOCKERFILE + f"LABEL probe={uuid.uuid4().hex}\n" + textwrap.dedent("""\
         ARG PIP_FIND_LINKS
         ARG PIP_EXTRA_INDEX_URL
         ARG PIP_INDEX_URL
@@ -389,6 +389,7 @@ def test_host_pip_settings_reach_the_build(docker_launcher, tmp_path):
     docker_launcher.prepare(definition)
     tag = docker_launcher.image_for(definition)
     out = docker_launcher.client.containers.run(tag, ["cat /reached.txt"], remove=True).decode()
+    docker_launcher.client.images.remove(tag)
     assert out.count("reached http://127.0.0.1:") == len(local), out
 
 

@@ -44,7 +44,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 import httpx
 
@@ -204,39 +204,40 @@ def host_pip_config() -> dict[str, str]:
 
 
 class _LocalFolderServer:
-    """Serves local folders read-only over HTTP on 127.0.0.1 (pip's find-links and indexes)."""
+    """Serves local pip folders read-only over HTTP on 127.0.0.1, under their own paths.
+
+    An index folder is served with its parent, so that its relative links (`../../files/x.whl`)
+    resolve; nothing outside those roots is served.
+    """
 
     def __init__(self) -> None:
         self.routes: dict[str, Path] = {}
+        self.roots: list[Path] = []
         self._server: http.server.ThreadingHTTPServer | None = None
 
-    def add(self, path: Path) -> str:
-        """Route for a folder or a file; returns its URL (once the server runs)."""
+    def add(self, path: Path, with_parent: bool = False) -> str:
+        """Serve a folder (an index: with its parent) or one file; returns its route key."""
+        path = path.resolve()
         key = f"p{len(self.routes)}"
         self.routes[key] = path
+        self.roots.append(path.parent if with_parent and path.is_dir() else path)
         return key
 
     def url(self, key: str) -> str:
         assert self._server is not None
         target = self.routes[key]
-        suffix = "/" if target.is_dir() else f"/{target.name}"
-        return f"http://127.0.0.1:{self._server.server_address[1]}/{key}{suffix}"
+        suffix = "/" if target.is_dir() else ""
+        return f"http://127.0.0.1:{self._server.server_address[1]}{quote(str(target))}{suffix}"
 
     def __enter__(self) -> "_LocalFolderServer":
-        routes = self.routes
+        roots = list(self.roots)
 
         class Handler(http.server.SimpleHTTPRequestHandler):
             def translate_path(self, path: str) -> str:
-                parts = unquote(urlparse(path).path).lstrip("/").split("/", 1)
-                base = routes.get(parts[0])
-                if base is None:
-                    return "/nonexistent"
-                root = base if base.is_dir() else base.parent
-                rest = parts[1] if len(parts) > 1 else ""
-                target = (root / rest).resolve()
-                if not str(target).startswith(str(root.resolve())):
-                    return "/nonexistent"
-                return str(target)
+                target = Path(unquote(urlparse(path).path)).resolve()
+                if any(target == root or root in target.parents for root in roots):
+                    return str(target)
+                return "/nonexistent"
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 log.debug("pip folder server: " + format, *args)
@@ -276,7 +277,7 @@ def pip_build_args(server: _LocalFolderServer) -> tuple[dict[str, str], list[str
             if path is None:
                 kept.append(location)
             elif path.exists():
-                key = server.add(path)
+                key = server.add(path, with_parent=name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"))
                 routes.append(key)
                 kept.append("{route:" + key + "}")
             else:
