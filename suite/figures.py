@@ -363,6 +363,48 @@ def group_runs(results: Path, summaries: list[Summary]) -> dict[str, ModelRuns]:
     return dict(sorted(models.items()))
 
 
+STAGE_MODELS = {
+    "gate": ("suite.stages.gate", "GateResult"),
+    "controls": ("suite.stages.controls", "ControlsResult"),
+    "latency": ("suite.stages.latency", "LatencyResult"),
+    "extraction": ("suite.stages.extraction", "ExtractionResult"),
+    "restarts": ("suite.stages.restarts", "RestartsResult"),
+    "watchdog": ("memwatch.report", "WatchdogReport"),
+}
+
+
+def stage_problems(models: dict[str, "ModelRuns"]) -> list[str]:
+    """Stage results that do not match this suite's stage models, one line each (file, key, why).
+
+    The pages still render them (the readers tolerate missing fields); the build reports them.
+    """
+    import importlib
+
+    from pydantic import ValidationError
+
+    validators = {}
+    for key, (module, name) in STAGE_MODELS.items():
+        try:
+            validators[key] = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            log.debug("no stage model %s.%s to check %s results against", module, name, key)
+    problems = []
+    for m in models.values():
+        for arm in m.arms.values():
+            for run in arm.runs:
+                for key, model in validators.items():
+                    data = getattr(run.s, key)
+                    if data is None:
+                        continue
+                    try:
+                        model.model_validate(data)
+                    except ValidationError as exc:
+                        first = exc.errors()[0]
+                        where = ".".join(str(p) for p in first["loc"])
+                        problems.append(f"{run.run_dir / 'summary.json'}: {key}.{where}: {first['msg']}")
+    return problems
+
+
 def load_runs(results: Path) -> dict[str, ModelRuns]:
     if not results.is_dir():
         raise SuiteError(f"{results}: no such results folder; run `suite bench` first")

@@ -24,6 +24,7 @@ import os
 import shutil
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,8 @@ from pydantic import BaseModel
 from suite import charts
 from suite.errors import SuiteError
 from suite.figures import (
-    GatePrompt, ModelRuns, analyse_requests, controls_view, extraction_view, gate_prompts, itl_gaps,
-    latency_level, latency_rows, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug, with_thousands,
+    GatePrompt, ModelRuns, Run, analyse_requests, controls_view, extraction_view, gate_prompts, itl_gaps,
+    latency_level, latency_rows, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug, stage_problems, with_thousands,
     watchdog_view,
 )
 from suite.paths import SITE_DIR
@@ -59,17 +60,21 @@ class BuildReport(BaseModel):
     charts: int
     seconds: float
     load_s: float = 0.0  # reading and validating the records
-    chart_s: float = 0.0  # drawing the charts
-    pages_s: float = 0.0  # everything else: figures, templates, writing
+    chart_s: float = 0.0  # drawing the charts (on their own threads, while pages are written)
+    pages_s: float = 0.0  # everything after loading: figures, templates, charts, writing
+    stage_problems: list[str] = []  # stage results that do not match the stage models (still shown)
 
     def __str__(self) -> str:
-        return (f"{self.pages} pages, {self.charts} charts from {self.runs} runs "
+        text = (f"{self.pages} pages, {self.charts} charts from {self.runs} runs "
                 f"({self.complete} complete, {self.incomplete} not) of {self.models} models "
                 f"in {self.seconds:.2f} s")
+        if self.stage_problems:
+            text += f"; {len(self.stage_problems)} stage results do not match this suite's models (see the log)"
+        return text
 
     def line(self) -> str:
-        return (f"site: {self} (records {self.load_s:.2f} s, charts {self.chart_s:.2f} s, "
-                f"pages {self.pages_s:.2f} s); open {self.index}")
+        return (f"site: {self} (records {self.load_s:.2f} s, pages {self.pages_s:.2f} s, of which "
+                f"charts {self.chart_s:.2f} s drawn alongside); open {self.index}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,6 +156,9 @@ class _Site:
         self.pages = 0
         self.charts = 0
         self.chart_s = 0.0
+        self._requests: dict[str, list[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="site-chart")
 
     def write(self, rel: str, template: str, **ctx: Any) -> None:
         depth = rel.count("/")
@@ -160,24 +168,68 @@ class _Site:
         path.write_text(html, encoding="utf-8")
         self.pages += 1
 
-    def chart(self, draw: Any, *args: Any) -> str | None:
-        """Draw one chart (`draw(*args)`), counting it and the time it took."""
-        t = time.perf_counter()
-        svg = draw(*args)
-        self.chart_s += time.perf_counter() - t
-        if svg is not None:
-            self.charts += 1
-        return svg
+    def requests(self, run: Run) -> list[dict[str, Any]]:
+        """The gate and latency request records of a run (read once per build)."""
+        key = str(run.run_dir)
+        if key not in self._requests:
+            self._requests[key] = read_requests(run.run_dir, ("gate", "latency"))
+        return self._requests[key]
+
+    def chart(self, draw: Any, *args: Any) -> "Future[str | None]":
+        """Draw one chart (`draw(*args)`) on the chart threads; the page waits for it when written.
+
+        The renderer runs outside the interpreter's lock, so charts are drawn while pages are
+        written.
+        """
+        def timed() -> str | None:
+            t = time.perf_counter()
+            svg = draw(*args)
+            with self._lock:
+                self.chart_s += time.perf_counter() - t
+                if svg is not None:
+                    self.charts += 1
+            return svg
+
+        return self._pool.submit(timed)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
 
 
 def _gate_page(model: ModelRuns, prompt_id: str) -> str:
     return f"models/{slug(model.name)}/gate-{slug(prompt_id)}.html"
 
 
-def _model_page(site: _Site, model: ModelRuns, generated: str) -> None:
+def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None]"]:
+    """Start drawing a model page's charts: TTFT, inter-token latency, memory timelines."""
+    runs = model.current
+    requests = [site.requests(r) for r in runs]
+    latency_reqs = [[q for q in reqs if q.get("kind") == "latency" and not q.get("warmup")
+                     and not q.get("error") and not q.get("incomplete") and q.get("concurrency", 1) == 1]
+                    for reqs in requests]
+    ttft = {r.s.arm: [q["ttft_s"] for q in reqs if isinstance(q.get("ttft_s"), (int, float))]
+            for r, reqs in zip(runs, latency_reqs)}
+    itl = {r.s.arm: [g for q in reqs for g in itl_gaps(q)] for r, reqs in zip(runs, latency_reqs)}
+    ttft_svg = site.chart(charts.ttft_distribution, {k: v for k, v in ttft.items() if v})
+    itl_svg = site.chart(charts.itl_distribution, {k: v for k, v in itl.items() if v})
+
+    series = []
+    for r in runs:
+        wd = r.s.watchdog or {}
+        tl = pick(wd, "timeline") or {}
+        trip = pick(wd, "trip") or {}
+        memory = {k: v for k, v in (pick(tl, "metrics", default={}) or {}).items() if k.endswith("_bytes")}
+        series.append(charts.MemorySeries(r.s.arm, pick(tl, "t_s", default=[]), memory,
+                                          trip_t_s=pick(trip, "t_s"), threshold_bytes=pick(trip, "threshold_bytes")))
+    memory_svg = site.chart(charts.memory_timelines, series)
+
+    return {"ttft": ttft_svg, "itl": itl_svg, "memory": memory_svg}
+
+
+def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, "Future[str | None]"]) -> None:
     runs = model.current
     arms = [r.s.arm for r in runs]
-    requests = [read_requests(r.run_dir, ("gate", "latency")) for r in runs]
+    requests = [site.requests(r) for r in runs]
     gate: list[dict[str, GatePrompt]] = []
     for r, reqs in zip(runs, requests):
         by_prompt = {p.prompt_id: p for p in gate_prompts(r.s.gate)}
@@ -208,25 +260,6 @@ def _model_page(site: _Site, model: ModelRuns, generated: str) -> None:
                 if p is not None:
                     p.page = rel
 
-    latency_reqs = [[q for q in reqs if q.get("kind") == "latency" and not q.get("warmup")
-                     and not q.get("error") and not q.get("incomplete") and q.get("concurrency", 1) == 1]
-                    for reqs in requests]
-    ttft = {r.s.arm: [q["ttft_s"] for q in reqs if isinstance(q.get("ttft_s"), (int, float))]
-            for r, reqs in zip(runs, latency_reqs)}
-    itl = {r.s.arm: [g for q in reqs for g in itl_gaps(q)] for r, reqs in zip(runs, latency_reqs)}
-    ttft_svg = site.chart(charts.ttft_distribution, {k: v for k, v in ttft.items() if v})
-    itl_svg = site.chart(charts.itl_distribution, {k: v for k, v in itl.items() if v})
-
-    series = []
-    for r in runs:
-        wd = r.s.watchdog or {}
-        tl = pick(wd, "timeline") or {}
-        trip = pick(wd, "trip") or {}
-        memory = {k: v for k, v in (pick(tl, "metrics", default={}) or {}).items() if k.endswith("_bytes")}
-        series.append(charts.MemorySeries(r.s.arm, pick(tl, "t_s", default=[]), memory,
-                                          trip_t_s=pick(trip, "t_s"), threshold_bytes=pick(trip, "threshold_bytes")))
-    memory_svg = site.chart(charts.memory_timelines, series)
-
     extraction = [extraction_view(r.s.extraction) for r in runs]
     section_ids: list[str] = []
     for ex in extraction:
@@ -249,13 +282,12 @@ def _model_page(site: _Site, model: ModelRuns, generated: str) -> None:
 
     site.write(
         model.page, "model.html", model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
-        gate=gate, generated=generated, ttft_svg=ttft_svg, itl_svg=itl_svg,
-        memory_svg=memory_svg, latency_rows=latency_rows(runs), extraction=extraction,
+        gate=gate, generated=generated, ttft_svg=drawn["ttft"].result(), itl_svg=drawn["itl"].result(),
+        memory_svg=drawn["memory"].result(), latency_rows=latency_rows(runs), extraction=extraction,
         section_ids=section_ids, watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         controls=controls, signature_rows=signature_rows(runs),
         latency_levels=[latency_level(r.s.latency) for r in runs],
         restarts=restarts, restart_prompts=restart_prompts, control_configs=control_configs,
-        latency_ttft_n=sum(len(v) for v in ttft.values()),
     )
 
 
@@ -264,6 +296,9 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     t0 = time.perf_counter()
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     models = load_runs(results_dir)  # validates every record before anything is deleted
+    problems = stage_problems(models)
+    for line in problems:
+        log.warning("record does not match this suite's stage models (shown as far as it can be): %s", line)
     t_loaded = time.perf_counter()
     remover = _empty_out(out_dir, results_dir)
     site = _Site(out_dir)
@@ -273,19 +308,22 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     generated = max(stamps).replace("T", " ").replace("Z", " UTC") if stamps else "no runs yet"
     all_runs = [r for m in models.values() for a in m.arms.values() for r in a.runs]
 
-    site.write("index.html", "index.html", models=models, generated=generated,
-               n_runs=len(all_runs))
-    for model in models.values():
-        _model_page(site, model, generated)
-        for run in (r for a in model.arms.values() for r in a.runs):
-            site.write(run.page, "run.html", model=model, run=run, generated=generated,
+    try:
+        drawn = {name: _model_charts(site, model) for name, model in models.items()}
+        site.write("index.html", "index.html", models=models, generated=generated,
+                   n_runs=len(all_runs))
+        for run in all_runs:  # written while the charts are drawn
+            site.write(run.page, "run.html", model=models[run.s.model], run=run, generated=generated,
                        gate=gate_prompts(run.s.gate),
                        controls=controls_view(run.s.controls, []),
                        restarts=restarts_view(run.s.restarts),
                        extraction=extraction_view(run.s.extraction),
                        watchdog=watchdog_view(run.s.watchdog),
                        latency_rows=latency_rows([run]))
-
+        for name, model in models.items():
+            _model_page(site, model, generated, drawn[name])
+    finally:
+        site.close()
     if remover is not None:
         remover.join()
     complete = sum(1 for r in all_runs if r.s.status == "complete")
@@ -293,9 +331,9 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     report = BuildReport(
         out_dir=str(out_dir), index=str((out_dir / "index.html").resolve()), runs=len(all_runs),
         complete=complete, incomplete=len(all_runs) - complete, models=len(models),
-        pages=site.pages, charts=site.charts, seconds=round(total, 3),
+        pages=site.pages, charts=site.charts, seconds=round(total, 3), stage_problems=problems,
         load_s=round(t_loaded - t0, 3), chart_s=round(site.chart_s, 3),
-        pages_s=round(total - (t_loaded - t0) - site.chart_s, 3),
+        pages_s=round(total - (t_loaded - t0), 3),
     )
     log.debug(report.line())
     return report

@@ -36,6 +36,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site") / "public"
     report = build_site(GOLDEN, out)
     assert report.runs == 6 and report.models == 2
+    assert report.stage_problems == []
     assert report.complete == 4 and report.incomplete == 2
     return out
 
@@ -286,6 +287,9 @@ def test_sparse_stage_records_render(tmp_path: Path) -> None:
     summary.write_text(json.dumps(data))
     report = build_site(results, tmp_path / "public")
     assert report.runs == 6
+    assert report.stage_problems and all(str(summary) in p for p in report.stage_problems)
+    assert any(p.startswith(f"{summary}: gate.") for p in report.stage_problems)
+    assert "do not match" in str(report)
     html = (tmp_path / "public" / "models" / "tiny.html").read_text()
     assert "llamacpp-python" in html and "vllm-cpu" in html
 
