@@ -6,8 +6,9 @@ one fixed prompt are sent at each concurrency level of the profile (1 by default
 the gaps between streamed chunks), time per output token (TPOT, (e2e - TTFT) / (tokens - 1)),
 end-to-end latency and output tokens/s, each as n, mean, p50, p90 and p99 (`suite.stats`).
 
-The suite's own time per request (building the body, parsing the stream, writing the request
-record: everything outside the HTTP exchange) is measured and reported beside them in ms.
+The suite's own time per request is measured and reported beside them in ms: the client's time
+outside the HTTP exchange (building the body, parsing the streamed chunks) and, apart, the
+stage's time writing the request's record.
 
 Runtime-reported timings are stored next to the suite's: llama-server's `timings` object (per
 request: prompt and generation time) gives paired differences (ours - runtime's); vLLM's
@@ -90,7 +91,9 @@ class LatencyLevel(BaseModel):
     throughput_tokens_per_s: float | None = Field(
         default=None, description="all tokens of the level / its wall time (aggregate rate)")
     overhead_ms: Distribution = Field(
-        description="the suite's own time per request outside the HTTP exchange, ms (client + record)")
+        description="the client's own time per request outside the HTTP exchange (body, stream parsing), ms")
+    record_ms: Distribution | None = Field(
+        default=None, description="the stage's time per request writing its record to requests.jsonl, ms")
     runtime_timings: RuntimeTimings | None = Field(
         default=None, description="the runtime's own timings of the same requests, when it reports them")
 
@@ -201,6 +204,7 @@ class _Sample(BaseModel):
     n_tokens: int
     itl: list[float]
     overhead_s: float
+    record_s: float = 0.0
     runtime: dict[str, float] | None
 
 
@@ -241,7 +245,7 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
         itl = [b - a for a, b in zip(times, times[1:])]
         runtime = _llama_timings(c.server_timings)
         sample = _Sample(ttft=c.ttft_s, e2e=c.e2e_s, tpot=_tpot(c, n), n_tokens=n, itl=itl,
-                         overhead_s=0.0, runtime=runtime)
+                         overhead_s=c.overhead_s, runtime=runtime)
         ctx.record_request(
             "latency", concurrency=concurrency, index=index, warmup=False, prompt_id=PROMPT_ID, seed=seed,
             max_tokens=max_tokens, text=c.text, finish_reason=c.finish_reason, completion_tokens=n,
@@ -249,7 +253,7 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
             chunk_times_s=[round(x, 6) for x in times], client_overhead_s=c.overhead_s,
             server_timings=c.server_timings,
         )
-        sample.overhead_s = c.overhead_s + (time.perf_counter() - t_book)
+        sample.record_s = time.perf_counter() - t_book
         with lock:
             samples.append(sample)
 
@@ -285,6 +289,7 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
         output_tokens_per_s=summarize([s.n_tokens / s.e2e for s in samples if s.e2e > 0]),
         throughput_tokens_per_s=total_tokens / wall if wall > 0 else None,
         overhead_ms=summarize([s.overhead_s * 1000.0 for s in samples]),
+        record_ms=summarize([s.record_s * 1000.0 for s in samples]),
     )
     level.runtime_timings = _runtime_timings(samples, level, metrics_before, metrics_after)
     return level
