@@ -310,3 +310,13 @@ def test_the_site_is_a_pure_function_of_the_results(site: Path, tmp_path: Path) 
     assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
     for rel in files:
         assert (site / rel).read_bytes() == (again / rel).read_bytes(), rel
+
+
+def test_chart_labels_are_escaped() -> None:
+    """Arm names reach the inline SVG only as escaped text (the page embeds the SVG as is)."""
+    from suite import charts
+
+    svg = charts.ttft_distribution({"<script>alert(1)</script>": [0.1, 0.2], 'x" onload="alert(2)': [0.3]})
+    assert svg is not None and svg.startswith("<svg")
+    assert "<script" not in svg and 'onload="' not in svg
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in svg
