@@ -130,7 +130,8 @@ def latency_for(record: RunRecord, rng: random.Random, ttft: float, gap: float, 
                          itl_s=summarize(itls), tpot_s=summarize(tpots), e2e_s=summarize(e2es),
                          output_tokens=summarize(ntoks), output_tokens_per_s=summarize(tps),
                          throughput_tokens_per_s=sum(ntoks) / sum(e2es),
-                         overhead_ms=summarize([rng.uniform(0.2, 0.6) for _ in range(n)]))
+                         overhead_ms=summarize([rng.uniform(0.2, 0.6) for _ in range(n)]),
+                         record_ms=summarize([rng.uniform(0.05, 0.15) for _ in range(n)]))
     return LatencyResult(prompt_id="latency-story-v1", endpoint="/v1/completions", max_tokens=32, warmup=1,
                          levels=[level], signature_digest=digest)
 
