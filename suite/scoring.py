@@ -345,10 +345,14 @@ def parse_date(answer: Any) -> set[DateValue]:
 
 
 def parse_time(answer: Any) -> tuple[int, int] | None:
-    """(hour, minute) from '18:30', '18.30', '6:30 pm', '14:12 UTC'; None if not a time."""
+    """(hour, minute) from '18:30', '18.30', '6:30 pm', '14:12 UTC', '2025-01-21T14:12:00Z'; else None."""
     if not isinstance(answer, str):
         return None
     t = unicodedata.normalize("NFKC", answer).strip().lower()
+    iso = re.fullmatch(r"\d{4}-\d{2}-\d{2}[t ](\d{2}):(\d{2})(?::\d{2}(?:\.\d+)?)?(?:z|[+-]\d{2}:?\d{2})?", t)
+    if iso:  # an ISO date-time: its time of day
+        h, mi = int(iso.group(1)), int(iso.group(2))
+        return (h, mi) if h < 24 and mi < 60 else None
     t = re.sub(r"\s*(utc|gmt|cet|cest|z|local time|hours|hrs|h)$", "", t).strip()
     m = re.fullmatch(r"(\d{1,2})(?:[:.h](\d{2}))?\s*(a\.?m\.?|p\.?m\.?)?", t)
     if not m or (m.group(2) is None and m.group(3) is None):

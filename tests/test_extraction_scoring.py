@@ -103,11 +103,12 @@ def test_month_precision_dates():
 def test_times():
     gold = fact("time", "18:30")
     assert score_fact(gold, "18:30").exact
-    for answer in ("6:30 pm", "6.30 p.m.", "18.30", "18:30 UTC", "1830"):
+    for answer in ("6:30 pm", "6.30 p.m.", "18.30", "18:30 UTC", "1830", "2023-11-14T18:30:00Z"):
         assert score_fact(gold, answer).normalised, answer
     assert not score_fact(gold, "8:30").normalised
     assert parse_time("12 am") == (0, 0)
     assert parse_time("25:00") is None
+    assert parse_time("2023-11-14T18:31:00Z") == (18, 31)
 
 
 @pytest.mark.parametrize(
