@@ -153,7 +153,11 @@ def _watchdog_for(plan: ArmPlan, rt: RunningRuntime):
     import memwatch
 
     t = plan.card.watchdog
-    policy = memwatch.Policy(spill_gb=t.spill_gb, device_max_gb=t.device_max_gb, host_max_gb=t.host_max_gb)
+    # Growth of host memory means a spill only for a runtime that serves from a GPU; a CPU
+    # runtime's memory is host memory, held to the host ceiling alone.
+    on_gpu = detect_hardware().gpu is not None and "gpu" in plan.runtime.platforms
+    policy = memwatch.Policy(spill_gb=t.spill_gb if on_gpu else None, device_max_gb=t.device_max_gb,
+                             host_max_gb=t.host_max_gb)
     probes = memwatch.default_probes(pid=rt.pid, container_id=rt.container_id)
     return memwatch.Watchdog(policy, probes=probes, stop=rt.kill)
 
