@@ -61,6 +61,11 @@ def render(spec_json: str, datasets: dict[str, list[dict[str, Any]]] | None = No
     return svg.strip()
 
 
+def warm_up() -> None:
+    """Start the renderer's engine (about half a second, once per process) with a tiny chart."""
+    vlc.vegalite_to_svg({"data": {"values": [{"x": 0}]}, "mark": "point", "encoding": {"x": {"field": "x"}}})
+
+
 def _box_rows(samples: dict[str, list[float]], scale: float) -> list[dict[str, Any]]:
     """Per arm: min, quartiles, median and max, computed here (the chart draws, never aggregates)."""
     rows = []

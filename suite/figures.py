@@ -415,7 +415,11 @@ def load_runs(results: Path) -> dict[str, ModelRuns]:
 # Per-request records (requests.jsonl): answers of the gate, timings of the latency stage.
 # --------------------------------------------------------------------------------------------
 
+_KIND_PREFIX = re.compile(r'\{"kind": "([^"\\]*)"')
+
+
 def read_requests(run_dir: Path, kinds: Iterable[str]) -> list[dict[str, Any]]:
+    """The request records of these kinds from a run's requests.jsonl, in order."""
     path = run_dir / "requests.jsonl"
     wanted = set(kinds)
     out: list[dict[str, Any]] = []
@@ -425,6 +429,10 @@ def read_requests(run_dir: Path, kinds: Iterable[str]) -> list[dict[str, Any]]:
         for lineno, line in enumerate(fh, 1):
             line = line.strip()
             if not line:
+                continue
+            # records are written kind first: lines of other kinds are skipped without parsing
+            head = _KIND_PREFIX.match(line)
+            if head is not None and head.group(1) not in wanted:
                 continue
             try:
                 rec = json.loads(line)

@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment, FileSystemBytecodeCache, FileSystemLoader, StrictUndefined, select_autoescape
 from pydantic import BaseModel
 
 from suite import charts
@@ -38,7 +38,7 @@ from suite.figures import (
     latency_level, latency_rows, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug, stage_problems, with_thousands,
     watchdog_view,
 )
-from suite.paths import SITE_DIR
+from suite.paths import SITE_DIR, cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +113,22 @@ def humanize(key: str) -> str:
 
 
 def make_env() -> Environment:
+    """The templates' environment: autoescape on for every template, compiled once per build.
+
+    Compiled templates are kept in the cache folder (jinja's bytecode cache, keyed by the
+    templates' contents), which spares later builds the compilation.
+    """
+    bytecode_cache = None
+    try:
+        folder = cache_dir() / "site-templates"
+        folder.mkdir(parents=True, exist_ok=True)
+        bytecode_cache = FileSystemBytecodeCache(str(folder))
+    except OSError as exc:  # a read-only cache folder: compile every time
+        log.debug("no template cache: %s", exc)
     env = Environment(
         loader=FileSystemLoader(str(TEMPLATES_DIR)),
+        auto_reload=False,
+        bytecode_cache=bytecode_cache,
         autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True),
         undefined=StrictUndefined,
         trim_blocks=True,
@@ -295,6 +309,8 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     """Empty `out_dir`, load every record of `results_dir`, and write the website."""
     t0 = time.perf_counter()
     results_dir, out_dir = Path(results_dir), Path(out_dir)
+    engine = threading.Thread(target=charts.warm_up, name="site-chart-engine", daemon=True)
+    engine.start()  # the chart renderer starts while the records are read
     models = load_runs(results_dir)  # validates every record before anything is deleted
     problems = stage_problems(models)
     for line in problems:
@@ -309,6 +325,7 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     all_runs = [r for m in models.values() for a in m.arms.values() for r in a.runs]
 
     try:
+        engine.join()
         drawn = {name: _model_charts(site, model) for name, model in models.items()}
         site.write("index.html", "index.html", models=models, generated=generated,
                    n_runs=len(all_runs))
