@@ -112,6 +112,7 @@ class DistinctAnswer:
     depart_char: int | None = None
     depart_token: int | None = None
     logprob_gap: float | None = None
+    depart_chars: str | None = None  # the two characters where the texts part, named (whitespace too)
 
     @property
     def modal(self) -> bool:
@@ -165,10 +166,20 @@ def _answers_of(p: dict[str, Any]) -> list[DistinctAnswer]:
             if cut is None:
                 cut = common_prefix(modal_text, text)
             ans.common, ans.rest, ans.depart_char = text[:cut], text[cut:], cut
+            ans.depart_chars = f"modal {char_name(modal_text, cut)}, this {char_name(text, cut)}"
             ans.depart_token = pick(d, "token_index")
             ans.logprob_gap = pick(d, "logprob_gap")
         out.append(ans)
     return out
+
+
+def char_name(text: str, i: int) -> str:
+    """The character at `i` as a reader can see it: `'a' U+0061`, `end of answer` past the end."""
+    if i >= len(text):
+        return "end of answer"
+    c = text[i]
+    shown = {"\n": "\\n", "\t": "\\t", "\r": "\\r", " ": "space"}.get(c, c)
+    return f"{shown!r} U+{ord(c):04X}" if shown == c else f"{shown} U+{ord(c):04X}"
 
 
 def gate_prompts(gate: dict[str, Any] | None) -> list[GatePrompt]:
