@@ -41,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -242,7 +243,13 @@ class _LocalFolderServer:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 log.debug("pip folder server: " + format, *args)
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # The same folders get the same port when it is free, so that the build args (and with
+        # them Docker's layer cache) stay the same from one build to the next.
+        preferred = 20000 + zlib.crc32(" ".join(map(str, roots)).encode()) % 20000
+        try:
+            self._server = http.server.ThreadingHTTPServer(("127.0.0.1", preferred), Handler)
+        except OSError:
+            self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True, name="pip-folders").start()
         return self
 
