@@ -189,35 +189,56 @@ def response_format_for(mode: Mode, schema: dict[str, Any]) -> dict[str, Any] | 
 
 
 class JsonChat:
-    """Chat requests that ask for JSON, falling back through the response_format modes.
+    """Requests that ask for JSON, falling back through the response_format modes and endpoints.
 
-    Starts with `json_schema` where the runtime says it honours a schema (else prompt-only); when
-    the runtime rejects a mode with an HTTP 4xx, the next one is tried and kept for later requests.
+    Starts with `json_schema` where the runtime says it honours a schema (else prompt-only), on
+    the chat endpoint where the runtime offers chat. When the runtime rejects a response_format
+    (an HTTP error naming the field or JSON/schema), the next mode is tried and kept for later
+    requests; when it cannot apply a chat template (a checkpoint without one), the request goes
+    to /v1/completions with the same text and response_format. Other errors are raised.
     """
 
-    def __init__(self, client: OpenAIClient, supports_schema: bool):
+    def __init__(self, client: OpenAIClient, supports_schema: bool, chat: bool = True):
         self.client = client
         self.modes: list[Mode] = ["json_schema", "json_object", "prompt-only"] if supports_schema else ["prompt-only"]
+        self.endpoint: Literal["chat", "completions"] = "chat" if chat else "completions"
         self.rejections: list[str] = []
 
     @property
     def mode(self) -> Mode:
         return self.modes[0]
 
+    def _send(self, content: str, schema: dict[str, Any], max_tokens: int, seed: int, temperature: float,
+              extra: dict[str, Any] | None) -> Completion:
+        response_format = response_format_for(self.mode, schema)
+        if self.endpoint == "chat":
+            return self.client.chat([{"role": "user", "content": content}], max_tokens=max_tokens, seed=seed,
+                                    temperature=temperature, response_format=response_format, extra=extra)
+        body = dict(extra or {})
+        if response_format is not None:
+            body["response_format"] = response_format
+        return self.client.complete(content + "\n\n", max_tokens=max_tokens, seed=seed, temperature=temperature,
+                                    extra=body or None)
+
     def ask(self, content: str, schema: dict[str, Any], *, max_tokens: int, seed: int, temperature: float,
             extra: dict[str, Any] | None = None) -> Completion:
         while True:
             try:
-                return self.client.chat([{"role": "user", "content": content}], max_tokens=max_tokens, seed=seed,
-                                        temperature=temperature,
-                                        response_format=response_format_for(self.mode, schema), extra=extra)
+                return self._send(content, schema, max_tokens, seed, temperature, extra)
             except ClientError as exc:
                 message = str(exc)
-                # A rejected response_format: HTTP 4xx, or a server that reports its own
-                # validation error as a 500 naming the field (llama-cpp-python does).
-                if self.mode != "prompt-only" and (" HTTP 4" in message or "response_format" in message):
-                    log.warning("response_format %s rejected: %s", self.mode, str(exc)[:200])
-                    self.rejections.append(f"{self.mode}: {str(exc)[:200]}")
+                lowered = message.lower()
+                if self.endpoint == "chat" and ("chat template" in lowered or "chat_template" in lowered):
+                    log.warning("chat endpoint refused (no chat template): using /v1/completions")
+                    self.rejections.append(f"chat: {message[:200]}")
+                    self.endpoint = "completions"
+                    continue
+                # A rejected response_format: an HTTP error naming it (llama-cpp-python reports
+                # its validation error as a 500 that names the field).
+                if self.mode != "prompt-only" and any(
+                        w in lowered for w in ("response_format", "json", "schema", "grammar", "structured")):
+                    log.warning("response_format %s rejected: %s", self.mode, message[:200])
+                    self.rejections.append(f"{self.mode}: {message[:200]}")
                     self.modes.pop(0)
                     continue
                 raise
@@ -269,7 +290,10 @@ class ExtractionResult(BaseModel):
     repeats: int = Field(description="repeats per section")
     max_tokens: int = Field(description="max_tokens per request")
     mode: Mode = Field(description="how JSON was asked for: json_schema / json_object response_format, or prompt-only")
-    mode_rejections: list[str] = Field(default_factory=list, description="response_format modes the runtime rejected")
+    endpoint: Literal["chat", "completions"] = Field(
+        default="chat", description="API used: chat, or completions where the runtime has no chat template")
+    mode_rejections: list[str] = Field(
+        default_factory=list, description="response_format modes (or the chat endpoint) the runtime rejected")
     requests: int = Field(description="requests sent")
     failed_requests: int = Field(description="requests that got an HTTP or protocol error")
     invalid_json: int = Field(description="answers with no JSON object (failed requests included)")
@@ -323,7 +347,7 @@ def run(ctx: "StageContext") -> ExtractionResult:
     if repeats < 1:
         raise SuiteError(f"profile {profile.name}: extraction_repeats must be at least 1")
     caps = ctx.runtime.capabilities
-    chat = JsonChat(ctx.client, supports_schema=bool(caps.json_schema and caps.chat))
+    chat = JsonChat(ctx.client, supports_schema=bool(caps.json_schema), chat=bool(caps.chat))
     extra: dict[str, Any] = {}
     if ctx.sampling.top_p is not None:
         extra["top_p"] = ctx.sampling.top_p
@@ -347,7 +371,8 @@ def run(ctx: "StageContext") -> ExtractionResult:
             answers[section.uid].append(Answer(section=section.uid, repeat=repeat, text=text,
                                                extracted=parsed.value, json_status=parsed.status, score=score))
             ctx.record_request(
-                "extraction", section=section.uid, repeat=repeat, mode=chat.mode, seed=ctx.sampling.seed,
+                "extraction", section=section.uid, repeat=repeat, mode=chat.mode, endpoint=chat.endpoint,
+                seed=ctx.sampling.seed,
                 max_tokens=profile.extraction_max_tokens, text=text, error=error,
                 finish_reason=c.finish_reason if c else None, e2e_s=c.e2e_s if c else None,
                 completion_tokens=c.completion_tokens if c else None, json_status=parsed.status,
@@ -373,6 +398,7 @@ def run(ctx: "StageContext") -> ExtractionResult:
         prompt_version=prompt.version,
         documents={d.id: d.version for d in load_documents() if any(s.document == d.id for s in sections)},
         sections=len(sections), repeats=repeats, max_tokens=profile.extraction_max_tokens, mode=chat.mode,
+        endpoint=chat.endpoint,
         mode_rejections=chat.rejections, requests=len(sections) * repeats, failed_requests=failed,
         reproducible_gate=ctx.reproducible, judge=judge_result, wall_s=round(time.monotonic() - t_start, 2),
         signature_digest=ctx.signature.digest, **result,
