@@ -30,7 +30,7 @@ site: $(BIN)/suite
 
 test: $(BIN)/suite
 	$(BIN)/suite setup --model tiny
-	bash .ci/docker-setup.sh
+	bash .ci/docker-setup.sh || echo "warning: Docker set-up failed; the Docker tests will say why they skip"
 	bash .ci/browser-setup.sh
 	$(BIN)/python -m pytest -m "$(TEST_MARKERS)" $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "error: no tests ran"; exit 1; fi; exit $$rc

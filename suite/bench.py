@@ -98,6 +98,14 @@ def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_na
 
 
 def runtime_version(plan: ArmPlan, rt: RunningRuntime) -> str | None:
+    """The runtime's version: its local version command, else what its server reports."""
+    local = plan.runtime.local
+    if local and local.version_command and plan.launcher.name == "local":
+        from suite.paths import runtime_prefix
+
+        version = command_version([p.format(prefix=runtime_prefix(plan.runtime.name)) for p in local.version_command])
+        if version:
+            return version
     server = plan.runtime.server
     if server.version_path:
         try:
@@ -109,11 +117,6 @@ def runtime_version(plan: ArmPlan, rt: RunningRuntime) -> str | None:
                 return str(data)
         except SuiteError:
             pass
-    local = plan.runtime.local
-    if local and local.version_command and plan.launcher.name == "local":
-        from suite.paths import runtime_prefix
-
-        return command_version([p.format(prefix=runtime_prefix(plan.runtime.name)) for p in local.version_command])
     return None
 
 

@@ -273,13 +273,14 @@ class Watchdog:
         with self._lock:
             self._window = list(self._recorder.ring)
             self._window_left = _WINDOW_AFTER
-        self._tripped.set()
         log.warning("trip: %s %s = %.0f > %.0f bytes (%s) at %.2f s; stopping the runtime",
                     probe.name, metric, value, limit, rule, t)
         self._stopper = threading.Thread(
             target=self._stop_runtime_and_wait, args=(detected,), name="memwatch-stop", daemon=True
         )
         self._stopper.start()
+        # Set only once the stopper exists, so that stop() after wait_tripped() waits for it.
+        self._tripped.set()
 
     def _stop_runtime_and_wait(self, detected: float) -> None:
         trip = self._trip
