@@ -32,7 +32,16 @@ def test_stable_within_but_not_across_launches():
     assert p.within_distinct == [1, 1] and p.across_distinct == 2
     assert p.agreement == 0.0 and p.agreement_ci95 == (0.0, 0.0)
     assert r.stable_within is True and r.consistent_across is False
+    assert p.same_sequence is False
     assert r.verdict.startswith("NOT consistent across launches")
+
+
+def test_a_cold_warm_split_repeated_in_every_launch_is_the_same_sequence():
+    outcomes = [LaunchOutcome(index=i, status="ok", gate=gate_of([[1], [2], [2]])) for i in range(2)]
+    (p,) = summarise(outcomes, ["short-open"], 2, 3).prompts
+    assert p.within_distinct == [2, 2] and p.across_distinct == 2
+    assert p.agreement == pytest.approx(5 / 9)
+    assert p.same_sequence is True
 
 
 def test_a_launch_that_refused_is_recorded_and_the_rest_counted():

@@ -45,6 +45,10 @@ class RestartPromptResult(BaseModel):
     agreement_ci95: tuple[float, float] | None
     lengths_text: str
     errors: int
+    # Every launch gave the same answer at the same request position (request i of one launch
+    # equals request i of every other): a cold/warm split that repeats identically in each
+    # launch lowers `agreement` but keeps this true.
+    same_sequence: bool | None = None
 
 
 class RestartsResult(BaseModel):
@@ -82,10 +86,13 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
         if not launches:
             continue
         a = analyse_launches(launches)
+        sequences = [[(s.error is None, s.token_ids if a.compared_by == "token_ids" else s.text)
+                      for s in sorted(l, key=lambda s: s.index)] for l in launches]
         prompts.append(RestartPromptResult(
             prompt_id=pid, compared_by=a.compared_by, within_distinct=a.within_distinct,
             across_distinct=a.across_distinct, modal_per_launch_distinct=a.modal_per_launch_distinct,
-            agreement=a.agreement, agreement_ci95=a.agreement_ci95, lengths_text=a.lengths_text, errors=a.errors))
+            agreement=a.agreement, agreement_ci95=a.agreement_ci95, lengths_text=a.lengths_text, errors=a.errors,
+            same_sequence=all(seq == sequences[0] for seq in sequences) if len(sequences) >= 2 else None))
     enough = len(answered) >= 2 and prompts
     stable = all(max(p.within_distinct, default=0) <= 1 for p in prompts) if prompts else None
     consistent = all(p.across_distinct == 1 for p in prompts) if enough else None
@@ -96,6 +103,7 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
             f"{p.prompt_id}: within {'/'.join(map(str, p.within_distinct))}, across {p.across_distinct}, "
             f"agreement {p.agreement:.2f}" + (f" [{p.agreement_ci95[0]:.2f}, {p.agreement_ci95[1]:.2f}]"
                                                if p.agreement_ci95 else "")
+            + (", the same answer sequence in every launch" if p.same_sequence else "")
             for p in prompts if p.agreement is not None)
         verdict = ("consistent across launches" if consistent else "NOT consistent across launches") + f" ({parts})"
     return RestartsResult(launches=k, launched=len(answered), requests_per_launch=n, prompts=prompts,
