@@ -165,8 +165,36 @@ def _watchdog_for(plan: ArmPlan, rt: RunningRuntime):
     return memwatch.Watchdog(policy, probes=probes, stop=rt.kill)
 
 
+@dataclass
+class JudgeChoice:
+    """The LLM judge of the extraction stage: any OpenAI-compatible endpoint and its model name."""
+
+    url: str
+    model: str
+
+
+def resolve_judge(card: ModelCard, url: str | None, model: str | None) -> JudgeChoice | None:
+    """The judge named on the command line, else the card's; None: gold scoring stands alone."""
+    if url:
+        if not url.startswith(("http://", "https://")):
+            raise SuiteError(f"judge url {url!r}: must start with http:// or https://")
+        return JudgeChoice(url, model or "judge")
+    ref = card.judge
+    if ref is None:
+        return None
+    if ref.url:
+        return JudgeChoice(ref.url, ref.served_name or model or "judge")
+    if ref.model:
+        judge_card = get_card(ref.model)
+        raise SuiteError(
+            f"the judge {ref.model!r} is a model of the catalog: serve it first (`suite up "
+            f"{ref.arm or next(iter(judge_card.arms))} --model {ref.model}`) and pass its address "
+            "with --judge-url")
+    return None
+
+
 def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: list[str] | None = None,
-            resume: bool = False) -> Summary:
+            resume: bool = False, judge: JudgeChoice | None = None) -> Summary:
     """Run one arm end to end and write its run record; a failure is recorded, not raised."""
     t_arm = time.monotonic()
     started = utcnow()
@@ -236,6 +264,10 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
                            profile=plan.profile, sampling=plan.card.sampling, signature=signature, record=record,
                            client=plan.client(rt, base_controls), running=rt, controls=base_controls,
                            launch=launch, extra_body=plan.extra_body(base_controls))
+        if judge is not None:
+            from suite.stages.judge import client_for_url
+
+            ctx.judge = client_for_url(judge.url, judge.model)
         status, reason = "complete", None
         try:
             for name in stages:
@@ -274,6 +306,8 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
                 log.error("arm %s: %s", plan.arm_name, reason)
         finally:
             ctx.client.close()
+            if ctx.judge is not None:
+                ctx.judge.close()
         report = watchdog.stop()
         if watchdog.tripped:
             status, reason = "stopped-by-watchdog", reason or "stopped by the memory watchdog"
@@ -317,17 +351,18 @@ def _failed_start(plan: ArmPlan, results: Path, started: str, exc: RuntimeStartE
 
 def run_bench(model: str, arms: list[str] | None = None, launcher: str = "local", profile: str = "standard",
               stages: list[str] | None = None, results: Path | None = None, controls: list[str] | None = None,
-              resume: bool = False) -> list[Summary]:
+              resume: bool = False, judge_url: str | None = None, judge_model: str | None = None) -> list[Summary]:
     from suite.paths import results_dir
 
     out = results or results_dir()
     plans = plan_arms(model, arms, launcher, profile)
+    judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
     summaries = []
     for plan in plans:
         # One runtime on the GPU at a time: a machine-wide lock and no other compute process;
         # after the arm, wait until device memory is back to its baseline (no-ops without a GPU).
         with gpu.exclusive_device() as lease:
-            summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume))
+            summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume, judge))
             if lease.locked:
                 waited = gpu.wait_for_baseline(lease.baseline_bytes)
                 if not waited.reached:

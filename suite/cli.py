@@ -174,12 +174,16 @@ def bench(model: str = typer.Option(os.environ.get("MODEL", "tiny"), help="Model
           profile: str = typer.Option("standard", help="quick, standard or full."),
           stages: Optional[str] = typer.Option(None, help="Stages to run (default: gate,latency,extraction,restarts)."),
           resume: bool = typer.Option(False, help="Continue the newest incomplete run of each arm."),
+          judge_url: Optional[str] = typer.Option(None, help="LLM judge: any OpenAI-compatible URL "
+                                                  "(key from SUITE_JUDGE_API_KEY)."),
+          judge_model: Optional[str] = typer.Option(None, help="The judge's model name at that URL."),
           site: bool = typer.Option(False, "--site/--no-site", help="Build the site afterwards.")) -> None:
     """Benchmark every arm of a model: gate, latency, extraction, restarts; write the run records."""
     from suite.bench import run_bench
     from suite.paths import results_dir
 
-    summaries = run_bench(model, _split(arms), launcher, profile, _split(stages), resume=resume)
+    summaries = run_bench(model, _split(arms), launcher, profile, _split(stages), resume=resume,
+                          judge_url=judge_url, judge_model=judge_model)
     _print_summaries(summaries)
     console.print(f"results: {results_dir()}")
     if site:
