@@ -79,7 +79,8 @@ class ArmPlan:
         return OpenAIClient(rt.base_url, self.card.served_name, extra_body=self.extra_body(controls))
 
 
-def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_name: str) -> list[ArmPlan]:
+def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_name: str,
+              concurrency: list[int] | None = None) -> list[ArmPlan]:
     card = get_card(model)
     if card.role == "judge" and not arms:
         log.info("model %s is a judge model; benchmarking it like any other", model)
@@ -88,6 +89,10 @@ def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_na
     if unknown:
         raise SuiteError(f"model {model!r} has no arm {unknown[0]!r}; known: {', '.join(card.arms)}")
     profile = get_profile(profile_name)
+    if concurrency:
+        if any(c < 1 for c in concurrency):
+            raise SuiteError(f"--concurrency {','.join(map(str, concurrency))}: each level must be 1 or more")
+        profile = profile.model_copy(update={"concurrency": concurrency})
     launcher = get_launcher(launcher_name)
     plans = []
     for name in wanted:
@@ -351,11 +356,12 @@ def _failed_start(plan: ArmPlan, results: Path, started: str, exc: RuntimeStartE
 
 def run_bench(model: str, arms: list[str] | None = None, launcher: str = "local", profile: str = "standard",
               stages: list[str] | None = None, results: Path | None = None, controls: list[str] | None = None,
-              resume: bool = False, judge_url: str | None = None, judge_model: str | None = None) -> list[Summary]:
+              resume: bool = False, judge_url: str | None = None, judge_model: str | None = None,
+              concurrency: list[int] | None = None) -> list[Summary]:
     from suite.paths import results_dir
 
     out = results or results_dir()
-    plans = plan_arms(model, arms, launcher, profile)
+    plans = plan_arms(model, arms, launcher, profile, concurrency)
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
     summaries = []
     for plan in plans:

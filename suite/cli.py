@@ -30,6 +30,16 @@ def _split(value: Optional[str]) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
+def _int_list(option: str, value: Optional[str]) -> list[int] | None:
+    items = _split(value)
+    if not items:
+        return None
+    try:
+        return [int(v) for v in items]
+    except ValueError:
+        raise SuiteError(f"{option} {value!r}: give whole numbers separated by commas, e.g. 1,2,4") from None
+
+
 @app.callback()
 def _setup_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
@@ -177,13 +187,16 @@ def bench(model: str = typer.Option(os.environ.get("MODEL", "tiny"), help="Model
           judge_url: Optional[str] = typer.Option(None, help="LLM judge: any OpenAI-compatible URL "
                                                   "(key from SUITE_JUDGE_API_KEY)."),
           judge_model: Optional[str] = typer.Option(None, help="The judge's model name at that URL."),
+          concurrency: Optional[str] = typer.Option(None, help="Latency concurrency sweep, e.g. 1,2,4 "
+                                                    "(default: the profile's)."),
           site: bool = typer.Option(False, "--site/--no-site", help="Build the site afterwards.")) -> None:
     """Benchmark every arm of a model: gate, latency, extraction, restarts; write the run records."""
     from suite.bench import run_bench
     from suite.paths import results_dir
 
     summaries = run_bench(model, _split(arms), launcher, profile, _split(stages), resume=resume,
-                          judge_url=judge_url, judge_model=judge_model)
+                          judge_url=judge_url, judge_model=judge_model,
+                          concurrency=_int_list("--concurrency", concurrency))
     _print_summaries(summaries)
     console.print(f"results: {results_dir()}")
     if site:
