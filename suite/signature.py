@@ -17,7 +17,7 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 import suite
 

@@ -13,9 +13,15 @@ import abc
 import logging
 import re
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
+
+import httpx
+
+from suite.errors import RuntimeStartError
 
 if TYPE_CHECKING:
     from suite.definitions import RuntimeDefinition
@@ -122,3 +128,45 @@ def find_error_line(log_text: str, patterns: list[str] | None = None) -> str | N
         if _ERROR_HINT.search(ln):
             return ln[:500]
     return lines[-1][:500] if lines else None
+
+
+def wait_until_ready(base_url: str, spec: LaunchSpec, t0: float, gone: Callable[[], str | None]) -> None:
+    """Poll the runtime's ready endpoint until it answers 200.
+
+    Raises RuntimeStartError with the log's error line when `gone()` says why the runtime is no
+    longer running (e.g. "exited with status 1"), when a refusal pattern appears in its log, or
+    when the start-up timeout passes. The caller stops the runtime on any exception.
+    """
+    runtime = spec.runtime
+    url = base_url + runtime.server.ready_path
+    refusals = [re.compile(p) for p in spec.refused_patterns]
+    deadline = t0 + spec.startup_timeout_s
+
+    def log_text() -> str:
+        return spec.log_path.read_text(errors="replace") if spec.log_path.exists() else ""
+
+    with httpx.Client(timeout=5.0) as http:
+        while True:
+            why = gone()
+            if why is not None:
+                line = find_error_line(log_text(), spec.refused_patterns)
+                raise RuntimeStartError(f"runtime {runtime.name!r} {why} before it was ready: {line}",
+                                        error_line=line, log_path=str(spec.log_path))
+            if refusals:
+                text = log_text()
+                if any(rx.search(text) for rx in refusals):
+                    line = find_error_line(text, spec.refused_patterns)
+                    raise RuntimeStartError(f"runtime {runtime.name!r} refused to start: {line}",
+                                            error_line=line, log_path=str(spec.log_path))
+            try:
+                if http.get(url).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                line = find_error_line(log_text())
+                raise RuntimeStartError(
+                    f"runtime {runtime.name!r} not ready after {spec.startup_timeout_s:.0f} s "
+                    f"(GET {runtime.server.ready_path}); last log line: {line}",
+                    error_line=line, log_path=str(spec.log_path))
+            time.sleep(0.25)

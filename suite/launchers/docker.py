@@ -47,11 +47,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlparse
 
-import httpx
 
 from suite.definitions import DockerSpec, RuntimeDefinition, get_definition, render
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers.base import LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port
+from suite.launchers.base import (LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
+                                 wait_until_ready)
 from suite.paths import cache_dir
 
 if TYPE_CHECKING:
@@ -654,40 +654,17 @@ class DockerLauncher(Launcher):
         return rt
 
     def _wait_ready(self, rt: DockerRuntime, spec: LaunchSpec, t0: float) -> None:
-        runtime = spec.runtime
-        url = rt.base_url + runtime.server.ready_path
-        refusals = [re.compile(p) for p in spec.refused_patterns]
-        deadline = t0 + spec.startup_timeout_s
-        with httpx.Client(timeout=5.0) as http:
-            while True:
-                state = rt.state()
-                if state.get("Status") in ("exited", "dead") or not state:
-                    if rt._log_thread is not None:
-                        rt._log_thread.join(timeout=3)
-                    text = spec.log_path.read_text(errors="replace")
-                    line = find_error_line(text, spec.refused_patterns)
-                    why = "was killed for lack of memory" if state.get("OOMKilled") else \
-                        f"exited with status {state.get('ExitCode', '?')}"
-                    raise RuntimeStartError(f"runtime {runtime.name!r} {why} before it was ready: {line}",
-                                            error_line=line, log_path=str(spec.log_path))
-                if refusals:
-                    text = spec.log_path.read_text(errors="replace")
-                    if any(rx.search(text) for rx in refusals):
-                        line = find_error_line(text, spec.refused_patterns)
-                        raise RuntimeStartError(f"runtime {runtime.name!r} refused to start: {line}",
-                                                error_line=line, log_path=str(spec.log_path))
-                try:
-                    if http.get(url).status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    line = find_error_line(spec.log_path.read_text(errors="replace"))
-                    raise RuntimeStartError(
-                        f"runtime {runtime.name!r} not ready after {spec.startup_timeout_s:.0f} s "
-                        f"(GET {runtime.server.ready_path}); last log line: {line}",
-                        error_line=line, log_path=str(spec.log_path))
-                time.sleep(0.25)
+        def gone() -> str | None:
+            state = rt.state()
+            if state and state.get("Status") not in ("exited", "dead"):
+                return None
+            if rt._log_thread is not None:
+                rt._log_thread.join(timeout=3)  # the log's last lines, before reading it
+            if state.get("OOMKilled"):
+                return "was killed for lack of memory"
+            return f"exited with status {state.get('ExitCode', '?')}"
+
+        wait_until_ready(rt.base_url, spec, t0, gone)
 
 
 def _gpu_request() -> dict[str, Any]:

@@ -14,18 +14,17 @@ import atexit
 import fcntl
 import logging
 import os
-import re
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 
 from suite.definitions import RuntimeDefinition, render
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers.base import LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port
+from suite.launchers.base import (LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
+                                 wait_until_ready)
 from suite.paths import runtime_prefix
 
 log = logging.getLogger(__name__)
@@ -183,35 +182,7 @@ class LocalLauncher(Launcher):
         return rt
 
     def _wait_ready(self, rt: LocalRuntime, spec: LaunchSpec, t0: float) -> None:
-        runtime = spec.runtime
-        url = rt.base_url + runtime.server.ready_path
-        refusals = [re.compile(p) for p in spec.refused_patterns]
-        deadline = t0 + spec.startup_timeout_s
-        with httpx.Client(timeout=5.0) as http:
-            while True:
-                if not rt.alive():
-                    text = spec.log_path.read_text(errors="replace")
-                    line = find_error_line(text, spec.refused_patterns)
-                    raise RuntimeStartError(
-                        f"runtime {runtime.name!r} exited with status {rt.proc.returncode} before it was ready: {line}",
-                        error_line=line, log_path=str(spec.log_path))
-                if refusals:
-                    text = spec.log_path.read_text(errors="replace")
-                    for rx in refusals:
-                        m = rx.search(text)
-                        if m:
-                            line = find_error_line(text, spec.refused_patterns)
-                            raise RuntimeStartError(f"runtime {runtime.name!r} refused to start: {line}",
-                                                    error_line=line, log_path=str(spec.log_path))
-                try:
-                    if http.get(url).status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    line = find_error_line(spec.log_path.read_text(errors="replace"))
-                    raise RuntimeStartError(
-                        f"runtime {runtime.name!r} not ready after {spec.startup_timeout_s:.0f} s "
-                        f"(GET {runtime.server.ready_path}); last log line: {line}",
-                        error_line=line, log_path=str(spec.log_path))
-                time.sleep(0.25)
+        def gone() -> str | None:
+            return None if rt.alive() else f"exited with status {rt.proc.returncode}"
+
+        wait_until_ready(rt.base_url, spec, t0, gone)

@@ -8,13 +8,12 @@ stages through `ctx.reproducible`), restarts last (it stops and starts the runti
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from suite.errors import SuiteError
 
