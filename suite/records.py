@@ -42,7 +42,9 @@ class DeterminismOutcome(BaseModel):
     error_line: str | None = None  # the log line that says why it was refused
 
 
-class RunManifest(BaseModel):
+class RunIdentity(BaseModel):
+    """What names a run: shared by its manifest (run.json) and its summary."""
+
     schema_version: int = SCHEMA_VERSION
     run_id: str
     model: str
@@ -51,20 +53,15 @@ class RunManifest(BaseModel):
     launcher: str
     profile: str
     started_at: str
+
+
+class RunManifest(RunIdentity):
     signature: Signature | None = None
 
 
-class Summary(BaseModel):
+class Summary(RunIdentity):
     """summary.json: one arm's run, one key per stage (None when the stage did not run)."""
 
-    schema_version: int = SCHEMA_VERSION
-    run_id: str
-    model: str
-    arm: str
-    runtime: str
-    launcher: str
-    profile: str
-    started_at: str
     finished_at: str | None = None
     status: RunStatus = "incomplete"
     reason: str | None = None  # why failed / skipped / stopped
@@ -191,8 +188,7 @@ def incomplete_summary(run_dir: Path) -> Summary:
     rec = RunRecord.open_incomplete(run_dir)
     m = rec.manifest
     summary = Summary(
-        run_id=m.run_id, model=m.model, arm=m.arm, runtime=m.runtime, launcher=m.launcher,
-        profile=m.profile, started_at=m.started_at, signature=m.signature, status="incomplete",
+        **m.model_dump(exclude={"signature"}), signature=m.signature, status="incomplete",
         reason="the run did not finish (interrupted); `suite bench --resume` continues it",
     )
     for key in STAGE_KEYS:
