@@ -235,8 +235,8 @@ def ensure_tools() -> Path:
 
 
 # Bumped when derive_hf.py changes what it writes: a checkpoint derived by an older recipe is
-# derived again (2: the GGUF's chat template is carried over).
-DERIVE_RECIPE_VERSION = 2
+# derived again (3: a chat template, the GGUF's or ChatML, is carried over).
+DERIVE_RECIPE_VERSION = 3
 
 
 def _derive_hf(gguf: Path, target: Path) -> str:

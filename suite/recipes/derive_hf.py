@@ -3,8 +3,8 @@
 Runs in the model-preparation tools venv (torch, transformers, gguf), never in the suite's own
 environment. Usage: derive_hf.py GGUF_PATH OUT_DIR
 
-The GGUF's chat template is carried over too (Gemma's own turn format when the GGUF has none,
-the format llama.cpp's runtimes are told to use), so that chat works alike on both formats.
+The GGUF's chat template is carried over too (ChatML, the format llama.cpp's runtimes fall back
+to, when the GGUF has none), so that a chat request is the same token sequence on both formats.
 
 The tokenizer that transformers derives from Gemma's GGUF does not add the BOS token; without it
 Gemma answers nonsense. This script makes the saved tokenizer add BOS (post-processor and config),
@@ -32,7 +32,7 @@ def main(gguf_path: str, out_dir: str) -> None:
         model.hf_quantizer = None
     model.config.torch_dtype = torch.bfloat16
     model.save_pretrained(str(out), safe_serialization=True)
-    template = gguf_chat_template(gguf) or GEMMA_CHAT_TEMPLATE
+    template = gguf_chat_template(gguf) or CHATML_CHAT_TEMPLATE
     if template and not getattr(tok, "chat_template", None):
         tok.chat_template = template
     tok.save_pretrained(str(out))
@@ -46,20 +46,14 @@ def main(gguf_path: str, out_dir: str) -> None:
     print(json.dumps({"out": str(out), "bos_id": tok.bos_token_id, "probe_ids": ids}))
 
 
-# Gemma's turn format (as llama.cpp's built-in "gemma" template renders it): a system message is
-# folded into the first user turn; the assistant's role is "model".
-GEMMA_CHAT_TEMPLATE = (
+# ChatML as llama.cpp's built-in "chatml" template renders it, with the BOS token that
+# llama.cpp adds when it tokenises the rendered prompt.
+CHATML_CHAT_TEMPLATE = (
     "{{ bos_token }}"
-    "{% set ns = namespace(system='') %}"
     "{% for message in messages %}"
-    "{% if message['role'] == 'system' %}{% set ns.system = message['content'] + '\\n\\n' %}"
-    "{% else %}"
-    "{% set role = 'model' if message['role'] == 'assistant' else 'user' %}"
-    "{{ '<start_of_turn>' + role + '\\n' + (ns.system if role == 'user' else '') + message['content'] | trim + '<end_of_turn>\\n' }}"
-    "{% if role == 'user' %}{% set ns.system = '' %}{% endif %}"
-    "{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
 
