@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from suite.definitions import _format_validation_error, load_toml
+from suite.definitions import load_validated
 from suite.errors import EnvironmentUnavailable, SuiteError
 from suite.paths import CARDS_DIR, REPO_ROOT, cache_dir, models_dir, tools_prefix
 from suite.signature import sha256_file
@@ -109,11 +109,7 @@ class ModelCard(Strict):
 
 
 def load_card(path: Path) -> ModelCard:
-    data = load_toml(path)
-    try:
-        card = ModelCard.model_validate(data)
-    except ValidationError as exc:
-        raise SuiteError(_format_validation_error(path, exc)) from None
+    card = load_validated(path, ModelCard)
     if card.name != path.stem:
         raise SuiteError(f"{path}: name {card.name!r} differs from the file name {path.stem!r}")
     return card

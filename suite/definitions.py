@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -22,6 +22,9 @@ from suite.errors import SuiteError
 from suite.paths import IMAGES_DIR
 
 log = logging.getLogger(__name__)
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class Strict(BaseModel):
@@ -153,14 +156,19 @@ def load_toml(path: Path) -> dict:
         raise SuiteError(f"{path}: cannot read: {exc.strerror}") from None
 
 
+def load_validated(path: Path, model: type[M], data: dict | None = None) -> M:
+    """A TOML file (or data read from it) validated as `model`; errors name the file and the key."""
+    try:
+        return model.model_validate(load_toml(path) if data is None else data)
+    except ValidationError as exc:
+        raise SuiteError(_format_validation_error(path, exc)) from None
+
+
 def load_definition(path: Path) -> RuntimeDefinition:
     """Load and validate one runtime.toml; errors name the file and the key."""
     data = load_toml(path)
     data.setdefault("name", path.parent.name)
-    try:
-        definition = RuntimeDefinition.model_validate({**data, "folder": path.parent})
-    except ValidationError as exc:
-        raise SuiteError(_format_validation_error(path, exc)) from None
+    definition = load_validated(path, RuntimeDefinition, {**data, "folder": path.parent})
     if definition.name != path.parent.name:
         raise SuiteError(f"{path}: name {definition.name!r} differs from its folder {path.parent.name!r}")
     return definition

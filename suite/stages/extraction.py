@@ -28,7 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import ClientError, Completion, OpenAIClient
 from suite.errors import SuiteError
@@ -97,13 +97,9 @@ class PromptTemplate(BaseModel):
 
 def load_document(path: Path) -> Document:
     """Load and check one document; errors name the file and the key."""
-    from suite.definitions import _format_validation_error, load_toml
+    from suite.definitions import load_validated
 
-    data = load_toml(path)
-    try:
-        doc = Document.model_validate(data)
-    except ValidationError as exc:
-        raise SuiteError(_format_validation_error(path, exc)) from None
+    doc = load_validated(path, Document)
     seen: set[str] = set()
     for section in doc.sections:
         if section.id in seen:
@@ -131,12 +127,9 @@ def load_documents(directory: Path = DOCUMENTS_DIR) -> list[Document]:
 
 
 def load_prompt(path: Path = EXTRACTION_DIR / "prompt.toml") -> PromptTemplate:
-    from suite.definitions import _format_validation_error, load_toml
+    from suite.definitions import load_validated
 
-    try:
-        return PromptTemplate.model_validate(load_toml(path))
-    except ValidationError as exc:
-        raise SuiteError(_format_validation_error(path, exc)) from None
+    return load_validated(path, PromptTemplate)
 
 
 def select_sections(n: int, documents: list[Document] | None = None) -> list[Section]:

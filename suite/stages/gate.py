@@ -27,10 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import ClientError, Completion, OpenAIClient
-from suite.definitions import _format_validation_error, load_toml
+from suite.definitions import load_validated
 from suite.errors import SuiteError
 from suite.paths import PROMPTS_DIR
 from suite.repro import ColdWarm, DistinctAnswer, Divergence, LengthCount, Sample, analyse
@@ -61,11 +61,7 @@ class GatePrompt(BaseModel):
 
 
 def load_gate_prompt(path: Path) -> GatePrompt:
-    data = load_toml(path)
-    try:
-        prompt = GatePrompt.model_validate(data)
-    except ValidationError as exc:
-        raise SuiteError(_format_validation_error(path, exc)) from None
+    prompt = load_validated(path, GatePrompt)
     if prompt.id != path.stem:
         raise SuiteError(f"{path}: id {prompt.id!r} differs from the file name {path.stem!r}")
     return prompt.model_copy(update={"sha256": hashlib.sha256(path.read_bytes()).hexdigest()})

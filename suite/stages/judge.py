@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import ClientError, OpenAIClient
 from suite.errors import SuiteError
@@ -55,12 +55,9 @@ class Rubric(BaseModel):
 
 
 def load_rubric(path: Path = RUBRIC_PATH) -> Rubric:
-    from suite.definitions import _format_validation_error, load_toml
+    from suite.definitions import load_validated
 
-    try:
-        rubric = Rubric.model_validate(load_toml(path))
-    except ValidationError as exc:
-        raise SuiteError(_format_validation_error(path, exc)) from None
+    rubric = load_validated(path, Rubric)
     try:
         rubric.template.format(text="", facts="", answer="")
     except (KeyError, IndexError, ValueError) as exc:
