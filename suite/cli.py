@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import rich.markup
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
@@ -189,6 +190,10 @@ def bench(model: str = typer.Option(os.environ.get("MODEL", "tiny"), help="Model
           judge_model: Optional[str] = typer.Option(None, help="The judge's model name at that URL."),
           concurrency: Optional[str] = typer.Option(None, help="Latency concurrency sweep, e.g. 1,2,4 "
                                                     "(default: the profile's)."),
+          gate_requests: Optional[int] = typer.Option(None, "--gate-requests", help="Identical requests per gate "
+                                                      "prompt (default: the profile's; the studies used 200)."),
+          restarts: Optional[int] = typer.Option(None, "--restarts", help="Launches of the restarts stage "
+                                                 "(default: the profile's; 6 or more give an interval)."),
           site: bool = typer.Option(False, "--site/--no-site", help="Build the site afterwards.")) -> None:
     """Benchmark every arm of a model: gate, latency, extraction, restarts; write the run records."""
     from suite.bench import run_bench
@@ -196,7 +201,8 @@ def bench(model: str = typer.Option(os.environ.get("MODEL", "tiny"), help="Model
 
     summaries = run_bench(model, _split(arms), launcher, profile, _split(stages), resume=resume,
                           judge_url=judge_url, judge_model=judge_model,
-                          concurrency=_int_list("--concurrency", concurrency))
+                          concurrency=_int_list("--concurrency", concurrency),
+                          gate_requests=gate_requests, restarts=restarts)
     _print_summaries(summaries)
     console.print(f"results: {results_dir()}")
     if site:
@@ -274,10 +280,12 @@ def _sigterm(signum: int, frame: object) -> None:
 
 
 def main() -> None:
-    # Ctrl-C and SIGTERM stop the runtimes on every path, also when the suite was started with
-    # SIGINT ignored (a background job of a non-interactive shell).
+    # Ctrl-C, SIGTERM, SIGHUP (the terminal closed) and SIGQUIT stop the runtimes on every path,
+    # also when the suite was started with SIGINT ignored (a background job of a non-interactive
+    # shell). A kill -9 leaves no path: the kernel ends local runtimes then (parent-death signal).
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _sigterm)
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, _sigterm)
     try:
         # Without standalone mode typer returns the exit code (130 after Ctrl-C) instead of exiting.
         code = app(standalone_mode=False)
@@ -286,7 +294,9 @@ def main() -> None:
         if isinstance(code, int) and code:
             sys.exit(code)
     except SuiteError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        # One line, whatever the message holds (a key or value with a line break in a user's file).
+        line = " ".join(str(exc).splitlines())
+        Console(stderr=True).print(f"[red]error:[/red] {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         Console(stderr=True).print("interrupted; runtimes stopped")

@@ -32,12 +32,14 @@ class Completion(BaseModel):
     text: str = ""
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None  # chosen-token logprob per generated token
+    top_logprobs: list[list[float]] | None = None  # per generated token, the top-k logprobs, best first
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    ttft_s: float | None = None  # first text-bearing chunk (streamed), else None
-    e2e_s: float = 0.0  # request sent -> last byte received
-    chunk_times_s: list[float] = Field(default_factory=list)  # offsets of text-bearing chunks
+    ttft_s: float | None = None  # streamed: request sent -> first token chunk (see `is_token_choice`), else None
+    e2e_s: float = 0.0  # request sent -> last token chunk (streamed) or last byte received (not streamed)
+    chunk_times_s: list[float] = Field(default_factory=list)  # offsets of token chunks (streamed)
+    stream_close_s: float | None = None  # streamed: request sent -> end of the stream ([DONE] or close)
     overhead_s: float = 0.0  # the suite's own time outside the HTTP exchange
     parse_s: float = 0.0  # time spent parsing streamed chunks (inside the exchange, overlapping it)
     server_timings: dict[str, Any] | None = None  # llama-server's `timings`
@@ -78,6 +80,46 @@ def _parse_logprobs(choice: dict[str, Any]) -> list[float] | None:
     if isinstance(lp.get("content"), list):  # chat format (and llama-server completions)
         return [float(c.get("logprob", float("nan"))) for c in lp["content"] if isinstance(c, dict)]
     return None
+
+
+def is_token_choice(choice: dict[str, Any], chat: bool) -> bool:
+    """Whether a streamed choice carries a generated token (the chunks TTFT, ITL and e2e are timed on).
+
+    As `vllm bench serve` does, a chunk counts when it carries a choice with generated output,
+    even output that decodes to an empty string (a special token, half of a UTF-8 character).
+    It does not count when it has no choice (a usage-only or timings-only chunk), when its only
+    content is the role announcement of a chat stream (`{"role": "assistant", "content": ""}`),
+    or when it is the closing chunk that carries a finish reason and no text.
+    """
+    if _parse_token_ids(choice) or _parse_logprobs(choice):
+        return True
+    if chat:
+        delta = choice.get("delta") or {}
+        pieces = [delta.get(k) for k in ("content", "reasoning_content", "reasoning")]
+        if any(isinstance(p, str) and p for p in pieces):
+            return True
+        empty = any(p == "" for p in pieces)
+        return empty and "role" not in delta and not choice.get("finish_reason")
+    text = choice.get("text")
+    if isinstance(text, str) and text:
+        return True
+    return text == "" and not choice.get("finish_reason")
+
+
+def _parse_top_logprobs(choice: dict[str, Any]) -> list[list[float]] | None:
+    """Per generated token, the logprobs of the runtime's top-k candidates, best first."""
+    lp = choice.get("logprobs")
+    if not isinstance(lp, dict):
+        return None
+    rows: list[Any] | None = None
+    if isinstance(lp.get("top_logprobs"), list):  # completions format: [{token: logprob}, ...]
+        rows = [list(r.values()) if isinstance(r, dict) else [] for r in lp["top_logprobs"]]
+    elif isinstance(lp.get("content"), list):  # chat format: content[i].top_logprobs[j].logprob
+        rows = [[t.get("logprob") for t in (c.get("top_logprobs") or []) if isinstance(t, dict)]
+                for c in lp["content"] if isinstance(c, dict)]
+    if rows is None or not any(rows):
+        return None
+    return [sorted((float(x) for x in r if isinstance(x, (int, float))), reverse=True) for r in rows]
 
 
 class OpenAIClient:
@@ -174,6 +216,7 @@ class OpenAIClient:
             text=text or "",
             token_ids=_parse_token_ids(choice),
             logprobs=_parse_logprobs(choice),
+            top_logprobs=_parse_top_logprobs(choice),
             finish_reason=choice.get("finish_reason"),
             prompt_tokens=usage.get("prompt_tokens"),
             completion_tokens=usage.get("completion_tokens"),
@@ -214,11 +257,14 @@ class OpenAIClient:
                     usage = data.get("usage") or usage
                     timings = data.get("timings") or timings
                     fingerprint = data.get("system_fingerprint") or fingerprint
+                    token_chunk = False
                     for choice in data.get("choices") or []:
+                        if not isinstance(choice, dict):
+                            continue
                         piece = ((choice.get("delta") or {}).get("content") if chat else choice.get("text")) or ""
                         if piece:
                             parts.append(piece)
-                            chunk_times.append(t_line - t_send)
+                        token_chunk = token_chunk or is_token_choice(choice, chat)
                         ids = _parse_token_ids(choice)
                         if ids:
                             token_ids.extend(ids)
@@ -226,6 +272,8 @@ class OpenAIClient:
                         if lps:
                             logprobs.extend(lps)
                         finish_reason = choice.get("finish_reason") or finish_reason
+                    if token_chunk:
+                        chunk_times.append(t_line - t_send)
                     parse_s += time.perf_counter() - t_line
         except httpx.HTTPError as exc:
             raise ClientError(f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
@@ -238,8 +286,11 @@ class OpenAIClient:
             prompt_tokens=usage.get("prompt_tokens"),
             completion_tokens=usage.get("completion_tokens"),
             ttft_s=chunk_times[0] if chunk_times else None,
-            e2e_s=t_recv - t_send,
+            # the last token chunk, not the stream's close: a runtime may send usage or timings,
+            # or hold the connection, long after the last token
+            e2e_s=chunk_times[-1] if chunk_times else t_recv - t_send,
             chunk_times_s=chunk_times,
+            stream_close_s=t_recv - t_send,
             server_timings=timings,
             system_fingerprint=fingerprint,
         )

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from suite.errors import SuiteError
 from suite.records import Summary, load_all
+from suite.stats import PairedDifference, paired_difference
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +247,10 @@ class Headline:
     tokens_per_s: float | None = None
     clean_share: float | None = None
     clean_share_se: float | None = None
+    complete_share: float | None = None  # clean and complete (no wrong, no missing fact): the honest headline
+    complete_share_se: float | None = None
+    complete_n: int | None = None
+    clean_n: int | None = None
 
     @property
     def distinct_text(self) -> str:
@@ -307,7 +312,8 @@ def headline(s: Summary) -> Headline:
     if tps is not None:
         h.tokens_per_s = as_float(tps.get("p50"))
     if s.extraction:
-        h.clean_share, h.clean_share_se, _ = mean_se(pick(s.extraction, "clean_share", "clean"))
+        h.clean_share, h.clean_share_se, h.clean_n = mean_se(pick(s.extraction, "clean_share", "clean"))
+        h.complete_share, h.complete_share_se, h.complete_n = mean_se(pick(s.extraction, "complete_share"))
     return h
 
 
@@ -548,7 +554,10 @@ METRIC_LABELS = {
     "ttft": ("Time to first token", "ms"),
     "itl": ("Inter-token latency", "ms"),
     "tpot": ("Time per output token", "ms"),
-    "e2e": ("End-to-end", "ms"),
+    "e2e": ("End-to-end (to the last token)", "ms"),
+    "stream_close": ("Request to the stream's close", "ms"),
+    "prompt_tokens": ("Prompt tokens per request", "tokens"),
+    "prompt_cached_tokens": ("Prompt tokens from the runtime's cache", "tokens"),
     "overhead": ("Client overhead (outside HTTP)", "ms"),
     "record": ("Writing the request record", "ms"),
     "tokens_per_s": ("Output tokens/s", "tok/s"),
@@ -604,7 +613,12 @@ def latency_rows(runs: list[Run]) -> list[LatencyRow]:
 
 
 def extraction_view(ex: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Identical sections, clean share, precision/recall, judge, and the per-section grid."""
+    """Identical sections, clean share, precision/recall, judge, and the per-section grid.
+
+    Records with `comparable_sections` count identical sections only among those where every
+    repeat gave valid JSON and mark a section with any invalid repeat as an error in the grid;
+    older records keep their own reading (all-invalid sections as errors only).
+    """
     if not ex:
         return None
     repeats = pick(ex, "repeats")
@@ -615,7 +629,7 @@ def extraction_view(ex: dict[str, Any] | None) -> dict[str, Any] | None:
             continue
         sid = str(pick(sec, "section", "section_id", "id", default="?"))
         invalid = pick(sec, "invalid_json", default=0)
-        if repeats and invalid >= repeats:
+        if (repeats and invalid >= repeats) or pick(sec, "comparable") is False:
             grid[sid] = "error"
         elif pick(sec, "identical") is True:
             grid[sid] = "same"
@@ -632,19 +646,96 @@ def extraction_view(ex: dict[str, Any] | None) -> dict[str, Any] | None:
     return {
         "identical": identical,
         "total": total,
+        "comparable": pick(ex, "comparable_sections"),  # None: an older record (identical counted over all)
+        "invalid_sections": pick(ex, "invalid_sections"),
+        "changed_sections": pick(ex, "changed_sections"),
         "repeats": repeats,
         "mode": pick(ex, "mode"),
         "invalid_json": pick(ex, "invalid_json"),
         "requests": pick(ex, "requests"),
         "clean": mean_se(pick(ex, "clean_share")),
+        "complete": mean_se(pick(ex, "complete_share")),
         "precision": mean_se(pick(ex, "precision")),
         "recall": mean_se(pick(ex, "recall")),
         "judge": mean_se(pick(judge, "score")) if isinstance(judge, dict) else (None, None, None),
         "judge_model": pick(judge, "model") if isinstance(judge, dict) else None,
         "judge_agreement": pick(judge, "agreement") if isinstance(judge, dict) else None,
+        "judge_kappa": pick(judge, "kappa") if isinstance(judge, dict) else None,
+        "judge_compared": pick(judge, "compared_facts") if isinstance(judge, dict) else None,
+        "judge_graded": pick(judge, "graded_repeats") if isinstance(judge, dict) else None,
+        "judge_reason": pick(judge, "graded_reason") if isinstance(judge, dict) else None,
         "per_repeat": [r for r in per_repeat if isinstance(r, dict)] if isinstance(per_repeat, list) else [],
         "grid": grid,
     }
+
+
+def _section_scores(ex: dict[str, Any] | None, field_name: str) -> dict[str, float]:
+    """Section -> the arm's per-section score (already averaged over repeats) from `per_section`."""
+    out: dict[str, float] = {}
+    rows = pick(ex, "per_section", default=[])
+    for sec in rows if isinstance(rows, list) else []:
+        if isinstance(sec, dict):
+            v = as_float(sec.get(field_name))
+            if v is not None:
+                out[str(pick(sec, "section", "section_id", "id", default="?"))] = v
+    return out
+
+
+def _points(v: float) -> str:
+    """A difference of shares in percentage points, signed ('+3.0', '−4.1')."""
+    p = v * 100.0
+    if abs(p) < 0.05:
+        return "0.0"
+    return f"{'+' if p > 0 else '−'}{abs(p):.1f}"
+
+
+def paired_text(d: "PairedDifference") -> str:
+    """One line for a paired difference, its n always shown; 'tie' only where the interval covers 0."""
+    sections = f"n = {d.n} paired section{'' if d.n == 1 else 's'}"
+    if d.mean is None:
+        return f"no section answered by both arms ({sections})"
+    if d.verdict == "too few":
+        return f"{_points(d.mean)} points ({sections}: too few for an interval)"
+    assert d.ci_low is not None and d.ci_high is not None
+    se = f", SE {d.se * 100:.1f}" if d.se is not None else ""
+    word = {"tie": "tie (the interval covers 0)", "higher": "higher", "lower": "lower"}[d.verdict]
+    return (f"{_points(d.mean)} points{se}, {d.confidence * 100:.0f}% bootstrap interval "
+            f"[{_points(d.ci_low)}, {_points(d.ci_high)}] ({sections}): {word}")
+
+
+def extraction_pairs(exs: list[dict[str, Any] | None], arms: list[str]) -> list[dict[str, Any]]:
+    """Every arm with an extraction result against the first such arm, as paired differences.
+
+    Per section the arm's score averaged over its repeats; the difference (arm minus the first)
+    over the sections both answered; mean, SE and a seeded bootstrap 95% interval. Measures:
+    clean and complete (clean where either record predates it), recall, and the judge's score
+    where both arms were judged with per-section scores. Empty with fewer than two such arms.
+    """
+    ran = [(arm, ex) for arm, ex in zip(arms, exs) if isinstance(ex, dict) and ex]
+    if len(ran) < 2:
+        return []
+    base_arm, base = ran[0]
+    out: list[dict[str, Any]] = []
+    for arm, ex in ran[1:]:
+        rows: list[dict[str, Any]] = []
+        a, b = _section_scores(base, "complete_rate"), _section_scores(ex, "complete_rate")
+        if a and b:
+            rows.append({"measure": "clean and complete", "diff": paired_difference(a, b)})
+        else:
+            rows.append({"measure": "clean (missing facts allowed; an older record lacks 'complete')",
+                         "diff": paired_difference(_section_scores(base, "clean_rate"),
+                                                   _section_scores(ex, "clean_rate"))})
+        rows.append({"measure": "recall", "diff": paired_difference(_section_scores(base, "recall"),
+                                                                    _section_scores(ex, "recall"))})
+        ja, jb = pick(base, "judge.per_section"), pick(ex, "judge.per_section")
+        if isinstance(ja, dict) and isinstance(jb, dict) and ja and jb:
+            fa = {str(k): v for k, v in ((k, as_float(v)) for k, v in ja.items()) if v is not None}
+            fb = {str(k): v for k, v in ((k, as_float(v)) for k, v in jb.items()) if v is not None}
+            rows.append({"measure": "judge score", "diff": paired_difference(fa, fb)})
+        for row in rows:
+            row["text"] = paired_text(row["diff"])
+        out.append({"arm": arm, "against": base_arm, "rows": rows})
+    return out
 
 
 def controls_view(c: dict[str, Any] | None, prompt_ids: list[str]) -> dict[str, Any] | None:

@@ -29,6 +29,11 @@ def runtime_prefix(runtime: str) -> Path:
     return cache_dir() / "runtimes" / runtime
 
 
+def leases_dir() -> Path:
+    """One file per running local runtime (pid, start time, owner); stale ones are ended."""
+    return cache_dir() / "leases"
+
+
 def models_dir() -> Path:
     return cache_dir() / "models"
 

@@ -14,7 +14,7 @@ from suite.errors import SuiteError
 class Profile(BaseModel):
     name: str
     gate_requests: int  # N identical requests per gate prompt
-    gate_max_tokens: int
+    gate_max_tokens: int | None  # a cap on every gate prompt's max_tokens; None: each prompt file's own
     gate_prompts: list[str] | None  # gate prompt ids; None: all of them
     restarts: int  # K launches of the same configuration
     restart_requests: int  # short gate per launch
@@ -33,11 +33,11 @@ PROFILES: dict[str, Profile] = {
                      restarts=2, restart_requests=3, latency_requests=4, latency_warmup=1,
                      latency_max_tokens=32, concurrency=[1], extraction_sections=3,
                      extraction_repeats=2, extraction_max_tokens=160, judge_repeats=3),
-    "standard": Profile(name="standard", gate_requests=20, gate_max_tokens=256, gate_prompts=None,
+    "standard": Profile(name="standard", gate_requests=20, gate_max_tokens=None, gate_prompts=None,
                         restarts=3, restart_requests=5, latency_requests=20, latency_warmup=2,
                         latency_max_tokens=128, concurrency=[1], extraction_sections=24,
                         extraction_repeats=3, extraction_max_tokens=256, judge_repeats=5),
-    "full": Profile(name="full", gate_requests=20, gate_max_tokens=1024, gate_prompts=None,
+    "full": Profile(name="full", gate_requests=20, gate_max_tokens=None, gate_prompts=None,
                     restarts=3, restart_requests=5, latency_requests=50, latency_warmup=3,
                     latency_max_tokens=256, concurrency=[1, 2, 4], extraction_sections=48,
                     extraction_repeats=3, extraction_max_tokens=384, judge_repeats=10),

@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from suite import charts
 from suite.errors import SuiteError
 from suite.figures import (
-    GatePrompt, ModelRuns, Run, analyse_requests, controls_view, extraction_view, gate_prompts, itl_gaps,
+    GatePrompt, ModelRuns, Run, analyse_requests, controls_view, extraction_pairs, extraction_view, gate_prompts, itl_gaps,
     latency_level, latency_rows, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug, stage_problems, with_thousands,
     watchdog_view,
 )
@@ -298,6 +298,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         model.page, "model.html", model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
         gate=gate, generated=generated, ttft_svg=drawn["ttft"].result(), itl_svg=drawn["itl"].result(),
         memory_svg=drawn["memory"].result(), latency_rows=latency_rows(runs), extraction=extraction,
+        extraction_pairs=extraction_pairs([r.s.extraction for r in runs], arms),
         section_ids=section_ids, watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         controls=controls, signature_rows=signature_rows(runs),
         latency_levels=[latency_level(r.s.latency) for r in runs],

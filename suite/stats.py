@@ -1,4 +1,5 @@
-"""Small statistics used by every stage: percentiles, mean, standard error, bootstrap intervals.
+"""Small statistics used by every stage: percentiles, mean, standard error, bootstrap intervals,
+Cohen's kappa, paired differences.
 
 Pure Python (no numpy), deterministic: the bootstrap uses its own `random.Random` with a fixed
 seed, so the same inputs always give the same interval. Empty inputs give `None`, never an
@@ -10,7 +11,9 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -132,3 +135,66 @@ def mean_se(values: Sequence[float]) -> MeanSE:
     """Mean and standard error of `values`."""
     xs = [float(v) for v in values if v is not None]
     return MeanSE(n=len(xs), mean=mean(xs), se=standard_error(xs))
+
+
+def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float | None:
+    """Cohen's kappa of two raters' labels for the same items: agreement corrected for chance.
+
+    kappa = (p_o - p_e) / (1 - p_e), with p_o the observed share of agreeing items and p_e the
+    agreement expected from each rater's own label frequencies. None for no items, and where
+    p_e is 1 (both raters used one and the same label throughout): chance then explains all
+    agreement and kappa is undefined, whatever the raw agreement says.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"cohen_kappa: {len(a)} labels against {len(b)}")
+    n = len(a)
+    if n == 0:
+        return None
+    observed = sum(x == y for x, y in zip(a, b)) / n
+    count_a, count_b = Counter(a), Counter(b)
+    expected = math.fsum((count_a[c] / n) * (count_b[c] / n) for c in set(count_a) | set(count_b))
+    if math.isclose(expected, 1.0):
+        return None
+    return (observed - expected) / (1.0 - expected)
+
+
+class PairedDifference(BaseModel):
+    """The difference of two arms over the units both answered (b minus a), with its uncertainty."""
+
+    n: int = Field(description="paired units (sections both arms answered)")
+    mean: float | None = Field(default=None, description="mean of the per-unit differences, b - a")
+    se: float | None = Field(default=None, description="standard error of that mean (None when n < 2)")
+    ci_low: float | None = Field(default=None, description="bootstrap interval, lower end (None when n < 2)")
+    ci_high: float | None = Field(default=None, description="bootstrap interval, upper end (None when n < 2)")
+    confidence: float = Field(default=0.95, description="coverage of the interval")
+    verdict: Literal["tie", "higher", "lower", "too few"] = Field(
+        description="tie: the interval covers 0; higher/lower: b above/below a; too few: fewer than 2 paired units")
+
+
+def paired_difference(
+    a: Mapping[str, float | None],
+    b: Mapping[str, float | None],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = BOOTSTRAP_SEED,
+) -> PairedDifference:
+    """The paired difference b - a over the keys both map to a number (per-section scores).
+
+    The differences are taken in sorted key order, so the (seeded) bootstrap interval does not
+    depend on the order of the mappings. "tie" only where the interval covers 0 (a constant
+    difference of 0 is a tie, a constant non-zero difference is not); with fewer than two pairs
+    there is no interval and the verdict says "too few".
+    """
+    keys = sorted(k for k in a if k in b and a[k] is not None and b[k] is not None
+                  and not math.isnan(float(a[k])) and not math.isnan(float(b[k])))  # type: ignore[arg-type]
+    diffs = [float(b[k]) - float(a[k]) for k in keys]  # type: ignore[arg-type]
+    m = mean(diffs)
+    if len(diffs) < 2:
+        return PairedDifference(n=len(diffs), mean=m, confidence=confidence, verdict="too few")
+    ci = bootstrap_ci(diffs, confidence=confidence, resamples=resamples, seed=seed)
+    assert ci is not None and m is not None
+    lo, hi = ci
+    verdict: Literal["tie", "higher", "lower"] = "tie" if lo <= 0.0 <= hi else ("higher" if lo > 0.0 else "lower")
+    return PairedDifference(n=len(diffs), mean=m, se=standard_error(diffs), ci_low=lo, ci_high=hi,
+                            confidence=confidence, verdict=verdict)

@@ -91,7 +91,8 @@ def test_summarise_constructed_answers():
         s2.uid: [_answer(s2, 0, None), _answer(s2, 1, None), _answer(s2, 2, None)],
     }
     out = ex.summarise([s1, s2], answers, 3)
-    assert out["identical_sections"] == 1  # s2: three invalid answers are "identical"; s1 differs
+    # s1 differs between repeats; s2's three invalid answers are not "identical facts": left out, reported apart
+    assert out["identical_sections"] == 0 and out["invalid_sections"] == 1
     assert out["invalid_json"] == 3
     assert out["facts_per_repeat"] == len(s1.facts) + len(s2.facts)
     rows = {r.section: r for r in out["per_section"]}

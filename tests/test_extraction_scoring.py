@@ -195,3 +195,19 @@ def test_gold_fact_validation():
     with pytest.raises(ValueError, match="boolean"):
         fact("boolean", "no")
     assert parse_quantity("about 40 kWh").unit == "kWh"
+
+
+def test_empty_or_all_null_answer_is_clean_but_not_complete():
+    gold = [fact("number", 312, "km", key="range"), fact("boolean", False, key="opened")]
+    for empty in ({}, {"range": None, "opened": None}, {"range": "unknown", "opened": ""}):
+        s = score_section(gold, empty)
+        assert s.clean and not s.complete and s.recall == 0.0, empty
+    partial = score_section(gold, {"range": 312, "opened": None})
+    assert partial.clean and not partial.complete
+    full = score_section(gold, {"range": "312 km", "opened": False})
+    assert full.clean and full.complete
+    one_wrong = score_section(gold, {"range": "312 km", "opened": True})
+    assert not one_wrong.clean and not one_wrong.complete
+    invalid = score_section(gold, None)
+    assert not invalid.clean and not invalid.complete
+    assert not score_section([], {}).complete  # nothing asked: not "complete" by default

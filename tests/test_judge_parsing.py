@@ -1,5 +1,7 @@
 """The judge's pure parts: rubric, prompt, verdict parsing, credentials kept out of records."""
 
+import json
+
 import pytest
 
 from suite.errors import SuiteError
@@ -51,3 +53,53 @@ def test_public_url_drops_credentials():
     assert judge.public_url("http://127.0.0.1:9000") == "http://127.0.0.1:9000"
     with pytest.raises(SuiteError, match="http"):
         judge.client_for_url("ftp://x", "m")
+
+
+def _answers(section, objs):
+    return [ex.Answer(section=section.uid, repeat=i, text=json.dumps(o) if o is not None else t,
+                      extracted=o, json_status="ok" if o is not None else "invalid",
+                      score=score_section(section.facts, o))
+            for i, (o, t) in enumerate(objs)]
+
+
+def test_graded_repeats_follow_the_extractions_own_changes():
+    s1, s2 = ex.select_sections(2)
+    same1 = {f.key: None for f in s1.facts}
+    other1 = dict(same1, **{s1.facts[0].key: "x"})
+    same2 = {f.key: None for f in s2.facts}
+    steady = {s1.uid: _answers(s1, [(same1, ""), (same1, "")]), s2.uid: _answers(s2, [(same2, ""), (same2, "")])}
+    changed = {s1.uid: _answers(s1, [(same1, ""), (other1, "")]), s2.uid: steady[s2.uid]}
+    # the gate passed, but the extraction's own repeats changed: every repeat is graded
+    everything, reason = judge.graded_repeats_for([s1, s2], changed, True)
+    assert everything and reason.startswith("1 of 2 sections changed")
+    # nothing changed: the first repeat, whether the gate passed or did not run
+    assert judge.graded_repeats_for([s1, s2], steady, True)[0] is False
+    assert judge.graded_repeats_for([s1, s2], steady, None)[0] is False
+    assert judge.graded_repeats_for([s1, s2], steady, False)[0] is True
+    # two different invalid answers, or valid and invalid mixed, are changes too
+    bad = {s1.uid: _answers(s1, [(None, "oops"), (None, "garbage")]), s2.uid: steady[s2.uid]}
+    assert judge.graded_repeats_for([s1, s2], bad, True)[0] is True
+    mixed = {s1.uid: _answers(s1, [(None, "oops"), (same1, "")]), s2.uid: steady[s2.uid]}
+    assert judge.graded_repeats_for([s1, s2], mixed, True)[0] is True
+    same_bad = {s1.uid: _answers(s1, [(None, "oops"), (None, "oops")]), s2.uid: steady[s2.uid]}
+    assert judge.graded_repeats_for([s1, s2], same_bad, True)[0] is False
+    assert judge.graded_repeats_for([], {}, None)[0] is False  # zero sections
+
+
+def test_fact_agreement_is_chance_corrected():
+    # the judge says "correct" for everything, gold says 9 of 10: 90 % raw agreement, kappa 0
+    raw, kappa = judge.fact_agreement([True] * 10, [True] * 9 + [False])
+    assert raw == pytest.approx(0.9) and kappa == pytest.approx(0.0)
+    raw, kappa = judge.fact_agreement([True, False, True, False], [True, False, True, False])
+    assert raw == 1.0 and kappa == pytest.approx(1.0)
+    assert judge.fact_agreement([True, True], [True, True]) == (1.0, None)  # one label: kappa undefined
+    assert judge.fact_agreement([], []) == (None, None)
+
+
+def test_judge_result_reads_old_records():
+    old = {"rubric_version": 1, "endpoint": "http://x/v1", "model": "m", "mode": "json_schema",
+           "graded_repeats": "all", "graded": 4, "invalid": 0, "failed": 0,
+           "score": {"n": 2, "mean": 0.5, "se": 0.1}, "gold_score": {"n": 2, "mean": 0.6, "se": 0.1},
+           "agreement": 0.8, "wall_s": 1.0}
+    r = judge.JudgeResult.model_validate(old)
+    assert r.kappa is None and r.compared_facts is None and r.per_section == {}

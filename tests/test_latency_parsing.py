@@ -1,9 +1,14 @@
 """The latency stage's pure parts: runtime-reported timings and Prometheus histogram deltas."""
 
+import threading
+from types import SimpleNamespace
+
 import pytest
 
 from suite.client import Completion
+from suite.errors import SuiteError
 from suite.stages import latency as lat
+from suite.stats import summarize
 
 VLLM_BEFORE = """
 # HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
@@ -13,6 +18,8 @@ vllm:time_to_first_token_seconds_sum{model_name="tiny"} 1.5
 vllm:time_to_first_token_seconds_count{model_name="tiny"} 3.0
 vllm:inter_token_latency_seconds_sum{model_name="tiny"} 2.0
 vllm:inter_token_latency_seconds_count{model_name="tiny"} 100.0
+vllm:request_time_per_output_token_seconds_sum{model_name="tiny"} 0.06
+vllm:request_time_per_output_token_seconds_count{model_name="tiny"} 3.0
 vllm:e2e_request_latency_seconds_sum{model_name="tiny"} 9.0
 vllm:e2e_request_latency_seconds_count{model_name="tiny"} 3.0
 process_cpu_seconds_total 12.5
@@ -22,6 +29,8 @@ vllm:time_to_first_token_seconds_sum{model_name="tiny"} 2.3
 vllm:time_to_first_token_seconds_count{model_name="tiny"} 7.0
 vllm:inter_token_latency_seconds_sum{model_name="tiny"} 6.0
 vllm:inter_token_latency_seconds_count{model_name="tiny"} 300.0
+vllm:request_time_per_output_token_seconds_sum{model_name="tiny"} 0.16
+vllm:request_time_per_output_token_seconds_count{model_name="tiny"} 7.0
 vllm:e2e_request_latency_seconds_sum{model_name="tiny"} 21.0
 vllm:e2e_request_latency_seconds_count{model_name="tiny"} 7.0
 vllm:num_requests_running{model_name="tiny"} NaN
@@ -34,7 +43,8 @@ def test_prometheus_deltas_give_the_means_of_the_new_requests():
     assert "vllm:num_requests_running" not in after  # NaN samples are dropped
     means = lat.vllm_means(before, after)
     assert means["ttft"] == (pytest.approx(0.2), 4)
-    assert means["tpot"] == (pytest.approx(0.02), 200)
+    # TPOT from the per-request histogram (4 requests, mean 0.025 s), not the per-token ITL one (200 gaps)
+    assert means["tpot"] == (pytest.approx(0.025), 4)
     assert means["e2e"] == (pytest.approx(3.0), 4)
     assert lat.vllm_means(after, after) == {}
 
@@ -58,3 +68,119 @@ def test_token_count_and_tpot_from_a_completion():
     c2 = Completion(text="abc", ttft_s=0.1, e2e_s=1.1, chunk_times_s=[0.1, 0.5, 1.1])
     assert lat._n_tokens(c2) == 3
     assert lat._tpot(c2, 1) is None
+
+
+# -- the vLLM cross-check counts requests, not tokens ---------------------------------------------
+
+def _level(ttft: list[float], tpot: list[float], e2e: list[float]) -> lat.LatencyLevel:
+    d = summarize([1.0])
+    return lat.LatencyLevel(concurrency=1, requests=len(e2e), failed=0, wall_s=1.0, ttft_s=summarize(ttft),
+                            itl_s=d, tpot_s=summarize(tpot), e2e_s=summarize(e2e), output_tokens=d,
+                            output_tokens_per_s=d, overhead_ms=d)
+
+
+def test_vllm_cross_check_n_is_the_request_count_not_the_token_count():
+    """20 requests of 128 tokens: the ITL histogram grows by 2,540 gaps, the request histograms by 20."""
+    before = lat.parse_prometheus(
+        "vllm:time_to_first_token_seconds_sum 0\nvllm:time_to_first_token_seconds_count 0\n"
+        "vllm:inter_token_latency_seconds_sum 0\nvllm:inter_token_latency_seconds_count 0\n"
+        "vllm:time_per_output_token_seconds_sum 0\nvllm:time_per_output_token_seconds_count 0\n"
+        "vllm:request_time_per_output_token_seconds_sum 0\nvllm:request_time_per_output_token_seconds_count 0\n"
+        "vllm:e2e_request_latency_seconds_sum 0\nvllm:e2e_request_latency_seconds_count 0\n")
+    after = lat.parse_prometheus(
+        "vllm:time_to_first_token_seconds_sum 1.0\nvllm:time_to_first_token_seconds_count 20\n"
+        "vllm:inter_token_latency_seconds_sum 50.8\nvllm:inter_token_latency_seconds_count 2540\n"
+        "vllm:time_per_output_token_seconds_sum 50.8\nvllm:time_per_output_token_seconds_count 2540\n"
+        "vllm:request_time_per_output_token_seconds_sum 0.4\nvllm:request_time_per_output_token_seconds_count 20\n"
+        "vllm:e2e_request_latency_seconds_sum 60.0\nvllm:e2e_request_latency_seconds_count 20\n")
+    level = _level([0.05] * 20, [0.021] * 20, [3.0] * 20)
+    rt = lat._runtime_timings([], level, before, after)
+    assert rt is not None and rt.source == "vllm /metrics"
+    assert rt.n == 20
+    assert (rt.n_ttft, rt.n_tpot, rt.n_e2e) == (20, 20, 20)
+    assert rt.tpot_mean_s == pytest.approx(0.02)
+    assert rt.tpot_mean_diff_ms == pytest.approx(1.0)
+
+
+def test_vllm_without_the_per_request_tpot_histogram_reports_no_tpot():
+    before = lat.parse_prometheus("vllm:e2e_request_latency_seconds_sum 0\nvllm:e2e_request_latency_seconds_count 0\n"
+                                  "vllm:inter_token_latency_seconds_sum 0\nvllm:inter_token_latency_seconds_count 0\n")
+    after = lat.parse_prometheus("vllm:e2e_request_latency_seconds_sum 6\nvllm:e2e_request_latency_seconds_count 2\n"
+                                 "vllm:inter_token_latency_seconds_sum 5\nvllm:inter_token_latency_seconds_count 250\n")
+    rt = lat._runtime_timings([], _level([0.1, 0.1], [0.02, 0.02], [3.0, 3.0]), before, after)
+    assert rt is not None and rt.n == 2 and rt.tpot_mean_s is None and rt.tpot_mean_diff_ms is None
+
+
+def test_prometheus_text_with_braces_and_escapes_in_labels():
+    text = (
+        '# TYPE vllm:e2e_request_latency_seconds histogram\n'
+        'vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="org/m{1}"} 4\n'
+        'vllm:e2e_request_latency_seconds_sum{model_name="org/m{1}"} 8.5\n'
+        'vllm:e2e_request_latency_seconds_count{model_name="say \\"hi\\""} 4\n'
+        'vllm:e2e_request_latency_seconds_count{model_name="other"} 1 1700000000000\n'
+    )
+    got = lat.parse_prometheus(text)
+    assert got["vllm:e2e_request_latency_seconds_sum"] == 8.5
+    assert got["vllm:e2e_request_latency_seconds_count"] == 5.0
+    assert got["vllm:e2e_request_latency_seconds_bucket"] == 4.0
+    assert lat.parse_prometheus("not a metric line {{{\n") == {}
+
+
+# -- unique prompts --------------------------------------------------------------------------------
+
+def test_prompt_prefixes_are_unique_fixed_length_and_deterministic():
+    prompts = [lat.prompt_for(i) for i in range(lat.MAX_REQUESTS)]
+    assert len(set(prompts)) == lat.MAX_REQUESTS
+    assert len({len(p) for p in prompts}) == 1
+    assert lat.prompt_for(7) == "Request 0007: " + lat.PROMPT == lat.prompt_for(7)
+    # digits only vary, in a fixed-width field: the token length is the same on digit-splitting tokenizers
+    assert {p[: len("Request ")] for p in prompts} == {"Request "}
+    with pytest.raises(SuiteError):
+        lat.prompt_for(lat.MAX_REQUESTS)
+
+
+class _FakeClient:
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+        self.lock = threading.Lock()
+
+    def complete(self, prompt: str, **kw) -> Completion:
+        with self.lock:
+            self.prompts.append(prompt)
+        return Completion(text="x y", finish_reason="length", completion_tokens=3, prompt_tokens=40,
+                          ttft_s=0.01, e2e_s=0.03, chunk_times_s=[0.01, 0.02, 0.03], stream_close_s=0.5,
+                          server_timings={"prompt_n": 40, "prompt_ms": 5.0, "predicted_n": 3,
+                                          "predicted_ms": 20.0, "cache_n": 1})
+
+
+def test_every_latency_request_has_its_own_prompt(monkeypatch: pytest.MonkeyPatch):
+    """Warm-up and every level: no prompt repeats, so TTFT cannot be a prompt-cache hit."""
+    monkeypatch.setattr(lat, "scrape_metrics", lambda base_url: None)
+    records: list[dict] = []
+    client = _FakeClient()
+    ctx = SimpleNamespace(
+        client=client, base_url="http://127.0.0.1:9",
+        sampling=SimpleNamespace(seed=42, temperature=0.0, top_p=None),
+        profile=SimpleNamespace(name="t", latency_max_tokens=3, latency_warmup=2, latency_requests=5,
+                                concurrency=[1, 3]),
+        signature=SimpleNamespace(digest="d" * 64),
+        record_request=lambda kind, **kw: records.append(kw),
+    )
+    result = lat.run(ctx)  # type: ignore[arg-type]
+    assert len(client.prompts) == 2 + 5 * 2
+    assert len(set(client.prompts)) == len(client.prompts)
+    assert result.prompt_cache == "unique-prefix" and result.prompt_prefix == lat.PROMPT_PREFIX
+    assert [lv.first_index for lv in result.levels] == [2, 7]
+    assert sorted(r["prompt_index"] for r in records) == list(range(12))
+    lv = result.levels[0]
+    assert lv.e2e_s.p50 == pytest.approx(0.03)  # the last token chunk ...
+    assert lv.stream_close_s is not None and lv.stream_close_s.p50 == pytest.approx(0.5)  # ... not the close
+    assert lv.prompt_tokens is not None and (lv.prompt_tokens.n, lv.prompt_tokens.min, lv.prompt_tokens.max) == (5, 40, 40)
+    assert lv.prompt_cached_tokens is not None and lv.prompt_cached_tokens.p50 == 1
+
+
+def test_old_latency_records_still_validate():
+    old = {"version": 1, "prompt_id": "latency-story-v1", "endpoint": "/v1/completions", "max_tokens": 8,
+           "warmup": 1, "levels": [], "signature_digest": "x"}
+    r = lat.LatencyResult.model_validate(old)
+    assert r.prompt_cache is None and r.prompt_prefix is None

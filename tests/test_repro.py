@@ -11,10 +11,11 @@ from suite.repro import (
     across_agreement,
     analyse,
     analyse_launches,
-    bootstrap_ci,
+    bootstrap_over_launches,
     format_lengths,
     LengthCount,
-    percentile,
+    MIN_LAUNCHES_FOR_CI,
+    unseen_share_bound,
 )
 
 
@@ -23,10 +24,12 @@ def ids(*xs: int) -> list[int]:
 
 
 def s(index: int, token_ids: list[int] | None = None, text: str | None = None, logprobs: list[float] | None = None,
-      error: str | None = None) -> Sample:
+      error: str | None = None, finish_reason: str | None = None,
+      top_logprobs: list[list[float]] | None = None) -> Sample:
     if text is None:
         text = "".join(chr(97 + (t % 26)) for t in (token_ids or []))
-    return Sample(index=index, text=text, token_ids=token_ids, logprobs=logprobs, error=error)
+    return Sample(index=index, text=text, token_ids=token_ids, logprobs=logprobs, error=error,
+                  finish_reason=finish_reason, top_logprobs=top_logprobs)
 
 
 def test_one_answer_twenty_times_is_one_distinct_answer():
@@ -68,14 +71,19 @@ def test_tie_goes_to_the_answer_seen_first():
     assert a.answers[0].count == a.answers[1].count == 2
 
 
-def test_divergence_token_and_logprob_gap():
-    modal = s(1, ids(10, 11, 12, 13), logprobs=[-0.1, -0.2, -0.30, -0.4])
-    other = s(0, ids(10, 11, 99, 13), logprobs=[-0.1, -0.2, -0.35, -0.5])
+def test_divergence_token_and_top2_margin():
+    top = [[-0.1, -3.0], [-0.2, -2.5], [-0.30, -0.32], [-0.4, -1.0]]
+    modal = s(1, ids(10, 11, 12, 13), logprobs=[-0.1, -0.2, -0.30, -0.4], top_logprobs=top)
+    other = s(0, ids(10, 11, 99, 13), logprobs=[-0.1, -0.25, -0.35, -0.5])
     a = analyse([other, modal, modal.model_copy(update={"index": 2})])
     (d,) = a.divergences
     assert d.token_index == 2
     assert (d.modal_token, d.other_token) == (12, 99)
-    assert d.logprob_gap == pytest.approx(0.05)
+    # The margin is the modal answer's own top-1 minus top-2 there: how close it was to a tie.
+    assert d.modal_margin == pytest.approx(0.02)
+    assert d.other_margin is None  # no top-2 logprobs on that answer
+    # Over the two shared tokens the logprobs differ by up to 0.05.
+    assert d.prefix_logprob_diff == pytest.approx(0.05)
     assert d.count == 1
 
 
@@ -86,7 +94,7 @@ def test_answer_that_is_a_prefix_of_the_modal_one():
     (d,) = a.divergences
     assert d.token_index == 3
     assert d.modal_token == 4 and d.other_token is None
-    assert d.logprob_gap is None  # the other answer ended there: no logprob to compare
+    assert d.other_logprob is None and d.other_margin is None  # the other answer ended there
     assert a.lengths_text == "3 ×1, 5 ×3"
 
 
@@ -143,10 +151,10 @@ def test_concurrent_first_wave_is_cold():
     assert a.cold_warm.warm_count == 8
 
 
-def test_nan_logprobs_give_no_gap():
+def test_nan_logprobs_give_no_logprob():
     modal = s(0, ids(1, 2), logprobs=[-0.1, float("nan")])
     a = analyse([modal, modal.model_copy(update={"index": 1}), s(2, ids(1, 3), logprobs=[-0.1, -1.0])])
-    assert a.divergences[0].logprob_gap is None
+    assert a.divergences[0].modal_logprob is None
 
 
 def test_across_agreement_counts_pairs_between_launches():
@@ -157,24 +165,17 @@ def test_across_agreement_counts_pairs_between_launches():
     assert across_agreement([["a"]]) is None
 
 
-def test_bootstrap_interval_is_deterministic_and_brackets_the_estimate():
-    groups = [["a"] * 4 + ["b"], ["a"] * 5, ["b"] * 2 + ["a"] * 3]
+def test_bootstrap_over_launches_is_deterministic_and_brackets_the_estimate():
+    groups = [["a"] * 5, ["a"] * 5, ["b"] * 5, ["a"] * 4 + ["b"], ["a"] * 5, ["b"] * 5, ["a"] * 5]
     est = across_agreement(groups)
-    lo, hi = bootstrap_ci(groups, across_agreement, resamples=500, seed=1)
+    lo, hi = bootstrap_over_launches(groups, resamples=500, seed=1)
     assert 0.0 <= lo <= est <= hi <= 1.0
     assert lo < hi
-    assert bootstrap_ci(groups, across_agreement, resamples=500, seed=1) == (lo, hi)
+    assert bootstrap_over_launches(groups, resamples=500, seed=1) == (lo, hi)
 
 
-def test_bootstrap_of_identical_answers_is_a_point():
-    assert bootstrap_ci([["x"] * 5] * 3, across_agreement, resamples=200) == (1.0, 1.0)
-
-
-def test_percentile():
-    assert percentile([1, 2, 3, 4], 50) == 2.5
-    assert percentile([7], 95) == 7
-    with pytest.raises(ValueError):
-        percentile([], 50)
+def test_bootstrap_of_identical_launches_is_a_point():
+    assert bootstrap_over_launches([["x"] * 5] * 6, resamples=200) == (1.0, 1.0)
 
 
 def test_launches_within_and_across_separately():
@@ -186,16 +187,18 @@ def test_launches_within_and_across_separately():
     assert r.across_distinct == 2
     assert r.modal_per_launch_distinct == 1
     assert r.agreement == pytest.approx((9 + 6 + 6) / 27)
-    lo, hi = r.agreement_ci95
-    assert lo <= r.agreement <= hi
+    # Three launches are too few for a bootstrap over launches: no interval, and why.
+    assert r.agreement_ci95 is None and "at least 6" in r.ci_note
+    assert [p.agreement for p in r.pairs] == [1.0, pytest.approx(2 / 3), pytest.approx(2 / 3)]
 
 
 def test_launches_each_stable_but_different_from_each_other():
     r = analyse_launches([[s(i, ids(1)) for i in range(3)], [s(i, ids(2)) for i in range(3)]], resamples=100)
     assert r.within_distinct == [1, 1]
     assert r.across_distinct == 2
-    assert r.agreement == 0.0 and r.agreement_ci95 == (0.0, 0.0)
+    assert r.agreement == 0.0 and r.agreement_ci95 is None
     assert r.modal_per_launch_distinct == 2
+    assert r.consistent_across is False and r.stable_within is True
 
 
 def test_launch_with_only_errors():

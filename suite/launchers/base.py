@@ -66,6 +66,11 @@ class RunningRuntime(abc.ABC):
     container_id: str | None = None  # Docker container id (docker launcher)
     image_digest: str | None = None
     startup_s: float | None = None  # seconds from start to ready
+    # What this launch ran with, as the bench started it (secrets redacted): the controls, the
+    # env they and the arm set, and the args they appended.
+    launch_controls: list[str] | None = None
+    launch_env: dict[str, str] | None = None
+    launch_args: list[str] | None = None
 
     @abc.abstractmethod
     def alive(self) -> bool: ...

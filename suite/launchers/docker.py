@@ -12,11 +12,13 @@ loopback interface (the build then uses the host's network). `SUITE_DOCKER_BASE`
 `start` runs the image with the GPU requested when the engine has an NVIDIA runtime and the
 definition's `gpu` is not "none", the server's port bound to 127.0.0.1 only, the model's folder
 mounted read-only under `model_mount` (the model path in the command rewritten to it), the env of
-the definition and the chosen controls, and the labels `suite.run=1` and `suite.session=<id>`.
+the definition and the chosen controls, and the labels `suite.run=1`, `suite.session=<id>` and
+`suite.owner.{pid,start,host}` (the suite process's pid, start time and host).
 The container's log is streamed into the run folder; `start` returns once the ready endpoint
-answers 200. Every exit path removes the container: stop/kill, a failed start, Ctrl-C and SIGTERM
-(signal handlers), and interpreter exit (atexit removes every container with this process's
-session label). The model path must exist on the Docker host: with a remote engine
+answers 200. Every exit path removes the container: stop/kill, a failed start, Ctrl-C, SIGTERM,
+SIGHUP and SIGQUIT (signal handlers), and interpreter exit (atexit removes every container with
+this process's session label). Where no cleanup could run (kill -9), the next `start` on the same
+host removes the containers whose owner process is gone (pid and start time checked). The model path must exist on the Docker host: with a remote engine
 (`DOCKER_HOST=ssh://...`) the model cache lives there.
 
 Environment: `SUITE_DOCKER_BASE` (the BASE build arg), `SUITE_DOCKER_GPUS` ("all", or GPU
@@ -45,7 +47,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import quote, unquote, urlparse, urlsplit, urlunsplit
 
 
 from suite.definitions import DockerSpec, RuntimeDefinition, get_definition, render
@@ -63,6 +65,11 @@ log = logging.getLogger(__name__)
 LABEL_RUN = "suite.run"
 LABEL_SESSION = "suite.session"
 LABEL_RUNTIME = "suite.runtime"
+# The owning suite process: pid, its start time (psutil) and host; a container whose owner is
+# gone (killed with -9: no cleanup ran) is removed by the next start on the same host.
+LABEL_OWNER_PID = "suite.owner.pid"
+LABEL_OWNER_START = "suite.owner.start"
+LABEL_OWNER_HOST = "suite.owner.host"
 # Containers started by this process carry this label; `SUITE_DOCKER_SESSION` sets it (tests).
 SESSION = os.environ.get("SUITE_DOCKER_SESSION") or f"{os.getpid()}-{secrets.token_hex(4)}"
 _SESSION_PID = os.getpid()
@@ -120,6 +127,52 @@ def remove_session_containers() -> int:
     return removed
 
 
+def _owner_labels() -> dict[str, str]:
+    import psutil
+
+    return {LABEL_OWNER_PID: str(_SESSION_PID), LABEL_OWNER_START: f"{psutil.Process(_SESSION_PID).create_time():.2f}",
+            LABEL_OWNER_HOST: socket.gethostname()}
+
+
+def owner_gone(labels: dict[str, str]) -> bool:
+    """Whether the suite process named by a container's owner labels has ended (same host only)."""
+    import psutil
+
+    if labels.get(LABEL_OWNER_HOST) != socket.gethostname():
+        return False  # another machine's container (remote engine), or no owner labels
+    try:
+        pid, start = int(labels[LABEL_OWNER_PID]), float(labels[LABEL_OWNER_START])
+    except (KeyError, ValueError):
+        return False
+    try:
+        return abs(psutil.Process(pid).create_time() - start) >= 0.05  # a reused pid: gone too
+    except psutil.Error:
+        return True
+
+
+def remove_orphan_containers(client: "docker.DockerClient") -> int:
+    """Remove suite containers whose owning suite process is gone; says so in one line."""
+    try:
+        found = client.containers.list(all=True, filters={"label": LABEL_RUN})
+    except Exception as exc:  # noqa: BLE001 - best effort
+        log.debug("orphan cleanup: cannot list containers: %s", exc)
+        return 0
+    removed: list[str] = []
+    for container in found:
+        if not owner_gone(container.labels or {}):
+            continue
+        try:
+            container.remove(force=True)
+            removed.append(f"{container.labels.get(LABEL_RUNTIME, '?')} {container.short_id}")
+        except Exception as exc:  # noqa: BLE001
+            if "No such container" not in str(exc):
+                log.debug("could not remove orphan container %s: %s", container.short_id, _first_line(exc))
+    if removed:
+        log.warning("removed %d container(s) left by a suite process that is gone: %s",
+                    len(removed), ", ".join(removed))
+    return len(removed)
+
+
 def _cleanup_at_exit() -> None:
     with _signals_deferred():
         remove_session_containers()
@@ -144,11 +197,11 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 
 def _install_signal_handlers() -> None:
-    """SIGINT/SIGTERM remove this session's containers, then act as before (main thread only)."""
+    """SIGINT/SIGTERM/SIGHUP/SIGQUIT remove this session's containers, then act as before (main thread only)."""
     global _handlers_installed
     if _handlers_installed or threading.current_thread() is not threading.main_thread():
         return
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         previous = signal.getsignal(signum)
         if previous is _on_signal:
             continue
@@ -267,10 +320,20 @@ def _local_path(location: str) -> Path | None:
     return None
 
 
+def without_credentials(location: str) -> str:
+    """A URL without its user:password part (build args are readable in the image's history)."""
+    parts = urlsplit(location)
+    if "@" not in parts.netloc:
+        return location
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
 def pip_build_args(server: _LocalFolderServer) -> tuple[dict[str, str], list[str]]:
     """Build args carrying the host's pip settings; local locations are routed through `server`.
 
     Returns the args with placeholders `{route:KEY}` for served locations, and the route keys.
+    Credentials in index URLs are left out: a build arg is stored in the image's history, and
+    the SDK's (non-BuildKit) builder has no build secrets.
     """
     args: dict[str, str] = {}
     routes: list[str] = []
@@ -282,7 +345,11 @@ def pip_build_args(server: _LocalFolderServer) -> tuple[dict[str, str], list[str
         for location in value.split():
             path = _local_path(location)
             if path is None:
-                kept.append(location)
+                public = without_credentials(location)
+                if public != location:
+                    log.warning("pip setting %s: credentials in %s left out of the image build "
+                                "(build args are kept in the image history)", name, public)
+                kept.append(public)
             elif path.exists():
                 key = server.add(path, with_parent=name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"))
                 routes.append(key)
@@ -603,6 +670,7 @@ class DockerLauncher(Launcher):
             raise EnvironmentUnavailable(
                 f"runtime {runtime.name!r} needs an NVIDIA GPU and this Docker engine has no NVIDIA "
                 "runtime (install the NVIDIA Container Toolkit)")
+        remove_orphan_containers(client)
         port = spec.port or free_port()
         if spec.port and not _port_free(spec.port):
             raise RuntimeStartError(f"runtime {runtime.name!r} cannot start: port {spec.port} on 127.0.0.1 is in use")
@@ -627,7 +695,8 @@ class DockerLauncher(Launcher):
                 container = client.containers.create(
                     tag, command=args, environment=env, volumes=volumes, detach=True,
                     ports={f"{runtime.server.container_port}/tcp": ("127.0.0.1", port)},
-                    labels={LABEL_RUN: "1", LABEL_SESSION: SESSION, LABEL_RUNTIME: runtime.name},
+                    labels={LABEL_RUN: "1", LABEL_SESSION: SESSION, LABEL_RUNTIME: runtime.name,
+                            **_owner_labels()},
                     shm_size=dspec.shm_size, device_requests=device_requests,
                 )
             except docker.errors.APIError as exc:

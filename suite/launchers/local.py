@@ -6,18 +6,37 @@
 in the run folder, and waits until the ready endpoint answers 200. A runtime that dies, logs a
 refusal pattern, or never gets ready is stopped and reported with its log's error line. Every
 started group is killed on exit, on Ctrl-C and on exceptions (context manager + atexit).
+
+Runtimes also die when the suite dies without running any cleanup (kill -9, a crash): on Linux
+the runtime is started with the parent-death signal set to SIGKILL (prctl PR_SET_PDEATHSIG in
+the child before exec). That signal fires when the *thread* that forked the child ends, so
+runtimes started from another thread than the main one are forked by one long-lived spawner
+thread. Each start also leaves a lease, `$SUITE_CACHE/leases/<pid>-<ms>.json` (the runtime's pid,
+process start time, process group, command, and the owning suite process's pid and start time),
+removed on a clean stop. The next start ends the runtimes of leases whose owner is gone: a
+process is ended only when both its pid and its start time match the lease (never by name), and
+the suite says so in one log line.
 """
 
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
+import ctypes
 import fcntl
+import json
 import logging
 import os
+import queue
 import signal
+import socket
 import subprocess
+import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -25,7 +44,8 @@ from suite.definitions import RuntimeDefinition, render
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import (LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
                                  wait_until_ready)
-from suite.paths import runtime_prefix
+from suite.paths import leases_dir, runtime_prefix
+from suite.signature import SECRET_ENV, redact_args
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +60,192 @@ def _kill_all_live() -> None:
 atexit.register(_kill_all_live)
 
 
+# ---------------------------------------------------------------- dying with the suite
+
+_PR_SET_PDEATHSIG = 1
+_SIGKILL = int(signal.SIGKILL)
+try:
+    _prctl: Any = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+except (OSError, AttributeError):  # no libc prctl: leases still end stale runtimes
+    _prctl = None
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
+    """A preexec_fn that makes the kernel SIGKILL the child when its parent (thread) ends."""
+    if _prctl is None:
+        return None
+    prctl = _prctl
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl: do not outlive it
+            os.kill(os.getpid(), _SIGKILL)
+
+    return preexec
+
+
+class _Spawner:
+    """Forks runtimes from the main thread, or else from one long-lived daemon thread.
+
+    PR_SET_PDEATHSIG fires when the thread that forked the child exits, not the process: a
+    runtime forked from a short-lived worker thread would be killed when that thread ends.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: "queue.Queue[tuple[list[str], dict[str, Any], concurrent.futures.Future]]" = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def popen(self, command: list[str], **kwargs: Any) -> subprocess.Popen:
+        if threading.current_thread() is threading.main_thread():
+            return subprocess.Popen(command, preexec_fn=_die_with_parent(os.getpid()), **kwargs)
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, daemon=True, name="runtime-spawner")
+                self._thread.start()
+        job: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((command, kwargs, job))
+        return job.result()
+
+    def _serve(self) -> None:
+        while True:
+            command, kwargs, job = self._jobs.get()
+            try:
+                job.set_result(subprocess.Popen(command, preexec_fn=_die_with_parent(os.getpid()), **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                job.set_exception(exc)
+
+
+_SPAWNER = _Spawner()
+
+
+def _start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _same_process(pid: Any, start_time: Any) -> psutil.Process | None:
+    """The process with this pid if it is the one that started at start_time (not a reused pid)."""
+    if not isinstance(pid, int) or not isinstance(start_time, (int, float)) or pid <= 0:
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - start_time) < 0.05:
+            return proc
+    except psutil.Error:
+        pass
+    return None
+
+
+def write_lease(pid: int, command: list[str], runtime: str = "", *, owner: tuple[int, float] | None = None,
+                start_time: float | None = None, directory: Path | None = None) -> Path:
+    """Record a started runtime; `owner` (pid, start time) defaults to this process."""
+    folder = directory or leases_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    start = start_time if start_time is not None else _start_time(pid)
+    if owner is None:
+        owner = (os.getpid(), _start_time(os.getpid()) or 0.0)
+    try:
+        pgid = os.getpgid(pid)
+    except OSError:
+        pgid = None
+    lease = {"pid": pid, "start_time": start, "pgid": pgid, "runtime": runtime, "command": redact_args(command),
+             "owner_pid": owner[0], "owner_start_time": owner[1], "host": socket.gethostname()}
+    path = folder / f"{pid}-{int((start or 0) * 1000)}.json"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(lease))
+    tmp.replace(path)
+    return path
+
+
+def _end_stale(lease: dict[str, Any]) -> bool:
+    """Kill the runtime of a stale lease (pid + start time must match) and what is left of its group."""
+    victims: list[psutil.Process] = []
+    leader = _same_process(lease.get("pid"), lease.get("start_time"))
+    pgid = lease.get("pgid")
+    if leader is not None:
+        with _suppress_psutil():
+            victims += leader.children(recursive=True)
+        victims.append(leader)
+    if isinstance(pgid, int) and pgid > 1 and pgid == lease.get("pid") and isinstance(lease.get("start_time"), (int, float)):
+        # Members of the runtime's own group started after it (e.g. workers orphaned when the
+        # leader got the parent-death signal). When the leader is gone, only a leaderless group
+        # is the runtime's: a group whose id has a live leader belongs to a reused pid.
+        if leader is not None or not psutil.pid_exists(pgid):
+            known = {v.pid for v in victims}
+            for proc in psutil.process_iter():
+                with _suppress_psutil():
+                    if (proc.pid not in known and os.getpgid(proc.pid) == pgid
+                            and proc.create_time() >= lease["start_time"] - 0.05):
+                        victims.append(proc)
+    victims = [v for v in victims if _running(v)]  # a zombie is already ended, awaiting its reaper
+    for proc in victims:
+        with _suppress_psutil():
+            proc.kill()
+    psutil.wait_procs(victims, timeout=5)
+    return bool(victims)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class _suppress_psutil:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: object) -> bool:
+        return kind is not None and issubclass(kind, (psutil.Error, OSError))
+
+
+def reap_stale_leases(directory: Path | None = None) -> list[str]:
+    """End the runtimes whose owning suite process is gone; returns what was ended, one per runtime.
+
+    A lease whose owner still runs (another suite process) is left alone. A lease whose runtime
+    pid is gone, or now belongs to another process (start time differs), is only removed.
+    """
+    folder = directory or leases_dir()
+    if not folder.is_dir():
+        return []
+    host = socket.gethostname()
+    ended: list[str] = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            lease = json.loads(path.read_text())
+            if not isinstance(lease, dict):
+                raise ValueError("not an object")
+        except (OSError, ValueError) as exc:
+            log.debug("lease %s unreadable (%s): removed", path, exc)
+            path.unlink(missing_ok=True)
+            continue
+        if lease.get("host", host) != host:
+            continue  # a cache shared with another machine: not ours to judge
+        if _same_process(lease.get("owner_pid"), lease.get("owner_start_time")) is not None:
+            continue  # its suite process still runs
+        killed = _end_stale(lease)
+        if killed:
+            ended.append(f"{lease.get('runtime') or '?'} pid {lease.get('pid')}")
+        path.unlink(missing_ok=True)
+    if ended:
+        log.warning("ended %d stale runtime(s) left by a suite process that is gone: %s (leases in %s)",
+                    len(ended), ", ".join(ended), folder)
+    return ended
+
+
+def _runtime_env(*layers: dict[str, str]) -> dict[str, str]:
+    """The runtime's env: the suite's own minus secret-looking names (the judge key, tokens), then
+    the definition's and the spec's env (which may name a secret on purpose)."""
+    env = {k: v for k, v in os.environ.items() if not SECRET_ENV.search(k)}
+    for layer in layers:
+        env.update(layer)
+    return env
+
+
 def is_installed(definition: RuntimeDefinition) -> bool:
     if definition.local is None:
         return False
@@ -47,12 +253,14 @@ def is_installed(definition: RuntimeDefinition) -> bool:
 
 
 class LocalRuntime(RunningRuntime):
-    def __init__(self, proc: subprocess.Popen, base_url: str, command: list[str], log_path: Path):
+    def __init__(self, proc: subprocess.Popen, base_url: str, command: list[str], log_path: Path,
+                 lease: Path | None = None):
         self.proc = proc
         self.pid = proc.pid
         self.base_url = base_url
         self.command = command
         self.log_path = log_path
+        self.lease = lease
         self._stopped = False
         _LIVE.add(self)
 
@@ -102,6 +310,8 @@ class LocalRuntime(RunningRuntime):
             except psutil.Error:
                 pass
         psutil.wait_procs(descendants, timeout=5)
+        if self.lease is not None and self.proc.poll() is not None:
+            self.lease.unlink(missing_ok=True)  # a clean stop: nothing left to end later
         self._stopped = True
         _LIVE.discard(self)
 
@@ -156,22 +366,26 @@ class LocalLauncher(Launcher):
         if not is_installed(runtime):
             raise EnvironmentUnavailable(f"runtime {runtime.name!r} is not installed; "
                                          f"run `suite setup --runtime {runtime.name}`")
+        reap_stale_leases()
         port = spec.port or free_port()
         command = self.command_for(spec, port)
-        env = {**os.environ, **runtime.local.env, **spec.env}
+        env = _runtime_env(runtime.local.env, spec.env)
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_fh = spec.log_path.open("wb")
         t0 = time.monotonic()
         try:
-            proc = subprocess.Popen(command, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, start_new_session=True)
+            proc = _SPAWNER.popen(command, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  env=env, start_new_session=True)
         except OSError as exc:
-            log_fh.close()
             raise RuntimeStartError(f"runtime {runtime.name!r} could not start: {exc}") from None
         finally:
-            pass
-        log_fh.close()
-        rt = LocalRuntime(proc, f"http://127.0.0.1:{port}", command, spec.log_path)
+            log_fh.close()
+        try:
+            lease = write_lease(proc.pid, command, runtime.name)
+        except OSError as exc:  # the cache is read-only: the parent-death signal still applies
+            log.debug("no lease for %s: %s", runtime.name, exc)
+            lease = None
+        rt = LocalRuntime(proc, f"http://127.0.0.1:{port}", command, spec.log_path, lease)
         try:
             self._wait_ready(rt, spec, t0)
         except BaseException:

@@ -53,6 +53,13 @@ class ControlRow(BaseModel):
     concurrency: int = 1
     startup_s: float | None = None
     command: list[str] | None = None
+    # Exactly what the row's runtime ran with: every control applied (the arm's own and the
+    # row's; never the main launch's determinism mode unless it is the row), their env and args.
+    ran_controls: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    args: list[str] = Field(default_factory=list)
+    request_extra: dict[str, Any] = Field(default_factory=dict)
+    tokens_per_s: float | None = None  # generated tokens per second of HTTP time, one request at a time
     distinct: dict[str, int] = Field(default_factory=dict)  # prompt id -> distinct answers
     answered: dict[str, int] = Field(default_factory=dict)
     lengths: dict[str, str] = Field(default_factory=dict)  # prompt id -> "973 ×9, 993 ×11"
@@ -103,9 +110,20 @@ def resolve_requested(ctx: "StageContext", requested: list[str] | None) -> list[
     return out
 
 
+def _ran_with(row: ControlRow, running: Any) -> None:
+    """Copy what the launch actually ran with onto the row."""
+    row.command = list(running.command)
+    row.ran_controls = list(getattr(running, "launch_controls", None) or [])
+    row.env = dict(getattr(running, "launch_env", None) or {})
+    row.args = list(getattr(running, "launch_args", None) or [])
+
+
 def _row_from_gate(row: ControlRow, gate: GateResult) -> ControlRow:
     row.gate = gate
     row.reproducible = gate.reproducible
+    row.request_extra = dict(gate.request_extra)
+    tokens = sum((a.n_tokens or 0) * a.count for p in gate.prompts for a in p.answers)
+    row.tokens_per_s = round(tokens / gate.http_s, 3) if gate.http_s > 0 and tokens else None
     for p in gate.prompts:
         row.distinct[p.prompt_id] = p.distinct_answers
         row.answered[p.prompt_id] = p.answered
@@ -117,7 +135,7 @@ def _row_from_gate(row: ControlRow, gate: GateResult) -> ControlRow:
 
 
 def _gate_on(ctx: "StageContext", running: Any, client: Any, label: str, controls: list[str],
-             extra: dict[str, Any] | None = None) -> GateResult:
+             extra: dict[str, Any] | None = None, process_cold: bool = True) -> GateResult:
     body = dict(client.extra_body)
     if ctx.sampling.top_p is not None:
         body.setdefault("top_p", ctx.sampling.top_p)
@@ -130,7 +148,7 @@ def _gate_on(ctx: "StageContext", running: Any, client: Any, label: str, control
         temperature=ctx.sampling.temperature, max_tokens_cap=ctx.profile.gate_max_tokens,
         logprobs=logprobs_for(ctx), concurrency=concurrency_of(ctx, [c for c in controls if c != LORA]),
         extra=body, record=ctx.record_request, alive=running.alive, death_reason=death_reason_of(running),
-        label=label, controls=controls, kind="controls",
+        label=label, controls=controls, kind="controls", process_cold=process_cold,
     )
 
 
@@ -140,9 +158,9 @@ def run_configuration(ctx: "StageContext", name: str) -> ControlRow:
     row = ControlRow(configuration=name, controls=controls, description=control.description,
                      status="ok", concurrency=control.concurrency)
     try:
-        with ctx.launch(controls=controls) as (running, client):
+        with ctx.launch(controls=controls, inherit=False) as (running, client):
             row.startup_s = running.startup_s
-            row.command = list(running.command)
+            _ran_with(row, running)
             return _row_from_gate(row, _gate_on(ctx, running, client, name, controls))
     except RuntimeStartError as exc:
         row.status, row.reason = "refused", exc.error_line or str(exc)
@@ -223,15 +241,18 @@ def run_lora(ctx: "StageContext") -> tuple[list[ControlRow], LoraOutcome]:
     outcome.same_process = same_process
     labels = ["lora:base", "lora:adapter"] if same_process else ["lora:adapter (whole process)"]
     try:
-        with ctx.launch(controls=[], lora=[LoraAdapter(ADAPTER_NAME, path)]) as (running, client):
-            for label in labels:
+        with ctx.launch(controls=[], inherit=False, lora=[LoraAdapter(ADAPTER_NAME, path)]) as (running, client):
+            for n_label, label in enumerate(labels):
                 is_adapter = "adapter" in label
                 row = ControlRow(configuration=label, controls=[LORA], status="ok",
                                  description=("adapter " if is_adapter else "base model ") +
                                  ("selected per request" if same_process else "applied to every request"),
-                                 startup_s=running.startup_s, command=list(running.command))
+                                 startup_s=running.startup_s)
+                _ran_with(row, running)
                 fields = lora_request_fields(caps.lora_select, ctx.card.served_name, is_adapter)
-                rows.append(_row_from_gate(row, _gate_on(ctx, running, client, label, [LORA], fields)))
+                # The second label's requests reach a process that already served the first's.
+                rows.append(_row_from_gate(row, _gate_on(ctx, running, client, label, [LORA], fields,
+                                                         process_cold=n_label == 0)))
                 if not running.alive():
                     break
     except RuntimeStartError as exc:

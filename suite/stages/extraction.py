@@ -11,9 +11,12 @@ then llama-cpp-python's `json_object` + schema) where the runtime supports it, o
 prompt alone; the mode used is reported. Model output is untrusted: it is parsed by
 `suite.jsonextract` (invalid JSON is counted, never a crash) and only compared with gold.
 
-Per arm: sections whose extracted facts are identical across the R repeats; precision, recall
-and the share of "clean" answers (valid JSON, no wrong fact), as mean and standard error over
-sections; the spread over repeats; figures by fact type. Every fact goes to `requests.jsonl`
+Per arm: sections whose extracted facts are identical across the R repeats, counted only over
+the sections where every repeat gave valid JSON (sections with an invalid repeat are counted
+apart: three invalid answers are not "identical"); precision, recall, the share of "clean"
+answers (valid JSON, no wrong fact: an all-null answer is clean) and the share of "clean and
+complete" answers (no wrong and no missing fact, the honest headline), as mean and standard
+error over sections; the spread over repeats; figures by fact type. Every fact goes to `requests.jsonl`
 (kind `extraction-fact`) with the arm's full configuration signature, so any fact can be traced
 to the exact configuration that produced it. An optional LLM judge (`suite.stages.judge`) grades
 the answers too, when the context has one.
@@ -244,6 +247,7 @@ class RepeatScore(BaseModel):
 
     repeat: int = Field(description="repeat index, 0-based")
     clean_share: float | None = Field(description="share of sections with valid JSON and no wrong fact")
+    complete_share: float | None = Field(default=None, description="share of sections with no wrong and no missing fact")
     precision: float | None = Field(description="mean over sections of correct / answered")
     recall: float | None = Field(description="mean over sections of correct / gold facts")
     invalid_json: int = Field(description="sections whose answer held no JSON object")
@@ -265,9 +269,12 @@ class SectionSummary(BaseModel):
     section: str = Field(description="document/section id")
     kind: str = Field(description="kind of document")
     facts: int = Field(description="gold facts in the section")
-    identical: bool = Field(description="the extracted facts were the same in every repeat")
-    distinct_answers: int = Field(description="distinct extracted-fact sets over the repeats")
+    identical: bool = Field(description="every repeat gave valid JSON and the extracted facts were the same in each "
+                                        "(records before `comparable` existed counted all-invalid sections too)")
+    distinct_answers: int = Field(description="distinct extracted-fact sets over the repeats (all invalid ones as one)")
+    comparable: bool | None = Field(default=None, description="every repeat gave valid JSON (None: older record)")
     clean_rate: float = Field(description="share of repeats that were clean")
+    complete_rate: float | None = Field(default=None, description="share of repeats that were clean and complete")
     recall: float = Field(description="mean recall over repeats")
     precision: float | None = Field(description="mean precision over repeats (None if nothing answered)")
     invalid_json: int = Field(description="repeats without a JSON object")
@@ -290,12 +297,21 @@ class ExtractionResult(BaseModel):
     requests: int = Field(description="requests sent")
     failed_requests: int = Field(description="requests that got an HTTP or protocol error")
     invalid_json: int = Field(description="answers with no JSON object (failed requests included)")
-    identical_sections: int = Field(description="sections whose extracted facts were identical across all repeats")
+    identical_sections: int = Field(description="sections whose extracted facts were identical across all repeats, "
+                                                "among the comparable sections (every repeat valid JSON)")
+    comparable_sections: int | None = Field(
+        default=None, description="sections where every repeat gave valid JSON: the base of identical_sections")
+    invalid_sections: int | None = Field(
+        default=None, description="sections with at least one repeat without JSON, left out of identical_sections")
+    changed_sections: int | None = Field(
+        default=None, description="sections whose repeats differed in any way (facts, or valid vs invalid answers)")
     facts_per_repeat: int = Field(description="gold facts over the sections asked")
     precision: MeanSE = Field(description="per-section precision (correct / answered), mean and SE over sections")
     recall: MeanSE = Field(description="per-section recall (correct / gold), mean and SE over sections")
     recall_exact: MeanSE = Field(description="recall counting only answers right as written")
     clean_share: MeanSE = Field(description="per-section share of clean repeats, mean and SE over sections")
+    complete_share: MeanSE | None = Field(
+        default=None, description="per-section share of clean and complete repeats (no wrong, no missing fact)")
     per_repeat: list[RepeatScore] = Field(description="the same scores per repeat: the spread across repeats")
     by_type: dict[str, TypeScore] = Field(description="fact type -> counts over all facts and repeats")
     per_section: list[SectionSummary] = Field(description="one row per section")
@@ -328,6 +344,19 @@ def _answered_facts(section: Section, extracted: dict[str, Any] | None) -> str:
     lower = {str(k).strip().lower(): v for k, v in extracted.items()}
     values = {f.key: extracted.get(f.key, lower.get(f.key.lower())) for f in section.facts}
     return json.dumps(values, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _repeat_key(section: Section, answer: Answer) -> str:
+    """What two repeats must share to count as the same answer: the facts, or an invalid answer's text."""
+    if answer.extracted is None:
+        return "<invalid>" + answer.text
+    return _answered_facts(section, answer.extracted)
+
+
+def changed_sections(sections: list[Section], answers: dict[str, list[Answer]]) -> list[str]:
+    """Uids of the sections whose repeats differed: other facts, valid and invalid answers mixed,
+    or two different invalid texts (pure; the judge grades every repeat when this is not empty)."""
+    return [s.uid for s in sections if len({_repeat_key(s, a) for a in answers.get(s.uid, [])}) > 1]
 
 
 def run(ctx: "StageContext") -> ExtractionResult:
@@ -370,7 +399,7 @@ def run(ctx: "StageContext") -> ExtractionResult:
                 finish_reason=c.finish_reason if c else None, e2e_s=c.e2e_s if c else None,
                 completion_tokens=c.completion_tokens if c else None, json_status=parsed.status,
                 json_method=parsed.method, json_error=parsed.error, correct=score.correct, wrong=score.wrong,
-                missing=score.missing, clean=score.clean,
+                missing=score.missing, clean=score.clean, complete=score.complete,
             )
             for fs in score.facts:
                 ctx.record_request(
@@ -406,10 +435,12 @@ def summarise(sections: list[Section], answers: dict[str, list[Answer]], repeats
         got = answers[section.uid]
         distinct = {_answered_facts(section, a.extracted) for a in got}
         precisions = [a.score.precision for a in got if a.score.precision is not None]
+        comparable = bool(got) and all(a.extracted is not None for a in got)
         per_section.append(SectionSummary(
             section=section.uid, kind=section.kind, facts=len(section.facts),
-            identical=len(distinct) == 1, distinct_answers=len(distinct),
-            clean_rate=sum(a.score.clean for a in got) / len(got),
+            identical=comparable and len(distinct) == 1, distinct_answers=len(distinct), comparable=comparable,
+            clean_rate=sum(a.score.clean for a in got) / len(got) if got else 0.0,
+            complete_rate=sum(a.score.complete for a in got) / len(got) if got else 0.0,
             recall=mean([a.score.recall for a in got]) or 0.0,
             precision=mean(precisions) if precisions else None,
             invalid_json=sum(a.extracted is None for a in got),
@@ -428,18 +459,23 @@ def summarise(sections: list[Section], answers: dict[str, list[Answer]], repeats
         precs = [sc.precision for sc in scores if sc.precision is not None]
         per_repeat.append(RepeatScore(
             repeat=r, clean_share=mean([float(sc.clean) for sc in scores]),
+            complete_share=mean([float(sc.complete) for sc in scores]),
             precision=mean(precs) if precs else None, recall=mean([sc.recall for sc in scores]),
             invalid_json=sum(answers[s.uid][r].extracted is None for s in sections),
         ))
     return {
         "invalid_json": sum(row.invalid_json for row in per_section),
         "identical_sections": sum(row.identical for row in per_section),
+        "comparable_sections": sum(bool(row.comparable) for row in per_section),
+        "invalid_sections": sum(not row.comparable for row in per_section),
+        "changed_sections": len(changed_sections(sections, answers)),
         "facts_per_repeat": sum(len(s.facts) for s in sections),
         "precision": mean_se([row.precision for row in per_section if row.precision is not None]),
         "recall": mean_se([row.recall for row in per_section]),
         "recall_exact": mean_se([mean([a.score.correct_exact / a.score.facts_total for a in answers[s.uid]]) or 0.0
                                  for s in sections]),
         "clean_share": mean_se([row.clean_rate for row in per_section]),
+        "complete_share": mean_se([row.complete_rate for row in per_section if row.complete_rate is not None]),
         "per_repeat": per_repeat,
         "by_type": by_type,
         "per_section": per_section,

@@ -33,7 +33,8 @@ from suite.client import ClientError, Completion, OpenAIClient
 from suite.definitions import load_validated
 from suite.errors import SuiteError
 from suite.paths import PROMPTS_DIR
-from suite.repro import ColdWarm, DistinctAnswer, Divergence, LengthCount, Sample, analyse
+from suite.repro import (ColdWarm, DistinctAnswer, Divergence, LengthCount, Pattern, Sample, analyse,
+                         unseen_share_bound)
 
 if TYPE_CHECKING:
     from suite.stages import StageContext
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 GATE_DIR = PROMPTS_DIR / "gate"
 MAX_CONSECUTIVE_ERRORS = 5
+TOP_LOGPROBS = 2  # top-1 and top-2: the margin at a divergence says how close the runtime was to a tie
 
 
 # -- prompts --------------------------------------------------------------------------------------
@@ -99,14 +101,22 @@ class GatePromptResult(BaseModel):
     answered: int
     errors: int
     empty_answers: int
-    distinct_answers: int
+    distinct_answers: int  # by `compared_by`: the headline count
+    distinct_by_text: int = 0
+    distinct_by_ids: int | None = None
+    ids_text_disagree: bool = False
     modal_share: float | None
     modal_tied: bool
     lengths: list[LengthCount]
     lengths_text: str
+    truncated: int = 0  # answers that stopped at max_tokens (finish reason "length")
     answers: list[DistinctAnswer]
     divergences: list[Divergence]
     cold_warm: ColdWarm | None
+    pattern: Pattern = "undetermined"
+    pattern_text: str = ""
+    max_logprob_diff: float | None = None
+    unseen_share_bound: float | None = None
     error_messages: list[str] = Field(default_factory=list)  # first few distinct errors
     stopped_reason: str | None = None
 
@@ -119,6 +129,7 @@ class GateResult(BaseModel):
     model: str | None = None  # the served model or adapter name the requests named
     n_requests: int
     concurrency: int = 1
+    request_extra: dict[str, Any] = Field(default_factory=dict)  # the fields every request carried besides the prompt
     seed: int | None
     temperature: float
     logprobs: bool
@@ -135,17 +146,36 @@ class GateResult(BaseModel):
         return max((p.distinct_answers for p in self.prompts), default=0)
 
 
+def _answered(p: GatePromptResult) -> str:
+    """`20` or, with failures, `5 answered of 20`."""
+    return str(p.answered) if p.answered == p.requests else f"{p.answered} answered of {p.requests}"
+
+
+def truncation_note(p: GatePromptResult) -> str | None:
+    """`20 of 20 cut at 256 tokens: answers may differ past the cap`, when any answer hit it."""
+    if not p.truncated:
+        return None
+    return f"{p.prompt_id}: {p.truncated} of {p.answered} cut at {p.max_tokens} tokens: answers may differ past the cap"
+
+
 def verdict_of(prompts: list[GatePromptResult], stopped: str | None) -> tuple[bool | None, str]:
+    """The gate's verdict: reproducible or not, each figure with the count of answers behind it."""
+    notes = [n for p in prompts if (n := truncation_note(p))]
+    tail = ("; " + "; ".join(notes)) if notes else ""
     spread = [p for p in prompts if p.distinct_answers > 1]
     if spread:
-        parts = "; ".join(f"{p.prompt_id}: {p.distinct_answers} distinct answers in {p.answered} "
-                          f"(lengths {p.lengths_text})" for p in spread)
-        return False, f"not reproducible: {parts}"
+        parts = "; ".join(f"{p.prompt_id}: {p.distinct_answers} distinct answers in {_answered(p)} "
+                          f"(lengths {p.lengths_text}; {p.pattern_text or p.pattern})" for p in spread)
+        return False, f"not reproducible: {parts}{tail}"
     thin = [p for p in prompts if p.answered < 2]
     if stopped or thin or not prompts:
-        why = stopped or (f"{thin[0].prompt_id}: {thin[0].answered} answer(s)" if thin else "no prompts")
-        return None, f"undetermined: {why}"
-    return True, f"reproducible: one answer per prompt ({', '.join(f'{p.prompt_id} ×{p.answered}' for p in prompts)})"
+        why = stopped or (f"{thin[0].prompt_id}: {_answered(thin[0])} answer(s)" if thin else "no prompts")
+        return None, f"undetermined: {why}{tail}"
+    n_min = min(p.answered for p in prompts)
+    bound = unseen_share_bound(n_min)
+    return True, (f"reproducible: one answer per prompt ({', '.join(f'{p.prompt_id} ×{_answered(p)}' for p in prompts)})"
+                  + (f"; with {n_min} answers, an answer rarer than {bound:.0%} can still be missed (95%)"
+                     if bound is not None else "") + tail)
 
 
 # -- running --------------------------------------------------------------------------------------
@@ -155,7 +185,8 @@ RecordFn = Callable[..., None]
 
 def _sample(index: int, c: Completion) -> Sample:
     return Sample(index=index, text=c.text, token_ids=c.token_ids, logprobs=c.logprobs,
-                  completion_tokens=c.completion_tokens, error=c.error)
+                  top_logprobs=c.top_logprobs, completion_tokens=c.completion_tokens,
+                  finish_reason=c.finish_reason, error=c.error)
 
 
 def _one_request(client: OpenAIClient, prompt: GatePrompt, max_tokens: int, seed: int | None,
@@ -163,9 +194,9 @@ def _one_request(client: OpenAIClient, prompt: GatePrompt, max_tokens: int, seed
     try:
         if prompt.kind == "chat":
             return client.chat([{"role": "user", "content": prompt.prompt}], max_tokens=max_tokens, seed=seed,
-                               temperature=temperature, logprobs=1 if logprobs else None, extra=extra)
+                               temperature=temperature, logprobs=TOP_LOGPROBS if logprobs else None, extra=extra)
         return client.complete(prompt.prompt, max_tokens=max_tokens, seed=seed, temperature=temperature,
-                               logprobs=1 if logprobs else None, extra=extra)
+                               logprobs=TOP_LOGPROBS if logprobs else None, extra=extra)
     except ClientError as exc:
         return Completion(error=str(exc))
 
@@ -174,8 +205,13 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, seed: i
              max_tokens_cap: int | None = None, logprobs: bool = False, concurrency: int = 1,
              extra: dict[str, Any] | None = None, record: RecordFn | None = None,
              alive: Callable[[], bool] | None = None, death_reason: Callable[[], str | None] | None = None,
-             label: str = "default", controls: list[str] | None = None, kind: str = "gate") -> GateResult:
+             label: str = "default", controls: list[str] | None = None, kind: str = "gate",
+             process_cold: bool = True) -> GateResult:
     """N identical requests per prompt; analyse them; return the gate's result.
+
+    `process_cold`: the runtime has served no request since it started, so the first request of
+    the first prompt is cold in every cache; the first request of each later prompt is cold only
+    for that prompt.
 
     `record(kind, **fields)` is called once per request as soon as it finishes. `alive()` says
     whether the runtime still runs (checked after a failed request); `death_reason()` gives the
@@ -210,7 +246,7 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, seed: i
                                wave=wave_start // concurrency, concurrency=concurrency, seed=seed,
                                temperature=temperature, max_tokens=max_tokens, request_extra=extra,
                                text=c.text, token_ids=c.token_ids, logprobs=c.logprobs,
-                               finish_reason=c.finish_reason, prompt_tokens=c.prompt_tokens,
+                               top_logprobs=c.top_logprobs, finish_reason=c.finish_reason, prompt_tokens=c.prompt_tokens,
                                completion_tokens=c.completion_tokens, e2e_s=c.e2e_s, ttft_s=c.ttft_s,
                                overhead_s=c.overhead_s, server_timings=c.server_timings,
                                system_fingerprint=c.system_fingerprint, error=c.error)
@@ -232,13 +268,17 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, seed: i
                 if stopped:
                     log.error("gate stopped: %s", stopped)
                     break
-            a = analyse(samples, cold_count=concurrency)
+            a = analyse(samples, cold_count=concurrency, process_cold=process_cold and not results)
             results.append(GatePromptResult(
                 prompt_id=prompt.id, prompt_version=prompt.version, prompt_sha256=prompt.sha256, kind=prompt.kind,
                 max_tokens=max_tokens, compared_by=a.compared_by, requests=a.requests, answered=a.answered,
                 errors=a.errors, empty_answers=a.empty_answers, distinct_answers=a.distinct,
-                modal_share=a.modal_share, modal_tied=a.modal_tied, lengths=a.lengths, lengths_text=a.lengths_text,
-                answers=a.answers, divergences=a.divergences, cold_warm=a.cold_warm, error_messages=errors[:5],
+                distinct_by_text=a.distinct_by_text, distinct_by_ids=a.distinct_by_ids,
+                ids_text_disagree=a.ids_text_disagree, modal_share=a.modal_share, modal_tied=a.modal_tied,
+                lengths=a.lengths, lengths_text=a.lengths_text, truncated=a.truncated, answers=a.answers,
+                divergences=a.divergences, cold_warm=a.cold_warm, pattern=a.pattern, pattern_text=a.pattern_text,
+                max_logprob_diff=a.max_logprob_diff, unseen_share_bound=a.unseen_share_bound,
+                error_messages=errors[:5],
                 stopped_reason=prompt_stopped,
             ))
             log.info("%s %s: %d distinct in %d (lengths %s)", label, prompt.id, a.distinct, a.answered, a.lengths_text)
@@ -250,7 +290,7 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, seed: i
     total = sum(p.requests for p in results)
     overhead = (wall - http_s) / total * 1000 if total and concurrency == 1 else None
     return GateResult(label=label, controls=controls or [], model=extra.get("model") or client.model,
-                      n_requests=n, concurrency=concurrency, seed=seed, temperature=temperature,
+                      n_requests=n, concurrency=concurrency, request_extra=extra, seed=seed, temperature=temperature,
                       logprobs=logprobs, prompts=results, reproducible=reproducible, verdict=verdict,
                       stopped_reason=stopped, wall_s=round(wall, 4), http_s=round(http_s, 4),
                       overhead_ms_per_request=None if overhead is None or math.isnan(overhead) else round(overhead, 4))

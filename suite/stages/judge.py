@@ -6,10 +6,12 @@ answers. The judge reads the section text, the facts asked and the JSON answer, 
 verdict per fact (correct / wrong / missing) with its reasoning, following the rubric in
 `prompts/judge/rubric.toml`. It never sees the gold facts, so its score is an independent figure,
 reported with its standard error next to the gold-based recall of the same answers, with the
-fact-level agreement between the two.
+fact-level agreement between the two: the raw share of facts where both say "correct" or both
+do not, and Cohen's kappa, the same agreement corrected for what chance alone would give.
 
-Which answers are graded: the first repeat of each section when the gate found the arm
-reproducible, every repeat otherwise. The judge is itself gated: one grading is repeated
+Which answers are graded: every repeat when the extraction itself found a section whose repeats
+differed (`suite.stages.extraction.changed_sections`), or when the gate found the arm not
+reproducible; the first repeat of each section otherwise. The judge is itself gated: one grading is repeated
 `judge_repeats` times and its distinct-answer count is reported, because an unstable judge's
 score means little. The judge's raw answers and reasoning go to `requests.jsonl` (kind `judge`);
 they are untrusted model output, stored and shown escaped, never acted upon.
@@ -31,7 +33,7 @@ from suite.client import ClientError, OpenAIClient
 from suite.errors import SuiteError
 from suite.jsonextract import extract_json_object
 from suite.paths import PROMPTS_DIR
-from suite.stats import MeanSE, mean, mean_se
+from suite.stats import MeanSE, cohen_kappa, mean, mean_se
 
 if TYPE_CHECKING:
     from suite.stages import StageContext
@@ -60,7 +62,7 @@ def load_rubric(path: Path = RUBRIC_PATH) -> Rubric:
     rubric = load_validated(path, Rubric)
     try:
         rubric.template.format(text="", facts="", answer="")
-    except (KeyError, IndexError, ValueError) as exc:
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
         raise SuiteError(f"{path}: template: placeholders must be {{text}}, {{facts}}, {{answer}} ({exc})") from None
     return rubric
 
@@ -105,6 +107,13 @@ class JudgeResult(BaseModel):
     score: MeanSE = Field(description="judge's share of facts correct, mean and SE over sections")
     gold_score: MeanSE = Field(description="gold recall of the same answers, mean and SE over the same sections")
     agreement: float | None = Field(description="share of facts where judge 'correct' equals gold 'correct'")
+    kappa: float | None = Field(
+        default=None, description="Cohen's kappa of judge 'correct' vs gold 'correct' over the same facts "
+                                  "(None: no facts, or both used one label throughout)")
+    compared_facts: int | None = Field(default=None, description="facts behind agreement and kappa")
+    graded_reason: str | None = Field(default=None, description="why the first or every repeat was graded")
+    per_section: dict[str, float] = Field(
+        default_factory=dict, description="section -> the judge's score averaged over its graded repeats")
     gate: JudgeGate | None = Field(default=None, description="the judge's distinct-answer count on a repeated grading")
     wall_s: float = Field(description="wall time of the judging")
 
@@ -161,11 +170,12 @@ def grade(ctx: "StageContext", sections: list["Section"], answers: dict[str, lis
     chat = JsonChat(judge, supports_schema=True)
     limit = min(rubric.max_tokens, max_tokens) if max_tokens else rubric.max_tokens
     seed, temperature = ctx.sampling.seed, ctx.sampling.temperature
-    everything = ctx.reproducible is not True
+    everything, reason = graded_repeats_for(sections, answers, ctx.reproducible)
     failed = invalid = graded = 0
     judge_by_section: dict[str, list[float]] = {}
     gold_by_section: dict[str, list[float]] = {}
-    agree = compared = 0
+    judge_labels: list[bool] = []
+    gold_labels: list[bool] = []
 
     def ask(section: "Section", answer: "Answer") -> tuple[str | None, dict[str, str] | None, str | None, str | None]:
         prompt = build_judge_prompt(rubric, section, answer)
@@ -189,8 +199,8 @@ def grade(ctx: "StageContext", sections: list["Section"], answers: dict[str, lis
                 judge_by_section.setdefault(section.uid, []).append(score)
                 gold_by_section.setdefault(section.uid, []).append(answer.score.recall)
                 for fs in answer.score.facts:
-                    compared += 1
-                    agree += (verdicts.get(fs.key) == "correct") == (fs.verdict == "correct")
+                    judge_labels.append(verdicts.get(fs.key) == "correct")
+                    gold_labels.append(fs.verdict == "correct")
             ctx.record_request(
                 "judge", section=section.uid, repeat=answer.repeat, judge_model=judge.model,
                 judge_endpoint=public_url(judge.base_url), rubric_version=rubric.version, mode=chat.mode,
@@ -221,10 +231,42 @@ def grade(ctx: "StageContext", sections: list["Section"], answers: dict[str, lis
                          distinct_verdicts=len(set(verdict_sets)), failed=gate_failed)
 
     uids = [s.uid for s in sections if s.uid in judge_by_section]
+    per_section = {u: mean(judge_by_section[u]) for u in uids}
+    agreement, kappa = fact_agreement(judge_labels, gold_labels)
     return JudgeResult(
         rubric_version=rubric.version, endpoint=public_url(judge.base_url), model=judge.model, mode=chat.mode,
         graded_repeats="all" if everything else "first", graded=graded, invalid=invalid, failed=failed,
-        score=mean_se([mean(judge_by_section[u]) for u in uids]),
+        score=mean_se([per_section[u] for u in uids]),
         gold_score=mean_se([mean(gold_by_section[u]) for u in uids]),
-        agreement=agree / compared if compared else None, gate=gate, wall_s=round(time.monotonic() - t0, 2),
+        agreement=agreement, kappa=kappa, compared_facts=len(judge_labels), graded_reason=reason,
+        per_section={u: v for u, v in per_section.items() if v is not None},
+        gate=gate, wall_s=round(time.monotonic() - t0, 2),
     )
+
+
+def graded_repeats_for(sections: list["Section"], answers: dict[str, list["Answer"]],
+                       reproducible: bool | None) -> tuple[bool, str]:
+    """(grade every repeat?, why): every repeat when the extraction's own repeats changed on some
+    section, or when the gate found the arm not reproducible; the first repeat otherwise.
+
+    The extraction's finding comes first: a gate that passed (or did not run) says nothing about
+    these answers, which the extraction compared itself.
+    """
+    from suite.stages.extraction import changed_sections
+
+    changed = changed_sections(sections, answers)
+    if changed:
+        return True, f"{len(changed)} of {len(sections)} sections changed between repeats"
+    if reproducible is False:
+        return True, "no section changed between repeats, but the gate found the arm not reproducible"
+    return False, f"no section of {len(sections)} changed between repeats"
+
+
+def fact_agreement(judge_correct: list[bool], gold_correct: list[bool]) -> tuple[float | None, float | None]:
+    """(raw agreement, Cohen's kappa) of the judge's and the gold 'correct' over the same facts."""
+    if len(judge_correct) != len(gold_correct):
+        raise ValueError("fact_agreement: the judge and gold label lists differ in length")
+    if not judge_correct:
+        return None, None
+    raw = sum(j == g for j, g in zip(judge_correct, gold_correct)) / len(judge_correct)
+    return raw, cohen_kappa(judge_correct, gold_correct)

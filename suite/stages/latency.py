@@ -3,8 +3,16 @@
 After `latency_warmup` requests that are not counted, `latency_requests` streamed completions of
 one fixed prompt are sent at each concurrency level of the profile (1 by default; a sweep such as
 1,2,4 sends that many at once). Per level: time to first token (TTFT), inter-token latency (ITL,
-the gaps between streamed chunks), time per output token (TPOT, (e2e - TTFT) / (tokens - 1)),
+the gaps between streamed token chunks), time per output token (TPOT, (e2e - TTFT) / (tokens - 1)),
 end-to-end latency and output tokens/s, each as n, mean, p50, p90 and p99 (`suite.stats`).
+
+Every request of the stage (warm-up included) starts with its own nonce, `Request 0007: `, of
+the same form and token length for every request, before the fixed prompt: a repeated prompt
+would be a prefix-cache hit after warm-up on llama.cpp and vLLM alike, and TTFT would measure a
+cache lookup instead of prompt processing. The result records this as
+`prompt_cache = "unique-prefix"`. The clock: TTFT at the first chunk that carries a generated
+token (a role-only or usage-only chunk does not), e2e at the last such chunk, not at the stream's
+close (`suite.client.is_token_choice`).
 
 The suite's own time per request is measured and reported beside them in ms: the client's time
 outside the HTTP exchange (building the body, parsing the streamed chunks) and, apart, the
@@ -13,7 +21,9 @@ stage's time writing the request's record.
 Runtime-reported timings are stored next to the suite's: llama-server's `timings` object (per
 request: prompt and generation time) gives paired differences (ours - runtime's); vLLM's
 Prometheus `/metrics` histograms (`vllm:time_to_first_token_seconds`, ...) are scraped before
-and after each level and their deltas give the runtime's mean for exactly those requests.
+and after each level and their deltas give the runtime's mean for exactly those requests; n is
+the count of a per-request histogram (TTFT, e2e), and TPOT is vLLM's per-request histogram
+(`vllm:request_time_per_output_token_seconds`), not the per-token inter-token one.
 Every request goes to `requests.jsonl` (kind `latency`); the summary holds numbers only.
 """
 
@@ -21,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RESULT_VERSION = 1
+RESULT_VERSION = 2  # 2: unique prompt prefix per request, token-chunk timing, per-request vLLM metrics
 PROMPT_ID = "latency-story-v1"
 # A plain completion prompt that makes any base or instruct model write on for a while.
 PROMPT = (
@@ -47,13 +56,30 @@ PROMPT = (
     "an old map inside a glass bottle washed up on the shore.\n\nChapter 1\n\n"
 )
 
-# vLLM histogram families, per quantity: several names because vLLM renamed them across versions.
+# The nonce before the prompt: one per request of the stage, the same length (and token length:
+# four zero-padded digits) for every request. 10,000 requests per stage at most.
+PROMPT_PREFIX = "Request {index:04d}: "
+PROMPT_CACHE = "unique-prefix"
+MAX_REQUESTS = 10_000
+
+
+def prompt_for(index: int) -> str:
+    """The prompt of the stage's `index`-th request: its nonce, then the fixed prompt."""
+    if not 0 <= index < MAX_REQUESTS:
+        raise SuiteError(f"latency: request {index} is past the {MAX_REQUESTS} unique prompt prefixes")
+    return PROMPT_PREFIX.format(index=index) + PROMPT
+
+
+# vLLM histograms, per quantity, one observation per request: several names where vLLM renamed
+# them across versions. Not `vllm:time_per_output_token_seconds` / `vllm:inter_token_latency_seconds`:
+# those observe every gap between tokens (thousands for 20 requests), a different mean and n.
 VLLM_METRICS: dict[str, tuple[str, ...]] = {
     "ttft": ("vllm:time_to_first_token_seconds",),
-    "tpot": ("vllm:time_per_output_token_seconds", "vllm:request_time_per_output_token_seconds",
-             "vllm:inter_token_latency_seconds"),
+    "tpot": ("vllm:request_time_per_output_token_seconds",),
     "e2e": ("vllm:e2e_request_latency_seconds",),
 }
+# The quantities whose observation count is the number of requests, in order of preference.
+VLLM_REQUEST_COUNT = ("e2e", "ttft", "tpot")
 
 
 class RuntimeTimings(BaseModel):
@@ -61,6 +87,9 @@ class RuntimeTimings(BaseModel):
 
     source: Literal["llama-server timings", "vllm /metrics"] = Field(description="where the figures come from")
     n: int = Field(description="requests the runtime reported on")
+    n_ttft: int | None = Field(default=None, description="vLLM: requests in the TTFT histogram's delta")
+    n_tpot: int | None = Field(default=None, description="vLLM: requests in the per-request TPOT histogram's delta")
+    n_e2e: int | None = Field(default=None, description="vLLM: requests in the e2e histogram's delta")
     ttft_mean_s: float | None = Field(default=None, description="runtime's mean TTFT (llama-server: prompt time)")
     tpot_mean_s: float | None = Field(default=None, description="runtime's mean time per output token")
     e2e_mean_s: float | None = Field(default=None, description="runtime's mean request time")
@@ -82,10 +111,18 @@ class LatencyLevel(BaseModel):
     incomplete: int = Field(
         default=0, description="streams that ended without a finish reason (cut off by the runtime); not in the figures")
     wall_s: float = Field(description="wall time of the measured requests of this level")
+    first_index: int | None = Field(
+        default=None, description="prompt-prefix index of the level's first request (then one per request)")
     ttft_s: Distribution = Field(description="time to first token, seconds")
     itl_s: Distribution = Field(description="inter-token latency: gaps between streamed chunks, seconds")
     tpot_s: Distribution = Field(description="time per output token after the first, seconds")
-    e2e_s: Distribution = Field(description="end-to-end request latency, seconds")
+    e2e_s: Distribution = Field(description="end-to-end request latency, seconds (to the last token chunk)")
+    stream_close_s: Distribution | None = Field(
+        default=None, description="request sent to the stream's close ([DONE] or end of body), seconds")
+    prompt_tokens: Distribution | None = Field(
+        default=None, description="prompt tokens per request, as the runtime counted them (one value when the prefix works)")
+    prompt_cached_tokens: Distribution | None = Field(
+        default=None, description="prompt tokens the runtime took from its cache (llama-server `cache_n`), per request")
     output_tokens: Distribution = Field(description="tokens generated per request")
     output_tokens_per_s: Distribution = Field(description="per request, tokens / e2e")
     throughput_tokens_per_s: float | None = Field(
@@ -106,6 +143,10 @@ class LatencyResult(BaseModel):
     endpoint: str = Field(description="API path used (streamed)")
     max_tokens: int = Field(description="max_tokens of every request")
     warmup: int = Field(description="warm-up requests sent first and not counted")
+    prompt_cache: Literal["unique-prefix"] | None = Field(
+        default=None, description="how a prompt-cache hit was avoided: unique-prefix = a nonce before every prompt; "
+        "None (records before version 2) = one repeated prompt, TTFT a cache hit after warm-up")
+    prompt_prefix: str | None = Field(default=None, description="the nonce's template, before the fixed prompt")
     levels: list[LatencyLevel] = Field(description="one entry per concurrency level, in order")
     signature_digest: str = Field(description="configuration signature of the arm")
 
@@ -142,25 +183,24 @@ def _llama_timings(t: dict[str, Any] | None) -> dict[str, float] | None:
     return out
 
 
-_PROM_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
-
-
 def parse_prometheus(text: str) -> dict[str, float]:
-    """Sum of every sample per metric name (labels summed away): enough for histogram deltas."""
+    """Sum of every sample per sample name (labels summed away): enough for histogram deltas.
+
+    Parsed by prometheus_client's text parser; NaN samples are dropped, and a malformed line
+    ends the parse with what was read before it (logged).
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _PROM_LINE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        if math.isnan(value):
-            continue
-        out[m.group(1)] = out.get(m.group(1), 0.0) + value
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                value = float(sample.value)
+                if math.isnan(value):
+                    continue
+                out[sample.name] = out.get(sample.name, 0.0) + value
+    except (ValueError, TypeError, IndexError) as exc:
+        log.warning("/metrics: unparseable exposition text, kept the %d samples before it: %s", len(out), exc)
     return out
 
 
@@ -191,6 +231,14 @@ def vllm_means(before: dict[str, float], after: dict[str, float]) -> dict[str, t
     return out
 
 
+def vllm_request_count(means: dict[str, tuple[float, int]]) -> int:
+    """Requests behind vLLM's figures: the observation count of a per-request histogram."""
+    for quantity in VLLM_REQUEST_COUNT:
+        if quantity in means:
+            return means[quantity][1]
+    return 0
+
+
 def _diff_ms(ours: float | None, theirs: float | None) -> float | None:
     return None if ours is None or theirs is None else (ours - theirs) * 1000.0
 
@@ -206,17 +254,30 @@ class _Sample(BaseModel):
     overhead_s: float
     record_s: float = 0.0
     runtime: dict[str, float] | None
+    stream_close: float | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
 
 
-def _one_request(client: OpenAIClient, *, max_tokens: int, seed: int, temperature: float,
+def _one_request(client: OpenAIClient, *, index: int, max_tokens: int, seed: int, temperature: float,
                  extra: dict[str, Any]) -> Completion:
-    return client.complete(PROMPT, max_tokens=max_tokens, seed=seed, temperature=temperature, stream=True,
-                           extra=extra or None)
+    return client.complete(prompt_for(index), max_tokens=max_tokens, seed=seed, temperature=temperature,
+                           stream=True, extra=extra or None)
+
+
+def _cached_tokens(c: Completion) -> int | None:
+    """Prompt tokens the runtime reused from its cache (llama-server's `timings.cache_n`), if it says."""
+    v = (c.server_timings or {}).get("cache_n")
+    return int(v) if isinstance(v, (int, float)) else None
 
 
 def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: int,
-              extra: dict[str, Any]) -> LatencyLevel:
-    """`requests` streamed requests with `concurrency` in flight; summary of the measured ones."""
+              extra: dict[str, Any], first_index: int = 0) -> LatencyLevel:
+    """`requests` streamed requests with `concurrency` in flight; summary of the measured ones.
+
+    Request i of the level gets the prompt prefix `first_index + i`, so no two requests of the
+    stage share a prompt.
+    """
     seed, temperature = ctx.sampling.seed, ctx.sampling.temperature
     samples: list[_Sample] = []
     errors: list[str] = []
@@ -224,12 +285,15 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
     lock = threading.Lock()
 
     def work(index: int) -> None:
+        prompt_index = first_index + index
         try:
-            c = _one_request(ctx.client, max_tokens=max_tokens, seed=seed, temperature=temperature, extra=extra)
+            c = _one_request(ctx.client, index=prompt_index, max_tokens=max_tokens, seed=seed,
+                             temperature=temperature, extra=extra)
         except ClientError as exc:
             with lock:
                 errors.append(str(exc))
-            ctx.record_request("latency", concurrency=concurrency, index=index, warmup=False, error=str(exc))
+            ctx.record_request("latency", concurrency=concurrency, index=index, warmup=False,
+                               prompt_index=prompt_index, error=str(exc))
             return
         t_book = time.perf_counter()
         n = _n_tokens(c)
@@ -239,18 +303,21 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
             with lock:
                 incomplete.append(index)
             ctx.record_request("latency", concurrency=concurrency, index=index, warmup=False, incomplete=True,
-                               text=c.text, completion_tokens=n, ttft_s=c.ttft_s, e2e_s=c.e2e_s)
+                               prompt_index=prompt_index, text=c.text, completion_tokens=n, ttft_s=c.ttft_s,
+                               e2e_s=c.e2e_s, stream_close_s=c.stream_close_s)
             return
         times = c.chunk_times_s
         itl = [b - a for a, b in zip(times, times[1:])]
         runtime = _llama_timings(c.server_timings)
         sample = _Sample(ttft=c.ttft_s, e2e=c.e2e_s, tpot=_tpot(c, n), n_tokens=n, itl=itl,
-                         overhead_s=c.overhead_s, runtime=runtime)
+                         overhead_s=c.overhead_s, runtime=runtime, stream_close=c.stream_close_s,
+                         prompt_tokens=c.prompt_tokens, cached_tokens=_cached_tokens(c))
         ctx.record_request(
-            "latency", concurrency=concurrency, index=index, warmup=False, prompt_id=PROMPT_ID, seed=seed,
+            "latency", concurrency=concurrency, index=index, warmup=False, prompt_id=PROMPT_ID,
+            prompt_index=prompt_index, prompt_prefix=PROMPT_PREFIX.format(index=prompt_index), seed=seed,
             max_tokens=max_tokens, text=c.text, finish_reason=c.finish_reason, completion_tokens=n,
-            prompt_tokens=c.prompt_tokens, ttft_s=c.ttft_s, e2e_s=c.e2e_s, tpot_s=sample.tpot,
-            chunk_times_s=[round(x, 6) for x in times], client_overhead_s=c.overhead_s,
+            prompt_tokens=c.prompt_tokens, ttft_s=c.ttft_s, e2e_s=c.e2e_s, stream_close_s=c.stream_close_s,
+            tpot_s=sample.tpot, chunk_times_s=[round(x, 6) for x in times], client_overhead_s=c.overhead_s,
             server_timings=c.server_timings,
         )
         sample.record_s = time.perf_counter() - t_book
@@ -275,12 +342,22 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
     tpots = [s.tpot for s in samples if s.tpot is not None]
     e2es = [s.e2e for s in samples]
     total_tokens = sum(s.n_tokens for s in samples)
+    prompt_lengths = sorted({s.prompt_tokens for s in samples if s.prompt_tokens is not None})
+    if len(prompt_lengths) > 1:
+        log.warning("latency c=%d: the prompt prefix gave %d prompt lengths (%s tokens); TTFTs compare "
+                    "prompts of different lengths", concurrency, len(prompt_lengths),
+                    ", ".join(map(str, prompt_lengths)))
     level = LatencyLevel(
         concurrency=concurrency,
         requests=requests,
         failed=len(errors),
         incomplete=len(incomplete),
         wall_s=round(wall, 4),
+        first_index=first_index,
+        stream_close_s=summarize([s.stream_close for s in samples if s.stream_close is not None]),
+        prompt_tokens=summarize([s.prompt_tokens for s in samples if s.prompt_tokens is not None]),
+        prompt_cached_tokens=(summarize([s.cached_tokens for s in samples if s.cached_tokens is not None])
+                              if any(s.cached_tokens is not None for s in samples) else None),
         ttft_s=summarize(ttfts),
         itl_s=summarize([x for s in samples for x in s.itl]),
         tpot_s=summarize(tpots),
@@ -316,9 +393,12 @@ def _runtime_timings(samples: list[_Sample], level: LatencyLevel, before: dict[s
         if not means:
             return None
         out = RuntimeTimings(
-            source="vllm /metrics", n=max(c for _, c in means.values()),
+            source="vllm /metrics", n=vllm_request_count(means),
             ttft_mean_s=means.get("ttft", (None, 0))[0], tpot_mean_s=means.get("tpot", (None, 0))[0],
             e2e_mean_s=means.get("e2e", (None, 0))[0],
+            n_ttft=means["ttft"][1] if "ttft" in means else None,
+            n_tpot=means["tpot"][1] if "tpot" in means else None,
+            n_e2e=means["e2e"][1] if "e2e" in means else None,
         )
     else:
         return None
@@ -335,23 +415,30 @@ def run(ctx: "StageContext") -> LatencyResult:
     extra: dict[str, Any] = {}
     if ctx.sampling.top_p is not None:
         extra["top_p"] = ctx.sampling.top_p
-    for i in range(profile.latency_warmup):
+    total = profile.latency_warmup + profile.latency_requests * len(profile.concurrency)
+    if total > MAX_REQUESTS:
+        raise SuiteError(f"profile {profile.name}: {total} latency requests, more than the {MAX_REQUESTS} "
+                         "unique prompt prefixes")
+    for i in range(profile.latency_warmup):  # warm-up requests take prefixes 0 .. warmup-1
         try:
-            c = _one_request(ctx.client, max_tokens=max_tokens, seed=ctx.sampling.seed,
+            c = _one_request(ctx.client, index=i, max_tokens=max_tokens, seed=ctx.sampling.seed,
                              temperature=ctx.sampling.temperature, extra=extra)
-            ctx.record_request("latency", concurrency=1, index=i, warmup=True, prompt_id=PROMPT_ID, text=c.text,
-                               finish_reason=c.finish_reason, ttft_s=c.ttft_s, e2e_s=c.e2e_s,
-                               completion_tokens=_n_tokens(c), server_timings=c.server_timings)
+            ctx.record_request("latency", concurrency=1, index=i, warmup=True, prompt_id=PROMPT_ID,
+                               prompt_index=i, text=c.text, finish_reason=c.finish_reason, ttft_s=c.ttft_s,
+                               e2e_s=c.e2e_s, completion_tokens=_n_tokens(c), server_timings=c.server_timings)
         except ClientError as exc:
-            ctx.record_request("latency", concurrency=1, index=i, warmup=True, error=str(exc))
+            ctx.record_request("latency", concurrency=1, index=i, warmup=True, prompt_index=i, error=str(exc))
             log.warning("latency warm-up request %d failed: %s", i, exc)
     levels = []
+    next_index = profile.latency_warmup
     for concurrency in profile.concurrency:
         if concurrency < 1:
             raise SuiteError(f"profile {profile.name}: concurrency must be >= 1, got {concurrency}")
-        level = run_level(ctx, concurrency, profile.latency_requests, max_tokens, extra)
+        level = run_level(ctx, concurrency, profile.latency_requests, max_tokens, extra, first_index=next_index)
+        next_index += profile.latency_requests
         log.info("latency c=%d: TTFT p50 %.1f ms, TPOT p50 %.1f ms, overhead p50 %.3f ms", concurrency,
                  (level.ttft_s.p50 or 0) * 1000, (level.tpot_s.p50 or 0) * 1000, level.overhead_ms.p50 or 0)
         levels.append(level)
     return LatencyResult(prompt_id=PROMPT_ID, endpoint="/v1/completions", max_tokens=max_tokens,
-                         warmup=profile.latency_warmup, levels=levels, signature_digest=ctx.signature.digest)
+                         warmup=profile.latency_warmup, levels=levels, signature_digest=ctx.signature.digest,
+                         prompt_cache=PROMPT_CACHE, prompt_prefix=PROMPT_PREFIX)

@@ -3,9 +3,10 @@
 The bench stops the arm's runtime first; then K fresh processes (or containers) of the same
 configuration are started one after another (`ctx.launch()`), each answers a short gate (the
 profile's `restart_requests` identical requests per gate prompt), and is stopped. Within-launch
-stability (distinct answers inside each launch) and across-launch consistency (distinct answers
-over all launches, the share of answer pairs from two different launches that agree, with a
-bootstrap 95% interval) are reported separately: a runtime can be stable inside a process and
+stability (each launch's own answers, named by pattern: stable, a cold-start transient, varying)
+and across-launch consistency (the launches' answer sequences and answer sets compared with each
+other; the share of answer pairs from two different launches that agree, with a bootstrap 95%
+interval over launches once there are enough of them) are two verdicts: a runtime can be stable inside a process and
 still change its answer from one start to the next. A launch that fails to start is recorded
 with its error line and the stage goes on with the next one.
 """
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
-from suite.repro import Sample, analyse_launches
+from suite.repro import LaunchFigures, LaunchPair, Pattern, Sample, analyse_launches
 from suite.stages.gate import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts
 
 if TYPE_CHECKING:
@@ -42,13 +43,23 @@ class RestartPromptResult(BaseModel):
     across_distinct: int
     modal_per_launch_distinct: int
     agreement: float | None  # share of cross-launch answer pairs that are identical
-    agreement_ci95: tuple[float, float] | None
+    agreement_ci95: tuple[float, float] | None  # bootstrap over launches; None with too few launches
+    ci_note: str | None = None  # why there is no interval
     lengths_text: str
     errors: int
+    truncated: int = 0  # answers over all launches that stopped at max_tokens
     # Every launch gave the same answer at the same request position (request i of one launch
     # equals request i of every other): a cold/warm split that repeats identically in each
     # launch lowers `agreement` but keeps this true.
     same_sequence: bool | None = None
+    same_answers: bool | None = None  # every launch gave the same set of answers, the same modal one
+    consistent_across: bool | None = None
+    stable_within: bool | None = None
+    within_patterns: list[Pattern] = Field(default_factory=list)
+    per_launch: list[LaunchFigures] = Field(default_factory=list)
+    pairs: list[LaunchPair] = Field(default_factory=list)
+    across_logprob_diff: float | None = None  # nats, between launches' modal answers, shared tokens
+    same_tokens_logprobs_apart: bool = False
 
 
 class RestartsResult(BaseModel):
@@ -58,7 +69,9 @@ class RestartsResult(BaseModel):
     prompts: list[RestartPromptResult]
     launch_outcomes: list[LaunchOutcome] = Field(default_factory=list)
     stable_within: bool | None  # every launch gave one answer per prompt
-    consistent_across: bool | None  # all launches gave the same single answer per prompt
+    consistent_across: bool | None  # the launches gave the same answers (sequence or set) per prompt
+    within_verdict: str = ""
+    across_verdict: str = ""
     verdict: str
 
 
@@ -69,12 +82,60 @@ def _samples(gate: GateResult, prompt_id: str) -> list[Sample]:
         return []
     out: list[Sample] = []
     for ans in p.answers:
-        for i in ans.indices:
-            out.append(Sample(index=i, text=ans.text, token_ids=ans.token_ids,
-                              completion_tokens=ans.n_tokens))
+        for k, i in enumerate(ans.indices):
+            out.append(Sample(index=i, text=ans.text, token_ids=ans.token_ids, logprobs=ans.logprobs,
+                              completion_tokens=ans.n_tokens,
+                              finish_reason="length" if k < ans.truncated else None))
     for k in range(p.errors):
         out.append(Sample(index=10_000 + k, error="failed"))
     return out
+
+
+def within_verdict_of(prompts: list[RestartPromptResult]) -> str:
+    """Stability inside each launch, named by its pattern (a cold-start transient is one)."""
+    patterns = [(p.prompt_id, pat) for p in prompts for pat in p.within_patterns]
+    unstable = [(pid, pat) for pid, pat in patterns if pat not in ("stable", "undetermined")]
+    if not patterns:
+        return "undetermined"
+    if not unstable:
+        return "stable within every launch (one answer per prompt)"
+    n_launches = max((len(p.within_patterns) for p in prompts), default=0)
+    if all(pat == "cold-transient" for _, pat in unstable):
+        where = ", ".join(sorted({pid for pid, _ in unstable}))
+        return (f"cold-start transient within launches ({where}: in {len(unstable)} launch-prompt series of "
+                f"{len(patterns)}, only the first request after the start differs; the rest agree)")
+    kinds = ", ".join(f"{pid}: {'/'.join(p.within_patterns)}" for p in prompts
+                      for pid in [p.prompt_id] if any(x not in ("stable", "undetermined") for x in p.within_patterns))
+    return f"NOT stable within launches ({kinds}; {n_launches} launches)"
+
+
+def _agreement_text(p: RestartPromptResult) -> str:
+    if p.agreement is None:
+        return "agreement —"
+    text = f"agreement {p.agreement:.3f}"
+    if p.agreement_ci95:
+        return text + f" [{p.agreement_ci95[0]:.3f}, {p.agreement_ci95[1]:.3f}] (bootstrap over launches)"
+    per = ", ".join(f"{x.agreement:.2f}" for x in p.pairs if x.agreement is not None)
+    return text + (f" (pairs of launches: {per}; no interval below 6 launches)" if per else "")
+
+
+def across_verdict_of(prompts: list[RestartPromptResult], enough: bool) -> tuple[bool | None, str]:
+    """Consistency across launches: launches compared with each other, not answers pooled."""
+    if not enough:
+        return None, "undetermined"
+    consistent = all(p.consistent_across for p in prompts)
+    parts = []
+    for p in prompts:
+        how = ("the same answer sequence in every launch" if p.same_sequence else
+               "the same answers in every launch, in another order" if p.same_answers else
+               f"the launches' answers differ ({p.modal_per_launch_distinct} different modal answers, "
+               f"{p.across_distinct} distinct in all)")
+        lp = ""
+        if p.same_tokens_logprobs_apart and p.across_logprob_diff is not None:
+            lp = f"; same tokens but logprobs apart by {p.across_logprob_diff:.3g} nats"
+        parts.append(f"{p.prompt_id}: {how}, {_agreement_text(p)}{lp}")
+    head = "consistent across launches" if consistent else "NOT consistent across launches"
+    return consistent, f"{head} ({'; '.join(parts)})"
 
 
 def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: int) -> RestartsResult:
@@ -86,29 +147,27 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
         if not launches:
             continue
         a = analyse_launches(launches)
-        sequences = [[(s.error is None, s.token_ids if a.compared_by == "token_ids" else s.text)
-                      for s in sorted(l, key=lambda s: s.index)] for l in launches]
         prompts.append(RestartPromptResult(
             prompt_id=pid, compared_by=a.compared_by, within_distinct=a.within_distinct,
             across_distinct=a.across_distinct, modal_per_launch_distinct=a.modal_per_launch_distinct,
-            agreement=a.agreement, agreement_ci95=a.agreement_ci95, lengths_text=a.lengths_text, errors=a.errors,
-            same_sequence=all(seq == sequences[0] for seq in sequences) if len(sequences) >= 2 else None))
-    enough = len(answered) >= 2 and prompts
-    stable = all(max(p.within_distinct, default=0) <= 1 for p in prompts) if prompts else None
-    consistent = all(p.across_distinct == 1 for p in prompts) if enough else None
+            agreement=a.agreement, agreement_ci95=a.agreement_ci95, ci_note=a.ci_note,
+            lengths_text=a.lengths_text, errors=a.errors,
+            truncated=sum(1 for l in launches for s in l if s.truncated),
+            same_sequence=a.same_sequence, same_answers=a.same_answers, consistent_across=a.consistent_across,
+            stable_within=a.stable_within, within_patterns=a.within_patterns, per_launch=a.per_launch,
+            pairs=a.pairs, across_logprob_diff=a.across_logprob_diff,
+            same_tokens_logprobs_apart=a.same_tokens_logprobs_apart))
+    enough = len(answered) >= 2 and bool(prompts)
+    stable = all(p.stable_within for p in prompts if p.stable_within is not None) if prompts else None
+    consistent, across = across_verdict_of(prompts, enough)
+    within = within_verdict_of(prompts)
     if not enough:
         verdict = f"undetermined: {len(answered)} of {k} launches answered"
     else:
-        parts = ", ".join(
-            f"{p.prompt_id}: within {'/'.join(map(str, p.within_distinct))}, across {p.across_distinct}, "
-            f"agreement {p.agreement:.2f}" + (f" [{p.agreement_ci95[0]:.2f}, {p.agreement_ci95[1]:.2f}]"
-                                               if p.agreement_ci95 else "")
-            + (", the same answer sequence in every launch" if p.same_sequence else "")
-            for p in prompts if p.agreement is not None)
-        verdict = ("consistent across launches" if consistent else "NOT consistent across launches") + f" ({parts})"
+        verdict = f"within: {within}; across: {across}"
     return RestartsResult(launches=k, launched=len(answered), requests_per_launch=n, prompts=prompts,
                           launch_outcomes=outcomes, stable_within=stable, consistent_across=consistent,
-                          verdict=verdict)
+                          within_verdict=within, across_verdict=across, verdict=verdict)
 
 
 def run(ctx: "StageContext") -> RestartsResult:
