@@ -112,7 +112,7 @@ class DistinctAnswer:
     rest: str = ""  # from the first differing character on
     depart_char: int | None = None
     depart_token: int | None = None
-    logprob_gap: float | None = None
+    margin: float | None = None  # the modal answer's top-1 minus top-2 logprob where this one departs
     depart_chars: str | None = None  # the two characters where the texts part, named (whitespace too)
 
     @property
@@ -137,6 +137,26 @@ class GatePrompt:
     answers: list[DistinctAnswer]
     stopped_reason: str | None
     page: str | None = None  # the answer page, relative to the site root
+    truncated: int = 0  # answers that stopped at max_tokens
+    max_tokens: int | None = None
+    pattern_text: str = ""  # stable, a cold-start transient, random order, ...
+    counts_note: str | None = None  # the count by text beside the count by token ids, where they differ
+    unseen_bound: float | None = None  # one answer in n: an answer this common would have been seen (95%)
+    max_logprob_diff: float | None = None
+
+    @property
+    def of_text(self) -> str:
+        """`20`, or `5 answered of 20` when requests failed."""
+        if self.answered is None or self.n is None or self.answered == self.n:
+            return str(self.answered if self.answered is not None else self.n)
+        return f"{self.answered} answered of {self.n}"
+
+    @property
+    def truncation_text(self) -> str | None:
+        if not self.truncated:
+            return None
+        return (f"{self.truncated} of {self.answered} cut at {self.max_tokens} tokens: "
+                "answers may differ past the cap")
 
     @property
     def lengths_text(self) -> str:
@@ -169,7 +189,7 @@ def _answers_of(p: dict[str, Any]) -> list[DistinctAnswer]:
             ans.common, ans.rest, ans.depart_char = text[:cut], text[cut:], cut
             ans.depart_chars = f"modal {char_name(modal_text, cut)}, this {char_name(text, cut)}"
             ans.depart_token = pick(d, "token_index")
-            ans.logprob_gap = pick(d, "logprob_gap")
+            ans.margin = pick(d, "modal_margin")
         out.append(ans)
     return out
 
@@ -207,32 +227,47 @@ def gate_prompts(gate: dict[str, Any] | None) -> list[GatePrompt]:
         cold_differs: bool | None = None
         if isinstance(cw, dict):
             is_modal = pick(cw, "cold_is_modal")
+            # Only the first prompt's first request follows the start; later prompts' first
+            # requests meet a runtime that has served others (records from before say nothing).
+            first = ("first request after start" if pick(cw, "process_cold", default=True)
+                     else "first request of this prompt (runtime already warm)")
             cold_differs = None if is_modal is None else not is_modal
-            if is_modal is None:
-                cold_txt = "cold request failed"
+            if pick(cw, "modal_tied", default=False):
+                cold_txt = f"{first}: modal answer tied, no cold-vs-modal comparison"
+            elif is_modal is None:
+                cold_txt = f"{first} failed"
             elif is_modal:
-                cold_txt = "cold = modal answer"
+                cold_txt = f"{first} = modal answer"
             else:
                 in_warm = pick(cw, "cold_in_warm")
-                cold_txt = "cold differs from modal" + ("" if in_warm is None else
-                                                        (", seen warm too" if in_warm else ", never seen warm"))
-            cold_txt += f"; warm: {pick(cw, 'warm_distinct', default='?')} distinct in {pick(cw, 'warm_count', default='?')}"
+                cold_txt = f"{first} differs from modal" + ("" if in_warm is None else
+                                                             (", seen later too" if in_warm else ", never seen later"))
+            cold_txt += f"; later: {pick(cw, 'warm_distinct', default='?')} distinct in {pick(cw, 'warm_count', default='?')}"
         else:
             cold_txt = "—"
         fd_txt = None
         divs = pick(p, "divergences", default=[])
         if isinstance(divs, list) and divs and isinstance(divs[0], dict):
             d = divs[0]
-            idx, gap = pick(d, "token_index"), pick(d, "logprob_gap")
+            idx, margin = pick(d, "token_index"), pick(d, "modal_margin")
             fd_txt = f"token {idx}" if idx is not None else f"character {pick(d, 'char_index', default='?')}"
-            if gap is not None:
-                fd_txt += f" (logprob gap {float(gap):.3g})"
+            if margin is not None:
+                fd_txt += f" (top-1/top-2 margin there {float(margin):.3g} nats)"
+        by_text, by_ids = pick(p, "distinct_by_text"), pick(p, "distinct_by_ids")
+        counts_note = None
+        if by_ids is not None and by_text is not None and by_ids != by_text:
+            counts_note = (f"by token ids {by_ids}, by text {by_text}: "
+                           + ("the same text came as different token ids" if by_ids > by_text
+                              else "different ids decoded to the same text counted apart"))
         out.append(GatePrompt(
             prompt_id=pid, n=pick(p, "requests", "n"), answered=pick(p, "answered"),
             errors=int(pick(p, "errors", default=0)), distinct=distinct, lengths=lengths,
             lengths_label=str(pick(p, "lengths_text", default="")), cold_differs=cold_differs,
             cold_vs_warm=cold_txt, first_divergence=fd_txt, modal_share=pick(p, "modal_share"),
             compared_by=pick(p, "compared_by"), answers=answers, stopped_reason=pick(p, "stopped_reason"),
+            truncated=int(pick(p, "truncated", default=0) or 0), max_tokens=pick(p, "max_tokens"),
+            pattern_text=str(pick(p, "pattern_text", default="") or ""), counts_note=counts_note,
+            unseen_bound=pick(p, "unseen_share_bound"), max_logprob_diff=pick(p, "max_logprob_diff"),
         ))
     return out
 
@@ -765,6 +800,10 @@ def controls_view(c: dict[str, Any] | None, prompt_ids: list[str]) -> dict[str, 
             "startup_s": pick(r, "startup_s"),
             "reproducible": pick(r, "reproducible"),
             "cells": cells,
+            "ran_controls": [str(x) for x in pick(r, "ran_controls", default=[]) or []],
+            "env": {str(k): str(v) for k, v in (pick(r, "env", default={}) or {}).items()},
+            "args": [str(x) for x in pick(r, "args", default=[]) or []],
+            "tokens_per_s": pick(r, "tokens_per_s"),
         })
     lora = pick(c, "lora")
     return {"prompts": prompts, "rows": rows, "n": pick(c, "n_requests"),
@@ -789,6 +828,10 @@ def restarts_view(r: dict[str, Any] | None) -> dict[str, Any] | None:
             "ci": tuple(ci) if isinstance(ci, (list, tuple)) and len(ci) == 2 else None,
             "lengths": pick(p, "lengths_text", default=""),
             "errors": pick(p, "errors", default=0),
+            "ci_note": pick(p, "ci_note"),
+            "pairs": [x for x in pick(p, "pairs", default=[]) if isinstance(x, dict)],
+            "logprob_diff": pick(p, "across_logprob_diff"),
+            "logprobs_apart": bool(pick(p, "same_tokens_logprobs_apart", default=False)),
         })
     outcomes = [{"index": pick(o, "index"), "status": pick(o, "status"), "reason": pick(o, "reason"),
                  "startup_s": pick(o, "startup_s")}
@@ -797,6 +840,7 @@ def restarts_view(r: dict[str, Any] | None) -> dict[str, Any] | None:
         "launches": pick(r, "launches"), "launched": pick(r, "launched"),
         "per_launch": pick(r, "requests_per_launch"), "stable_within": pick(r, "stable_within"),
         "consistent_across": pick(r, "consistent_across"), "verdict": pick(r, "verdict", default=""),
+        "within_verdict": pick(r, "within_verdict", default=""), "across_verdict": pick(r, "across_verdict", default=""),
         "prompts": prompts, "outcomes": outcomes, "by_prompt": {p["prompt_id"]: p for p in prompts},
         "startup": [o["startup_s"] for o in outcomes if isinstance(o["startup_s"], (int, float))],
     }

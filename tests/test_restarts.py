@@ -14,12 +14,7 @@ def gate_of(answers: list[list[int]], errors: int = 0) -> GateResult:
     samples = [Sample(index=i, text=str(a), token_ids=a) for i, a in enumerate(answers)]
     samples += [Sample(index=len(answers) + k, error="HTTP 500") for k in range(errors)]
     a = analyse(samples)
-    p = GatePromptResult(prompt_id="short-open", prompt_version=1, prompt_sha256="x", kind="completion",
-                         max_tokens=8, compared_by=a.compared_by, requests=a.requests, answered=a.answered,
-                         errors=a.errors, empty_answers=a.empty_answers, distinct_answers=a.distinct,
-                         modal_share=a.modal_share, modal_tied=a.modal_tied, lengths=a.lengths,
-                         lengths_text=a.lengths_text, answers=a.answers, divergences=a.divergences,
-                         cold_warm=a.cold_warm)
+    p = GatePromptResult.from_analysis(a, prompt_id="short-open", prompt_sha256="x", max_tokens=8)
     return GateResult(n_requests=len(answers), seed=42, temperature=0.0, logprobs=False, prompts=[p],
                       reproducible=a.distinct == 1, verdict="", wall_s=0.0, http_s=0.0)
 

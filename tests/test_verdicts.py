@@ -32,15 +32,8 @@ A, B, X = (1, 2, 3), (1, 2, 4), (9, 9)
 
 
 def gate_of(samples: list[Sample], prompt_id: str = "p", max_tokens: int = 64, cold_count: int = 1) -> GateResult:
-    a = analyse(samples, cold_count=cold_count)
-    p = GatePromptResult(
-        prompt_id=prompt_id, prompt_version=1, prompt_sha256="", kind="completion", max_tokens=max_tokens,
-        compared_by=a.compared_by, requests=a.requests, answered=a.answered, errors=a.errors,
-        empty_answers=a.empty_answers, distinct_answers=a.distinct, distinct_by_text=a.distinct_by_text,
-        distinct_by_ids=a.distinct_by_ids, ids_text_disagree=a.ids_text_disagree, modal_share=a.modal_share,
-        modal_tied=a.modal_tied, lengths=a.lengths, lengths_text=a.lengths_text, truncated=a.truncated,
-        answers=a.answers, divergences=a.divergences, cold_warm=a.cold_warm, pattern=a.pattern,
-        pattern_text=a.pattern_text, max_logprob_diff=a.max_logprob_diff, unseen_share_bound=a.unseen_share_bound)
+    p = GatePromptResult.from_analysis(analyse(samples, cold_count=cold_count), prompt_id=prompt_id,
+                                       max_tokens=max_tokens)
     reproducible, verdict = verdict_of([p], None)
     return GateResult(n_requests=len(samples), seed=42, temperature=0.0, logprobs=False, prompts=[p],
                       reproducible=reproducible, verdict=verdict, wall_s=1.0, http_s=1.0)

@@ -33,8 +33,8 @@ from suite.client import ClientError, Completion, OpenAIClient
 from suite.definitions import load_validated
 from suite.errors import SuiteError
 from suite.paths import PROMPTS_DIR
-from suite.repro import (ColdWarm, DistinctAnswer, Divergence, LengthCount, Pattern, Sample, analyse,
-                         unseen_share_bound)
+from suite.repro import (ColdWarm, DistinctAnswer, Divergence, LengthCount, Pattern, PromptAnalysis, Sample,
+                         analyse, unseen_share_bound)
 
 if TYPE_CHECKING:
     from suite.stages import StageContext
@@ -119,6 +119,16 @@ class GatePromptResult(BaseModel):
     unseen_share_bound: float | None = None
     error_messages: list[str] = Field(default_factory=list)  # first few distinct errors
     stopped_reason: str | None = None
+
+    @classmethod
+    def from_analysis(cls, a: PromptAnalysis, *, prompt_id: str, prompt_version: int = 1, prompt_sha256: str = "",
+                      kind: str = "completion", max_tokens: int, error_messages: list[str] | None = None,
+                      stopped_reason: str | None = None) -> "GatePromptResult":
+        """One prompt's result from the analysis of its series."""
+        fields = a.model_dump(exclude={"distinct"})
+        return cls(prompt_id=prompt_id, prompt_version=prompt_version, prompt_sha256=prompt_sha256, kind=kind,
+                   max_tokens=max_tokens, distinct_answers=a.distinct, error_messages=error_messages or [],
+                   stopped_reason=stopped_reason, **fields)
 
 
 class GateResult(BaseModel):
@@ -269,18 +279,9 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, seed: i
                     log.error("gate stopped: %s", stopped)
                     break
             a = analyse(samples, cold_count=concurrency, process_cold=process_cold and not results)
-            results.append(GatePromptResult(
-                prompt_id=prompt.id, prompt_version=prompt.version, prompt_sha256=prompt.sha256, kind=prompt.kind,
-                max_tokens=max_tokens, compared_by=a.compared_by, requests=a.requests, answered=a.answered,
-                errors=a.errors, empty_answers=a.empty_answers, distinct_answers=a.distinct,
-                distinct_by_text=a.distinct_by_text, distinct_by_ids=a.distinct_by_ids,
-                ids_text_disagree=a.ids_text_disagree, modal_share=a.modal_share, modal_tied=a.modal_tied,
-                lengths=a.lengths, lengths_text=a.lengths_text, truncated=a.truncated, answers=a.answers,
-                divergences=a.divergences, cold_warm=a.cold_warm, pattern=a.pattern, pattern_text=a.pattern_text,
-                max_logprob_diff=a.max_logprob_diff, unseen_share_bound=a.unseen_share_bound,
-                error_messages=errors[:5],
-                stopped_reason=prompt_stopped,
-            ))
+            results.append(GatePromptResult.from_analysis(
+                a, prompt_id=prompt.id, prompt_version=prompt.version, prompt_sha256=prompt.sha256,
+                kind=prompt.kind, max_tokens=max_tokens, error_messages=errors[:5], stopped_reason=prompt_stopped))
             log.info("%s %s: %d distinct in %d (lengths %s)", label, prompt.id, a.distinct, a.answered, a.lengths_text)
     finally:
         if pool:

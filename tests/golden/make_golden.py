@@ -32,10 +32,10 @@ from suite.repro import Sample, analyse, analyse_launches  # noqa: E402
 from suite.signature import Hardware, Signature  # noqa: E402
 from suite.stages.controls import ControlRow, ControlsResult, LoraOutcome  # noqa: E402
 from suite.stages.extraction import ExtractionResult, RepeatScore, SectionSummary, TypeScore  # noqa: E402
-from suite.stages.gate import GatePromptResult, GateResult  # noqa: E402
+from suite.stages.gate import GatePromptResult, GateResult, verdict_of  # noqa: E402
 from suite.stages.judge import JudgeGate, JudgeResult  # noqa: E402
 from suite.stages.latency import LatencyLevel, LatencyResult  # noqa: E402
-from suite.stages.restarts import LaunchOutcome, RestartPromptResult, RestartsResult  # noqa: E402
+from suite.stages.restarts import LaunchOutcome, RestartsResult, summarise  # noqa: E402
 from suite.stats import mean_se, summarize  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "results"
@@ -86,25 +86,19 @@ def gate_for(record: RunRecord | None, answers: dict[str, list[str]], label: str
         samples = []
         for i, text in enumerate(texts):
             ids = tokens(text)
-            samples.append(Sample(index=i, text=text, token_ids=ids, completion_tokens=len(ids)))
+            samples.append(Sample(index=i, text=text, token_ids=ids, completion_tokens=len(ids),
+                                  finish_reason="length"))
             if record is not None:
                 record.record_request(kind, label=label, controls=controls or [], prompt_id=pid,
                                       index=i, seed=42, temperature=0.0, max_tokens=48, text=text,
                                       token_ids=ids, completion_tokens=len(ids), finish_reason="length",
                                       e2e_s=0.4 + 0.01 * i, ttft_s=0.05)
-        a = analyse(samples)
-        prompts.append(GatePromptResult(
-            prompt_id=pid, prompt_version=1, prompt_sha256="ab" * 32, kind="completion", max_tokens=48,
-            compared_by=a.compared_by, requests=a.requests, answered=a.answered, errors=a.errors,
-            empty_answers=a.empty_answers, distinct_answers=a.distinct, modal_share=a.modal_share,
-            modal_tied=a.modal_tied, lengths=a.lengths, lengths_text=a.lengths_text, answers=a.answers,
-            divergences=a.divergences, cold_warm=a.cold_warm))
-    spread = [p for p in prompts if p.distinct_answers > 1]
-    verdict = ("not reproducible: " + "; ".join(f"{p.prompt_id}: {p.distinct_answers} distinct answers"
-                                                for p in spread)) if spread else "reproducible"
+        prompts.append(GatePromptResult.from_analysis(analyse(samples), prompt_id=pid, prompt_sha256="ab" * 32,
+                                                      max_tokens=48))
+    reproducible, verdict = verdict_of(prompts, None)
     return GateResult(label=label, controls=controls or [], model="tiny", n_requests=len(next(iter(answers.values()))),
                       seed=42, temperature=0.0, logprobs=False, prompts=prompts,
-                      reproducible=not spread, verdict=verdict, wall_s=9.1, http_s=8.8,
+                      reproducible=reproducible, verdict=verdict, wall_s=9.1, http_s=8.8,
                       overhead_ms_per_request=0.41)
 
 
@@ -193,26 +187,20 @@ def controls_for(runtime: str, arm: str, answers: dict[str, list[str]], refused:
 
 
 def restarts_for(launch_answers: list[dict[str, list[str]]], failed_reason: str | None = None) -> RestartsResult:
-    prompts = []
-    for pid in launch_answers[0]:
-        launches = [[Sample(index=i, text=t, token_ids=tokens(t), completion_tokens=len(tokens(t)))
-                     for i, t in enumerate(la[pid])] for la in launch_answers]
-        a = analyse_launches(launches, resamples=300)
-        prompts.append(RestartPromptResult(
-            prompt_id=pid, compared_by=a.compared_by, within_distinct=a.within_distinct,
-            across_distinct=a.across_distinct, modal_per_launch_distinct=a.modal_per_launch_distinct,
-            agreement=a.agreement, agreement_ci95=a.agreement_ci95, lengths_text=a.lengths_text,
-            errors=a.errors))
-    outcomes = [LaunchOutcome(index=i, status="ok", startup_s=3.1 + 0.2 * i) for i in range(len(launch_answers))]
+    """The restarts stage's own summary of constructed launches (one gate per launch)."""
+    outcomes = []
+    for i, la in enumerate(launch_answers):
+        prompts = []
+        for pid, texts in la.items():
+            samples = [Sample(index=k, text=t, token_ids=tokens(t), completion_tokens=len(tokens(t)),
+                              finish_reason="stop") for k, t in enumerate(texts)]
+            prompts.append(GatePromptResult.from_analysis(analyse(samples), prompt_id=pid, max_tokens=48))
+        gate = GateResult(label=f"launch-{i}", n_requests=len(next(iter(la.values()))), seed=42, temperature=0.0,
+                          logprobs=False, prompts=prompts, reproducible=None, verdict="", wall_s=1.0, http_s=1.0)
+        outcomes.append(LaunchOutcome(index=i, status="ok", startup_s=3.1 + 0.2 * i, gate=gate))
     if failed_reason:
         outcomes.append(LaunchOutcome(index=len(outcomes), status="refused", reason=failed_reason))
-    stable = all(max(p.within_distinct) == 1 for p in prompts)
-    consistent = all(p.across_distinct == 1 for p in prompts)
-    return RestartsResult(
-        launches=len(outcomes), launched=len(launch_answers), requests_per_launch=len(launch_answers[0]["short-open"]),
-        prompts=prompts, launch_outcomes=outcomes, stable_within=stable, consistent_across=consistent,
-        verdict=("stable within each launch" if stable else "unstable within a launch")
-        + ("; consistent across launches" if consistent else "; answers change between launches"))
+    return summarise(outcomes, list(launch_answers[0]), len(outcomes), len(next(iter(launch_answers[0].values()))))
 
 
 def watchdog_for(rng: random.Random, base_gib: float, seconds: float, trip_at: float | None = None) -> WatchdogReport:
@@ -304,7 +292,8 @@ def write_run(results: Path, model: str, arm: str, started: datetime, rng: rando
         record.write_stage("controls", controls_for(runtime, arm, answers, VLLM_REFUSAL if vllm else None))
         record.write_stage("extraction", extraction_for(rng, {2, 7} if spread > 1 else set(),
                                                         0.7 if vllm else 0.8, sig.digest, judge=vllm))
-        launches = [answers, answers, {k: [v[-1]] * len(v) for k, v in answers.items()}]
+        # Six launches: enough for the bootstrap over launches to give an interval.
+        launches = [answers] * 5 + [{k: [v[-1]] * len(v) for k, v in answers.items()}]
         record.write_stage("restarts", restarts_for(launches, "RuntimeError: <unk> token id out of range"
                                                     if spread > 2 else None))
     record.write_stage("watchdog", watchdog_for(rng, 1.1 if vllm else 0.35, 95.0, trip_at=40.0 if trip else None))
