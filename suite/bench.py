@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from suite.catalog import Arm, ModelCard, format_path, get_card, prepare_format,
 from suite.client import OpenAIClient
 from suite.definitions import RuntimeDefinition, get_definition
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers import get_launcher
+from suite.launchers import launcher_for
 from suite.launchers.base import LaunchSpec, Launcher, LoraAdapter, RunningRuntime
 from suite.paths import PROMPTS_DIR
 from suite.profiles import Profile, get_profile
@@ -76,12 +77,13 @@ class ArmPlan:
         return body
 
     def client(self, rt: RunningRuntime, controls: list[str]) -> OpenAIClient:
-        return OpenAIClient(rt.base_url, self.card.served_name, extra_body=self.extra_body(controls))
+        return OpenAIClient(rt.base_url, self.card.served_name, extra_body=self.extra_body(controls),
+                            api_key=getattr(rt, "api_key", None))
 
 
 def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_name: str,
               concurrency: list[int] | None = None, gate_requests: int | None = None,
-              restarts: int | None = None) -> list[ArmPlan]:
+              restarts: int | None = None, overrides: dict[str, Any] | None = None) -> list[ArmPlan]:
     card = get_card(model)
     if card.role == "judge" and not arms:
         log.info("model %s is a judge model; benchmarking it like any other", model)
@@ -102,13 +104,132 @@ def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_na
         if restarts < 2:
             raise SuiteError(f"--restarts {restarts}: comparing launches needs at least 2")
         profile = profile.model_copy(update={"restarts": restarts})
-    launcher = get_launcher(launcher_name)
+    if overrides:
+        unknown = [k for k in overrides if k not in Profile.model_fields]
+        if unknown:
+            raise SuiteError(f"unknown profile setting {unknown[0]!r}")
+        profile = Profile.model_validate({**profile.model_dump(), **overrides})
+    # One launcher per arm (`auto`: local where the runtime has a local recipe for this platform,
+    # else Docker where an engine answers); an arm that cannot run here gets an
+    # UnavailableLauncher that says what it needs and what this machine lacks.
+    launchers: dict[str, Launcher] = {}
     plans = []
     for name in wanted:
         arm = card.arms[name]
         runtime = get_definition(arm.runtime)
+        launcher = launcher_for(runtime, launcher_name, card.gpu_memory_gb, launchers)
         plans.append(ArmPlan(card, name, arm, runtime, launcher, format_path(card, arm.format), profile))
     return plans
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def plan_external(url: str, served_model: str | None, model: str | None, arm_name: str | None,
+                  profile_name: str, concurrency: list[int] | None = None,
+                  gate_requests: int | None = None) -> ArmPlan:
+    """One arm for a server the suite did not start (`suite bench --url`), checked before anything is written.
+
+    The card is synthetic: named after `model` (a catalog card's sampling, context length and
+    watchdog thresholds are taken over when `model` names one), else "external"; its one format
+    is the server's. The runtime definition is synthetic too: the capabilities of the runtime the
+    server looks like (llama-server, vLLM), else an OpenAI-compatible server's safe defaults
+    (no logprobs asked for, no JSON schema). Unreachable URLs, servers that are not an OpenAI API
+    and served models the server does not list are one-line SuiteErrors.
+    """
+    from suite.catalog import ModelFormat, load_catalog
+    from suite.definitions import Capabilities, RequestSpec, ServerSpec
+    from suite.launchers.external import ExternalLauncher, probe_server
+
+    for what, value in (("--model", model), ("--arms", arm_name)):
+        if value is not None and not _NAME.match(value):
+            raise SuiteError(f"{what} {value!r}: use letters, digits, '.', '_' or '-' (it names a results folder)")
+    profile = plan_arms_profile(profile_name, concurrency, gate_requests, None)
+    info = probe_server(url, served_model)
+    name = model or "external"
+    base = load_catalog().get(name)
+    known = get_definition(info.kind) if info.kind else None
+    runtime = RuntimeDefinition(
+        name=known.name if known else "external", protocol="openai", platforms=["cpu", "gpu"],
+        description=f"{known.name if known else 'an OpenAI-compatible server'} at {info.url}, started outside the suite",
+        server=ServerSpec(ready_path="/v1/models", startup_timeout_s=30),
+        capabilities=(known.capabilities.model_copy(update={"lora": False}) if known
+                      else Capabilities(logprobs="none", token_ids=False, json_schema=False)),
+        request=known.request.model_copy() if known else RequestSpec())
+    fmt_kind = "gguf" if info.kind == "llamacpp" else "hf"
+    fmt = ModelFormat.model_construct(kind=fmt_kind, source=f"external:{info.url}", file=None, sha256=None,
+                                      revision=None, quantization=None)
+    arm_key = arm_name or "external"
+    fields: dict[str, Any] = {"name": name, "title": base.title if base else f"{info.served_model} at {info.url}",
+                              "served_name": info.served_model, "formats": {"external": fmt},
+                              "arms": {arm_key: Arm(runtime=runtime.name, format="external")}}
+    if base is not None:
+        fields.update(description=base.description, context_length=base.context_length,
+                      sampling=base.sampling, watchdog=base.watchdog)
+    else:
+        fields["description"] = f"the model {info.served_model!r} served at {info.url} (a server the suite did not start)"
+    card = ModelCard(**fields)
+    return ArmPlan(card, arm_key, card.arms[arm_key], runtime, ExternalLauncher(info), Path("external"), profile)
+
+
+def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_requests: int | None,
+                      restarts: int | None) -> Profile:
+    """The profile with the command line's overrides, checked."""
+    profile = get_profile(profile_name)
+    if concurrency:
+        if any(c < 1 for c in concurrency):
+            raise SuiteError(f"--concurrency {','.join(map(str, concurrency))}: each level must be 1 or more")
+        profile = profile.model_copy(update={"concurrency": concurrency})
+    if gate_requests is not None:
+        if gate_requests < 2:
+            raise SuiteError(f"--gate-requests {gate_requests}: the gate needs at least 2 requests per prompt")
+        profile = profile.model_copy(update={"gate_requests": gate_requests})
+    if restarts is not None:
+        if restarts < 2:
+            raise SuiteError(f"--restarts {restarts}: comparing launches needs at least 2")
+        profile = profile.model_copy(update={"restarts": restarts})
+    return profile
+
+
+def _scrub_report(value: Any) -> Any:
+    """A server's self-report with secret-looking keys and known secret values removed."""
+    from suite.signature import REDACTED, scrub
+
+    if isinstance(value, dict):
+        return {k: (REDACTED if re.search(r"api[_-]?key|password|secret", str(k), re.I) else _scrub_report(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_report(v) for v in value]
+    return scrub(value) if isinstance(value, str) else value
+
+
+def _external_sampling(plan: ArmPlan, spec: LaunchSpec) -> dict[str, Any]:
+    sampling: dict[str, Any] = plan.card.sampling.model_dump(mode="json")
+    request_extra = plan.extra_body(spec.controls)
+    if request_extra:  # as make_signature: the fields every request carries
+        sampling["request_extra"] = dict(sorted(request_extra.items()))
+    return sampling
+
+
+def external_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signature:
+    """The signature of a server the suite did not start: what it says about itself, and its URL."""
+    import urllib.parse
+
+    from suite.signature import Hardware
+
+    info = plan.launcher.info  # type: ignore[attr-defined]
+    host = urllib.parse.urlsplit(info.url).hostname or ""
+    local = host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+    # This machine's hardware describes the server only when it runs here.
+    hardware = detect_hardware() if local else Hardware(cpu="unknown (a remote server)", cores=0, memory_gb=0.0,
+                                                        os="unknown")
+    return Signature(
+        model=plan.card.name, model_format="external", model_sha256=None, model_revision=None,
+        runtime=plan.runtime.name, runtime_version=info.version, image_digest=None, launcher="external",
+        command=[], env={}, controls=list(spec.controls), sampling=_external_sampling(plan, spec),
+        prompt_set_hash=prompt_set_hash(), hardware=hardware, endpoint=info.url,
+        server_reports=_scrub_report(info.reports),
+    ).with_digest()
 
 
 def runtime_version(plan: ArmPlan, rt: RunningRuntime) -> str | None:
@@ -146,6 +267,9 @@ def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signa
 
     from suite.catalog import format_dir
     from suite.signature import cache_dirs, cache_state, probe_runtime_stack, resolve_revision
+
+    if plan.launcher.name == "external":
+        return external_signature(plan, rt, spec)
 
     fmt = plan.card.formats[plan.arm.format]
     env = {**(plan.runtime.local.env if plan.runtime.local and plan.launcher.name == "local" else {}),
@@ -255,7 +379,8 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
     try:
         plan.launcher.check_available()
         plan.launcher.prepare(plan.runtime)
-        prepare_format(plan.card, plan.arm.format)
+        if plan.launcher.name != "external":  # an external server has its model loaded already
+            prepare_format(plan.card, plan.arm.format)
     except EnvironmentUnavailable as exc:
         log.warning("arm %s skipped: %s", plan.arm_name, exc)
         return Summary(run_id="-", model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
@@ -295,13 +420,14 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
         base_controls = list(spec.controls)
 
         @contextlib.contextmanager
-        def launch(controls: list[str] | None = None, inherit: bool = True,
-                   lora: list[LoraAdapter] | None = None) -> Iterator[tuple[RunningRuntime, OpenAIClient]]:
+        def launch(controls: list[str] | None = None, inherit: bool = True, lora: list[LoraAdapter] | None = None,
+                   env: dict[str, str] | None = None) -> Iterator[tuple[RunningRuntime, OpenAIClient]]:
             """A fresh runtime under its own watchdog: the arm's controls, plus `controls`.
 
             `inherit` (restarts): also the controls the arm's main launch ran with (its accepted
             determinism mode), so the same configuration starts again. Without it (a control
             matrix row) the launch has the arm's own controls and the row's, nothing else.
+            `env`: more environment for this launch (compile-cache folders).
             """
             assert record is not None
             inherited = [c for c in base_controls if c not in plan.arm.controls] if inherit else []
@@ -309,6 +435,8 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
             sub_spec = plan.spec(wanted, record.log_dir / f"runtime-{'-'.join(wanted) or 'default'}-{int(time.time()*1000)}.log")
             if lora is not None:
                 sub_spec.lora = list(lora)
+            if env:
+                sub_spec.env.update(env)
             sub_rt = plan.launcher.start(sub_spec)
             sub_rt.launch_controls = list(sub_spec.controls)
             sub_rt.launch_env = redact_env(sub_spec.env)
@@ -332,6 +460,8 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
 
             ctx.judge = client_for_url(judge.url, judge.model)
         status, reason = "complete", None
+        not_run: list[str] = []  # stages that need a runtime the suite started
+        stages = list(stages)
         try:
             for name in stages:
                 if record.stage_done(name):
@@ -341,10 +471,16 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
                     continue
                 if watchdog.tripped:
                     break
-                if name in ("restarts", "controls"):
+                if get_stage(name).FRESH_RUNTIMES and plan.launcher.name == "external":
+                    from suite.launchers.external import NOT_STARTED
+
+                    log.info("arm %s: stage %s not run: %s", plan.arm_name, name, NOT_STARTED)
+                    not_run.append(name)
+                    continue
+                if get_stage(name).FRESH_RUNTIMES:
                     # These stop and start the runtime: free the machine first.
                     rt.stop()
-                module = get_stage(name) if name != "controls" else _controls_module()
+                module = get_stage(name)
                 log.info("arm %s: stage %s", plan.arm_name, name)
                 t0 = time.monotonic()
                 if name == "controls":
@@ -356,6 +492,11 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
                 ctx.results[name] = result
                 if name == "gate":
                     ctx.reproducible = getattr(result, "reproducible", None)
+                    if ctx.reproducible is False and plan.profile.auto_controls and "controls" not in stages:
+                        # The process of elimination: one control at a time, after the rest.
+                        log.info("arm %s: the gate found more than one answer; the control matrix runs last",
+                                 plan.arm_name)
+                        stages.append("controls")
         except WatchdogTripped:
             status, reason = "stopped-by-watchdog", "a restarted runtime was stopped by the memory watchdog"
         except KeyboardInterrupt:
@@ -378,16 +519,14 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
             record.write_stage("watchdog", report)
     summary.status = status  # type: ignore[assignment]
     summary.reason = reason
+    if not_run and reason is None:
+        from suite.launchers.external import NOT_STARTED
+
+        summary.reason = f"{' and '.join(not_run)} not run: {NOT_STARTED}"
     summary.finished_at = utcnow()
     summary.wall_s = round(time.monotonic() - t_arm, 2)
     record.finish(summary)
     return summary
-
-
-def _controls_module():
-    import importlib
-
-    return importlib.import_module("suite.stages.controls")
 
 
 class WatchdogTripped(SuiteError):
@@ -412,21 +551,39 @@ def _failed_start(plan: ArmPlan, results: Path, started: str, exc: RuntimeStartE
     return summary
 
 
-def run_bench(model: str, arms: list[str] | None = None, launcher: str = "local", profile: str = "standard",
+def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = "auto", profile: str = "standard",
               stages: list[str] | None = None, results: Path | None = None, controls: list[str] | None = None,
               resume: bool = False, judge_url: str | None = None, judge_model: str | None = None,
               concurrency: list[int] | None = None, gate_requests: int | None = None,
-              restarts: int | None = None) -> list[Summary]:
+              restarts: int | None = None, overrides: dict[str, Any] | None = None,
+              url: str | None = None, served_model: str | None = None) -> list[Summary]:
+    """Every arm of `model` (or, with `url`, the one server at that URL) through the stages.
+
+    With `url` the server is checked first (it answers, speaks the OpenAI API, lists
+    `served_model`): bad input is a SuiteError before anything is written. `model` then only
+    names the synthetic card (None: "external").
+    """
     from suite.paths import results_dir
 
     out = results or results_dir()
-    plans = plan_arms(model, arms, launcher, profile, concurrency, gate_requests, restarts)
+    if url is not None:
+        if len(arms or []) > 1:
+            raise SuiteError("--url benchmarks one server: give at most one name with --arms")
+        plans = [plan_external(url, served_model, model, (arms or [None])[0], profile, concurrency, gate_requests)]
+    elif served_model is not None:
+        raise SuiteError("--served-model names a model of a server given with --url; without --url the card's "
+                         "served name is used")
+    else:
+        plans = plan_arms(model or "tiny", arms, launcher, profile, concurrency, gate_requests, restarts, overrides)
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
     summaries = []
     for plan in plans:
         # One runtime on the GPU at a time: a machine-wide lock and no other compute process;
         # after the arm, wait until device memory is back to its baseline (no-ops without a GPU).
-        with gpu.exclusive_device() as lease:
+        # A server the suite did not start holds its GPU already: no lease for it.
+        device = gpu.exclusive_device() if plan.launcher.name != "external" else contextlib.nullcontext(
+            gpu.DeviceLease(locked=False, reason="an external server"))
+        with device as lease:
             summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume, judge))
             if lease.locked:
                 waited = gpu.wait_for_baseline(lease.baseline_bytes)

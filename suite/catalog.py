@@ -91,6 +91,8 @@ class ModelCard(Strict):
     context_length: int = 4096
     served_name: str
     role: Literal["subject", "judge"] = "subject"
+    # The GPU memory (GB) its GPU arms need: named when an arm cannot run here ("32 GB class").
+    gpu_memory_gb: float | None = None
     formats: dict[str, ModelFormat]
     arms: dict[str, Arm]
     sampling: Sampling = Field(default_factory=Sampling)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import rich.markup
+from rich.markup import escape
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
@@ -166,22 +167,53 @@ def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or ru
 
 
 def _print_summaries(summaries) -> None:
-    table = Table("arm", "status", "determinism", "distinct answers", "wall s", "record")
+    table = Table("arm", "launcher", "status", "determinism", "distinct answers", "wall s", "record")
     for s in summaries:
         gate = s.gate or {}
         prompts = gate.get("prompts") or []
         distinct = ", ".join(f"{p.get('prompt_id', '?')}: {p.get('distinct_answers', '?')}/{p.get('requests', '?')}"
                              for p in prompts) or "-"
         det = s.determinism.outcome + (f" ({s.determinism.control})" if s.determinism.control else "")
-        table.add_row(s.arm, s.status + (f": {s.reason}" if s.reason else ""), det, distinct,
+        table.add_row(s.arm, s.launcher if s.status != "skipped" else "-",
+                      s.status + (f": {s.reason}" if s.reason else ""), det, distinct,
                       f"{s.wall_s:.0f}" if s.wall_s else "-", s.run_id)
     console.print(table)
 
 
+def _skipped_lines(summaries) -> list[str]:
+    """One line per skipped arm: `model/arm needs ...; this machine has ...`."""
+    return [f"{s.model}/{s.arm} {s.reason}" if (s.reason or "").startswith("needs ") else f"{s.model}/{s.arm}: {s.reason}"
+            for s in summaries if s.status == "skipped"]
+
+
+def _honest_exit(summaries) -> None:
+    """No arm ran: one line per arm on stderr, exit 1. Some were skipped: list them, go on."""
+    skipped = _skipped_lines(summaries)
+    err = Console(stderr=True)
+    if summaries and len(skipped) == len(summaries):
+        for line in skipped:
+            err.print(f"[red]error:[/red] {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    for line in skipped:
+        err.print(f"skipped: {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
+
+
+LAUNCHER_HELP = ("auto (per arm: local where the runtime has a local recipe for this platform, else "
+                 "Docker), local or docker.")
+
+
 @app.command()
-def bench(model: str = typer.Option(os.environ.get("MODEL", "tiny"), help="Model card to benchmark."),
+def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmark (default: $MODEL, else tiny; "
+                                               "with --url: the name its records go under, default external)."),
           arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
-          launcher: str = typer.Option("local", help="local or docker."),
+          launcher: str = typer.Option(os.environ.get("LAUNCHER", "auto"), help=LAUNCHER_HELP),
+          url: Optional[str] = typer.Option(None, "--url", help="Benchmark a server the suite did not start: "
+                                            "its OpenAI-compatible address, e.g. http://127.0.0.1:8080/v1 "
+                                            "(key from SUITE_API_KEY)."),
+          served_model: Optional[str] = typer.Option(None, "--served-model", help="With --url: the model name "
+                                                     "the server lists in /v1/models (default: its only one)."),
+          results_folder: Optional[Path] = typer.Option(None, "--results", help="Results folder "
+                                                        "(default: $RESULTS, else ./results)."),
           profile: str = typer.Option("standard", help="quick, standard or full."),
           stages: Optional[str] = typer.Option(None, help="Stages to run (default: gate,latency,extraction,restarts)."),
           resume: bool = typer.Option(False, help="Continue the newest incomplete run of each arm."),
@@ -265,6 +297,58 @@ def export(format: str = typer.Option("parquet", "--format", help="parquet or cs
         raise SuiteError(f"unknown export format {format!r}; known: parquet, csv")
     for path in export_tables(results_dir(), format, out):
         console.print(str(path))
+
+
+study_app = typer.Typer(no_args_is_help=True, help="The studies' designs, one command each.")
+app.add_typer(study_app, name="study")
+
+
+@study_app.command("sessions")
+def study_sessions(model: str = typer.Option("tiny", help="Model card."),
+                   arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
+                   sessions: int = typer.Option(8, "--sessions", help="Independent server processes (K)."),
+                   replicates: int = typer.Option(3, "--replicates", help="Runs of each gate prompt per process (R)."),
+                   lora: bool = typer.Option(False, "--lora", help="Also the test LoRA adapter, in the same processes."),
+                   launcher: str = typer.Option("local", help="local or docker."),
+                   profile: str = typer.Option("quick", help="Which gate prompts and token caps (quick, standard, full).")) -> None:
+    """Sessions x replicates (study 2): K server processes, R runs each, base and adapter compared."""
+    from suite.bench import run_bench
+    from suite.errors import SuiteError
+
+    if sessions < 2 or replicates < 2:
+        raise SuiteError(f"--sessions {sessions} --replicates {replicates}: each must be at least 2")
+    summaries = run_bench(model, _split(arms), launcher, profile, ["sessions"],
+                          overrides={"sessions": sessions, "replicates": replicates, "sessions_lora": lora})
+    _print_summaries(summaries)
+    for s in summaries:
+        for line in (s.sessions or {}).get("table", []):
+            console.print(f"{s.arm}: {escape(line)}")
+
+
+@app.command()
+def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix of one) or a run folder."),
+            run_b: str = typer.Argument(..., help="The run to compare it with (same model)."),
+            results: Optional[Path] = typer.Option(None, help="Results folder (default: results/ or $RESULTS).")) -> None:
+    """Do two runs of one model answer alike? Per gate prompt, and the configuration fields that differ."""
+    from suite.compare import compare_runs
+    from suite.paths import results_dir
+
+    cmp = compare_runs(run_a, run_b, results or results_dir())
+    console.print(f"A: {cmp.a.model}/{cmp.a.arm} {cmp.a.run_id}\nB: {cmp.b.model}/{cmp.b.arm} {cmp.b.run_id}")
+    table = Table(title="gate prompts: modal answers")
+    for col in ("prompt", "A distinct", "B distinct", "modal answers", "logprob Δ (nats)"):
+        table.add_column(col)
+    for p in cmp.prompts:
+        table.add_row(p.prompt_id, f"{p.a_distinct} of {p.a_answered}", f"{p.b_distinct} of {p.b_answered}",
+                      escape(p.summary), "-" if p.logprob_diff is None else f"{p.logprob_diff:.3g}")
+    console.print(table)
+    sig = Table(title="configuration fields that differ")
+    for col in ("field", "A", "B"):
+        sig.add_column(col)
+    for d in cmp.signature_diff:
+        sig.add_row(d.key, escape(d.a), escape(d.b))
+    console.print(sig if cmp.signature_diff else "configuration: no field differs")
+    console.print(escape(cmp.verdict))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -122,6 +122,95 @@ def _parse_top_logprobs(choice: dict[str, Any]) -> list[list[float]] | None:
     return [sorted((float(x) for x in r if isinstance(x, (int, float))), reverse=True) for r in rows]
 
 
+class StreamState:
+    """What a streamed completion has said so far: one SSE line at a time, the sync and async paths alike.
+
+    `line(text, t)` takes one line of the event stream and the offset `t` (seconds since the
+    request was sent) at which the client received it; it returns True at `[DONE]`. A chunk that
+    carries a generated token (`is_token_choice`) is timed at `t`: the first one is TTFT, the
+    last one end-to-end. `finish` builds the `Completion`.
+    """
+
+    __slots__ = ("where", "chat", "parts", "token_ids", "logprobs", "chunk_times", "finish_reason", "usage",
+                 "timings", "fingerprint", "parse_s")
+
+    def __init__(self, where: str, chat: bool):
+        self.where = where
+        self.chat = chat
+        self.parts: list[str] = []
+        self.token_ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.chunk_times: list[float] = []
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] = {}
+        self.timings: dict[str, Any] | None = None
+        self.fingerprint: str | None = None
+        self.parse_s = 0.0
+
+    def line(self, line: str, t: float) -> bool:
+        if not line.startswith("data:"):
+            return False
+        t0 = time.perf_counter()
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return True
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            raise ClientError(f"{self.where}: malformed stream chunk: {payload[:200]!r}") from None
+        if not isinstance(data, dict):
+            raise ClientError(f"{self.where}: malformed stream chunk: {payload[:200]!r}")
+        if "error" in data and not data.get("choices"):
+            raise ClientError(f"{self.where}: error in stream: {str(data['error'])[:200]}")
+        self.usage = data.get("usage") or self.usage
+        self.timings = data.get("timings") or self.timings
+        self.fingerprint = data.get("system_fingerprint") or self.fingerprint
+        token_chunk = False
+        chat = self.chat
+        for choice in data.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            piece = ((choice.get("delta") or {}).get("content") if chat else choice.get("text")) or ""
+            if piece:
+                self.parts.append(piece)
+            token_chunk = token_chunk or is_token_choice(choice, chat)
+            ids = _parse_token_ids(choice)
+            if ids:
+                self.token_ids.extend(ids)
+            lps = _parse_logprobs(choice)
+            if lps:
+                self.logprobs.extend(lps)
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+        if token_chunk:
+            self.chunk_times.append(t)
+        self.parse_s += time.perf_counter() - t0
+        return False
+
+    def finish(self, t_close: float, t_enter: float, t_send: float) -> Completion:
+        """The completion; `t_close` is the stream's end as an offset from the send."""
+        chunk_times = self.chunk_times
+        t_recv = t_send + t_close
+        out = Completion(
+            text="".join(self.parts),
+            token_ids=self.token_ids or None,
+            logprobs=self.logprobs or None,
+            finish_reason=self.finish_reason,
+            prompt_tokens=self.usage.get("prompt_tokens"),
+            completion_tokens=self.usage.get("completion_tokens"),
+            ttft_s=chunk_times[0] if chunk_times else None,
+            # the last token chunk, not the stream's close: a runtime may send usage or timings,
+            # or hold the connection, long after the last token
+            e2e_s=chunk_times[-1] if chunk_times else t_close,
+            chunk_times_s=chunk_times,
+            stream_close_s=t_close,
+            server_timings=self.timings,
+            system_fingerprint=self.fingerprint,
+        )
+        out.parse_s = self.parse_s
+        out.overhead_s = (t_send - t_enter) + (time.perf_counter() - t_recv)
+        return out
+
+
 class OpenAIClient:
     """One runtime's OpenAI-compatible endpoint, serving the model under `model`."""
 
@@ -131,6 +220,8 @@ class OpenAIClient:
         self.model = model
         self.extra_body = dict(extra_body or {})
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout_s = timeout_s
+        self._headers = headers
         self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(timeout_s, connect=10.0),
                                   headers=headers)
 
@@ -228,75 +319,22 @@ class OpenAIClient:
         return out
 
     def _stream(self, path: str, body: dict[str, Any], chat: bool, t_enter: float) -> Completion:
-        parts: list[str] = []
-        token_ids: list[int] = []
-        logprobs: list[float] = []
-        chunk_times: list[float] = []
-        finish_reason = None
-        usage: dict[str, Any] = {}
-        timings = fingerprint = None
-        parse_s = 0.0
+        state = StreamState(f"POST {self.base_url}{path}", chat)
         t_send = time.perf_counter()
         try:
             with self._http.stream("POST", path, json=body) as r:
                 if r.status_code != 200:
                     raise ClientError(f"POST {self.base_url}{path}: HTTP {r.status_code}: {r.read()[:300]!r}")
                 for line in r.iter_lines():
-                    t_line = time.perf_counter()
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
+                    if state.line(line, time.perf_counter() - t_send):
                         break
-                    try:
-                        data = json.loads(payload)
-                    except ValueError:
-                        raise ClientError(f"POST {self.base_url}{path}: malformed stream chunk: {payload[:200]!r}") from None
-                    if "error" in data and not data.get("choices"):
-                        raise ClientError(f"POST {self.base_url}{path}: error in stream: {str(data['error'])[:200]}")
-                    usage = data.get("usage") or usage
-                    timings = data.get("timings") or timings
-                    fingerprint = data.get("system_fingerprint") or fingerprint
-                    token_chunk = False
-                    for choice in data.get("choices") or []:
-                        if not isinstance(choice, dict):
-                            continue
-                        piece = ((choice.get("delta") or {}).get("content") if chat else choice.get("text")) or ""
-                        if piece:
-                            parts.append(piece)
-                        token_chunk = token_chunk or is_token_choice(choice, chat)
-                        ids = _parse_token_ids(choice)
-                        if ids:
-                            token_ids.extend(ids)
-                        lps = _parse_logprobs(choice)
-                        if lps:
-                            logprobs.extend(lps)
-                        finish_reason = choice.get("finish_reason") or finish_reason
-                    if token_chunk:
-                        chunk_times.append(t_line - t_send)
-                    parse_s += time.perf_counter() - t_line
         except httpx.HTTPError as exc:
             raise ClientError(f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
-        t_recv = time.perf_counter()
-        out = Completion(
-            text="".join(parts),
-            token_ids=token_ids or None,
-            logprobs=logprobs or None,
-            finish_reason=finish_reason,
-            prompt_tokens=usage.get("prompt_tokens"),
-            completion_tokens=usage.get("completion_tokens"),
-            ttft_s=chunk_times[0] if chunk_times else None,
-            # the last token chunk, not the stream's close: a runtime may send usage or timings,
-            # or hold the connection, long after the last token
-            e2e_s=chunk_times[-1] if chunk_times else t_recv - t_send,
-            chunk_times_s=chunk_times,
-            stream_close_s=t_recv - t_send,
-            server_timings=timings,
-            system_fingerprint=fingerprint,
-        )
-        out.parse_s = parse_s
-        out.overhead_s = (t_send - t_enter) + (time.perf_counter() - t_recv)
-        return out
+        return state.finish(time.perf_counter() - t_send, t_enter, t_send)
+
+    def async_client(self, max_connections: int = 256) -> "AsyncOpenAIClient":
+        """An asyncio twin of this client (same URL, model, headers, extra body) for many streams at once."""
+        return AsyncOpenAIClient(self, max_connections=max_connections)
 
     def tokenize(self, text: str) -> list[int] | None:
         """Token ids of a prompt via the runtime's /tokenize endpoint (llama-server, vLLM), if any."""
@@ -312,3 +350,66 @@ class OpenAIClient:
                 if isinstance(tokens, list):
                     return [t if isinstance(t, int) else t.get("id") for t in tokens]
         return None
+
+
+class AsyncOpenAIClient:
+    """Streamed completions on asyncio (httpx's async client): many streams at once, one thread.
+
+    The latency stage's concurrent path. Each read from the socket is timestamped when it reaches
+    this code, before its lines are parsed (`StreamState`, shared with the synchronous path), so
+    the chunks that arrived together get the time they arrived, not the time their turn came in
+    the parse. Create and use it inside one running event loop.
+    """
+
+    def __init__(self, parent: OpenAIClient, max_connections: int = 256):
+        self.base_url = parent.base_url
+        self.model = parent.model
+        self.extra_body = dict(parent.extra_body)
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=parent._headers, limits=limits,
+                                       timeout=httpx.Timeout(parent.timeout_s, connect=30.0, pool=None))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncOpenAIClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def complete_stream(self, prompt: str, *, max_tokens: int, seed: int | None = 42,
+                              temperature: float = 0.0, extra: dict[str, Any] | None = None) -> Completion:
+        """A streamed /v1/completions request, timed as `OpenAIClient.complete(..., stream=True)` times it."""
+        t_enter = time.perf_counter()
+        path = "/v1/completions"
+        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
+                                "temperature": temperature}
+        if seed is not None:
+            body["seed"] = seed
+        body = {**body, **self.extra_body, **(extra or {}), "stream": True,
+                "stream_options": {"include_usage": True}}
+        where = f"POST {self.base_url}{path}"
+        state = StreamState(where, chat=False)
+        clock = time.perf_counter
+        t_send = clock()
+        try:
+            async with self._http.stream("POST", path, json=body) as r:
+                if r.status_code != 200:
+                    raise ClientError(f"{where}: HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+                rest = b""
+                done = False
+                async for data in r.aiter_bytes():
+                    t = clock() - t_send
+                    *lines, rest = (rest + data).split(b"\n")
+                    for raw in lines:
+                        if raw and state.line(raw.decode("utf-8", "replace").rstrip("\r"), t):
+                            done = True
+                            break
+                    if done:
+                        break
+                if not done and rest:
+                    state.line(rest.decode("utf-8", "replace").rstrip("\r"), clock() - t_send)
+        except httpx.HTTPError as exc:
+            raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
+        return state.finish(clock() - t_send, t_enter, t_send)

@@ -23,6 +23,7 @@ from typing import Any, Iterable
 from pydantic import BaseModel
 
 from suite.errors import SuiteError
+from suite.signature import flatten_signature
 from suite.records import Summary, load_all
 from suite.stats import PairedDifference, paired_difference
 
@@ -421,6 +422,7 @@ STAGE_MODELS = {
     "latency": ("suite.stages.latency", "LatencyResult"),
     "extraction": ("suite.stages.extraction", "ExtractionResult"),
     "restarts": ("suite.stages.restarts", "RestartsResult"),
+    "sessions": ("suite.stages.sessions", "SessionsResult"),
     "watchdog": ("memwatch.report", "WatchdogReport"),
 }
 
@@ -542,28 +544,6 @@ def itl_gaps(rec: dict[str, Any]) -> list[float]:
 # --------------------------------------------------------------------------------------------
 # Views of the model page.
 # --------------------------------------------------------------------------------------------
-
-def flatten_signature(sig: Any) -> dict[str, str]:
-    if sig is None:
-        return {}
-    d = sig.model_dump(mode="json") if isinstance(sig, BaseModel) else dict(sig)
-    out: dict[str, str] = {}
-    for k, v in d.items():
-        if k == "hardware" and isinstance(v, dict):
-            for hk, hv in v.items():
-                out[f"hardware.{hk}"] = "—" if hv is None else str(hv)
-        elif k == "command" and isinstance(v, list):
-            out[k] = " ".join(str(x) for x in v)
-        elif k == "env" and isinstance(v, dict):
-            out[k] = "\n".join(f"{ek}={ev}" for ek, ev in sorted(v.items())) or "—"
-        elif k == "controls" and isinstance(v, list):
-            out[k] = ", ".join(str(x) for x in v) or "none"
-        elif isinstance(v, (dict, list)):
-            out[k] = json.dumps(v, sort_keys=True)
-        else:
-            out[k] = "—" if v is None else str(v)
-    return out
-
 
 @dataclass
 class SignatureRow:
@@ -866,3 +846,20 @@ def watchdog_view(wd: dict[str, Any] | None) -> dict[str, Any] | None:
                           if isinstance(v, (int, float)) and k.endswith("_bytes")},
         "events": pick(wd, "events", default=[]),
     }
+
+
+def arm_comparisons(runs: list["Run"], arms: list[str]) -> list[dict[str, Any]]:
+    """Each arm's modal answers against the first arm's, per gate prompt (the same weights in
+    two formats or on two runtimes answering alike or not, and where they part)."""
+    from suite.compare import compare_gates
+
+    if len(runs) < 2:
+        return []
+    base = runs[0]
+    out = []
+    for arm, run in zip(arms[1:], runs[1:]):
+        prompts = compare_gates(base.s.gate, run.s.gate)
+        if prompts:
+            out.append({"base": arms[0], "arm": arm, "prompts": prompts,
+                        "agree": sum(1 for p in prompts if p.modal_agree), "n": len(prompts)})
+    return out

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel
 
 from suite.errors import SuiteError
@@ -26,13 +28,22 @@ class Profile(BaseModel):
     extraction_repeats: int
     extraction_max_tokens: int
     judge_repeats: int  # the judge's own gate: one grading repeated
+    # When the gate finds more than one answer, run the arm's control matrix one control at a
+    # time (the process of elimination) after the other stages.
+    auto_controls: bool = True
+    sessions: int = 8  # `suite study sessions`: independent server processes ...
+    replicates: int = 3  # ... and runs of each gate prompt in each
+    sessions_lora: bool = False  # ... to the base model and, in the same processes, to the test adapter
+    restart_caches: Literal["fresh", "kept", "both"] = "fresh"  # compile/autotune caches per launch
+    reloads: int = 0  # extraction repeated in this many fresh launches
 
 
 PROFILES: dict[str, Profile] = {
     "quick": Profile(name="quick", gate_requests=5, gate_max_tokens=48, gate_prompts=["short-open"],
                      restarts=2, restart_requests=3, latency_requests=4, latency_warmup=1,
                      latency_max_tokens=32, concurrency=[1], extraction_sections=3,
-                     extraction_repeats=2, extraction_max_tokens=160, judge_repeats=3),
+                     extraction_repeats=2, extraction_max_tokens=160, judge_repeats=3,
+                     auto_controls=False, sessions=2, replicates=3),
     "standard": Profile(name="standard", gate_requests=20, gate_max_tokens=None, gate_prompts=None,
                         restarts=3, restart_requests=5, latency_requests=20, latency_warmup=2,
                         latency_max_tokens=128, concurrency=[1], extraction_sections=24,

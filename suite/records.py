@@ -29,7 +29,7 @@ from suite.signature import Signature
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-STAGE_KEYS = ("gate", "controls", "latency", "extraction", "restarts", "watchdog")
+STAGE_KEYS = ("gate", "controls", "latency", "extraction", "restarts", "sessions", "watchdog")
 
 RunStatus = Literal["complete", "incomplete", "failed", "stopped-by-watchdog", "skipped"]
 
@@ -74,6 +74,7 @@ class Summary(RunIdentity):
     latency: dict[str, Any] | None = None
     extraction: dict[str, Any] | None = None
     restarts: dict[str, Any] | None = None
+    sessions: dict[str, Any] | None = None
     watchdog: dict[str, Any] | None = None
 
 

@@ -187,12 +187,18 @@ class Signature(BaseModel):
     hardware: Hardware
     compile_cache: dict[str, CacheState] | None = Field(
         default=None, description="compile/autotune cache folders at launch; recorded, not in the digest")
+    endpoint: str | None = Field(
+        default=None, description="launcher external: the URL of the server the suite did not start (no credentials)")
+    server_reports: dict[str, Any] | None = Field(
+        default=None, description="launcher external: what the server said about itself, by path "
+        "(/v1/models, /version, /props, /server_info)")
     digest: str = ""
 
     def with_digest(self) -> "Signature":
         # Fields added later are hashed only when set, so an old record's digest still verifies.
         body = self.model_dump(mode="json", exclude={"digest", "compile_cache"})
-        for key in ("model_commit", "model_revision_resolved", "runtime_stack", "sampling"):
+        for key in ("model_commit", "model_revision_resolved", "runtime_stack", "sampling", "endpoint",
+                    "server_reports"):
             if body.get(key) is None:
                 body.pop(key, None)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -328,3 +334,26 @@ def command_version(command: list[str]) -> str | None:
         if line.strip():
             return line.strip()[:200]
     return None
+
+
+def flatten_signature(sig: Any) -> dict[str, str]:
+    """A signature as `key -> text` rows (hardware fields apart), for side-by-side tables and diffs."""
+    if sig is None:
+        return {}
+    d = sig.model_dump(mode="json") if isinstance(sig, BaseModel) else dict(sig)
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        if k == "hardware" and isinstance(v, dict):
+            for hk, hv in v.items():
+                out[f"hardware.{hk}"] = "—" if hv is None else str(hv)
+        elif k == "command" and isinstance(v, list):
+            out[k] = " ".join(str(x) for x in v)
+        elif k == "env" and isinstance(v, dict):
+            out[k] = "\n".join(f"{ek}={ev}" for ek, ev in sorted(v.items())) or "—"
+        elif k == "controls" and isinstance(v, list):
+            out[k] = ", ".join(str(x) for x in v) or "none"
+        elif isinstance(v, (dict, list)):
+            out[k] = json.dumps(v, sort_keys=True)
+        else:
+            out[k] = "—" if v is None else str(v)
+    return out

@@ -1,6 +1,7 @@
 """The stage registry and the context every stage runs with.
 
-A stage is a module with `run(ctx: StageContext) -> pydantic.BaseModel`; its result is written to
+A stage is a module with `run(ctx: StageContext) -> pydantic.BaseModel` and `FRESH_RUNTIMES`
+(True: it stops the arm's runtime and starts its own); its result is written to
 `stages/<name>.json` of the run record and, at the end, under its key in `summary.json`. The
 bench runs the stages in `ORDER` for every arm: the gate first (its verdict reaches the later
 stages through `ctx.reproducible`), restarts last (it stops and starts the runtime again).
@@ -33,8 +34,10 @@ STAGES: dict[str, str] = {
     "latency": "suite.stages.latency",
     "extraction": "suite.stages.extraction",
     "restarts": "suite.stages.restarts",
+    "controls": "suite.stages.controls",
+    "sessions": "suite.stages.sessions",
 }
-ORDER = ["gate", "latency", "extraction", "restarts"]
+ORDER = ["gate", "latency", "extraction", "restarts"]  # a bench's stages; controls and sessions on request
 
 
 def get_stage(name: str) -> ModuleType:

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+FRESH_RUNTIMES = True  # starts its own runtimes (the arm's is stopped first)
+
 LORA = "lora"
 ADAPTER_NAME = "suite-test-lora"
 
@@ -86,6 +88,12 @@ class ControlsResult(BaseModel):
     prompts: list[str]
     rows: list[ControlRow]
     lora: LoraOutcome | None = None
+    automatic: bool = False  # run by the bench because the gate found more than one answer
+    # The process of elimination: the prompts that gave more than one answer at default, and the
+    # controls under which every one of them gave a single answer.
+    spread_prompts: list[str] = Field(default_factory=list)
+    restoring: list[str] = Field(default_factory=list)
+    elimination: str = ""
 
 
 # -- configurations -------------------------------------------------------------------------------
@@ -300,7 +308,38 @@ def run(ctx: "StageContext", requested: list[str] | None = None) -> ControlsResu
         else:
             result.rows.append(run_configuration(ctx, name))
         log.info("controls %s: %s done in %.0f s", ctx.arm_name, name, time.monotonic() - t0)
+    eliminate(result, ctx.results.get("gate"))
+    log.info("controls %s: %s", ctx.arm_name, result.elimination)
     return result
+
+
+def eliminate(result: ControlsResult, gate: GateResult | dict[str, Any] | None) -> None:
+    """Which control, if any, brings the prompts that varied back to one answer each."""
+    if isinstance(gate, dict):
+        gate = GateResult.model_validate(gate)
+    default = next((r for r in result.rows if r.configuration == "default" and r.status == "ok"), None)
+    if gate is not None:
+        spread = [p.prompt_id for p in gate.prompts if p.distinct_answers > 1]
+    elif default is not None:
+        spread = [pid for pid, d in default.distinct.items() if d > 1]
+    else:
+        spread = []
+    result.spread_prompts = spread
+    if not spread:
+        result.elimination = "the answers did not vary: nothing to eliminate"
+        return
+    result.restoring = [
+        r.configuration for r in result.rows
+        if r.configuration != "default" and r.status == "ok"
+        and all(r.distinct.get(pid) == 1 and r.answered.get(pid, 0) >= 2 for pid in spread)]
+    tried = [r.configuration for r in result.rows if r.configuration != "default" and r.status == "ok"]
+    refused = [r.configuration for r in result.rows if r.status in ("refused", "failed")]
+    if result.restoring:
+        result.elimination = (f"{', '.join(result.restoring)} bring(s) {', '.join(spread)} back to one answer "
+                              f"(of {len(tried)} controls that ran)")
+    else:
+        result.elimination = (f"no control of the {len(tried)} that ran brings {', '.join(spread)} back to one answer"
+                              + (f"; refused or failed: {', '.join(refused)}" if refused else ""))
 
 
 def format_controls_table(result: ControlsResult) -> Table:
@@ -323,6 +362,8 @@ def format_controls_table(result: ControlsResult) -> Table:
         colds = [v for v in row.cold_is_modal.values() if v is not None]
         cells.append("-" if not colds else ("yes" if all(colds) else "no"))
         table.add_row(*cells)
+    captions = [result.elimination] if result.elimination else []
     if result.lora is not None and result.lora.reason:
-        table.caption = f"LoRA: {result.lora.reason}"
+        captions.append(f"LoRA: {result.lora.reason}")
+    table.caption = "\n".join(captions) or None
     return table

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+FRESH_RUNTIMES = False  # runs on the arm's running runtime
+
 RESULT_VERSION = 1
 EXTRACTION_DIR = PROMPTS_DIR / "extraction"
 DOCUMENTS_DIR = EXTRACTION_DIR / "documents"

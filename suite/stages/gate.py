@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+FRESH_RUNTIMES = False  # runs on the arm's running runtime
+
 GATE_DIR = PROMPTS_DIR / "gate"
 MAX_CONSECUTIVE_ERRORS = 5
 TOP_LOGPROBS = 2  # top-1 and top-2: the margin at a divergence says how close the runtime was to a tie
@@ -295,6 +297,23 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, seed: i
                       logprobs=logprobs, prompts=results, reproducible=reproducible, verdict=verdict,
                       stopped_reason=stopped, wall_s=round(wall, 4), http_s=round(http_s, 4),
                       overhead_ms_per_request=None if overhead is None or math.isnan(overhead) else round(overhead, 4))
+
+
+def samples_of(gate: GateResult, prompt_id: str) -> list[Sample]:
+    """Rebuild the per-request samples of one prompt from the gate's distinct answers (each with the
+    logprobs of its answer's first occurrence; failed requests after the answered ones)."""
+    p = next((p for p in gate.prompts if p.prompt_id == prompt_id), None)
+    if p is None:
+        return []
+    out: list[Sample] = []
+    for ans in p.answers:
+        for k, i in enumerate(ans.indices):
+            out.append(Sample(index=i, text=ans.text, token_ids=ans.token_ids, logprobs=ans.logprobs,
+                              completion_tokens=ans.n_tokens,
+                              finish_reason="length" if k < ans.truncated else None))
+    for k in range(p.errors):
+        out.append(Sample(index=10_000 + k, error="failed"))
+    return out
 
 
 def death_reason_of(running: Any) -> Callable[[], str | None]:

@@ -29,17 +29,17 @@ Every request goes to `requests.jsonl` (kind `latency`); the summary holds numbe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
-import threading
+import resource
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 from pydantic import BaseModel, Field
 
-from suite.client import ClientError, Completion, OpenAIClient
+from suite.client import AsyncOpenAIClient, ClientError, Completion, OpenAIClient
 from suite.errors import SuiteError
 from suite.stats import Distribution, summarize
 
@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from suite.stages import StageContext
 
 log = logging.getLogger(__name__)
+
+FRESH_RUNTIMES = False  # runs on the arm's running runtime
 
 RESULT_VERSION = 2  # 2: unique prompt prefix per request, token-chunk timing, per-request vLLM metrics
 PROMPT_ID = "latency-story-v1"
@@ -61,6 +63,19 @@ PROMPT = (
 PROMPT_PREFIX = "Request {index:04d}: "
 PROMPT_CACHE = "unique-prefix"
 MAX_REQUESTS = 10_000
+MAX_CONCURRENCY = 256
+
+# The client's own limit. Above one request at a time, the streams run on one asyncio event loop
+# (`AsyncOpenAIClient`); a probe task asks to wake every LAG_PROBE_S and records how late it woke.
+# That lateness is how long a chunk that reached the socket could wait before the client
+# timestamped it: the client's timing error. A level is marked saturated when the probe's p99 is
+# over SATURATION_LAG_SHARE of the level's median inter-token gap (at least
+# SATURATION_LAG_FLOOR_S), or when the client process used more than SATURATION_CPU_SHARE of a
+# core: its figures then describe the client, not the runtime.
+LAG_PROBE_S = 0.005
+SATURATION_LAG_FLOOR_S = 0.001
+SATURATION_LAG_SHARE = 0.10
+SATURATION_CPU_SHARE = 0.90
 
 
 def prompt_for(index: int) -> str:
@@ -102,6 +117,20 @@ class RuntimeTimings(BaseModel):
     e2e_mean_diff_ms: float | None = Field(default=None, description="our mean e2e minus the runtime's, ms")
 
 
+class ClientLoad(BaseModel):
+    """How hard the suite's client worked at one level, and whether it kept up (concurrent levels)."""
+
+    loop_lag_ms: Distribution = Field(
+        description=f"event-loop lag: how late a probe that asks to wake every {LAG_PROBE_S * 1000:g} ms woke, ms")
+    cpu_share: float | None = Field(
+        default=None, description="the suite process's CPU time over the level's wall time (1.0 = one core busy)")
+    parse_share: float | None = Field(
+        default=None, description="time parsing streamed chunks over the level's wall time")
+    lag_threshold_ms: float = Field(description="loop-lag p99 above which the level counts as saturated, ms")
+    saturated: bool = Field(description="the client was at its limit: the level's figures describe the client")
+    reason: str | None = Field(default=None, description="why the level counts as saturated")
+
+
 class LatencyLevel(BaseModel):
     """Latency at one concurrency level (requests in flight at once)."""
 
@@ -133,6 +162,12 @@ class LatencyLevel(BaseModel):
         default=None, description="the stage's time per request writing its record to requests.jsonl, ms")
     runtime_timings: RuntimeTimings | None = Field(
         default=None, description="the runtime's own timings of the same requests, when it reports them")
+    client: ClientLoad | None = Field(
+        default=None, description="the client's own load and lag (concurrent levels; None: one request at a time)")
+
+    @property
+    def saturated(self) -> bool:
+        return bool(self.client and self.client.saturated)
 
 
 class LatencyResult(BaseModel):

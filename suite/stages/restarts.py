@@ -9,23 +9,31 @@ other; the share of answer pairs from two different launches that agree, with a 
 interval over launches once there are enough of them) are two verdicts: a runtime can be stable inside a process and
 still change its answer from one start to the next. A launch that fails to start is recorded
 with its error line and the stage goes on with the next one.
+
+Compile caches (study 3): each launch's Triton, TorchInductor and vLLM caches point at a folder in
+the run; `fresh` gives every launch an empty one (a kernel that autotunes by timing chooses anew),
+`kept` lets every launch after the first reuse the first's, `both` runs the two passes.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.repro import LaunchFigures, LaunchPair, Pattern, Sample, analyse_launches
-from suite.stages.gate import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts
+from suite.stages.gate import (GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, samples_of,
+                               select_prompts)
 
 if TYPE_CHECKING:
     from suite.stages import StageContext
 
 log = logging.getLogger(__name__)
+
+FRESH_RUNTIMES = True  # starts its own runtimes (the arm's is stopped first)
 
 
 class LaunchOutcome(BaseModel):
@@ -34,6 +42,8 @@ class LaunchOutcome(BaseModel):
     reason: str | None = None
     startup_s: float | None = None
     gate: GateResult | None = None
+    cache_dir: str | None = None  # the compile/autotune cache root this launch was pointed at
+    cache_files_before: int | None = None  # files already in it when the launch started (0: empty)
 
 
 class RestartPromptResult(BaseModel):
@@ -73,22 +83,11 @@ class RestartsResult(BaseModel):
     within_verdict: str = ""
     across_verdict: str = ""
     verdict: str
-
-
-def _samples(gate: GateResult, prompt_id: str) -> list[Sample]:
-    """Rebuild the per-request samples of one prompt from the gate's distinct answers."""
-    p = next((p for p in gate.prompts if p.prompt_id == prompt_id), None)
-    if p is None:
-        return []
-    out: list[Sample] = []
-    for ans in p.answers:
-        for k, i in enumerate(ans.indices):
-            out.append(Sample(index=i, text=ans.text, token_ids=ans.token_ids, logprobs=ans.logprobs,
-                              completion_tokens=ans.n_tokens,
-                              finish_reason="length" if k < ans.truncated else None))
-    for k in range(p.errors):
-        out.append(Sample(index=10_000 + k, error="failed"))
-    return out
+    # "fresh": every launch started with empty compile/autotune caches (Triton, TorchInductor,
+    # vLLM's cache root, each pointed at a new folder); "kept": every launch after the first found
+    # the first launch's caches. With both, the kept pass is nested here.
+    cache_mode: Literal["fresh", "kept"] = "fresh"
+    with_kept_caches: "RestartsResult | None" = None
 
 
 def within_verdict_of(prompts: list[RestartPromptResult]) -> str:
@@ -142,7 +141,7 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
     answered = [o for o in outcomes if o.gate is not None]
     prompts: list[RestartPromptResult] = []
     for pid in prompt_ids:
-        launches = [_samples(o.gate, pid) for o in answered if o.gate is not None]
+        launches = [samples_of(o.gate, pid) for o in answered if o.gate is not None]
         launches = [l for l in launches if l]
         if not launches:
             continue
@@ -170,14 +169,31 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
                           within_verdict=within, across_verdict=across, verdict=verdict)
 
 
-def run(ctx: "StageContext") -> RestartsResult:
+# The folders where the runtimes that compile kernels keep them (Triton, TorchInductor, vLLM).
+CACHE_ENV = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "VLLM_CACHE_ROOT": "vllm"}
+
+
+def cache_env(root: Path) -> dict[str, str]:
+    """The env that points every compile/autotune cache of a launch under `root`."""
+    return {var: str(root / sub) for var, sub in CACHE_ENV.items()}
+
+
+def _files_in(root: Path) -> int:
+    return sum(1 for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+
+
+def run_launches(ctx: "StageContext", mode: Literal["fresh", "kept"]) -> RestartsResult:
+    """K launches of the arm's configuration, each with a short gate, under one cache mode."""
     k, n = ctx.profile.restarts, ctx.profile.restart_requests
     prompts = select_prompts(ctx.profile.gate_prompts)
     outcomes: list[LaunchOutcome] = []
+    caches = ctx.run_dir / "caches" / mode
     for i in range(k):
-        outcome = LaunchOutcome(index=i, status="ok")
+        root = caches / (f"launch-{i}" if mode == "fresh" else "kept")
+        outcome = LaunchOutcome(index=i, status="ok", cache_dir=str(root.relative_to(ctx.run_dir)),
+                                cache_files_before=_files_in(root))
         try:
-            with ctx.launch() as (running, client):
+            with ctx.launch(env=cache_env(root)) as (running, client):
                 outcome.startup_s = running.startup_s
                 body = dict(client.extra_body)
                 if ctx.sampling.top_p is not None:
@@ -186,7 +202,7 @@ def run(ctx: "StageContext") -> RestartsResult:
                     client, prompts, n, seed=ctx.sampling.seed, temperature=ctx.sampling.temperature,
                     max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
                     concurrency=concurrency_of(ctx, ctx.controls), extra=body, record=ctx.record_request,
-                    alive=running.alive, death_reason=death_reason_of(running), label=f"launch-{i}",
+                    alive=running.alive, death_reason=death_reason_of(running), label=f"launch-{i}-{mode}",
                     controls=list(ctx.controls), kind="restarts")
                 outcome.gate = gate
                 if gate.stopped_reason:
@@ -197,5 +213,15 @@ def run(ctx: "StageContext") -> RestartsResult:
             log.warning("restart %d of %s failed to start: %s", i, ctx.arm_name, outcome.reason)
         outcomes.append(outcome)
     result = summarise(outcomes, [p.id for p in prompts], k, n)
-    log.info("restarts %s: %s", ctx.arm_name, result.verdict)
+    result.cache_mode = mode
+    log.info("restarts %s (%s caches): %s", ctx.arm_name, mode, result.verdict)
     return result
+
+
+def run(ctx: "StageContext") -> RestartsResult:
+    mode = ctx.profile.restart_caches
+    if mode == "both":
+        result = run_launches(ctx, "fresh")
+        result.with_kept_caches = run_launches(ctx, "kept")
+        return result
+    return run_launches(ctx, mode)

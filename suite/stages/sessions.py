@@ -1,0 +1,214 @@
+"""The sessions stage (study 2's design): K independent server processes x R replicates each.
+
+`suite study sessions --model M --arms A --sessions K --replicates R [--lora]` runs it. The arm's
+runtime is stopped; K fresh processes of the same configuration are started one after another;
+in each, every gate prompt is sent R times (a replicate is one run of each prompt), one request at
+a time. With `--lora` each process also serves the suite's test adapter and every replicate sends
+each prompt twice, to the base model and to the adapter, so base and adapter share the process
+(where the runtime cannot select the adapter per request, the adapter configuration is skipped
+with that reason).
+
+Per configuration (base, adapter) and prompt the result gives: distinct answers ("output
+hashes") over the K*R runs; within-session agreement (pairs of runs of one session that are
+identical); across-session agreement with a bootstrap that resamples sessions; and the first
+run of each session apart from the rest (the caching transient: distinct answers once each
+session's first run is left out). The three mechanisms the study separates show as three
+figures: a transient confined to the first run, disagreement within sessions, disagreement
+between sessions.
+"""
+
+from __future__ import annotations
+
+import logging
+from itertools import combinations
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, Field
+
+from suite.errors import EnvironmentUnavailable, RuntimeStartError
+from suite.launchers.base import LoraAdapter
+from suite.repro import Sample, analyse_launches, answer_key
+from suite.stages.gate import (GateResult, death_reason_of, logprobs_for, run_gate, samples_of,
+                               select_prompts)
+
+if TYPE_CHECKING:
+    from suite.stages import StageContext
+
+log = logging.getLogger(__name__)
+
+FRESH_RUNTIMES = True  # starts its own runtimes (the arm's is stopped first)
+
+
+class SessionsPromptResult(BaseModel):
+    prompt_id: str
+    compared_by: str
+    runs: int  # answered runs over all sessions (K*R when none failed)
+    failed: int
+    distinct: int  # distinct answers over all runs
+    within_agreement: float | None  # pairs of runs inside one session that are identical
+    across_agreement: float | None  # pairs of runs from two different sessions that are identical
+    across_ci95: tuple[float, float] | None  # bootstrap over sessions
+    ci_note: str | None = None
+    distinct_after_first: int | None  # distinct answers once each session's first run is left out
+    first_run_differs: int  # sessions whose first run differs from that session's later runs
+    sessions_with_answers: int
+
+    @property
+    def line(self) -> str:
+        ci = f" [{self.across_ci95[0]:.3f}, {self.across_ci95[1]:.3f}]" if self.across_ci95 else ""
+        agree = "—" if self.across_agreement is None else f"{self.across_agreement:.3f}{ci}"
+        return f"{self.distinct} distinct in {self.runs} runs; agreement {agree}"
+
+
+class SessionsConfiguration(BaseModel):
+    label: Literal["base", "adapter"]
+    status: Literal["ok", "skipped"] = "ok"
+    reason: str | None = None
+    prompts: list[SessionsPromptResult] = Field(default_factory=list)
+
+
+class SessionOutcome(BaseModel):
+    index: int
+    status: Literal["ok", "refused", "failed"]
+    reason: str | None = None
+    startup_s: float | None = None
+
+
+class SessionsResult(BaseModel):
+    sessions: int  # K requested
+    replicates: int  # R
+    launched: int
+    lora: bool
+    lora_select: str | None = None
+    configurations: list[SessionsConfiguration]
+    outcomes: list[SessionOutcome] = Field(default_factory=list)
+    table: list[str] = Field(default_factory=list)  # "base: 1 distinct in 24 runs; agreement 1.000 [...]"
+    verdict: str
+
+
+def _within_agreement(sessions: list[list[Sample]], by: str) -> float | None:
+    agree = total = 0
+    for runs in sessions:
+        keys = [answer_key(s, by) for s in runs if s.ok]
+        for a, b in combinations(keys, 2):
+            total += 1
+            agree += a == b
+    return agree / total if total else None
+
+
+def summarise_prompt(prompt_id: str, sessions: list[list[Sample]]) -> SessionsPromptResult:
+    """One prompt's runs, grouped by session (each session's runs in replicate order)."""
+    a = analyse_launches(sessions)
+    by = a.compared_by
+    later = [[s for s in runs if s.index > 0] for runs in sessions]
+    keys_later = {answer_key(s, by) for runs in later for s in runs if s.ok}
+    first_differs = 0
+    for runs in sessions:
+        ok = sorted((s for s in runs if s.ok), key=lambda s: s.index)
+        if len(ok) >= 2 and ok[0].index == 0:
+            rest = {answer_key(s, by) for s in ok[1:]}
+            first_differs += answer_key(ok[0], by) not in rest
+    answered = [s for runs in sessions for s in runs if s.ok]
+    return SessionsPromptResult(
+        prompt_id=prompt_id, compared_by=by, runs=len(answered),
+        failed=sum(1 for runs in sessions for s in runs if not s.ok), distinct=a.across_distinct,
+        within_agreement=_within_agreement(sessions, by), across_agreement=a.agreement,
+        across_ci95=a.agreement_ci95, ci_note=a.ci_note,
+        distinct_after_first=len(keys_later) if keys_later else None, first_run_differs=first_differs,
+        sessions_with_answers=sum(1 for runs in sessions if any(s.ok for s in runs)))
+
+
+def _replicate_sample(gate: GateResult, prompt_id: str, replicate: int) -> Sample | None:
+    samples = samples_of(gate, prompt_id)
+    return samples[0].model_copy(update={"index": replicate}) if samples else None
+
+
+def run(ctx: "StageContext") -> SessionsResult:
+    from suite.stages.controls import ADAPTER_NAME, ensure_adapter, lora_request_fields
+
+    k, r = ctx.profile.sessions, ctx.profile.replicates
+    prompts = select_prompts(ctx.profile.gate_prompts)
+    caps = ctx.runtime.capabilities
+    labels: list[Literal["base", "adapter"]] = ["base"]
+    configs = {"base": SessionsConfiguration(label="base")}
+    lora: list[LoraAdapter] | None = None
+    if ctx.profile.sessions_lora:
+        adapter = SessionsConfiguration(label="adapter")
+        configs["adapter"] = adapter
+        if not caps.lora:
+            adapter.status, adapter.reason = "skipped", f"{ctx.runtime.name} does not serve LoRA adapters"
+        elif caps.lora_select == "process":
+            adapter.status, adapter.reason = "skipped", (
+                f"{ctx.runtime.name} applies an adapter to every request of its process: base and adapter "
+                "cannot share one process")
+        else:
+            try:
+                path = ensure_adapter(ctx.card, ctx.card.formats[ctx.arm.format].kind)
+                lora = [LoraAdapter(ADAPTER_NAME, path)]
+                labels.append("adapter")
+            except EnvironmentUnavailable as exc:
+                adapter.status, adapter.reason = "skipped", str(exc)
+    # runs[label][prompt_id] = one list of samples per session
+    runs: dict[str, dict[str, list[list[Sample]]]] = {lb: {p.id: [] for p in prompts} for lb in labels}
+    outcomes: list[SessionOutcome] = []
+    for i in range(k):
+        outcome = SessionOutcome(index=i, status="ok")
+        session: dict[str, dict[str, list[Sample]]] = {lb: {p.id: [] for p in prompts} for lb in labels}
+        try:
+            with ctx.launch(lora=lora) as (running, client):
+                outcome.startup_s = running.startup_s
+                first = True
+                for rep in range(r):
+                    for lb in labels:
+                        body = dict(client.extra_body)
+                        if ctx.sampling.top_p is not None:
+                            body.setdefault("top_p", ctx.sampling.top_p)
+                        if lora is not None:
+                            body.update(lora_request_fields(caps.lora_select or "", ctx.card.served_name,
+                                                            lb == "adapter") or {})
+                        gate = run_gate(
+                            client, prompts, 1, seed=ctx.sampling.seed, temperature=ctx.sampling.temperature,
+                            max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx), extra=body,
+                            record=ctx.record_request, alive=running.alive, death_reason=death_reason_of(running),
+                            label=f"session-{i}-run-{rep}-{lb}", controls=list(ctx.controls), kind="sessions",
+                            process_cold=first)
+                        first = False
+                        for p in prompts:
+                            sample = _replicate_sample(gate, p.id, rep)
+                            session[lb][p.id].append(sample or Sample(index=rep, error="no answer"))
+                        if gate.stopped_reason:
+                            raise RuntimeStartError(gate.stopped_reason, error_line=gate.stopped_reason)
+        except (RuntimeStartError, EnvironmentUnavailable) as exc:
+            outcome.status = "refused" if isinstance(exc, RuntimeStartError) else "failed"
+            outcome.reason = getattr(exc, "error_line", None) or str(exc)
+            log.warning("session %d of %s: %s", i, ctx.arm_name, outcome.reason)
+        outcomes.append(outcome)
+        for lb in labels:
+            for pid, samples in session[lb].items():
+                if samples:
+                    runs[lb][pid].append(samples)
+    for lb in labels:
+        configs[lb].prompts = [summarise_prompt(pid, sessions) for pid, sessions in runs[lb].items() if sessions]
+    result = SessionsResult(sessions=k, replicates=r, launched=sum(1 for o in outcomes if o.status == "ok"),
+                            lora=ctx.profile.sessions_lora, lora_select=caps.lora_select,
+                            configurations=list(configs.values()), outcomes=outcomes, verdict="")
+    result.table = table_lines(result)
+    result.verdict = "; ".join(result.table) or "no session answered"
+    log.info("sessions %s: %s", ctx.arm_name, result.verdict)
+    return result
+
+
+def table_lines(result: SessionsResult) -> list[str]:
+    """One line per configuration and prompt, as the study reports it."""
+    lines = []
+    for c in result.configurations:
+        if c.status != "ok":
+            lines.append(f"{c.label}: skipped ({c.reason})")
+            continue
+        for p in c.prompts:
+            transient = ""
+            if p.first_run_differs and p.distinct_after_first is not None:
+                transient = (f"; first run differs in {p.first_run_differs} of {p.sessions_with_answers} sessions, "
+                             f"{p.distinct_after_first} distinct without it")
+            lines.append(f"{c.label} {p.prompt_id}: {p.line}{transient}")
+    return lines

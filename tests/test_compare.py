@@ -1,0 +1,75 @@
+"""Two runs compared: modal answers per prompt, where they part, and the signature fields that differ."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.compare import compare_gates, compare_prompt, compare_runs, resolve_run
+from suite.errors import SuiteError
+from suite.records import iter_run_dirs
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "results"
+
+
+def prompt(pid: str, ids: list[int] | None, text: str, logprobs: list[float] | None = None, sha: str = "s") -> dict:
+    return {"prompt_id": pid, "prompt_sha256": sha, "distinct_answers": 1, "answered": 5,
+            "answers": [{"text": text, "token_ids": ids, "logprobs": logprobs}]}
+
+
+def test_same_tokens_agree_and_report_the_logprob_difference():
+    c = compare_prompt(prompt("p", [1, 2, 3], "abc", [-0.1, -0.2, -0.3]),
+                       prompt("p", [1, 2, 3], "abc", [-0.1, -0.5, -0.3]))
+    assert c.modal_agree is True and c.compared_by == "token_ids"
+    assert c.logprob_diff == pytest.approx(0.3)
+    assert "same modal answer" in c.summary
+
+
+def test_parting_answers_name_the_token_and_the_text_around_it():
+    c = compare_prompt(prompt("p", [1, 2, 3, 4], "The cat sat"), prompt("p", [1, 2, 9], "The cow sat"))
+    assert c.modal_agree is False
+    assert c.token_index == 2 and c.char_index == 5
+    assert "cat" in c.a_context and "cow" in c.b_context
+
+
+def test_text_comparison_without_ids_and_a_missing_answer():
+    c = compare_prompt(prompt("p", None, "yes"), prompt("p", None, "yes"))
+    assert c.compared_by == "text" and c.modal_agree is True
+    empty = {"prompt_id": "p", "answers": []}
+    assert compare_prompt(prompt("p", None, "x"), empty).modal_agree is None
+
+
+def test_a_changed_prompt_file_is_flagged():
+    (c,) = compare_gates({"prompts": [prompt("p", [1], "a", sha="old")]}, {"prompts": [prompt("p", [1], "a", sha="new")]})
+    assert c.same_prompt is False
+
+
+def test_compare_two_golden_runs_of_one_arm_names_what_differs():
+    runs = [d for d in iter_run_dirs(GOLDEN) if d.parent.name == "llamacpp" and d.parent.parent.name == "tiny"]
+    assert len(runs) == 2
+    cmp = compare_runs(str(runs[0]), runs[1].name, GOLDEN)
+    assert cmp.prompts and all(p.modal_agree is not None for p in cmp.prompts)
+    assert "modal answer on" in cmp.verdict
+
+
+def test_runs_of_different_models_are_refused_in_one_line():
+    tiny = next(d for d in iter_run_dirs(GOLDEN) if d.parent.parent.name == "tiny")
+    nano = next(d for d in iter_run_dirs(GOLDEN) if d.parent.parent.name == "nano")
+    with pytest.raises(SuiteError, match="different models"):
+        compare_runs(str(tiny), str(nano), GOLDEN)
+    with pytest.raises(SuiteError, match="no such run"):
+        resolve_run("nope", GOLDEN)
+
+
+def test_compare_command_prints_its_table():
+    runs = [d for d in iter_run_dirs(GOLDEN) if d.parent.parent.name == "tiny"]
+    out = subprocess.run([sys.executable, "-m", "suite.cli", "compare", str(runs[0]), str(runs[-1])],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "modal answers" in out.stdout and "configuration fields that differ" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "suite.cli", "compare", "nope", str(runs[0]), "--results",
+                          str(GOLDEN)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "no such run" in bad.stderr and "Traceback" not in bad.stderr
