@@ -4,7 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 MODEL  ?= tiny
 PROFILE ?= standard
-LAUNCHER ?= local
+# auto: per arm, local where its runtime has a local recipe here, else Docker (NVIDIA runtime for a GPU arm).
+LAUNCHER ?= auto
 # Tests left out of `make test`: the long ones and those needing an NVIDIA GPU.
 TEST_MARKERS ?= not slow and not gpu
 PYTEST_ARGS ?=
@@ -14,7 +15,7 @@ PYTEST_ARGS ?=
 $(BIN)/suite: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,ray]'
 	touch $@
 
 # Install the runtimes of the model's arms and prepare its formats (reused when present).

@@ -17,7 +17,9 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+from pydantic import ValidationError
 
 from suite import gpu
 from suite.catalog import Arm, ModelCard, format_path, get_card, prepare_format, prepared_checksum
@@ -108,7 +110,12 @@ def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_na
         unknown = [k for k in overrides if k not in Profile.model_fields]
         if unknown:
             raise SuiteError(f"unknown profile setting {unknown[0]!r}")
-        profile = Profile.model_validate({**profile.model_dump(), **overrides})
+        try:
+            profile = Profile.model_validate({**profile.model_dump(), **overrides})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = ".".join(str(x) for x in err["loc"])
+            raise SuiteError(f"--{key.replace('_', '-')} {overrides.get(key)!r}: {err['msg']}") from None
     # One launcher per arm (`auto`: local where the runtime has a local recipe for this platform,
     # else Docker where an engine answers); an arm that cannot run here gets an
     # UnavailableLauncher that says what it needs and what this machine lacks.
@@ -168,7 +175,9 @@ def plan_external(url: str, served_model: str | None, model: str | None, arm_nam
                       sampling=base.sampling, watchdog=base.watchdog)
     else:
         fields["description"] = f"the model {info.served_model!r} served at {info.url} (a server the suite did not start)"
-    card = ModelCard(**fields)
+    # Constructed, not validated: its one format's source is the server, no source a card may name.
+    card = ModelCard.model_construct(**{**ModelCard(**{**fields, "formats": {}, "arms": {}}).__dict__,
+                                        "formats": fields["formats"], "arms": fields["arms"]})
     return ArmPlan(card, arm_key, card.arms[arm_key], runtime, ExternalLauncher(info), Path("external"), profile)
 
 
@@ -266,7 +275,7 @@ def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signa
     import os
 
     from suite.catalog import format_dir
-    from suite.signature import cache_dirs, cache_state, probe_runtime_stack, resolve_revision
+    from suite.signature import cache_dirs, cache_state, current_node, probe_runtime_stack, resolve_revision
 
     if plan.launcher.name == "external":
         return external_signature(plan, rt, spec)
@@ -309,7 +318,7 @@ def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signa
         runtime=plan.runtime.name, runtime_version=runtime_version(plan, rt), runtime_stack=stack,
         image_digest=rt.image_digest, launcher=plan.launcher.name, command=redact_args(rt.command),
         env=redact_env(env), controls=spec.controls, sampling=sampling, prompt_set_hash=prompt_set_hash(),
-        hardware=detect_hardware(), compile_cache=caches,
+        hardware=detect_hardware(), compile_cache=caches, node=current_node(),
     ).with_digest()
 
 
@@ -372,8 +381,11 @@ def resolve_judge(card: ModelCard, url: str | None, model: str | None) -> JudgeC
 
 
 def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: list[str] | None = None,
-            resume: bool = False, judge: JudgeChoice | None = None) -> Summary:
-    """Run one arm end to end and write its run record; a failure is recorded, not raised."""
+            resume: bool = False, judge: JudgeChoice | None = None,
+            on_stage: Callable[[str], None] | None = None) -> Summary:
+    """Run one arm end to end and write its run record; a failure is recorded, not raised.
+
+    `on_stage` is called with each stage's name as it starts (progress of a Ray task)."""
     t_arm = time.monotonic()
     started = utcnow()
     try:
@@ -382,7 +394,9 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
         if plan.launcher.name != "external":  # an external server has its model loaded already
             prepare_format(plan.card, plan.arm.format)
     except EnvironmentUnavailable as exc:
-        log.warning("arm %s skipped: %s", plan.arm_name, exc)
+        # An arm that cannot run here: the CLI prints its one line (what it needs, what is missing).
+        log.log(logging.DEBUG if plan.launcher.name == "none" else logging.WARNING, "arm %s skipped: %s",
+                plan.arm_name, exc)
         return Summary(run_id="-", model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
                        launcher=plan.launcher.name, profile=plan.profile.name, started_at=started,
                        status="skipped", reason=str(exc))
@@ -462,6 +476,8 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
         status, reason = "complete", None
         not_run: list[str] = []  # stages that need a runtime the suite started
         stages = list(stages)
+        if plan.profile.reloads > 0 and "extraction" in stages and "reloads" not in stages:
+            stages.insert(stages.index("extraction") + 1, "reloads")
         try:
             for name in stages:
                 if record.stage_done(name):
@@ -482,6 +498,8 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
                     rt.stop()
                 module = get_stage(name)
                 log.info("arm %s: stage %s", plan.arm_name, name)
+                if on_stage is not None:
+                    on_stage(name)
                 t0 = time.monotonic()
                 if name == "controls":
                     result = module.run(ctx, controls_request or ["all"])
@@ -580,9 +598,10 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
     for plan in plans:
         # One runtime on the GPU at a time: a machine-wide lock and no other compute process;
         # after the arm, wait until device memory is back to its baseline (no-ops without a GPU).
-        # A server the suite did not start holds its GPU already: no lease for it.
-        device = gpu.exclusive_device() if plan.launcher.name != "external" else contextlib.nullcontext(
-            gpu.DeviceLease(locked=False, reason="an external server"))
+        # A server the suite did not start holds its GPU already, and an arm that cannot run
+        # here starts nothing: no lease for either.
+        device = gpu.exclusive_device() if plan.launcher.name not in ("external", "none") else contextlib.nullcontext(
+            gpu.DeviceLease(locked=False, reason=f"launcher {plan.launcher.name}"))
         with device as lease:
             summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume, judge))
             if lease.locked:

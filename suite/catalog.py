@@ -9,8 +9,10 @@ runtime serves which format). `prepare_format` puts a format into the cache fold
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,6 +63,9 @@ class Arm(Strict):
     controls: list[str] = Field(default_factory=list)  # controls always applied on this arm
     env: dict[str, str] = Field(default_factory=dict)
     args: list[str] = Field(default_factory=list)
+    # `suite bench --ray`: labels the node must carry (`ray start --labels gpu=RTX-5090`), a Ray
+    # label selector ("!v" and "in(a,b)" as Ray reads them); a local bench ignores them.
+    node_labels: dict[str, str] = Field(default_factory=dict)
 
 
 class Sampling(Strict):
@@ -259,26 +264,81 @@ def _derive_hf(gguf: Path, target: Path) -> str:
     return hash_files(weights)
 
 
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+def hash_snapshot(target: Path, files: list[Path]) -> str:
+    """SHA-256 over each file's path in the snapshot and its own SHA-256 (streamed: checkpoints are large)."""
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f.relative_to(target).as_posix().encode() + b"\0" + sha256_file(f).encode() + b"\n")
+    return h.hexdigest()
+
+
+def _offline_line(repo: str, revision: str, target: Path, why: str) -> str:
+    return (f"cannot fetch hf:{repo}@{revision}: {why}; pre-download it where there is network "
+            f"(`hf download {repo} --revision {revision} --local-dir {target}`, then copy that folder here), "
+            "or, with it in the Hugging Face cache already, set HF_HUB_OFFLINE=1, "
+            "or point the card's format at a local copy")
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def snapshot_files(target: Path) -> list[Path]:
+    """Every file of a downloaded snapshot (weights, config, tokenizer), not the suite's markers or hub metadata."""
+    return sorted(p for p in target.rglob("*") if p.is_file() and not p.relative_to(target).parts[0].startswith("."))
+
+
 def _prepare_hf(repo: str, fmt: ModelFormat, target: Path) -> str:
+    """Download an `hf:` format with huggingface_hub (a progress bar per file), at one commit.
+
+    A branch revision is resolved to its commit first and the snapshot taken at that commit
+    (recorded in `.commit`, and by huggingface_hub beside the files); the checksum covers every
+    file of the snapshot (a single-file format: that file, checked against the card's). An
+    offline machine, or one where the hub does not answer, gets one line naming the repo and
+    what to do.
+    """
+    import huggingface_hub
+    from huggingface_hub import errors as hub_errors
+
+    revision = fmt.revision or "main"
+    commit = revision
+    if not _hub_offline():
+        try:
+            commit = huggingface_hub.HfApi().model_info(repo, revision=revision).sha or revision
+        except (hub_errors.RepositoryNotFoundError, hub_errors.RevisionNotFoundError) as exc:
+            raise SuiteError(f"cannot fetch hf:{repo}@{revision}: {type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''} (gated? set HF_TOKEN)") from None
+        except Exception as exc:  # noqa: BLE001 - no network, a proxy, the hub down
+            raise EnvironmentUnavailable(_offline_line(
+                repo, revision, target, f"the hub does not answer ({type(exc).__name__})")) from None
+    log.info("downloading hf:%s@%s (commit %s) into %s", repo, revision, commit, target)
     try:
-        from huggingface_hub import snapshot_download  # optional: only for real checkpoints
-    except ImportError:
-        raise EnvironmentUnavailable(
-            f"cannot fetch hf:{repo}: the huggingface_hub package is not installed "
-            "(pip install huggingface_hub, and set HF_TOKEN for gated models)") from None
-    try:
-        snapshot_download(repo_id=repo, revision=fmt.revision, local_dir=str(target),
-                          allow_patterns=[fmt.file] if fmt.file else None)
-    except Exception as exc:  # network, auth, missing revision
-        raise EnvironmentUnavailable(f"cannot fetch hf:{repo}@{fmt.revision}: {type(exc).__name__}: {exc}") from None
+        huggingface_hub.snapshot_download(repo_id=repo, revision=commit, local_dir=str(target),
+                                          allow_patterns=[fmt.file] if fmt.file else None)
+    except (hub_errors.OfflineModeIsEnabled, hub_errors.LocalEntryNotFoundError) as exc:
+        why = ("HF_HUB_OFFLINE is set and it is not in the Hugging Face cache" if _hub_offline()
+               else f"the hub does not answer ({type(exc).__name__})")
+        raise EnvironmentUnavailable(_offline_line(repo, revision, target, why)) from None
+    except Exception as exc:  # network, auth, a missing file
+        raise EnvironmentUnavailable(f"cannot fetch hf:{repo}@{revision}: {type(exc).__name__}: "
+                                     f"{(str(exc).splitlines() or [''])[0]}") from None
+    if COMMIT_RE.match(commit):
+        (target / ".commit").write_text(commit + "\n")
     if fmt.file:
         digest = sha256_file(target / fmt.file)
         if fmt.sha256 and digest != fmt.sha256:
             raise SuiteError(f"{fmt.file}: checksum {digest} does not match the card's {fmt.sha256}")
         return digest
-    from suite.signature import hash_files
-
-    return hash_files(sorted(target.glob("*.safetensors")))
+    files = snapshot_files(target)
+    if not files:
+        raise SuiteError(f"hf:{repo}@{revision}: the snapshot has no files")
+    digest = hash_snapshot(target, files)
+    if fmt.sha256 and digest != fmt.sha256:
+        raise SuiteError(f"hf:{repo}@{revision}: snapshot checksum {digest} does not match the card's {fmt.sha256}")
+    return digest
 
 
 __all__ = ["ModelCard", "Arm", "ModelFormat", "load_catalog", "get_card", "prepare_format", "format_path",

@@ -26,6 +26,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="A reproducibility-first benchmark suite for LLM inference runtimes.")
 console = Console()
 log = logging.getLogger("suite")
+LAUNCHER_HELP = ("auto (per arm: local where the runtime has a local recipe for this platform, else "
+                 "Docker), local or docker.")
 
 
 def _split(value: Optional[str]) -> list[str] | None:
@@ -110,22 +112,48 @@ def doctor() -> None:
         for fmt in card.formats:
             if is_prepared(card, fmt):
                 table.add_row(f"model {card.name}/{fmt}", "prepared")
+    # Where each arm would run with the default launcher (auto), or what it needs.
+    from suite.launchers import launcher_for
+
+    definitions = load_definitions()
+    for card in load_catalog().values():
+        for arm_name, arm in card.arms.items():
+            definition = definitions.get(arm.runtime)
+            if definition is None:
+                table.add_row(f"arm {card.name}/{arm_name}", f"unknown runtime {arm.runtime!r}")
+                continue
+            chosen = launcher_for(definition, "auto", card.gpu_memory_gb)
+            table.add_row(f"arm {card.name}/{arm_name}", f"launcher {chosen.name}" if chosen.name != "none"
+                          else f"cannot run here: {getattr(chosen, 'reason', '')}".replace(": see `suite doctor`", ""))
     console.print(table)
 
 
 @app.command()
 def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare."),
           runtime: Optional[str] = typer.Option(None, help="Only this runtime (comma-separated list)."),
-          launcher: str = typer.Option("local", help="local or docker.")) -> None:
-    """Install the runtimes and prepare the model formats of a model's arms (reused when present)."""
+          launcher: str = typer.Option("auto", help=LAUNCHER_HELP)) -> None:
+    """Install the runtimes and prepare the model formats of a model's arms (reused when present).
+
+    An arm that cannot run here is left out with one line saying what it needs; when no arm can,
+    the lines are errors and the exit status is 1 (so `make bench` stops before benchmarking).
+    """
     import time
 
     from suite.bench import plan_arms
     from suite.catalog import prepare_format
 
     wanted = _split(runtime)
-    for plan in plan_arms(model, None, launcher, "quick"):
-        if wanted and plan.runtime.name not in wanted:
+    plans = [p for p in plan_arms(model, None, launcher, "quick") if not wanted or p.runtime.name in wanted]
+    unavailable = [p for p in plans if p.launcher.name == "none"]
+    err = Console(stderr=True)
+    for plan in unavailable:
+        line = rich.markup.escape(f"{plan.card.name}/{plan.arm_name} {plan.launcher.reason}")  # type: ignore[attr-defined]
+        err.print(f"[red]error:[/red] {line}" if len(unavailable) == len(plans) else f"skipped: {line}",
+                  highlight=False, soft_wrap=True)
+    if plans and len(unavailable) == len(plans):
+        raise typer.Exit(1)
+    for plan in plans:
+        if plan in unavailable:
             continue
         t0 = time.monotonic()
         plan.launcher.prepare(plan.runtime)
@@ -138,7 +166,7 @@ def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare.")
 @app.command()
 def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or runtime) of the model to serve."),
        model: str = typer.Option("tiny", help="Model card."),
-       launcher: str = typer.Option("local", help="local or docker."),
+       launcher: str = typer.Option("auto", help=LAUNCHER_HELP),
        port: Optional[int] = typer.Option(None, help="Port (default: a free one)."),
        controls: Optional[str] = typer.Option(None, help="Controls to apply, comma-separated.")) -> None:
     """Serve one arm of a model until Ctrl-C."""
@@ -198,15 +226,11 @@ def _honest_exit(summaries) -> None:
         err.print(f"skipped: {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
 
 
-LAUNCHER_HELP = ("auto (per arm: local where the runtime has a local recipe for this platform, else "
-                 "Docker), local or docker.")
-
-
 @app.command()
 def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmark (default: $MODEL, else tiny; "
                                                "with --url: the name its records go under, default external)."),
           arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
-          launcher: str = typer.Option(os.environ.get("LAUNCHER", "auto"), help=LAUNCHER_HELP),
+          launcher: str = typer.Option("auto", help=LAUNCHER_HELP),
           url: Optional[str] = typer.Option(None, "--url", help="Benchmark a server the suite did not start: "
                                             "its OpenAI-compatible address, e.g. http://127.0.0.1:8080/v1 "
                                             "(key from SUITE_API_KEY)."),
@@ -226,26 +250,69 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                                       "prompt (default: the profile's; the studies used 200)."),
           restarts: Optional[int] = typer.Option(None, "--restarts", help="Launches of the restarts stage "
                                                  "(default: the profile's; 6 or more give an interval)."),
+          restart_caches: Optional[str] = typer.Option(None, "--restart-caches", help="fresh (every launch starts "
+                                                       "with empty compile caches), kept, or both."),
+          reloads: Optional[int] = typer.Option(None, "--reloads", help="Repeat the extraction in N fresh launches."),
+          auto_controls: Optional[bool] = typer.Option(None, "--auto-controls/--no-auto-controls",
+                                                       help="Run the control matrix when the gate finds more than "
+                                                       "one answer (default: the profile's)."),
+          ray_address: Optional[str] = typer.Option(None, "--ray", envvar="RAY_ADDRESS", metavar="ADDRESS",
+                                                    help="Run every arm as a task on a Ray cluster (host:port, "
+                                                    "'auto', ray://...; default: $RAY_ADDRESS): one arm at a time "
+                                                    "per node advertising suite_host; see docs/RAY.md."),
+          ray_retries: int = typer.Option(2, "--ray-retries", min=0, help="With --ray: times an arm is retried "
+                                          "on another node after its node (or worker) was lost."),
           site: bool = typer.Option(False, "--site/--no-site", help="Build the site afterwards.")) -> None:
-    """Benchmark every arm of a model: gate, latency, extraction, restarts; write the run records."""
+    """Benchmark every arm of a model: gate, latency, extraction, restarts; write the run records.
+
+    Exits 1, with one line per arm saying what it needs and what this machine lacks, when no arm
+    could run here; a bench where some ran lists the skipped ones and exits 0.
+    """
     from suite.bench import run_bench
     from suite.paths import results_dir
 
-    summaries = run_bench(model, _split(arms), launcher, profile, _split(stages), resume=resume,
+    if url is None:
+        model = model or os.environ.get("MODEL") or "tiny"
+    out = (results_folder.expanduser().resolve() if results_folder else results_dir())
+    overrides = {k: v for k, v in (("reloads", reloads), ("restart_caches", restart_caches),
+                                   ("auto_controls", auto_controls)) if v is not None}
+    if ray_address:
+        if url is not None or resume:
+            raise SuiteError(f"--ray runs the catalog's arms on the cluster's nodes; "
+                             f"{'--url' if url is not None else '--resume'} works on this machine only")
+        from suite.distributed import run_bench_ray
+
+        summaries = run_bench_ray(ray_address, model or "tiny", _split(arms), launcher, profile, _split(stages),
+                                  results=out, judge_url=judge_url, judge_model=judge_model,
+                                  concurrency=_int_list("--concurrency", concurrency), gate_requests=gate_requests,
+                                  restarts=restarts, overrides=overrides or None, max_retries=ray_retries,
+                                  console=console)
+        if any(s.status != "skipped" for s in summaries):
+            _print_summaries(summaries)
+        _honest_exit(summaries)
+        console.print(f"results: {out}")
+        if site:
+            _build_site(out)
+        return
+    summaries = run_bench(model, _split(arms), launcher, profile, _split(stages), results=out, resume=resume,
                           judge_url=judge_url, judge_model=judge_model,
                           concurrency=_int_list("--concurrency", concurrency),
-                          gate_requests=gate_requests, restarts=restarts)
-    _print_summaries(summaries)
-    console.print(f"results: {results_dir()}")
+                          gate_requests=gate_requests, restarts=restarts, url=url, served_model=served_model,
+                          overrides={k: v for k, v in (("reloads", reloads), ("restart_caches", restart_caches),
+                                                       ("auto_controls", auto_controls)) if v is not None})
+    if any(s.status != "skipped" for s in summaries):
+        _print_summaries(summaries)
+    _honest_exit(summaries)
+    console.print(f"results: {out}")
     if site:
-        _build_site()
+        _build_site(out)
 
 
 @app.command()
 def gate(model: str = typer.Option("tiny", help="Model card."),
          arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
          controls: Optional[str] = typer.Option(None, help="'all' or control names: run the gate once per control set."),
-         launcher: str = typer.Option("local", help="local or docker."),
+         launcher: str = typer.Option("auto", help=LAUNCHER_HELP),
          profile: str = typer.Option("standard", help="quick, standard or full.")) -> None:
     """Run the reproducibility gate (and, with --controls, the control matrix) for every arm."""
     from suite.bench import run_bench

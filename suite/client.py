@@ -11,6 +11,7 @@ message; `Completion.error` is never set by the client itself (stages use it to 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -332,9 +333,9 @@ class OpenAIClient:
             raise ClientError(f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
         return state.finish(time.perf_counter() - t_send, t_enter, t_send)
 
-    def async_client(self, max_connections: int = 256) -> "AsyncOpenAIClient":
+    def async_client(self, max_connections: int = 256, backend: str = "raw") -> "AsyncOpenAIClient":
         """An asyncio twin of this client (same URL, model, headers, extra body) for many streams at once."""
-        return AsyncOpenAIClient(self, max_connections=max_connections)
+        return AsyncOpenAIClient(self, max_connections=max_connections, backend=backend)
 
     def tokenize(self, text: str) -> list[int] | None:
         """Token ids of a prompt via the runtime's /tokenize endpoint (llama-server, vLLM), if any."""
@@ -352,25 +353,223 @@ class OpenAIClient:
         return None
 
 
-class AsyncOpenAIClient:
-    """Streamed completions on asyncio (httpx's async client): many streams at once, one thread.
+class _SSEProtocol(asyncio.Protocol):
+    """One HTTP/1.1 connection that streams a response into a `StreamState`, chunk by chunk.
 
-    The latency stage's concurrent path. Each read from the socket is timestamped when it reaches
-    this code, before its lines are parsed (`StreamState`, shared with the synchronous path), so
-    the chunks that arrived together get the time they arrived, not the time their turn came in
-    the parse. Create and use it inside one running event loop.
+    The event loop calls `data_received` as soon as bytes arrive; they are timestamped there,
+    before any parsing, and the SSE lines are handed to the state at once, with no task switch
+    per chunk. Content-Length, chunked and close-delimited bodies; keep-alive: a connection whose
+    body ended goes back to its client's idle pool.
     """
 
-    def __init__(self, parent: OpenAIClient, max_connections: int = 256):
+    def __init__(self, owner: "AsyncOpenAIClient"):
+        self.owner = owner
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.state: StreamState | None = None
+        self.t_send = 0.0
+        self.future: asyncio.Future[float] | None = None
+        self.head = b""
+        self.in_body = False
+        self.status = 0
+        self.chunked = False
+        self.remaining: int | None = None  # Content-Length bytes still to come
+        self.chunk_left = 0  # chunked: data bytes left in the current chunk; 0: a size line comes next
+        self.skip = 0  # chunked: bytes of the CRLF after a chunk's data still to skip
+        self.raw = b""  # chunked framing not yet decoded (a size line cut in two)
+        self.lines = b""  # body bytes not yet ended by a newline
+        self.error_body = b""
+        self.ended = False  # the body is complete
+        self.keep_alive = True
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.future is not None and not self.future.done():
+            if self.in_body and self.remaining is None and not self.chunked and self.status == 200:
+                self._end_body(time.perf_counter())  # a close-delimited body ends here
+            else:
+                self.future.set_exception(ClientError(
+                    f"{self.state.where if self.state else 'stream'}: the connection closed before the "
+                    f"response ended{f': {exc}' if exc else ''}"))
+
+    def data_received(self, data: bytes) -> None:
+        t = time.perf_counter()
+        try:
+            self._feed(data, t)
+        except ClientError as exc:
+            self._fail(exc)
+        except (ValueError, IndexError) as exc:
+            self._fail(ClientError(f"{self.state.where if self.state else 'stream'}: malformed HTTP response: {exc}"))
+
+    # -- parsing --------------------------------------------------------------------------------
+    def _fail(self, exc: ClientError) -> None:
+        self.keep_alive = False
+        if self.transport is not None:
+            self.transport.close()
+        if self.future is not None and not self.future.done():
+            self.future.set_exception(exc)
+
+    def _feed(self, data: bytes, t: float) -> None:
+        if not self.in_body:
+            self.head += data
+            end = self.head.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.head) > 65536:
+                    raise ValueError("response head over 64 KiB")
+                return
+            head, data = self.head[:end].decode("latin-1"), self.head[end + 4:]
+            self.head = b""
+            lines = head.split("\r\n")
+            self.status = int(lines[0].split(" ", 2)[1])
+            if self.status == 100:  # Continue: the real head follows
+                self._feed(data, t) if data else None
+                return
+            headers = {k.strip().lower(): v.strip().lower() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+            self.chunked = "chunked" in headers.get("transfer-encoding", "")
+            if not self.chunked and "content-length" in headers:
+                self.remaining = int(headers["content-length"])
+            self.keep_alive = headers.get("connection") != "close" and (self.chunked or self.remaining is not None)
+            self.in_body = True
+            if self.remaining == 0:
+                self._end_body(t)
+                return
+        if not data or self.ended:
+            return
+        if self.chunked:
+            self._dechunk(data, t)
+        elif self.remaining is not None:
+            take = data[:self.remaining]
+            self.remaining -= len(take)
+            self._body(take, t)
+            if self.remaining <= 0:
+                self._end_body(t)
+        else:
+            self._body(data, t)
+
+    def _dechunk(self, data: bytes, t: float) -> None:
+        raw = self.raw + data if self.raw else data
+        self.raw = b""
+        pos, n = 0, len(raw)
+        while pos < n:
+            if self.skip:  # the CRLF that ends a chunk's data
+                k = min(self.skip, n - pos)
+                pos += k
+                self.skip -= k
+                continue
+            if self.chunk_left == 0:  # a size line
+                eol = raw.find(b"\r\n", pos)
+                if eol < 0:
+                    self.raw = raw[pos:]
+                    return
+                size = int(raw[pos:eol].split(b";", 1)[0], 16)
+                pos = eol + 2
+                if size == 0:  # the last chunk (trailers, if any, are not read)
+                    self._end_body(t)
+                    return
+                self.chunk_left = size
+                continue
+            take = min(self.chunk_left, n - pos)
+            self._body(raw[pos:pos + take], t)
+            pos += take
+            self.chunk_left -= take
+            if self.chunk_left == 0:
+                self.skip = 2
+
+    def _body(self, data: bytes, t: float) -> None:
+        if self.status != 200:
+            self.error_body += data
+            return
+        state = self.state
+        if state is None or self.future is None or self.future.done():
+            return  # after [DONE]: drain the rest of the body
+        buf = self.lines + data if self.lines else data
+        start = 0
+        offset = t - self.t_send
+        while True:
+            eol = buf.find(b"\n", start)
+            if eol < 0:
+                break
+            line = buf[start:eol]
+            start = eol + 1
+            if line.startswith(b"data:") and state.line(line.decode("utf-8", "replace").rstrip("\r"), offset):
+                self.future.set_result(t)
+                break
+        self.lines = buf[start:] if start < len(buf) else b""
+
+    def _end_body(self, t: float) -> None:
+        self.ended = True
+        if self.future is not None and not self.future.done():
+            if self.status != 200:
+                where = self.state.where if self.state else "stream"
+                self.future.set_exception(ClientError(f"{where}: HTTP {self.status}: {self.error_body[:300]!r}"))
+            else:
+                if self.lines and self.state is not None:  # a last line without its newline
+                    self.state.line(self.lines.decode("utf-8", "replace").rstrip("\r"), t - self.t_send)
+                    self.lines = b""
+                self.future.set_result(t)
+        if self.keep_alive and not self.closed:
+            self._reset()
+            self.owner._idle.append(self)
+        elif self.transport is not None:
+            self.transport.close()
+
+    def start(self, request: bytes, state: StreamState, t_send: float) -> "asyncio.Future[float]":
+        self.state = state
+        self.future = asyncio.get_running_loop().create_future()
+        assert self.transport is not None
+        self.t_send = t_send
+        self.transport.write(request)
+        return self.future
+
+
+class AsyncOpenAIClient:
+    """Streamed completions on asyncio: many streams at once on one thread (the latency stage's concurrent path).
+
+    Two transports, timed alike: `"raw"` (the default), HTTP/1.1 straight on the event loop's
+    transports (`_SSEProtocol`): each read is timestamped when the loop hands it over and its SSE
+    lines are parsed at once by `StreamState`, the parser the synchronous path uses; and
+    `"httpx"`, httpx's async client, whose per-read cost (h11, anyio) is about three times the
+    raw transport's and more than `vllm bench serve`'s aiohttp (benchmarks/bench_client_concurrency.py).
+    No proxies on the raw transport. Create and use it inside one running event loop.
+    """
+
+    def __init__(self, parent: OpenAIClient, max_connections: int = 256, backend: str = "raw"):
+        if backend not in ("raw", "httpx"):
+            raise SuiteError(f"AsyncOpenAIClient: unknown backend {backend!r} (raw, httpx)")
         self.base_url = parent.base_url
         self.model = parent.model
         self.extra_body = dict(parent.extra_body)
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=parent._headers, limits=limits,
-                                       timeout=httpx.Timeout(parent.timeout_s, connect=30.0, pool=None))
+        self.timeout_s = parent.timeout_s
+        self.backend = backend
+        self._headers = dict(parent._headers)
+        url = httpx.URL(self.base_url)
+        self._scheme, self._host = url.scheme, url.host
+        self._port = url.port or (443 if url.scheme == "https" else 80)
+        self._prefix = url.raw_path.decode().rstrip("/")
+        self._host_header = url.netloc.decode()
+        self._idle: list[_SSEProtocol] = []
+        self._open: set[_SSEProtocol] = set()
+        self._http: httpx.AsyncClient | None = None
+        if backend == "httpx":
+            limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+            self._http = httpx.AsyncClient(base_url=self.base_url, headers=parent._headers, limits=limits,
+                                           timeout=httpx.Timeout(parent.timeout_s, connect=30.0, pool=None))
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._http is not None:
+            await self._http.aclose()
+        for proto in list(self._open):
+            if proto.transport is not None:
+                proto.transport.close()
+        self._open.clear()
+        self._idle.clear()
 
     async def __aenter__(self) -> "AsyncOpenAIClient":
         return self
@@ -378,17 +577,76 @@ class AsyncOpenAIClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def complete_stream(self, prompt: str, *, max_tokens: int, seed: int | None = 42,
-                              temperature: float = 0.0, extra: dict[str, Any] | None = None) -> Completion:
-        """A streamed /v1/completions request, timed as `OpenAIClient.complete(..., stream=True)` times it."""
-        t_enter = time.perf_counter()
-        path = "/v1/completions"
+    def _body(self, prompt: str, max_tokens: int, seed: int | None, temperature: float,
+              extra: dict[str, Any] | None) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
                                 "temperature": temperature}
         if seed is not None:
             body["seed"] = seed
-        body = {**body, **self.extra_body, **(extra or {}), "stream": True,
-                "stream_options": {"include_usage": True}}
+        return {**body, **self.extra_body, **(extra or {}), "stream": True, "stream_options": {"include_usage": True}}
+
+    async def complete_stream(self, prompt: str, *, max_tokens: int, seed: int | None = 42,
+                              temperature: float = 0.0, extra: dict[str, Any] | None = None) -> Completion:
+        """A streamed /v1/completions request, timed as `OpenAIClient.complete(..., stream=True)` times it."""
+        t_enter = time.perf_counter()
+        body = self._body(prompt, max_tokens, seed, temperature, extra)
+        if self.backend == "httpx":
+            return await self._stream_httpx("/v1/completions", body, t_enter)
+        return await self._stream_raw("/v1/completions", body, t_enter)
+
+    async def _connect(self, where: str) -> _SSEProtocol:
+        while self._idle:
+            proto = self._idle.pop()
+            if not proto.closed and proto.transport is not None and not proto.transport.is_closing():
+                return proto
+            self._open.discard(proto)
+        loop = asyncio.get_running_loop()
+        ssl_ctx = None
+        if self._scheme == "https":
+            import ssl
+            ssl_ctx = ssl.create_default_context()
+        try:
+            _, proto = await asyncio.wait_for(
+                loop.create_connection(lambda: _SSEProtocol(self), self._host, self._port, ssl=ssl_ctx), 30.0)
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise ClientError(f"{where}: cannot connect: {type(exc).__name__}: {exc}") from None
+        self._open.add(proto)
+        return proto
+
+    async def _stream_raw(self, path: str, body: dict[str, Any], t_enter: float) -> Completion:
+        where = f"POST {self.base_url}{path}"
+        payload = json.dumps(body).encode()
+        head = [f"POST {self._prefix}{path} HTTP/1.1", f"Host: {self._host_header}",
+                "Content-Type: application/json", f"Content-Length: {len(payload)}",
+                "Accept: text/event-stream", "Accept-Encoding: identity"]
+        head += [f"{k}: {v}" for k, v in self._headers.items()]
+        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload
+        for attempt in (0, 1):
+            state = StreamState(where, chat=False)
+            reused = bool(self._idle)
+            t_send = time.perf_counter()  # before connecting, as the synchronous path (and vllm bench) time it
+            proto = await self._connect(where)
+            future = proto.start(request, state, t_send)
+            try:
+                t_end = await asyncio.wait_for(future, self.timeout_s)
+                break
+            except ClientError:
+                # a kept-alive connection the server closed as the request went out: once more, on a new one
+                if attempt == 0 and reused and proto.closed and not proto.in_body and not proto.head:
+                    continue
+                raise
+            except asyncio.TimeoutError:
+                if proto.transport is not None:
+                    proto.transport.close()
+                raise ClientError(f"{where}: no end of the stream after {self.timeout_s:g} s") from None
+            except asyncio.CancelledError:
+                if proto.transport is not None:
+                    proto.transport.close()
+                raise
+        return state.finish(t_end - t_send, t_enter, t_send)
+
+    async def _stream_httpx(self, path: str, body: dict[str, Any], t_enter: float) -> Completion:
+        assert self._http is not None
         where = f"POST {self.base_url}{path}"
         state = StreamState(where, chat=False)
         clock = time.perf_counter

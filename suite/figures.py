@@ -423,6 +423,7 @@ STAGE_MODELS = {
     "extraction": ("suite.stages.extraction", "ExtractionResult"),
     "restarts": ("suite.stages.restarts", "RestartsResult"),
     "sessions": ("suite.stages.sessions", "SessionsResult"),
+    "reloads": ("suite.stages.reloads", "ReloadsResult"),
     "watchdog": ("memwatch.report", "WatchdogReport"),
 }
 
@@ -786,7 +787,14 @@ def controls_view(c: dict[str, Any] | None, prompt_ids: list[str]) -> dict[str, 
             "tokens_per_s": pick(r, "tokens_per_s"),
         })
     lora = pick(c, "lora")
+    default_tps = next((row["tokens_per_s"] for row in rows if row["configuration"] == "default"), None)
+    for row in rows:
+        tps = row["tokens_per_s"]
+        row["cost"] = (tps / default_tps) if isinstance(tps, (int, float)) and isinstance(default_tps, (int, float)) \
+            and default_tps > 0 else None
     return {"prompts": prompts, "rows": rows, "n": pick(c, "n_requests"),
+            "elimination": pick(c, "elimination", default=""), "automatic": pick(c, "automatic", default=False),
+            "restoring": pick(c, "restoring", default=[]), "spread_prompts": pick(c, "spread_prompts", default=[]),
             "by_conf": {row["configuration"]: row for row in rows},
             "lora": lora if isinstance(lora, dict) else None}
 
@@ -814,7 +822,7 @@ def restarts_view(r: dict[str, Any] | None) -> dict[str, Any] | None:
             "logprobs_apart": bool(pick(p, "same_tokens_logprobs_apart", default=False)),
         })
     outcomes = [{"index": pick(o, "index"), "status": pick(o, "status"), "reason": pick(o, "reason"),
-                 "startup_s": pick(o, "startup_s")}
+                 "startup_s": pick(o, "startup_s"), "cache_files_before": pick(o, "cache_files_before")}
                 for o in pick(r, "launch_outcomes", default=[]) if isinstance(o, dict)]
     return {
         "launches": pick(r, "launches"), "launched": pick(r, "launched"),
@@ -823,6 +831,8 @@ def restarts_view(r: dict[str, Any] | None) -> dict[str, Any] | None:
         "within_verdict": pick(r, "within_verdict", default=""), "across_verdict": pick(r, "across_verdict", default=""),
         "prompts": prompts, "outcomes": outcomes, "by_prompt": {p["prompt_id"]: p for p in prompts},
         "startup": [o["startup_s"] for o in outcomes if isinstance(o["startup_s"], (int, float))],
+        "cache_mode": pick(r, "cache_mode"),
+        "kept": restarts_view(pick(r, "with_kept_caches")),
     }
 
 
@@ -863,3 +873,19 @@ def arm_comparisons(runs: list["Run"], arms: list[str]) -> list[dict[str, Any]]:
             out.append({"base": arms[0], "arm": arm, "prompts": prompts,
                         "agree": sum(1 for p in prompts if p.modal_agree), "n": len(prompts)})
     return out
+
+
+def sessions_view(r: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Sessions x replicates: per configuration and prompt, distinct in K*R runs and the agreements."""
+    if not r:
+        return None
+    configs = []
+    for c in pick(r, "configurations", default=[]):
+        if not isinstance(c, dict):
+            continue
+        configs.append({"label": pick(c, "label", default="?"), "status": pick(c, "status", default="ok"),
+                        "reason": pick(c, "reason"),
+                        "prompts": [p for p in pick(c, "prompts", default=[]) if isinstance(p, dict)]})
+    return {"sessions": pick(r, "sessions"), "replicates": pick(r, "replicates"), "launched": pick(r, "launched"),
+            "configurations": configs, "table": pick(r, "table", default=[]),
+            "outcomes": [o for o in pick(r, "outcomes", default=[]) if isinstance(o, dict) and pick(o, "status") != "ok"]}

@@ -35,7 +35,7 @@ from suite import charts
 from suite.errors import SuiteError
 from suite.figures import (
     GatePrompt, ModelRuns, Run, analyse_requests, controls_view, extraction_pairs, extraction_view, gate_prompts, itl_gaps,
-    arm_comparisons, latency_level, latency_rows, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug, stage_problems, with_thousands,
+    arm_comparisons, sessions_view, latency_level, latency_rows, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug, stage_problems, with_thousands,
     watchdog_view,
 )
 from suite.paths import SITE_DIR, cache_dir
@@ -303,7 +303,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         controls=controls, signature_rows=signature_rows(runs),
         latency_levels=[latency_level(r.s.latency) for r in runs],
         restarts=restarts, restart_prompts=restart_prompts, control_configs=control_configs,
-        arm_comparisons=arm_comparisons(runs, arms),
+        arm_comparisons=arm_comparisons(runs, arms), sessions=[sessions_view(r.s.sessions) for r in runs],
     )
 
 

@@ -29,7 +29,7 @@ from suite.signature import Signature
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-STAGE_KEYS = ("gate", "controls", "latency", "extraction", "restarts", "sessions", "watchdog")
+STAGE_KEYS = ("gate", "controls", "latency", "extraction", "restarts", "sessions", "reloads", "watchdog")
 
 RunStatus = Literal["complete", "incomplete", "failed", "stopped-by-watchdog", "skipped"]
 
@@ -75,6 +75,7 @@ class Summary(RunIdentity):
     extraction: dict[str, Any] | None = None
     restarts: dict[str, Any] | None = None
     sessions: dict[str, Any] | None = None
+    reloads: dict[str, Any] | None = None
     watchdog: dict[str, Any] | None = None
 
 

@@ -271,8 +271,13 @@ def divergence(modal: Sample, other: Sample, rank: int, count: int, compared_by:
     return d
 
 
-def series_pattern(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence[int]) -> tuple[Pattern, str]:
-    """How the answers of one series (in request order) vary: the mechanism's fingerprint."""
+def series_pattern(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence[int],
+                   process_cold: bool = True) -> tuple[Pattern, str]:
+    """How the answers of one series (in request order) vary: the mechanism's fingerprint.
+
+    `process_cold`: the series began right after the runtime started (else: its first request
+    was only the first of this prompt).
+    """
     keys = [answer_key(s, by) for s in ordered_ok]
     if len(keys) < 2:
         return "undetermined", f"{len(keys)} answer(s): too few to judge"
@@ -282,9 +287,11 @@ def series_pattern(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence
     warm = [answer_key(s, by) for s in ordered_ok if s.index not in cold]
     if len(warm) >= 2 and len(set(warm)) == 1:
         n_cold = sum(1 for s in ordered_ok if s.index in cold and answer_key(s, by) != warm[0])
-        first = "the first request" if len(cold) == 1 else f"the first {len(cold)} requests"
-        return "cold-transient", (f"cold-start transient: only {first} after the start differ(s) "
-                                  f"({n_cold} of {len(keys)}); the {len(warm)} after agree")
+        when = "after the start" if process_cold else "of this prompt"
+        first = (f"the first request {when} differs" if n_cold == 1
+                 else f"{n_cold} of the first {len(cold)} requests {when} differ")
+        return "cold-transient", (f"cold-start transient: only {first} ({n_cold} of {len(keys)}); "
+                                  f"the {len(warm)} after agree")
     changes = sum(1 for a, b in zip(keys, keys[1:]) if a != b)
     if changes == 1:
         at = next(i for i, (a, b) in enumerate(zip(keys, keys[1:])) if a != b) + 1
@@ -343,7 +350,7 @@ def analyse(samples: Sequence[Sample], cold_count: int = 1, preview_chars: int =
             modal_tied=tied,
             process_cold=process_cold,
         )
-    pattern, pattern_text = series_pattern(ok, by, first_indices)
+    pattern, pattern_text = series_pattern(ok, by, first_indices, process_cold)
     with_ids = all(s.ids_or_empty() is not None for s in ok) and bool(ok)
     by_text = len({s.text for s in ok})
     by_ids = len({tuple(s.ids_or_empty() or ()) for s in ok}) if with_ids else None

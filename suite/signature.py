@@ -15,6 +15,7 @@ restarts study compares exactly those launches of one configuration.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ import re
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, Field
 
@@ -192,17 +193,39 @@ class Signature(BaseModel):
     server_reports: dict[str, Any] | None = Field(
         default=None, description="launcher external: what the server said about itself, by path "
         "(/v1/models, /version, /props, /server_info)")
+    node: str | None = Field(
+        default=None, description="suite bench --ray: the name of the cluster node the arm ran on "
+        "($SUITE_NODE_NAME there, else its host name); None: a local bench")
     digest: str = ""
 
     def with_digest(self) -> "Signature":
         # Fields added later are hashed only when set, so an old record's digest still verifies.
         body = self.model_dump(mode="json", exclude={"digest", "compile_cache"})
         for key in ("model_commit", "model_revision_resolved", "runtime_stack", "sampling", "endpoint",
-                    "server_reports"):
+                    "server_reports", "node"):
             if body.get(key) is None:
                 body.pop(key, None)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return self.model_copy(update={"digest": hashlib.sha256(canonical.encode()).hexdigest()})
+
+
+_NODE: str | None = None  # set by suite.distributed while an arm runs on a cluster node
+
+
+@contextlib.contextmanager
+def on_node(name: str | None) -> Iterator[None]:
+    """Signatures made inside carry `node=name` (the Ray task of an arm on its node)."""
+    global _NODE
+    previous, _NODE = _NODE, name
+    try:
+        yield
+    finally:
+        _NODE = previous
+
+
+def current_node() -> str | None:
+    """The cluster node the running arm is on (see `on_node`); None for a local bench."""
+    return _NODE
 
 
 def resolve_revision(source: str, revision: str | None, local_dir: Path | None = None,
@@ -343,6 +366,8 @@ def flatten_signature(sig: Any) -> dict[str, str]:
     d = sig.model_dump(mode="json") if isinstance(sig, BaseModel) else dict(sig)
     out: dict[str, str] = {}
     for k, v in d.items():
+        if v is None and k in ("endpoint", "server_reports"):  # only an external server has them
+            continue
         if k == "hardware" and isinstance(v, dict):
             for hk, hv in v.items():
                 out[f"hardware.{hk}"] = "—" if hv is None else str(hv)

@@ -197,17 +197,29 @@ def test_model_page_in_the_browser(site: Path, browser: Browser, shots: Path) ->
     page = open_clean(browser, site / "models" / "tiny.html")
     page.screenshot(shots / "model-tiny.png")
     text = page.text()
-    for heading in ("Gate: the same request, repeated", "Determinism mode", "Control matrix", "Restarts",
-                    "Latency", "Extraction", "Watchdog", "Configuration signature", "All runs"):
+    for heading in ("Gate: the same request, repeated", "Arms compared", "Determinism mode", "Control matrix",
+                    "Restarts", "Sessions × replicates", "Latency", "Extraction", "Watchdog",
+                    "Configuration signature", "All runs"):
         assert heading in text
     # gate: distinct answers and lengths with counts, cold vs warm
     vllm = golden_summary("tiny", "vllm-cpu")
     lp = golden_summary("tiny", "llamacpp-python")
     assert lp.gate["prompts"][0]["lengths_text"] in text
-    assert "2 distinct of 6" in text and "cold differs from modal" in text
-    # determinism: refused with its error line; restarts: agreement interval
+    assert "2 distinct of 6" in text and "first request after start differs from modal" in text
+    # the pattern is named: llama-cpp-python's prompt cache makes only the first answer differ
+    assert "cold-start transient: only the first request after the start differs (1 of 6)" in text
+    # determinism: refused with its error line; restarts: the two verdicts, the interval over launches
     assert "refused" in text and vllm.determinism.error_line in text
-    assert "95% interval" in text
+    assert "95% interval" in text and "(bootstrap over launches)" in text
+    assert "cold-start transient within launches" in text
+    # controls: what each row ran with, its throughput against the default's, the elimination
+    assert "ran with: no-prompt-cache" in text and "0.92× the default's" in text
+    assert "no-prompt-cache, batch-invariant bring(s) short-open, long-open back to one answer" in text
+    # the studies' tables: sessions x replicates, arms compared, the reload
+    assert "base short-open: 1 distinct in 24 runs" in text and "adapter short-open: 24 distinct in 24 runs" in text
+    assert "first run differs in 8 of 8 sessions" in text
+    assert "llamacpp-python vs llamacpp" in text and "same on 2 of 2 prompts" in text
+    assert "10 of 12 within, 12 of 12 after reload 1" in text
     # latency table: the p50 TTFT of vLLM in ms
     assert fmt_num(vllm.latency["levels"][0]["ttft_s"]["p50"] * 1000) in text
     # extraction: identical sections, the grid with changed sections, the judge score

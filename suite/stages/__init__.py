@@ -36,6 +36,7 @@ STAGES: dict[str, str] = {
     "restarts": "suite.stages.restarts",
     "controls": "suite.stages.controls",
     "sessions": "suite.stages.sessions",
+    "reloads": "suite.stages.reloads",
 }
 ORDER = ["gate", "latency", "extraction", "restarts"]  # a bench's stages; controls and sessions on request
 

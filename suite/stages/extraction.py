@@ -332,6 +332,7 @@ class Answer(BaseModel):
     extracted: dict[str, Any] | None
     json_status: str
     score: SectionScore
+    error: str | None = None  # the request failed (HTTP or protocol error)
 
 
 def _fact_signature(ctx: "StageContext") -> dict[str, Any]:
@@ -361,6 +362,45 @@ def changed_sections(sections: list[Section], answers: dict[str, list[Answer]]) 
     return [s.uid for s in sections if len({_repeat_key(s, a) for a in answers.get(s.uid, [])}) > 1]
 
 
+ANSWERS_KEY = "extraction.answers"  # where the stage leaves its answers for the reloads stage
+
+
+def ask_section(ctx: "StageContext", chat: JsonChat, section: Section, prompt: PromptTemplate, repeat: int,
+                extra: dict[str, Any], signature: Any, reload: int | None = None) -> Answer:
+    """Ask one section once, score it against gold, and record the request and every fact."""
+    profile = ctx.profile
+    content = build_prompt(section, prompt)
+    schema = json_schema_for(section.facts)
+    try:
+        c = chat.ask(content, schema, max_tokens=profile.extraction_max_tokens, seed=ctx.sampling.seed,
+                     temperature=ctx.sampling.temperature, extra=extra or None)
+        text, error = c.text, None
+    except ClientError as exc:
+        text, error, c = "", str(exc), None
+    parsed = extract_json_object(text)
+    score = score_section(section.facts, parsed.value)
+    where = {} if reload is None else {"reload": reload}
+    ctx.record_request(
+        "extraction", section=section.uid, repeat=repeat, mode=chat.mode, endpoint=chat.endpoint,
+        seed=ctx.sampling.seed,
+        max_tokens=profile.extraction_max_tokens, text=text, error=error,
+        finish_reason=c.finish_reason if c else None, e2e_s=c.e2e_s if c else None,
+        completion_tokens=c.completion_tokens if c else None, json_status=parsed.status,
+        json_method=parsed.method, json_error=parsed.error, correct=score.correct, wrong=score.wrong,
+        missing=score.missing, clean=score.clean, complete=score.complete, **where,
+    )
+    for fs in score.facts:
+        ctx.record_request(
+            "extraction-fact", section=section.uid, repeat=repeat, key=fs.key, type=fs.type,
+            answer=fs.answer, gold=fs.gold, verdict=fs.verdict, exact=fs.exact, partial=fs.partial,
+            note=fs.note, signature=signature, **where,
+        )
+    log.debug("extraction %s r%d: %d/%d correct, json %s", section.uid, repeat, score.correct,
+              score.facts_total, parsed.status)
+    return Answer(section=section.uid, repeat=repeat, text=text, extracted=parsed.value, json_status=parsed.status,
+                  score=score, error=error)
+
+
 def run(ctx: "StageContext") -> ExtractionResult:
     """Ask every section R times, score against gold, and run the judge when there is one."""
     t_start = time.monotonic()
@@ -381,36 +421,10 @@ def run(ctx: "StageContext") -> ExtractionResult:
     failed = 0
     for repeat in range(repeats):
         for section in sections:
-            content = build_prompt(section, prompt)
-            schema = json_schema_for(section.facts)
-            try:
-                c = chat.ask(content, schema, max_tokens=profile.extraction_max_tokens, seed=ctx.sampling.seed,
-                             temperature=ctx.sampling.temperature, extra=extra or None)
-                text, error = c.text, None
-            except ClientError as exc:
-                failed += 1
-                text, error, c = "", str(exc), None
-            parsed = extract_json_object(text)
-            score = score_section(section.facts, parsed.value)
-            answers[section.uid].append(Answer(section=section.uid, repeat=repeat, text=text,
-                                               extracted=parsed.value, json_status=parsed.status, score=score))
-            ctx.record_request(
-                "extraction", section=section.uid, repeat=repeat, mode=chat.mode, endpoint=chat.endpoint,
-                seed=ctx.sampling.seed,
-                max_tokens=profile.extraction_max_tokens, text=text, error=error,
-                finish_reason=c.finish_reason if c else None, e2e_s=c.e2e_s if c else None,
-                completion_tokens=c.completion_tokens if c else None, json_status=parsed.status,
-                json_method=parsed.method, json_error=parsed.error, correct=score.correct, wrong=score.wrong,
-                missing=score.missing, clean=score.clean, complete=score.complete,
-            )
-            for fs in score.facts:
-                ctx.record_request(
-                    "extraction-fact", section=section.uid, repeat=repeat, key=fs.key, type=fs.type,
-                    answer=fs.answer, gold=fs.gold, verdict=fs.verdict, exact=fs.exact, partial=fs.partial,
-                    note=fs.note, signature=signature,
-                )
-            log.debug("extraction %s r%d: %d/%d correct, json %s", section.uid, repeat, score.correct,
-                      score.facts_total, parsed.status)
+            answer = ask_section(ctx, chat, section, prompt, repeat, extra, signature)
+            failed += answer.error is not None
+            answers[section.uid].append(answer)
+    ctx.results[ANSWERS_KEY] = answers  # for a reload in a fresh launch (the reloads stage)
 
     result = summarise(sections, answers, repeats)
     judge_result = None

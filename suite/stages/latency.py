@@ -73,7 +73,7 @@ MAX_CONCURRENCY = 256
 # SATURATION_LAG_FLOOR_S), or when the client process used more than SATURATION_CPU_SHARE of a
 # core: its figures then describe the client, not the runtime.
 LAG_PROBE_S = 0.005
-SATURATION_LAG_FLOOR_S = 0.001
+SATURATION_LAG_FLOOR_S = 0.002  # asyncio rounds its epoll timeouts up to the millisecond: ~1 ms lag at rest
 SATURATION_LAG_SHARE = 0.10
 SATURATION_CPU_SHARE = 0.90
 
@@ -306,37 +306,118 @@ def _cached_tokens(c: Completion) -> int | None:
     return int(v) if isinstance(v, (int, float)) else None
 
 
+class ConcurrentRun(BaseModel):
+    """The outcome of `run_concurrent`: per request (in index order) a completion or an error."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    results: list[Completion | str]  # str: the ClientError's message
+    wall_s: float
+    cpu_s: float  # the process's CPU time (user + system, every thread) over the run
+    loop_lag_s: list[float]
+
+    def client_load(self, itl_p50_s: float | None) -> ClientLoad:
+        """The run's load, and whether it passed the saturation thresholds (see LAG_PROBE_S)."""
+        lag = summarize([x * 1000.0 for x in self.loop_lag_s])
+        threshold_s = max(SATURATION_LAG_FLOOR_S, SATURATION_LAG_SHARE * (itl_p50_s or 0.0))
+        parse = sum(c.parse_s for c in self.results if isinstance(c, Completion))
+        cpu_share = self.cpu_s / self.wall_s if self.wall_s > 0 else None
+        reasons = []
+        if lag.p99 is not None and lag.p99 > threshold_s * 1000.0:
+            reasons.append(f"event-loop lag p99 {lag.p99:.2f} ms > {threshold_s * 1000.0:.2f} ms")
+        if cpu_share is not None and cpu_share > SATURATION_CPU_SHARE:
+            reasons.append(f"client CPU {cpu_share:.0%} of a core > {SATURATION_CPU_SHARE:.0%}")
+        return ClientLoad(loop_lag_ms=lag, cpu_share=None if cpu_share is None else round(cpu_share, 4),
+                          parse_share=round(parse / self.wall_s, 4) if self.wall_s > 0 else None,
+                          lag_threshold_ms=round(threshold_s * 1000.0, 4), saturated=bool(reasons),
+                          reason="; ".join(reasons) or None)
+
+
+def _cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+async def _run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, max_tokens: int,
+                          seed: int | None, temperature: float, extra: dict[str, Any], backend: str) -> ConcurrentRun:
+    results: list[Completion | str] = [""] * n
+    lags: list[float] = []
+    next_index = 0
+    stop = asyncio.Event()
+
+    async def probe() -> None:
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            due = loop.time() + LAG_PROBE_S
+            await asyncio.sleep(LAG_PROBE_S)
+            lags.append(max(0.0, loop.time() - due))
+
+    async def worker(aclient: AsyncOpenAIClient) -> None:
+        nonlocal next_index
+        while next_index < n:  # one event loop: no lock needed between the check and the claim
+            i = next_index
+            next_index += 1
+            try:
+                results[i] = await aclient.complete_stream(prompt(i), max_tokens=max_tokens, seed=seed,
+                                                           temperature=temperature, extra=extra or None)
+            except ClientError as exc:
+                results[i] = str(exc)
+
+    async with client.async_client(max_connections=concurrency, backend=backend) as aclient:
+        probe_task = asyncio.create_task(probe())
+        cpu0, t0 = _cpu_s(), time.perf_counter()
+        await asyncio.gather(*(worker(aclient) for _ in range(min(concurrency, n))))
+        wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
+        stop.set()
+        await probe_task
+    return ConcurrentRun(results=results, wall_s=wall, cpu_s=cpu, loop_lag_s=lags)
+
+
+def run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, *, max_tokens: int,
+                   seed: int | None = 42, temperature: float = 0.0, extra: dict[str, Any] | None = None,
+                   backend: str = "raw") -> ConcurrentRun:
+    """`n` streamed completions, `concurrency` in flight, on one asyncio event loop in this thread.
+
+    `prompt(i)` gives request i's prompt. Nothing is written while the streams run (a record
+    written on the loop would delay every other stream's timestamps): the caller books them after.
+    """
+    return asyncio.run(_run_concurrent(client, n, concurrency, prompt, max_tokens, seed, temperature,
+                                       dict(extra or {}), backend))
+
+
+def level_requests(requests: int, concurrency: int) -> int:
+    """Measured requests of a level: the profile's count, and at least one per stream in flight."""
+    return max(requests, concurrency)
+
+
 def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: int,
               extra: dict[str, Any], first_index: int = 0) -> LatencyLevel:
     """`requests` streamed requests with `concurrency` in flight; summary of the measured ones.
 
     Request i of the level gets the prompt prefix `first_index + i`, so no two requests of the
-    stage share a prompt.
+    stage share a prompt. One at a time, the synchronous client sends them in turn; above that,
+    `run_concurrent` sends them on one event loop and the records are written once all ended.
     """
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise SuiteError(f"latency: concurrency must be 1 to {MAX_CONCURRENCY}, got {concurrency}")
     seed, temperature = ctx.sampling.seed, ctx.sampling.temperature
     samples: list[_Sample] = []
     errors: list[str] = []
     incomplete: list[int] = []
-    lock = threading.Lock()
 
-    def work(index: int) -> None:
+    def book(index: int, c: Completion | str) -> None:
         prompt_index = first_index + index
-        try:
-            c = _one_request(ctx.client, index=prompt_index, max_tokens=max_tokens, seed=seed,
-                             temperature=temperature, extra=extra)
-        except ClientError as exc:
-            with lock:
-                errors.append(str(exc))
+        if isinstance(c, str):
+            errors.append(c)
             ctx.record_request("latency", concurrency=concurrency, index=index, warmup=False,
-                               prompt_index=prompt_index, error=str(exc))
+                               prompt_index=prompt_index, error=c)
             return
         t_book = time.perf_counter()
         n = _n_tokens(c)
         if c.finish_reason is None:
             # The stream stopped without saying why: llama-cpp-python, for one, interrupts a
             # running request when another arrives. Recorded, but kept out of the figures.
-            with lock:
-                incomplete.append(index)
+            incomplete.append(index)
             ctx.record_request("latency", concurrency=concurrency, index=index, warmup=False, incomplete=True,
                                prompt_index=prompt_index, text=c.text, completion_tokens=n, ttft_s=c.ttft_s,
                                e2e_s=c.e2e_s, stream_close_s=c.stream_close_s)
@@ -356,18 +437,26 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
             server_timings=c.server_timings,
         )
         sample.record_s = time.perf_counter() - t_book
-        with lock:
-            samples.append(sample)
+        samples.append(sample)
 
     metrics_before = scrape_metrics(ctx.base_url)
-    t0 = time.perf_counter()
+    concurrent: ConcurrentRun | None = None
     if concurrency <= 1:
+        t0 = time.perf_counter()
         for i in range(requests):
-            work(i)
+            try:
+                c: Completion | str = _one_request(ctx.client, index=first_index + i, max_tokens=max_tokens,
+                                                   seed=seed, temperature=temperature, extra=extra)
+            except ClientError as exc:
+                c = str(exc)
+            book(i, c)
+        wall = time.perf_counter() - t0
     else:
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            list(pool.map(work, range(requests)))
-    wall = time.perf_counter() - t0
+        concurrent = run_concurrent(ctx.client, requests, concurrency, lambda i: prompt_for(first_index + i),
+                                    max_tokens=max_tokens, seed=seed, temperature=temperature, extra=extra)
+        wall = concurrent.wall_s
+        for i, c in enumerate(concurrent.results):
+            book(i, c)
     metrics_after = scrape_metrics(ctx.base_url) if metrics_before is not None else None
 
     if not samples:
@@ -404,6 +493,11 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
         record_ms=summarize([s.record_s * 1000.0 for s in samples]),
     )
     level.runtime_timings = _runtime_timings(samples, level, metrics_before, metrics_after)
+    if concurrent is not None:
+        level.client = concurrent.client_load(level.itl_s.p50)
+        if level.client.saturated:
+            log.warning("latency c=%d: the client was saturated (%s): these figures describe the client, "
+                        "not the runtime", concurrency, level.client.reason)
     return level
 
 
@@ -450,7 +544,7 @@ def run(ctx: "StageContext") -> LatencyResult:
     extra: dict[str, Any] = {}
     if ctx.sampling.top_p is not None:
         extra["top_p"] = ctx.sampling.top_p
-    total = profile.latency_warmup + profile.latency_requests * len(profile.concurrency)
+    total = profile.latency_warmup + sum(level_requests(profile.latency_requests, c) for c in profile.concurrency)
     if total > MAX_REQUESTS:
         raise SuiteError(f"profile {profile.name}: {total} latency requests, more than the {MAX_REQUESTS} "
                          "unique prompt prefixes")
@@ -467,10 +561,11 @@ def run(ctx: "StageContext") -> LatencyResult:
     levels = []
     next_index = profile.latency_warmup
     for concurrency in profile.concurrency:
-        if concurrency < 1:
-            raise SuiteError(f"profile {profile.name}: concurrency must be >= 1, got {concurrency}")
-        level = run_level(ctx, concurrency, profile.latency_requests, max_tokens, extra, first_index=next_index)
-        next_index += profile.latency_requests
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise SuiteError(f"profile {profile.name}: concurrency must be 1 to {MAX_CONCURRENCY}, got {concurrency}")
+        n = level_requests(profile.latency_requests, concurrency)
+        level = run_level(ctx, concurrency, n, max_tokens, extra, first_index=next_index)
+        next_index += n
         log.info("latency c=%d: TTFT p50 %.1f ms, TPOT p50 %.1f ms, overhead p50 %.3f ms", concurrency,
                  (level.ttft_s.p50 or 0) * 1000, (level.tpot_s.p50 or 0) * 1000, level.overhead_ms.p50 or 0)
         levels.append(level)

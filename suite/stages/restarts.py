@@ -127,8 +127,10 @@ def across_verdict_of(prompts: list[RestartPromptResult], enough: bool) -> tuple
     for p in prompts:
         how = ("the same answer sequence in every launch" if p.same_sequence else
                "the same answers in every launch, in another order" if p.same_answers else
-               f"the launches' answers differ ({p.modal_per_launch_distinct} different modal answers, "
-               f"{p.across_distinct} distinct in all)")
+               (f"the same modal answer in every launch, but not the same answers ({p.across_distinct} distinct "
+                "in all)" if p.modal_per_launch_distinct == 1 else
+                f"the launches' modal answers differ ({p.modal_per_launch_distinct} different ones, "
+                f"{p.across_distinct} distinct answers in all)"))
         lp = ""
         if p.same_tokens_logprobs_apart and p.across_logprob_diff is not None:
             lp = f"; same tokens but logprobs apart by {p.across_logprob_diff:.3g} nats"

@@ -30,7 +30,9 @@ from memwatch.report import ProbeStatus, Timeline, TripEvent, WatchdogReport  # 
 from suite.records import DeterminismOutcome, RunManifest, RunRecord, Summary  # noqa: E402
 from suite.repro import Sample, analyse, analyse_launches  # noqa: E402
 from suite.signature import Hardware, Signature  # noqa: E402
-from suite.stages.controls import ControlRow, ControlsResult, LoraOutcome  # noqa: E402
+from suite.stages.controls import ControlRow, ControlsResult, LoraOutcome, eliminate  # noqa: E402
+from suite.stages.reloads import ReloadOutcome, ReloadsResult  # noqa: E402
+from suite.stages.sessions import SessionsConfiguration, SessionsResult, summarise_prompt, table_lines  # noqa: E402
 from suite.stages.extraction import ExtractionResult, RepeatScore, SectionSummary, TypeScore  # noqa: E402
 from suite.stages.gate import GatePromptResult, GateResult, verdict_of  # noqa: E402
 from suite.stages.judge import JudgeGate, JudgeResult  # noqa: E402
@@ -86,12 +88,13 @@ def gate_for(record: RunRecord | None, answers: dict[str, list[str]], label: str
         samples = []
         for i, text in enumerate(texts):
             ids = tokens(text)
+            finish = "length" if len(ids) >= 48 else "stop"
             samples.append(Sample(index=i, text=text, token_ids=ids, completion_tokens=len(ids),
-                                  finish_reason="length"))
+                                  finish_reason=finish))
             if record is not None:
                 record.record_request(kind, label=label, controls=controls or [], prompt_id=pid,
                                       index=i, seed=42, temperature=0.0, max_tokens=48, text=text,
-                                      token_ids=ids, completion_tokens=len(ids), finish_reason="length",
+                                      token_ids=ids, completion_tokens=len(ids), finish_reason="length" if len(ids) >= 48 else "stop",
                                       e2e_s=0.4 + 0.01 * i, ttft_s=0.05)
         prompts.append(GatePromptResult.from_analysis(analyse(samples), prompt_id=pid, prompt_sha256="ab" * 32,
                                                       max_tokens=48))
@@ -180,10 +183,29 @@ def controls_for(runtime: str, arm: str, answers: dict[str, list[str]], refused:
             answered={p.prompt_id: p.answered for p in g.prompts},
             lengths={p.prompt_id: p.lengths_text for p in g.prompts},
             cold_is_modal={p.prompt_id: p.cold_warm.cold_is_modal if p.cold_warm else None for p in g.prompts},
-            reproducible=g.reproducible))
-    return ControlsResult(runtime=runtime, arm=arm, requested=[c[0] for c in configs],
-                          n_requests=len(next(iter(answers.values()))), prompts=list(answers), rows=rows,
-                          lora=LoraOutcome(offered=False))
+            reproducible=g.reproducible, ran_controls=[] if name == "default" else [name],
+            request_extra={} if name == "default" else {"cache_prompt": False},
+            tokens_per_s=41.5 if name == "default" else 38.2))
+    result = ControlsResult(runtime=runtime, arm=arm, requested=[c[0] for c in configs],
+                            n_requests=len(next(iter(answers.values()))), prompts=list(answers), rows=rows,
+                            lora=LoraOutcome(offered=False))
+    eliminate(result, gate_for(None, answers))
+    return result
+
+
+def sessions_for(k: int, r: int, adapter_varies: bool) -> SessionsResult:
+    """Study 2's outcome, constructed: the base model stable, the adapter varying run to run."""
+    def runs(session: int, vary: bool) -> list[Sample]:
+        return [Sample(index=i, text=f"answer {session}.{i}" if vary else "the same answer",
+                       token_ids=[session, i] if vary else [7, 7]) for i in range(r)]
+    base = SessionsConfiguration(label="base", prompts=[summarise_prompt("short-open", [runs(s, False) for s in range(k)])])
+    adapter = SessionsConfiguration(label="adapter", prompts=[
+        summarise_prompt("short-open", [runs(s, adapter_varies) for s in range(k)])])
+    result = SessionsResult(sessions=k, replicates=r, launched=k, lora=True, lora_select="scale",
+                            configurations=[base, adapter], verdict="")
+    result.table = table_lines(result)
+    result.verdict = "; ".join(result.table)
+    return result
 
 
 def restarts_for(launch_answers: list[dict[str, list[str]]], failed_reason: str | None = None) -> RestartsResult:
@@ -296,6 +318,12 @@ def write_run(results: Path, model: str, arm: str, started: datetime, rng: rando
         launches = [answers] * 5 + [{k: [v[-1]] * len(v) for k, v in answers.items()}]
         record.write_stage("restarts", restarts_for(launches, "RuntimeError: <unk> token id out of range"
                                                     if spread > 2 else None))
+        if arm == "llamacpp" and spread == 1:
+            record.write_stage("sessions", sessions_for(8, 3, adapter_varies=True))
+            record.write_stage("reloads", ReloadsResult(
+                reloads=1, sections=12, within_identical=10, within_comparable=12,
+                outcomes=[ReloadOutcome(index=0, status="ok", startup_s=1.1, compared=12, same=12)],
+                line="10 of 12 within, 12 of 12 after reload 1"))
     record.write_stage("watchdog", watchdog_for(rng, 1.1 if vllm else 0.35, 95.0, trip_at=40.0 if trip else None))
     wall = 180.0 if vllm else 62.0
     finished = (started + timedelta(seconds=wall)).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,473 @@
+"""Arms across machines on Ray: `suite bench --ray ADDRESS` (or `$RAY_ADDRESS`).
+
+Not a scheduler of our own. Every machine that joins the Ray cluster advertises one unit of the
+custom resource `suite_host` (`ray start ... --resources '{"suite_host": 1}'`); every arm becomes a
+Ray task that needs one unit, so a machine runs one arm at a time, alone on its GPU. An arm's
+`node_labels` (card: `[arms.X] node_labels = {gpu = "H200"}`) become the task's Ray label
+selector (`ray start --labels gpu=H200`); a card's `gpu_memory_gb` becomes a need for that many
+units of `suite_gpu_gb`, which a GPU machine advertises as its GPU memory in GB, so a model for a
+32 GB-class card lands only on such machines.
+
+On its node the task runs the arm exactly as a local bench does (`bench.run_arm`: the node's own
+launcher choice, watchdog and GPU lease) into a scratch results folder, writes `ray.json` (node,
+attempt, wall-clock start and end) into the finished run folder and returns that folder as a tar.
+The driver unpacks it beside its results folder and renames it into place: a run folder appears
+whole or not at all, and one already there is never replaced. The node's name
+(`$SUITE_NODE_NAME` there, else its host name) goes into the signature; its hardware is detected
+on the node as always.
+
+Faults: a task whose node (or worker process) dies is retried by Ray on another node, at most
+`MAX_RETRIES` times; after that, or when the task itself raised, the arm is recorded as failed
+with the reason (a run folder with `run.json`, `summary.json` and `ray.json`, nothing else).
+Ctrl-C on the driver force-cancels every task: Ray kills the task's worker process and the local
+launcher's parent-death signal ends the runtime it started on that node.
+
+Progress: per-arm state (queued, on node X, stage, done / failed), as a live table on a terminal
+and as one line per change otherwise. Ray is an optional extra: without it `--ray` answers with
+one line saying how to install it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from suite.errors import SuiteError
+from suite.records import RunManifest, RunRecord, Summary, new_run_id, utcnow, write_once
+
+log = logging.getLogger(__name__)
+
+SUITE_HOST = "suite_host"  # one unit per machine: one arm at a time on it
+GPU_GB = "suite_gpu_gb"  # a GPU machine's GPU memory in GB, needed by cards with gpu_memory_gb
+MAX_RETRIES = 2  # retries after a lost node / worker, then the arm is recorded as failed
+INSTALL_HINT = ("--ray needs Ray, an optional extra: pip install 'suite[ray]' "
+                "(in a checkout: pip install -e '.[ray]')")
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise SuiteError(INSTALL_HINT) from None
+    return ray
+
+
+def node_name() -> str:
+    """This node's name in signatures and progress: $SUITE_NODE_NAME, else the host name."""
+    return os.environ.get("SUITE_NODE_NAME") or socket.gethostname()
+
+
+# ---------------------------------------------------------------- what an arm needs of a node
+
+def arm_requirements(card: Any, arm: Any) -> tuple[dict[str, float], dict[str, str]]:
+    """(Ray resources, Ray label selector) one arm's task needs."""
+    resources: dict[str, float] = {SUITE_HOST: 1}
+    if getattr(card, "gpu_memory_gb", None):
+        resources[GPU_GB] = float(card.gpu_memory_gb)
+    return resources, dict(getattr(arm, "node_labels", None) or {})
+
+
+def _label_matches(value: str | None, wanted: str) -> bool:
+    negate = wanted.startswith("!")
+    w = wanted[1:] if negate else wanted
+    if w.startswith("in(") and w.endswith(")"):
+        ok = value in [v.strip() for v in w[3:-1].split(",")]
+    else:
+        ok = value == w
+    return ok != negate
+
+
+def feasible_nodes(nodes: list[dict[str, Any]], resources: dict[str, float], labels: dict[str, str]) -> list[str]:
+    """Ids of the live nodes (`ray.nodes()`) that offer these resources and carry these labels."""
+    out = []
+    for n in nodes:
+        if not n.get("Alive"):
+            continue
+        have = n.get("Resources") or {}
+        node_labels = n.get("Labels") or {}
+        if all(have.get(k, 0) >= v for k, v in resources.items()) and all(
+                _label_matches(node_labels.get(k), v) for k, v in labels.items()):
+            out.append(n.get("NodeID", "?"))
+    return out
+
+
+def _needs_phrase(resources: dict[str, float], labels: dict[str, str]) -> str:
+    res = ", ".join(f"{k} >= {v:g}" for k, v in resources.items())
+    lab = ", ".join(f"label {k}={v}" for k, v in labels.items())
+    return res + (f", {lab}" if lab else "")
+
+
+# ---------------------------------------------------------------- on the node
+
+class _Board:
+    """The driver's progress board (a Ray actor on the driver's node): tasks report, the driver reads."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.starts: dict[str, int] = {}
+
+    def started(self, arm: str, node: str, node_id: str) -> int:
+        self.starts[arm] = self.starts.get(arm, 0) + 1
+        self.events.append({"arm": arm, "kind": "started", "node": node, "node_id": node_id,
+                            "attempt": self.starts[arm], "at": time.time()})
+        return self.starts[arm]
+
+    def report(self, arm: str, kind: str, **fields: Any) -> None:
+        self.events.append({"arm": arm, "kind": kind, "at": time.time(), **fields})
+
+    def since(self, index: int) -> list[dict[str, Any]]:
+        return self.events[index:]
+
+
+def _scratch_root() -> Path:
+    from suite.paths import cache_dir
+
+    return cache_dir() / "ray-scratch"
+
+
+def _reap_scratch(root: Path) -> None:
+    """Remove scratch folders of task processes that are gone (a cancelled or killed task)."""
+    import psutil
+
+    for d in root.glob("*-*") if root.is_dir() else []:
+        pid, _, start = d.name.partition("-")
+        try:
+            alive = abs(psutil.Process(int(pid)).create_time() * 1000 - int(start)) < 50
+        except (ValueError, psutil.Error):
+            alive = False
+        if not alive:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _undo_ray_env() -> None:
+    """Ray sets OMP_NUM_THREADS=1 in task workers where the node had none: runtimes started from
+    here would inherit it (a CPU runtime on one thread). Keep the node's own value, or none."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        return
+    try:
+        parent = Path(f"/proc/{os.getppid()}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if not any(e.startswith(b"OMP_NUM_THREADS=") for e in parent):
+        os.environ.pop("OMP_NUM_THREADS", None)
+
+
+def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
+    """The Ray task: one arm on this node, as a local bench runs it; returns its run folder as a tar."""
+    import psutil
+    import ray
+
+    from suite import gpu
+    from suite.bench import JudgeChoice, plan_arms, run_arm
+    from suite.signature import on_node
+
+    _undo_ray_env()
+    arm = request["arm"]
+    name = node_name()
+    node_id = ray.get_runtime_context().get_node_id()
+    try:
+        attempt = ray.get(board.started.remote(arm, name, node_id), timeout=30)
+    except Exception as exc:  # noqa: BLE001 - progress is best effort; the arm still runs
+        log.warning("arm %s: progress board unreachable: %s", arm, _first_line(exc))
+        attempt = None
+    root = _scratch_root()
+    _reap_scratch(root)
+    work = root / f"{os.getpid()}-{int(psutil.Process().create_time() * 1000)}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        plan = plan_arms(request["model"], [arm], request["launcher"], request["profile"],
+                         request.get("concurrency"), request.get("gate_requests"), request.get("restarts"),
+                         request.get("overrides"))[0]
+        judge = JudgeChoice(*request["judge"]) if request.get("judge") else None
+        t0 = time.time()
+        with on_node(name), gpu.exclusive_device() as lease:
+            summary = run_arm(plan, work, request["stages"], request.get("controls"), False, judge,
+                              on_stage=lambda stage: board.report.remote(arm, "stage", stage=stage, node=name))
+            if lease.locked:
+                waited = gpu.wait_for_baseline(lease.baseline_bytes)
+                if not waited.reached:
+                    log.warning("arm %s: %s", arm, waited.reason)
+        t1 = time.time()
+        placement = {"node": name, "node_id": node_id, "host": socket.gethostname(),
+                     "attempt": attempt, "started": t0, "finished": t1}
+        payload: bytes | None = None
+        if summary.run_id != "-":  # skipped arms leave no folder, as in a local bench
+            run_dir = work / summary.model / summary.arm / summary.run_id
+            write_once(run_dir / "ray.json", json.dumps(placement, indent=2))
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+                tar.add(run_dir, arcname=summary.run_id)
+            payload = buf.getvalue()
+        return {"summary": summary.model_dump(mode="json"), "tar": payload, "placement": placement}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- on the driver
+
+def land_run(results: Path, model: str, arm: str, run_id: str, payload: bytes) -> Path:
+    """Unpack a run folder shipped from a node and move it into `results` whole, never replacing one."""
+    for part in (model, arm, run_id):
+        if not _SAFE.match(part):
+            raise SuiteError(f"a node sent a run folder named {part!r}: not a safe folder name")
+    dest = results / model / arm / run_id
+    if dest.exists():
+        raise SuiteError(f"{dest}: a run folder with this id exists already; run records are never replaced")
+    incoming = results / ".incoming"
+    incoming.mkdir(parents=True, exist_ok=True)
+    # Nested two levels deeper than a run folder: the loaders' `*/*/*/run.json` never sees it.
+    tmp = Path(tempfile.mkdtemp(prefix=f"{run_id}.", dir=incoming))
+    try:
+        staged = tmp / model / arm
+        staged.mkdir(parents=True)
+        with tarfile.open(fileobj=io.BytesIO(payload), mode="r:gz") as tar:
+            tar.extractall(staged, filter="data")
+        src = staged / run_id
+        found = sorted(p.name for p in staged.iterdir())
+        if found != [run_id] or not (src / "run.json").is_file() or not (src / "summary.json").is_file():
+            raise SuiteError(f"the run folder {run_id} sent by the node is not a finished run "
+                             f"(found {found}); nothing written")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.exists():
+            raise SuiteError(f"{dest}: a run folder with this id exists already; run records are never replaced")
+        os.rename(src, dest)  # fails on a non-empty folder of that name: never replaces a run
+        return dest
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            incoming.rmdir()
+        except OSError:
+            pass
+
+
+def record_failed(results: Path, model: str, arm: str, runtime: str, launcher: str, profile: str,
+                  started: str, reason: str, placement: dict[str, Any]) -> Summary:
+    """A failed arm on the driver: run.json, summary.json (status failed, the reason), ray.json."""
+    manifest = RunManifest(run_id=new_run_id(None), model=model, arm=arm, runtime=runtime, launcher=launcher,
+                           profile=profile, started_at=started)
+    record = RunRecord.create(results, manifest)
+    write_once(record.dir / "ray.json", json.dumps(placement, indent=2))
+    summary = Summary(**manifest.model_dump(exclude={"signature"}), finished_at=utcnow(), status="failed",
+                      reason=reason)
+    record.finish(summary)
+    return summary
+
+
+@dataclass
+class _ArmState:
+    arm: str
+    state: str = "queued"
+    node: str | None = None
+    stage: str | None = None
+    attempt: int = 0
+    detail: str = ""
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+
+    def line(self) -> str:
+        where = f" on node {self.node}" if self.node else ""
+        if self.state == "queued":
+            return f"arm {self.arm}: queued{(' ' + self.detail) if self.detail else ''}"
+        if self.state == "running":
+            again = f" (attempt {self.attempt})" if self.attempt > 1 else ""
+            return f"arm {self.arm}: {'stage ' + self.stage if self.stage else 'started'}{where}{again}"
+        return f"arm {self.arm}: {self.state}{where}{(': ' + self.detail) if self.detail else ''}"
+
+
+class Progress:
+    """Per-arm state: a live table on a terminal, else one line per change."""
+
+    def __init__(self, console: Any, arms: list[str]):
+        self.console = console
+        self.arms = {a: _ArmState(a) for a in arms}
+        self.live: Any = None
+
+    def __enter__(self) -> "Progress":
+        if self.console.is_terminal:
+            from rich.live import Live
+
+            self.live = Live(self._table(), console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live is not None:
+            self.live.update(self._table())
+            self.live.__exit__(*exc)
+
+    def _table(self) -> Any:
+        from rich.table import Table
+
+        table = Table("arm", "state", "node", "stage", "attempt", "detail")
+        for s in self.arms.values():
+            table.add_row(s.arm, s.state, s.node or "-", s.stage or "-", str(s.attempt or "-"), s.detail or "")
+        return table
+
+    def _print(self, s: _ArmState) -> None:
+        self.console.print(s.line(), highlight=False, soft_wrap=True, markup=False)
+
+    def update(self, arm: str, **changes: Any) -> None:
+        s = self.arms[arm]
+        before = s.line()
+        for k, v in changes.items():
+            setattr(s, k, v)
+        if self.live is not None:
+            self.live.update(self._table())
+        elif s.line() != before:
+            self._print(s)
+
+    def apply(self, event: dict[str, Any]) -> None:
+        arm = event.get("arm")
+        if arm not in self.arms:
+            return
+        s = self.arms[arm]
+        if event["kind"] == "started":
+            s.nodes.append({"node": event.get("node"), "node_id": event.get("node_id"), "at": event.get("at")})
+            self.update(arm, state="running", node=event.get("node"), stage=None,
+                        attempt=event.get("attempt") or s.attempt + 1, detail="")
+        elif event["kind"] == "stage":
+            self.update(arm, state="running", stage=event.get("stage"), node=event.get("node") or s.node)
+
+    def note(self, text: str) -> None:
+        self.console.print(text, highlight=False, soft_wrap=True, markup=False)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launcher: str = "auto",
+                  profile: str = "standard", stages: list[str] | None = None, results: Path | None = None,
+                  controls: list[str] | None = None, judge_url: str | None = None, judge_model: str | None = None,
+                  concurrency: list[int] | None = None, gate_requests: int | None = None,
+                  restarts: int | None = None, overrides: dict[str, Any] | None = None,
+                  max_retries: int = MAX_RETRIES, console: Any = None) -> list[Summary]:
+    """Every arm of `model` as a Ray task on a `suite_host` node; run folders land in `results` write-once."""
+    ray = import_ray()
+    from rich.console import Console
+
+    from suite.bench import plan_arms, resolve_judge
+    from suite.paths import results_dir
+    from suite.stages import ORDER
+
+    console = console or Console(stderr=True)
+    out = results or results_dir()
+    plans = plan_arms(model, arms, launcher, profile, concurrency, gate_requests, restarts, overrides)  # checks input
+    judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
+    base = {"model": model, "launcher": launcher, "profile": profile, "stages": stages or list(ORDER),
+            "controls": controls, "judge": (judge.url, judge.model) if judge else None,
+            "concurrency": concurrency, "gate_requests": gate_requests, "restarts": restarts,
+            "overrides": overrides}
+    t_bench = time.monotonic()
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise SuiteError(f"--ray {address}: cannot connect to the Ray cluster: {_first_line(exc)}") from None
+    summaries: list[Summary] = []
+    try:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = ray.get_runtime_context().get_node_id()
+        board = ray.remote(num_cpus=0)(_Board).options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=True)).remote()
+        task = ray.remote(run_arm_task)
+        nodes = ray.nodes()
+        pending: dict[Any, Any] = {}
+        started_at: dict[str, str] = {}
+        with Progress(console, [p.arm_name for p in plans]) as progress:
+            for plan in plans:
+                resources, labels = arm_requirements(plan.card, plan.arm)
+                started_at[plan.arm_name] = utcnow()
+                if not feasible_nodes(nodes, resources, labels):
+                    reason = (f"no live node of the Ray cluster offers {_needs_phrase(resources, labels)} "
+                              "(see docs/RAY.md: ray start --resources / --labels)")
+                    s = record_failed(out, plan.card.name, plan.arm_name, plan.runtime.name, plan.launcher.name,
+                                      plan.profile.name, started_at[plan.arm_name], reason,
+                                      {"attempts": [], "resources": resources, "labels": labels})
+                    progress.update(plan.arm_name, state="failed", detail=reason)
+                    summaries.append(s)
+                    continue
+                opts: dict[str, Any] = {"resources": {k: v for k, v in resources.items()}, "num_cpus": 0,
+                                        "max_retries": max_retries, "retry_exceptions": False,
+                                        "name": f"suite:{plan.card.name}/{plan.arm_name}"}
+                if labels:
+                    opts["label_selector"] = labels
+                ref = task.options(**opts).remote({**base, "arm": plan.arm_name}, board)
+                pending[ref] = plan
+                progress.update(plan.arm_name, detail=f"for a node with {_needs_phrase(resources, labels)}")
+            seen = 0
+            try:
+                while pending:
+                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+                    try:
+                        events = ray.get(board.since.remote(seen), timeout=10)
+                    except Exception:  # noqa: BLE001 - the board is best effort
+                        events = []
+                    seen += len(events)
+                    for event in events:
+                        progress.apply(event)
+                    for ref in ready:
+                        plan = pending.pop(ref)
+                        summaries.append(_collect(ray, ref, plan, out, progress, started_at[plan.arm_name],
+                                                  max_retries))
+            except KeyboardInterrupt:
+                progress.note(f"interrupted: cancelling {len(pending)} arm task(s); their runtimes stop on their nodes")
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+                ray.wait(list(pending), num_returns=len(pending), timeout=30)
+                raise
+        progress.note(f"bench on Ray: {len(plans)} arm(s) in {time.monotonic() - t_bench:.1f} s")
+    finally:
+        ray.shutdown()
+    order = {p.arm_name: i for i, p in enumerate(plans)}
+    summaries.sort(key=lambda s: order.get(s.arm, 0))
+    return summaries
+
+
+def _collect(ray: Any, ref: Any, plan: Any, out: Path, progress: Progress, started: str,
+             max_retries: int) -> Summary:
+    """The finished task's run folder into `out`, or a failed record with the reason."""
+    arm = plan.arm_name
+    state = progress.arms[arm]
+    placement = {"attempts": state.nodes}
+    try:
+        result = ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:  # the task itself raised (on a node: bad set-up there)
+        cause = getattr(exc, "cause", None)
+        reason = f"on node {state.node or '?'}: {_first_line(cause) if cause else _first_line(exc)}"
+    except ray.exceptions.TaskCancelledError:
+        raise KeyboardInterrupt from None
+    except ray.exceptions.RayError as exc:  # node or worker lost, Ray already retried
+        reason = (f"the node running it was lost ({len(state.nodes)} attempt(s), {max_retries} retries "
+                  f"allowed): {_first_line(exc)}")
+    else:
+        summary = Summary.model_validate(result["summary"])
+        placement = result.get("placement") or {}
+        if result.get("tar"):
+            try:
+                land_run(out, summary.model, summary.arm, summary.run_id, result["tar"])
+            except SuiteError as exc:
+                progress.update(arm, state="failed", detail=str(exc))
+                log.error("arm %s: %s", arm, exc)
+                return summary
+        progress.update(arm, state="done", node=placement.get("node") or state.node, stage=None,
+                        detail=f"{summary.status}{(' (' + summary.reason + ')') if summary.reason else ''}"
+                        f"{', record ' + summary.run_id if summary.run_id != '-' else ''}")
+        return summary
+    summary = record_failed(out, plan.card.name, arm, plan.runtime.name, plan.launcher.name, plan.profile.name,
+                            started, reason, placement)
+    progress.update(arm, state="failed", stage=None, detail=reason)
+    return summary

@@ -1,0 +1,144 @@
+"""`suite bench --url URL --served-model NAME`: a server the suite did not start (issue 12, point 3).
+
+Against a real llama-server started here on the tiny GGUF: the gate, latency and extraction run
+unchanged, restarts are skipped with the reason, the signature records what the server says
+about itself with launcher "external" and the URL, and the site shows the run like any other.
+Bad input (no server at the URL, a server that is not an OpenAI API, a model the server does not
+list) is one line, exit 2, and nothing in the results folder.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from suite.launchers.base import free_port
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("RESULTS", "MODEL")}
+    return subprocess.run([sys.executable, "-m", "suite.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def one_error_line(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    return lines[0]
+
+
+@pytest.fixture()
+def html_server() -> Iterator[str]:
+    """An HTTP server that answers every path with an HTML page (200), as a web site would."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = b"<!doctype html><html><body>a web page</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_unreachable_url_is_one_line(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    results = tmp_path / "results"
+    line = one_error_line(run_cli("bench", "--url", url, "--served-model", "tiny", "--results", str(results)))
+    assert line.startswith(f"error: --url {url}: no server answers there")
+    assert not results.exists()
+
+
+def test_url_that_is_not_an_openai_api_is_one_line(html_server, tmp_path):
+    results = tmp_path / "results"
+    line = one_error_line(run_cli("bench", "--url", html_server, "--results", str(results)))
+    assert line == (f"error: --url {html_server}: not an OpenAI-compatible API: GET /v1/models gave HTTP 200 "
+                    "with text/html, not a JSON model list")
+    assert not results.exists()
+
+
+def test_url_that_is_not_http_is_one_line(tmp_path):
+    line = one_error_line(run_cli("bench", "--url", "localhost:8080", "--results", str(tmp_path / "r")))
+    assert "--url 'localhost:8080': give an http:// or https:// address" in line
+
+
+def test_served_model_the_server_does_not_list_is_one_line(llamacpp_server, tmp_path):
+    url = llamacpp_server.base_url + "/v1"
+    results = tmp_path / "results"
+    line = one_error_line(run_cli("bench", "--url", url, "--served-model", "nope", "--results", str(results)))
+    assert line == f"error: --served-model 'nope': not served at {url}; it lists: tiny"
+    assert not results.exists()
+
+
+def test_bench_url_gives_a_full_record_and_a_site_page(llamacpp_server, tmp_path):
+    from suite.publish import build_site
+
+    url = llamacpp_server.base_url + "/v1"
+    results = tmp_path / "results"
+    r = run_cli("bench", "--url", url, "--served-model", "tiny", "--profile", "quick", "--results", str(results),
+                timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "external" in r.stdout  # the summary names the launcher
+    (run_dir,) = (results / "external" / "external").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "complete", summary.get("reason")
+    assert summary["launcher"] == "external" and summary["runtime"] == "llamacpp"
+    assert summary["reason"] == "restarts not run: the suite did not start this server"
+    for stage in ("gate", "latency", "extraction"):
+        assert summary[stage], stage
+        assert (run_dir / "stages" / f"{stage}.json").exists()
+    assert summary["restarts"] is None
+    assert summary["gate"]["prompts"][0]["requests"] == 5
+    sig = json.loads((run_dir / "run.json").read_text())["signature"]
+    assert sig["launcher"] == "external" and sig["endpoint"] == url
+    assert sig["runtime"] == "llamacpp" and sig["model_format"] == "external"
+    reports = sig["server_reports"]
+    assert [m["id"] for m in reports["/v1/models"]["data"]] == ["tiny"]
+    assert reports["/props"]["build_info"] == sig["runtime_version"]
+    assert sig["digest"]
+    requests = [json.loads(ln) for ln in (run_dir / "requests.jsonl").read_text().splitlines()]
+    assert {q["kind"] for q in requests} >= {"gate", "extraction"}
+    assert all(q.get("signature_digest") == sig["digest"] for q in requests if "signature_digest" in q)
+    assert llamacpp_server.alive(), "the suite must leave a server it did not start running"
+
+    report = build_site(results, tmp_path / "site")
+    assert report.runs == 1 and report.complete == 1
+    page = (tmp_path / "site" / "models" / "external.html").read_text()
+    assert url in page and "the suite did not start this server" in page
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "external" in index
+
+
+def test_external_runtime_stop_and_kill_leave_the_server(llamacpp_server, tmp_path):
+    from suite.launchers.external import ExternalRuntime, probe_server
+
+    info = probe_server(llamacpp_server.base_url, None)  # one model listed: it is the default
+    assert info.served_model == "tiny" and info.kind == "llamacpp"
+    rt = ExternalRuntime(info, tmp_path / "log")
+    rt.kill()
+    rt.stop()
+    assert rt.alive() and llamacpp_server.alive()
+    assert ExternalRuntime(probe_server(llamacpp_server.base_url + "/v1/", "tiny"), Path("x")).base_url == \
+        llamacpp_server.base_url
