@@ -278,8 +278,7 @@ def hash_snapshot(target: Path, files: list[Path]) -> str:
 def _offline_line(repo: str, revision: str, target: Path, why: str) -> str:
     return (f"cannot fetch hf:{repo}@{revision}: {why}; pre-download it where there is network "
             f"(`hf download {repo} --revision {revision} --local-dir {target}`, then copy that folder here), "
-            "or, with it in the Hugging Face cache already, set HF_HUB_OFFLINE=1, "
-            "or point the card's format at a local copy")
+            "or, with it in the Hugging Face cache already, set HF_HUB_OFFLINE=1")
 
 
 def _hub_offline() -> bool:

@@ -300,13 +300,14 @@ def series_pattern(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence
     return "varies", f"answers vary in random order ({len(set(keys))} distinct, {changes} changes in {len(keys)})"
 
 
-def max_logprob_diff(samples: Sequence[Sample]) -> float | None:
-    """Largest logprob difference of any request against the first one, over their shared prefix."""
-    ok = [s for s in samples if s.ok and s.logprobs]
-    if len(ok) < 2:
-        return None
-    ref = ok[0]
-    diffs = [d for s in ok[1:] if (d := prefix_logprob_diff(ref, s)) is not None]
+def max_logprob_diff(groups: Sequence[Sequence[Sample]]) -> float | None:
+    """Largest logprob difference between requests that gave the same answer (same tokens).
+
+    Each request is compared with the first request of its answer group; requests without
+    logprobs are skipped. 0.0: every repeat of each answer came with the same logprobs.
+    """
+    diffs = [d for g in groups for s in g[1:]
+             if (d := prefix_logprob_diff(g[0], s)) is not None]
     return max(diffs) if diffs else None
 
 
@@ -374,7 +375,7 @@ def analyse(samples: Sequence[Sample], cold_count: int = 1, preview_chars: int =
         cold_warm=cold_warm,
         pattern=pattern,
         pattern_text=pattern_text,
-        max_logprob_diff=max_logprob_diff(ok),
+        max_logprob_diff=max_logprob_diff(groups),
         unseen_share_bound=unseen_share_bound(len(ok)) if len(groups) == 1 else None,
     )
 

@@ -166,7 +166,7 @@ def test_offline_machine_gets_one_line_naming_the_repo(tmp_path):
         "EnvironmentUnavailable cannot fetch hf:example-org/example-model@main: HF_HUB_OFFLINE is set and it is "
         "not in the Hugging Face cache; pre-download it where there is network (`hf download "
         f"example-org/example-model --revision main --local-dir {target}`, then copy that folder here), or, with "
-        "it in the Hugging Face cache already, set HF_HUB_OFFLINE=1, or point the card's format at a local copy")
+        "it in the Hugging Face cache already, set HF_HUB_OFFLINE=1")
     assert not (target / ".prepared").exists()
 
 

@@ -224,3 +224,11 @@ def test_one_answer_bounds_what_can_be_missed():
 def test_all_failed_is_undetermined_not_reproducible():
     g = gate_of(series(None, None, None))
     assert g.reproducible is None and "0 answered of 3" in g.verdict
+
+
+def test_logprob_drift_is_measured_among_requests_with_the_same_tokens():
+    """A cold answer that parts at token 0 does not hide the warm repeats' identical logprobs."""
+    lps = [[-2.0, -1.0], [-0.1, -0.2, -0.3], [-0.1, -0.2, -0.3], [-0.1, -0.2, -0.3]]
+    a = analyse(series(X, A, A, A, logprobs=lps))
+    assert a.pattern == "cold-transient"
+    assert a.max_logprob_diff == 0.0
