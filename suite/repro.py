@@ -514,6 +514,8 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
     elif len(answering) >= 2:
         note = (f"no interval: {len(answering)} launches answered, a bootstrap over launches needs at least "
                 f"{MIN_LAUNCHES_FOR_CI}; per-launch figures instead")
+    else:
+        note = f"no agreement: {len(answering)} launch(es) answered, comparing launches needs two"
     enough = len(answering) >= 2
     sequences = [[(s.ok, answer_key(s, by) if s.ok else None) for s in launch] for launch in ordered if any(
         s.ok for s in launch)]

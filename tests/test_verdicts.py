@@ -232,3 +232,22 @@ def test_logprob_drift_is_measured_among_requests_with_the_same_tokens():
     a = analyse(series(X, A, A, A, logprobs=lps))
     assert a.pattern == "cold-transient"
     assert a.max_logprob_diff == 0.0
+
+
+def test_no_launch_answered_is_undetermined_everywhere():
+    r = analyse_launches([series(None, None), series(None)])
+    assert r.agreement is None and r.agreement_ci95 is None and r.consistent_across is None
+    assert r.stable_within is None and "needs two" in r.ci_note
+    rs = restarts_of([series(None, None), series(None, None)])
+    assert rs.stable_within is None and rs.consistent_across is None
+    assert rs.verdict.startswith("undetermined")
+
+
+def test_one_launch_answering_gives_no_agreement():
+    r = analyse_launches([series(A, A), series(None, None)])
+    assert r.agreement is None and r.consistent_across is None and "1 launch(es) answered" in r.ci_note
+
+
+def test_every_answer_empty_is_one_answer_by_ids():
+    a = analyse([Sample(index=i, text="") for i in range(4)])
+    assert a.compared_by == "token_ids" and a.distinct == 1 and a.empty_answers == 4

@@ -120,9 +120,10 @@ def _agreement_text(p: RestartPromptResult) -> str:
 
 def across_verdict_of(prompts: list[RestartPromptResult], enough: bool) -> tuple[bool | None, str]:
     """Consistency across launches: launches compared with each other, not answers pooled."""
-    if not enough:
-        return None, "undetermined"
-    consistent = all(p.consistent_across for p in prompts)
+    known = [p.consistent_across for p in prompts if p.consistent_across is not None]
+    if not enough or not known:
+        return None, "undetermined: fewer than two launches answered"
+    consistent = all(known)
     parts = []
     for p in prompts:
         how = ("the same answer sequence in every launch" if p.same_sequence else
@@ -158,15 +159,17 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
             stable_within=a.stable_within, within_patterns=a.within_patterns, per_launch=a.per_launch,
             pairs=a.pairs, across_logprob_diff=a.across_logprob_diff,
             same_tokens_logprobs_apart=a.same_tokens_logprobs_apart))
-    enough = len(answered) >= 2 and bool(prompts)
-    stable = all(p.stable_within for p in prompts if p.stable_within is not None) if prompts else None
+    answering = [o for o in answered if o.gate is not None and any(p.answered for p in o.gate.prompts)]
+    enough = len(answering) >= 2 and bool(prompts)
+    known = [p.stable_within for p in prompts if p.stable_within is not None]
+    stable = all(known) if known else None
     consistent, across = across_verdict_of(prompts, enough)
     within = within_verdict_of(prompts)
     if not enough:
-        verdict = f"undetermined: {len(answered)} of {k} launches answered"
+        verdict = f"undetermined: {len(answering)} of {k} launches answered"
     else:
         verdict = f"within: {within}; across: {across}"
-    return RestartsResult(launches=k, launched=len(answered), requests_per_launch=n, prompts=prompts,
+    return RestartsResult(launches=k, launched=len(answering), requests_per_launch=n, prompts=prompts,
                           launch_outcomes=outcomes, stable_within=stable, consistent_across=consistent,
                           within_verdict=within, across_verdict=across, verdict=verdict)
 
