@@ -30,10 +30,11 @@ from suite.launchers import launcher_for
 from suite.launchers.base import LaunchSpec, Launcher, LoraAdapter, RunningRuntime
 from suite.paths import PROMPTS_DIR
 from suite.profiles import Profile, get_profile
-from suite.records import (DeterminismOutcome, RunManifest, RunRecord, Summary, find_incomplete, new_run_id,
+from suite.records import (STAGE_KEYS, DeterminismOutcome, RunManifest, RunRecord, Summary, find_incomplete, new_run_id,
                            utcnow)
 from suite.signature import Signature, command_version, detect_hardware, hash_files, redact_args, redact_env
 from suite.stages import ORDER, StageContext, get_stage
+from suite.stages.gate import death_reason_of
 
 log = logging.getLogger(__name__)
 
@@ -405,7 +406,9 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
     previous = find_incomplete(results, plan.card.name, plan.arm_name) if resume else None
     if previous is not None:
         record = RunRecord.open_incomplete(previous)
-        log.info("resuming %s", previous)
+        moved = record.set_aside_unfinished({n for n in STAGE_KEYS if record.stage_done(n)})
+        log.info("resuming %s%s", previous, f" ({moved} request lines of the interrupted stage set aside in "
+                 "requests-interrupted.jsonl)" if moved else "")
     tmp_logs = results / ".logs" / f"{plan.card.name}-{plan.arm_name}-{int(time.time() * 1000)}"
     log_dir = record.log_dir if record else tmp_logs
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -497,10 +500,14 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
                     # These stop and start the runtime: free the machine first.
                     rt.stop()
                 module = get_stage(name)
+                if not module.FRESH_RUNTIMES and not rt.alive():
+                    raise RuntimeDied(f"the runtime was no longer running before stage {name}: "
+                                      f"{death_reason_of(rt)() or 'no error line in its log'}")
                 log.info("arm %s: stage %s", plan.arm_name, name)
                 if on_stage is not None:
                     on_stage(name)
                 t0 = time.monotonic()
+                ctx.stage = name
                 if name == "controls":
                     result = module.run(ctx, controls_request or ["all"])
                 else:
@@ -508,6 +515,11 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
                 log.info("arm %s: stage %s done in %.1f s", plan.arm_name, name, time.monotonic() - t0)
                 record.write_stage(name, result)
                 ctx.results[name] = result
+                if not module.FRESH_RUNTIMES and not rt.alive():
+                    # What the stage measured before the runtime died is kept (its result and
+                    # every request line); the arm stops here and the bench goes on.
+                    why = getattr(result, "stopped_reason", None) or death_reason_of(rt)() or "no error line in its log"
+                    raise RuntimeDied(f"the runtime died during stage {name}: {why}")
                 if name == "gate":
                     ctx.reproducible = getattr(result, "reproducible", None)
                     if ctx.reproducible is False and plan.profile.auto_controls and "controls" not in stages:
@@ -520,6 +532,10 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
         except KeyboardInterrupt:
             watchdog.stop()
             raise
+        except RuntimeDied as exc:
+            status, reason = ("stopped-by-watchdog", "stopped by the memory watchdog") if watchdog.tripped \
+                else ("failed", str(exc))
+            log.error("arm %s: %s", plan.arm_name, reason)
         except SuiteError as exc:
             if watchdog.tripped:
                 status, reason = "stopped-by-watchdog", "stopped by the memory watchdog"
@@ -545,6 +561,10 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
     summary.wall_s = round(time.monotonic() - t_arm, 2)
     record.finish(summary)
     return summary
+
+
+class RuntimeDied(SuiteError):
+    """The arm's runtime stopped on its own during a stage that needed it."""
 
 
 class WatchdogTripped(SuiteError):

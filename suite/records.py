@@ -87,14 +87,26 @@ def write_once(path: Path, data: str) -> None:
     """Write a file through a temporary name and a rename; refuse to replace an existing one."""
     if path.exists():
         raise SuiteError(f"{path}: already written; run records are never overwritten")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot write the run record: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.link(tmp, path)  # fails if path appeared meanwhile: never overwrite
+    except OSError as exc:
+        # A full disk or a lost folder: the record file is never left half-written (only the
+        # complete temporary file is ever linked into place).
+        raise SuiteError(f"{path}: cannot write the run record: {exc.strerror or exc}") from None
     finally:
-        os.unlink(tmp)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def _read_json(path: Path) -> Any:
@@ -166,10 +178,48 @@ class RunRecord:
         return d
 
     def record_request(self, kind: str, **fields: Any) -> None:
-        """Append one request's record (thread-safe)."""
-        line = json.dumps({"kind": kind, "at": utcnow(), **fields}, default=str)
-        with self._lock, self.requests_path.open("a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
+        """Append one request's record (thread-safe); a line is written whole or not at all."""
+        line = (json.dumps({"kind": kind, "at": utcnow(), **fields}, default=str) + "\n").encode("utf-8")
+        with self._lock:
+            try:
+                fd = os.open(self.requests_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise SuiteError(f"{self.requests_path}: cannot record a request: {exc.strerror or exc}") from None
+            start = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                view = memoryview(line)
+                while view:
+                    written = os.write(fd, view)
+                    if written <= 0:
+                        raise OSError(28, "No space left on device")
+                    view = view[written:]
+            except OSError as exc:
+                os.ftruncate(fd, start)  # a short write leaves no torn line behind
+                raise SuiteError(f"{self.requests_path}: cannot record a request: {exc.strerror or exc}") from None
+            finally:
+                os.close(fd)
+
+    def set_aside_unfinished(self, done: set[str]) -> int:
+        """Before a resume: move the request lines of stages that did not finish to
+        `requests-interrupted.jsonl`, so the record reads as one run. Returns how many moved."""
+        if not self.requests_path.exists():
+            return 0
+        keep, moved = [], []
+        for ln in self.requests_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                stage = json.loads(ln).get("stage")
+            except ValueError:
+                stage = None  # a torn last line of the interrupted run
+                moved.append(ln)
+                continue
+            (keep if stage is None or stage in done else moved).append(ln)
+        if moved:
+            with (self.dir / "requests-interrupted.jsonl").open("a", encoding="utf-8") as fh:
+                fh.write("\n".join(moved) + "\n")
+            tmp = self.requests_path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
+            tmp.replace(self.requests_path)
+        return len(moved)
 
     def stage_done(self, name: str) -> bool:
         return (self.dir / "stages" / f"{name}.json").exists()

@@ -70,6 +70,7 @@ class StageContext:
     reproducible: bool | None = None  # the gate's verdict, once known
     results: dict[str, Any] = field(default_factory=dict)  # earlier stages' results, by name
     judge: "OpenAIClient | None" = None
+    stage: str = ""  # the stage now running: every request line says which stage sent it
 
     @property
     def run_dir(self) -> Path:
@@ -80,4 +81,4 @@ class StageContext:
         return self.client.base_url
 
     def record_request(self, kind: str, **fields: Any) -> None:
-        self.record.record_request(kind, signature_digest=self.signature.digest, **fields)
+        self.record.record_request(kind, stage=self.stage, signature_digest=self.signature.digest, **fields)
