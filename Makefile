@@ -22,9 +22,9 @@ $(BIN)/suite: pyproject.toml
 setup: $(BIN)/suite
 	$(BIN)/suite setup --model $(MODEL) --launcher $(LAUNCHER)
 
-bench: setup
-	$(BIN)/suite bench --model $(MODEL) --profile $(PROFILE) --launcher $(LAUNCHER)
-	$(BIN)/suite site
+# Each arm is prepared just before it runs; the site is rebuilt after each arm.
+bench: $(BIN)/suite
+	$(BIN)/suite bench --model $(MODEL) --profile $(PROFILE) --launcher $(LAUNCHER) --site
 
 site: $(BIN)/suite
 	$(BIN)/suite site

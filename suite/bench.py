@@ -594,8 +594,13 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
               resume: bool = False, judge_url: str | None = None, judge_model: str | None = None,
               concurrency: list[int] | None = None, gate_requests: int | None = None,
               restarts: int | None = None, overrides: dict[str, Any] | None = None,
-              url: str | None = None, served_model: str | None = None) -> list[Summary]:
+              url: str | None = None, served_model: str | None = None,
+              on_arm: Callable[[Summary], None] | None = None) -> list[Summary]:
     """Every arm of `model` (or, with `url`, the one server at that URL) through the stages.
+
+    Each arm is prepared (runtime installed, model format made) just before it runs, never while
+    another is measured; `on_arm(summary)` is called after each arm (the CLI rebuilds the site,
+    so the first arm's page can be read while the others run).
 
     With `url` the server is checked first (it answers, speaks the OpenAI API, lists
     `served_model`): bad input is a SuiteError before anything is written. `model` then only
@@ -628,4 +633,6 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
                 waited = gpu.wait_for_baseline(lease.baseline_bytes)
                 if not waited.reached:
                     log.warning("arm %s: %s", plan.arm_name, waited.reason)
+        if on_arm is not None:
+            on_arm(summaries[-1])
     return summaries

@@ -299,13 +299,12 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                           concurrency=_int_list("--concurrency", concurrency),
                           gate_requests=gate_requests, restarts=restarts, url=url, served_model=served_model,
                           overrides={k: v for k, v in (("reloads", reloads), ("restart_caches", restart_caches),
-                                                       ("auto_controls", auto_controls)) if v is not None})
+                                                       ("auto_controls", auto_controls)) if v is not None},
+                          on_arm=_site_after_arm(out) if site else None)
     if any(s.status != "skipped" for s in summaries):
         _print_summaries(summaries)
     _honest_exit(summaries)
     console.print(f"results: {out}")
-    if site:
-        _build_site(out)
 
 
 @app.command()
@@ -329,11 +328,36 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
             console.print(format_controls_table(ControlsResult.model_validate(s.controls)))
 
 
-def _build_site(results: Optional[Path] = None, out: Optional[Path] = None) -> None:
-    from suite.paths import SITE_DIR, results_dir
+def _site_after_arm(results: Path):
+    """After each arm: rebuild the site and say where the model's page is (the first time)."""
+    from suite.paths import site_out_dir
     from suite.publish import build_site
 
-    out_dir = out or SITE_DIR / "public"
+    shown: set[str] = set()
+
+    def rebuild(summary) -> None:
+        if summary.status == "skipped":
+            return
+        out_dir = site_out_dir()
+        try:
+            build_site(results, out_dir)
+        except SuiteError as exc:
+            console.print(f"[yellow]site not rebuilt:[/yellow] {escape(str(exc))}")
+            return
+        from suite.figures import slug
+
+        page = out_dir / "models" / f"{slug(summary.model)}.html"
+        if summary.model not in shown and page.exists():
+            shown.add(summary.model)
+            console.print(f"site: {page} (rebuilt after each arm: reload it as the others finish)")
+    return rebuild
+
+
+def _build_site(results: Optional[Path] = None, out: Optional[Path] = None) -> None:
+    from suite.paths import results_dir, site_out_dir
+    from suite.publish import build_site
+
+    out_dir = out or site_out_dir()
     report = build_site(results or results_dir(), out_dir)
     console.print(f"site: {out_dir / 'index.html'} ({report})")
 

@@ -1,7 +1,8 @@
 """Where the suite keeps things: the cache (runtimes, models, tools) and the results folder.
 
 `SUITE_CACHE` overrides the cache folder (default: the user's cache directory / suite);
-`RESULTS` overrides the results folder (default: ./results).
+`RESULTS` overrides the results folder (default: ./results); `SITE_OUT` the generated site's folder
+(default: site/public).
 """
 
 from __future__ import annotations
@@ -45,3 +46,8 @@ def tools_prefix() -> Path:
 
 def results_dir() -> Path:
     return Path(os.environ.get("RESULTS") or "results").resolve()
+
+
+def site_out_dir() -> Path:
+    """Where `suite site` and `suite bench --site` write the website."""
+    return Path(os.environ.get("SITE_OUT") or SITE_DIR / "public").resolve()
