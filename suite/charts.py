@@ -129,6 +129,51 @@ def itl_distribution(samples_s: dict[str, list[float]]) -> str | None:
                                  "bar: quartiles; black: median")
 
 
+SWEEP_PANELS = (("ttft_p50_ms", "TTFT p50 (ms)"), ("itl_p50_ms", "inter-token p50 (ms)"),
+                ("tokens_per_s", "tokens/s (all streams)"))
+
+
+def concurrency_sweep(sweeps: dict[str, list[dict[str, Any]]]) -> str | None:
+    """TTFT, inter-token latency and aggregate throughput against concurrency, one line per arm.
+
+    `sweeps` maps an arm to its rows (`suite.figures.latency_sweep`). A level where the suite's
+    client was saturated is drawn as a red cross, not a dot: that point describes the client.
+    None when no arm measured more than one level.
+    """
+    rows = []
+    for arm, levels in sweeps.items():
+        for lv in levels:
+            for key, _ in SWEEP_PANELS:
+                v = lv.get(key)
+                if v is not None and lv.get("concurrency"):
+                    rows.append({"arm": arm, "concurrency": lv["concurrency"], "metric": key, "value": v,
+                                 "client": "saturated" if lv.get("saturated") else "kept up"})
+    if not any(len({lv.get("concurrency") for lv in levels}) > 1 for levels in sweeps.values()):
+        return None
+    return render(_sweep_spec(tuple(sweeps)), {"sweep": rows})
+
+
+@lru_cache(maxsize=64)
+def _sweep_spec(order: tuple[str, ...]) -> str:
+    data = alt.Data(name="sweep")
+    panels = []
+    for key, axis in SWEEP_PANELS:
+        base = alt.Chart(data).transform_filter(alt.datum.metric == key).encode(
+            x=alt.X("concurrency:Q", title="requests in flight", scale=alt.Scale(type="log", base=2)),
+            y=alt.Y("value:Q", title=axis, scale=alt.Scale(zero=False)),
+            color=alt.Color("arm:N", sort=list(order), title="arm"))
+        line = base.mark_line(strokeWidth=1.5)
+        dots = base.mark_point(filled=True, size=60).encode(
+            shape=alt.Shape("client:N", title="suite's client", scale=alt.Scale(
+                domain=["kept up", "saturated"], range=["circle", "cross"])),
+            stroke=alt.condition(alt.datum.client == "saturated", alt.value(TRIP), alt.value(None)))
+        panels.append(alt.layer(line, dots).properties(width=250, height=HEIGHT))
+    return spec_of(alt.hconcat(*panels).properties(title=alt.TitleParams(
+        text="Latency against concurrency",
+        subtitle="per level: medians over requests (inter-token: over gaps); a cross: the suite's client was "
+                 "saturated there, so that point describes the client, not the runtime")))
+
+
 class MemorySeries:
     """One arm's watchdog timeline: sample times (s), readings by metric (bytes), the trip if any."""
 

@@ -216,12 +216,15 @@ class OpenAIClient:
     """One runtime's OpenAI-compatible endpoint, serving the model under `model`."""
 
     def __init__(self, base_url: str, model: str, timeout_s: float = 600.0,
-                 extra_body: dict[str, Any] | None = None, api_key: str | None = None):
+                 extra_body: dict[str, Any] | None = None, api_key: str | None = None,
+                 stall_timeout_s: float = 120.0):
+        """`timeout_s`: a whole request; `stall_timeout_s`: a streamed request's longest wait for its next bytes."""
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.extra_body = dict(extra_body or {})
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout_s = timeout_s
+        self.stall_timeout_s = stall_timeout_s
         self._headers = headers
         self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(timeout_s, connect=10.0),
                                   headers=headers)
@@ -320,17 +323,26 @@ class OpenAIClient:
         return out
 
     def _stream(self, path: str, body: dict[str, Any], chat: bool, t_enter: float) -> Completion:
-        state = StreamState(f"POST {self.base_url}{path}", chat)
+        where = f"POST {self.base_url}{path}"
+        state = StreamState(where, chat)
+        # each read waits at most stall_timeout_s (httpx's read timeout); the whole stream
+        # timeout_s, checked at every line
+        timeout = httpx.Timeout(self.timeout_s, connect=10.0, read=min(self.stall_timeout_s, self.timeout_s))
         t_send = time.perf_counter()
         try:
-            with self._http.stream("POST", path, json=body) as r:
+            with self._http.stream("POST", path, json=body, timeout=timeout) as r:
                 if r.status_code != 200:
-                    raise ClientError(f"POST {self.base_url}{path}: HTTP {r.status_code}: {r.read()[:300]!r}")
+                    raise ClientError(f"{where}: HTTP {r.status_code}: {r.read()[:300]!r}")
                 for line in r.iter_lines():
-                    if state.line(line, time.perf_counter() - t_send):
+                    t = time.perf_counter() - t_send
+                    if state.line(line, t):
                         break
+                    if t > self.timeout_s:
+                        raise ClientError(f"{where}: no end of the stream after {self.timeout_s:g} s")
+        except httpx.ReadTimeout:
+            raise ClientError(f"{where}: no data for {timeout.read:g} s (stall timeout)") from None
         except httpx.HTTPError as exc:
-            raise ClientError(f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+            raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
         return state.finish(time.perf_counter() - t_send, t_enter, t_send)
 
     def async_client(self, max_connections: int = 256, backend: str = "raw") -> "AsyncOpenAIClient":
@@ -541,12 +553,13 @@ class AsyncOpenAIClient:
     """
 
     def __init__(self, parent: OpenAIClient, max_connections: int = 256, backend: str = "raw"):
-        if backend not in ("raw", "httpx"):
-            raise SuiteError(f"AsyncOpenAIClient: unknown backend {backend!r} (raw, httpx)")
+        if backend not in ("raw", "aiohttp", "httpx"):
+            raise SuiteError(f"AsyncOpenAIClient: unknown backend {backend!r} (raw, aiohttp, httpx)")
         self.base_url = parent.base_url
         self.model = parent.model
         self.extra_body = dict(parent.extra_body)
         self.timeout_s = parent.timeout_s
+        self.stall_timeout_s = parent.stall_timeout_s
         self.backend = backend
         self._headers = dict(parent._headers)
         url = httpx.URL(self.base_url)
@@ -557,6 +570,9 @@ class AsyncOpenAIClient:
         self._idle: list[_SSEProtocol] = []
         self._open: set[_SSEProtocol] = set()
         self._http: httpx.AsyncClient | None = None
+        self._session: Any = None  # aiohttp.ClientSession
+        if backend == "aiohttp":
+            self._session = self._aiohttp_session(max_connections)
         if backend == "httpx":
             limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
             self._http = httpx.AsyncClient(base_url=self.base_url, headers=parent._headers, limits=limits,
@@ -565,6 +581,9 @@ class AsyncOpenAIClient:
     async def aclose(self) -> None:
         if self._http is not None:
             await self._http.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
         for proto in list(self._open):
             if proto.transport is not None:
                 proto.transport.close()
@@ -590,9 +609,73 @@ class AsyncOpenAIClient:
         """A streamed /v1/completions request, timed as `OpenAIClient.complete(..., stream=True)` times it."""
         t_enter = time.perf_counter()
         body = self._body(prompt, max_tokens, seed, temperature, extra)
+        if self.backend == "aiohttp":
+            return await self._stream_aiohttp("/v1/completions", body, t_enter)
         if self.backend == "httpx":
             return await self._stream_httpx("/v1/completions", body, t_enter)
         return await self._stream_raw("/v1/completions", body, t_enter)
+
+    def _aiohttp_session(self, max_connections: int) -> Any:
+        import aiohttp  # here, not on the streams' clock: importing it costs ~0.1 s of CPU
+
+        # one connection per stream in flight, kept alive between a stream's requests; the idle
+        # ones are dropped after 3 s, before uvicorn's (vLLM's) and llama-server's 5 s, so a
+        # request does not go out on a connection the server is closing
+        connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, keepalive_timeout=3.0)
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=30.0, sock_read=self.stall_timeout_s)
+        headers = {**self._headers, "Accept": "text/event-stream", "Accept-Encoding": "identity"}
+        return aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers,
+                                     read_bufsize=1 << 20)  # readline takes lines up to 2 MiB
+
+    async def _stream_aiohttp(self, path: str, body: dict[str, Any], t_enter: float) -> Completion:
+        """One stream on aiohttp: each SSE line timestamped as `resp.content` hands it over, then parsed.
+
+        The stream ends at `[DONE]` (or the body's end); the rest of the body (the chunked
+        terminator, as a rule already read) is drained after the completion is built, so the
+        connection goes back to the pool.
+        """
+        import aiohttp
+
+        session = self._session
+        where = f"POST {self.base_url}{path}"
+        state = StreamState(where, chat=False)
+        clock = time.perf_counter
+        payload = json.dumps(body).encode()
+        t_send = clock()  # before connecting, as the synchronous path (and vllm bench) time it
+        try:
+            async with session.post(self.base_url + path, data=payload,
+                                    headers={"Content-Type": "application/json"}) as r:
+                if r.status != 200:
+                    raise ClientError(f"{where}: HTTP {r.status}: {(await r.read())[:300]!r}")
+                content = r.content
+                t_close = None
+                while True:
+                    raw = await content.readline()
+                    t = clock() - t_send
+                    if not raw:  # the body ended without [DONE]
+                        t_close = t
+                        break
+                    if raw[:5] == b"data:" and state.line(raw.decode("utf-8", "replace").rstrip("\r\n"), t):
+                        t_close = t
+                        break
+                out = state.finish(t_close, t_enter, t_send)
+                if not content.at_eof():
+                    try:
+                        async with asyncio.timeout(1.0):  # a server that holds the body open after [DONE]
+                            await content.read()
+                    except (TimeoutError, aiohttp.ClientError):
+                        r.close()  # that connection is not reused
+                return out
+        except aiohttp.SocketTimeoutError:
+            raise ClientError(f"{where}: no data for {self.stall_timeout_s:g} s (stall timeout)") from None
+        except aiohttp.ConnectionTimeoutError as exc:
+            raise ClientError(f"{where}: cannot connect: {exc}") from None
+        except aiohttp.ClientError as exc:
+            raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
+        except TimeoutError:
+            raise ClientError(f"{where}: no end of the stream after {self.timeout_s:g} s") from None
+        except ValueError as exc:  # aiohttp's readline: "Chunk too big"
+            raise ClientError(f"{where}: malformed stream: {exc}") from None
 
     async def _connect(self, where: str) -> _SSEProtocol:
         while self._idle:

@@ -324,6 +324,39 @@ def latency_level(latency: dict[str, Any] | None) -> dict[str, Any] | None:
     return next((lv for lv in levels if isinstance(lv, dict) and pick(lv, "concurrency") in (1, None)), levels[0])
 
 
+def latency_sweep(latency: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """One row per concurrency level: TTFT, ITL (ms), aggregate tokens/s, and the client's own state.
+
+    `saturated` is True where the suite's client was at its limit at that level (its event loop
+    lagged or it used a whole core: `suite.stages.latency.ClientLoad`), False where it kept up,
+    None where the record does not say (one request at a time, or a record from before).
+    """
+    rows: list[dict[str, Any]] = []
+    levels = pick(latency, "levels", default=[])
+    for lv in levels if isinstance(levels, list) else []:
+        if not isinstance(lv, dict):
+            continue
+
+        def ms(key: str, q: str) -> float | None:
+            v = as_float(pick(lv, f"{key}.{q}"))
+            return None if v is None else v * 1000.0
+
+        client = pick(lv, "client")
+        rows.append({
+            "concurrency": pick(lv, "concurrency", default=1),
+            "requests": pick(lv, "requests"),
+            "failed": pick(lv, "failed", default=0),
+            "ttft_p50_ms": ms("ttft_s", "p50"), "ttft_p99_ms": ms("ttft_s", "p99"),
+            "itl_p50_ms": ms("itl_s", "p50"), "itl_p99_ms": ms("itl_s", "p99"),
+            "tokens_per_s": as_float(pick(lv, "throughput_tokens_per_s")),
+            "lag_p99_ms": as_float(pick(client, "loop_lag_ms.p99")) if isinstance(client, dict) else None,
+            "cpu_share": as_float(pick(client, "cpu_share")) if isinstance(client, dict) else None,
+            "saturated": pick(client, "saturated") if isinstance(client, dict) else None,
+            "reason": pick(client, "reason") if isinstance(client, dict) else None,
+        })
+    return sorted(rows, key=lambda r: r["concurrency"] or 0)
+
+
 def _metric(metrics: dict[str, dict[str, Any]], *names: str) -> dict[str, Any] | None:
     for name in names:
         if name in metrics:

@@ -35,7 +35,7 @@ from suite import charts
 from suite.errors import SuiteError
 from suite.figures import (
     GatePrompt, ModelRuns, Run, analyse_requests, controls_view, extraction_pairs, extraction_view, gate_prompts, itl_gaps,
-    arm_comparisons, sessions_view, latency_level, latency_rows, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug, stage_problems, with_thousands,
+    arm_comparisons, sessions_view, latency_level, latency_rows, latency_sweep, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug, stage_problems, with_thousands,
     watchdog_view,
 )
 from suite.paths import SITE_DIR, cache_dir
@@ -236,8 +236,9 @@ def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None
         series.append(charts.MemorySeries(r.s.arm, pick(tl, "t_s", default=[]), memory,
                                           trip_t_s=pick(trip, "t_s"), threshold_bytes=pick(trip, "threshold_bytes")))
     memory_svg = site.chart(charts.memory_timelines, series)
+    sweep_svg = site.chart(charts.concurrency_sweep, {r.s.arm: latency_sweep(r.s.latency) for r in runs})
 
-    return {"ttft": ttft_svg, "itl": itl_svg, "memory": memory_svg}
+    return {"ttft": ttft_svg, "itl": itl_svg, "memory": memory_svg, "sweep": sweep_svg}
 
 
 def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, "Future[str | None]"]) -> None:
@@ -302,6 +303,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         section_ids=section_ids, watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         controls=controls, signature_rows=signature_rows(runs),
         latency_levels=[latency_level(r.s.latency) for r in runs],
+        latency_sweeps=[latency_sweep(r.s.latency) for r in runs], sweep_svg=drawn["sweep"].result(),
         restarts=restarts, restart_prompts=restart_prompts, control_configs=control_configs,
         arm_comparisons=arm_comparisons(runs, arms), sessions=[sessions_view(r.s.sessions) for r in runs],
     )

@@ -152,6 +152,18 @@ class _FakeClient:
                           server_timings={"prompt_n": 40, "prompt_ms": 5.0, "predicted_n": 3,
                                           "predicted_ms": 20.0, "cache_n": 1})
 
+    def async_client(self, **kw) -> "_FakeClient":  # the concurrent levels' asyncio twin
+        return self
+
+    async def __aenter__(self) -> "_FakeClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+    async def complete_stream(self, prompt: str, **kw) -> Completion:
+        return self.complete(prompt, **kw)
+
 
 def test_every_latency_request_has_its_own_prompt(monkeypatch: pytest.MonkeyPatch):
     """Warm-up and every level: no prompt repeats, so TTFT cannot be a prompt-cache hit."""

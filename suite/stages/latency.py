@@ -14,6 +14,16 @@ cache lookup instead of prompt processing. The result records this as
 token (a role-only or usage-only chunk does not), e2e at the last such chunk, not at the stream's
 close (`suite.client.is_token_choice`).
 
+Concurrency: a level of 1 sends its requests in turn through the synchronous client. Above 1
+(up to 256), `run_concurrent` runs every stream on one asyncio event loop in the stage's thread
+(`suite.client.AsyncOpenAIClient`: HTTP/1.1 on the loop's own transports, each read timestamped
+as it arrives, parsed by the same `StreamState` as the synchronous path), with at least one
+request per stream in flight (`level_requests`), and writes the records once the level ended.
+Its own lag is watched (an event-loop probe, the process's CPU share); a level where it passed
+the thresholds is recorded as `client.saturated`, and the page marks that level's figures as
+the client's, not the runtime's. benchmarks/bench_client_concurrency.py measures the client's
+error against a stand-in server with a known schedule, beside `vllm bench serve`'s.
+
 The suite's own time per request is measured and reported beside them in ms: the client's time
 outside the HTTP exchange (building the body, parsing the streamed chunks) and, apart, the
 stage's time writing the request's record.
@@ -51,7 +61,7 @@ log = logging.getLogger(__name__)
 
 FRESH_RUNTIMES = False  # runs on the arm's running runtime
 
-RESULT_VERSION = 2  # 2: unique prompt prefix per request, token-chunk timing, per-request vLLM metrics
+RESULT_VERSION = 2  # 2: unique prompt prefix per request, token-chunk timing, per-request vLLM metrics (`client` per level: optional, added)
 PROMPT_ID = "latency-story-v1"
 # A plain completion prompt that makes any base or instruct model write on for a while.
 PROMPT = (
@@ -581,8 +591,9 @@ def run(ctx: "StageContext") -> LatencyResult:
         n = level_requests(profile.latency_requests, concurrency)
         level = run_level(ctx, concurrency, n, max_tokens, extra, first_index=next_index)
         next_index += n
-        log.info("latency c=%d: TTFT p50 %.1f ms, TPOT p50 %.1f ms, overhead p50 %.3f ms", concurrency,
-                 (level.ttft_s.p50 or 0) * 1000, (level.tpot_s.p50 or 0) * 1000, level.overhead_ms.p50 or 0)
+        log.info("latency c=%d: TTFT p50 %.1f ms, TPOT p50 %.1f ms, overhead p50 %.3f ms%s", concurrency,
+                 (level.ttft_s.p50 or 0) * 1000, (level.tpot_s.p50 or 0) * 1000, level.overhead_ms.p50 or 0,
+                 " (client saturated)" if level.saturated else "")
         levels.append(level)
     return LatencyResult(prompt_id=PROMPT_ID, endpoint="/v1/completions", max_tokens=max_tokens,
                          warmup=profile.latency_warmup, levels=levels, signature_digest=ctx.signature.digest,
