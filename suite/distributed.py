@@ -19,8 +19,9 @@ on the node as always.
 Faults: a task whose node (or worker process) dies is retried by Ray on another node, at most
 `MAX_RETRIES` times; after that, or when the task itself raised, the arm is recorded as failed
 with the reason (a run folder with `run.json`, `summary.json` and `ray.json`, nothing else).
-Ctrl-C on the driver force-cancels every task: Ray kills the task's worker process and the local
-launcher's parent-death signal ends the runtime it started on that node.
+Ctrl-C on the driver cancels every task: first a KeyboardInterrupt inside it (the arm's own exit
+path stops its runtime or removes its container), after `CANCEL_GRACE_S` by force: Ray kills the
+task's worker process and the local launcher's parent-death signal ends the runtime it started.
 
 Progress: per-arm state (queued, on node X, stage, done / failed), as a live table on a terminal
 and as one line per change otherwise. Ray is an optional extra: without it `--ray` answers with
@@ -50,7 +51,9 @@ log = logging.getLogger(__name__)
 
 SUITE_HOST = "suite_host"  # one unit per machine: one arm at a time on it
 GPU_GB = "suite_gpu_gb"  # a GPU machine's GPU memory in GB, needed by cards with gpu_memory_gb
+HEAD_RESOURCE = "node:__internal_head__"  # Ray's own resource of the head node
 MAX_RETRIES = 2  # retries after a lost node / worker, then the arm is recorded as failed
+CANCEL_GRACE_S = 10.0  # Ctrl-C: time the tasks get to stop their runtimes before they are killed
 INSTALL_HINT = ("--ray needs Ray, an optional extra: pip install 'suite[ray]' "
                 "(in a checkout: pip install -e '.[ray]')")
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -349,6 +352,18 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:300] if text else type(exc).__name__
 
 
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A host:port address must answer (Ray's own client retries for minutes); `auto`, ray://: left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise SuiteError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc}); start one with "
+                         "`ray start --head --resources '{\"suite_host\": 1}'` (docs/RAY.md)") from None
+
+
 def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launcher: str = "auto",
                   profile: str = "standard", stages: list[str] | None = None, results: Path | None = None,
                   controls: list[str] | None = None, judge_url: str | None = None, judge_model: str | None = None,
@@ -372,19 +387,19 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
             "concurrency": concurrency, "gate_requests": gate_requests, "restarts": restarts,
             "overrides": overrides}
     t_bench = time.monotonic()
+    _check_reachable(address)
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise SuiteError(f"--ray {address}: cannot connect to the Ray cluster: {_first_line(exc)}") from None
     summaries: list[Summary] = []
     try:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        here = ray.get_runtime_context().get_node_id()
-        board = ray.remote(num_cpus=0)(_Board).options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=True)).remote()
-        task = ray.remote(run_arm_task)
         nodes = ray.nodes()
+        # The board lives on the head node (a lost worker node does not take the progress with it).
+        head = [n for n in nodes if n.get("Alive") and (n.get("Resources") or {}).get(HEAD_RESOURCE)]
+        board = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(_Board).options(
+            resources={HEAD_RESOURCE: 0.001} if head else {}).remote()
+        task = ray.remote(run_arm_task)
         pending: dict[Any, Any] = {}
         started_at: dict[str, str] = {}
         with Progress(console, [p.arm_name for p in plans]) as progress:
@@ -425,9 +440,17 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
                                                   max_retries))
             except KeyboardInterrupt:
                 progress.note(f"interrupted: cancelling {len(pending)} arm task(s); their runtimes stop on their nodes")
+                # First a KeyboardInterrupt inside each task (its runtime and container are stopped
+                # on the arm's own exit path), then force: Ray kills the worker, and the parent-death
+                # signal ends a local runtime it started.
                 for ref in pending:
+                    ray.cancel(ref, force=False)
+                done, left = ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_GRACE_S)
+                for ref in left:
                     ray.cancel(ref, force=True)
-                ray.wait(list(pending), num_returns=len(pending), timeout=30)
+                if left:
+                    ray.wait(left, num_returns=len(left), timeout=30)
+                progress.note(f"cancelled: {len(done)} arm task(s) stopped themselves, {len(left)} killed")
                 raise
         progress.note(f"bench on Ray: {len(plans)} arm(s) in {time.monotonic() - t_bench:.1f} s")
     finally:

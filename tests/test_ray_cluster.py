@@ -141,7 +141,7 @@ class Driver:
                 line = self.proc.stdout.readline()
                 if line == "":
                     break
-                self.lines.append(line.rstrip("\n"))
+                self.lines.append(f"{time.monotonic() - self.t0:6.1f} {line.rstrip()}" if os.environ.get("RAYTEST_DEBUG") else line.rstrip("\n"))
                 if predicate(self.lines[-1]):
                     return self.lines[-1]
         raise AssertionError("no such line; driver said:\n" + "\n".join(self.lines[-60:]))
@@ -221,6 +221,8 @@ def test_ctrl_c_on_the_driver_cancels_the_arms_and_leaves_no_runtime(cluster, tm
         rc = driver.finish(timeout_s=90)
     finally:
         driver.kill()
+    if os.environ.get("RAYTEST_DEBUG"):
+        print(driver.text, f"\nfinished at {time.monotonic() - driver.t0:.1f}")
     assert rc == 130, driver.text
     assert "cancelling" in driver.text
     left = wait_no_runtimes()
@@ -255,7 +257,6 @@ def test_node_lost_mid_arm_is_retried_on_the_other_node(cluster, tmp_path):
     cluster.start("node3")  # for any test after this one
 
 
-@pytest.mark.slow
 def test_node_lost_without_retries_is_recorded_failed_with_the_reason(cluster, tmp_path):
     results = tmp_path / "results"
     if "node3" not in cluster.groups:
