@@ -62,7 +62,9 @@ def test_reload_and_kept_caches_on_llama_server(tmp_path: Path, tiny_gguf: Path)
     fresh = [o["cache_files_before"] for o in restarts["launch_outcomes"]]
     assert fresh == [0, 0]  # every fresh launch found an empty cache folder
     kept = restarts["with_kept_caches"]["launch_outcomes"]
-    assert {o["cache_dir"] for o in kept} == {"caches/kept/kept"}
+    assert {o["cache_dir"] for o in kept} == {"kept/kept"}
+    assert [o["cache_files_before"] for o in kept][0] == 0  # the first kept launch found it empty
     run_dir = next(tmp_path.glob("tiny/llamacpp/*"))
+    assert not (run_dir / "caches").exists()  # compile caches never bloat the record
     lines = (run_dir / "requests.jsonl").read_text().splitlines()
     assert sum('"reload": 0' in ln for ln in lines if '"kind": "extraction"' in ln) == reloads["sections"]

@@ -18,6 +18,8 @@ the run; `fresh` gives every launch an empty one (a kernel that autotunes by tim
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -192,35 +194,50 @@ def run_launches(ctx: "StageContext", mode: Literal["fresh", "kept"]) -> Restart
     k, n = ctx.profile.restarts, ctx.profile.restart_requests
     prompts = select_prompts(ctx.profile.gate_prompts)
     outcomes: list[LaunchOutcome] = []
-    caches = ctx.run_dir / "caches" / mode
-    for i in range(k):
-        root = caches / (f"launch-{i}" if mode == "fresh" else "kept")
-        outcome = LaunchOutcome(index=i, status="ok", cache_dir=str(root.relative_to(ctx.run_dir)),
-                                cache_files_before=_files_in(root))
-        try:
-            with ctx.launch(env=cache_env(root)) as (running, client):
-                outcome.startup_s = running.startup_s
-                body = dict(client.extra_body)
-                if ctx.sampling.top_p is not None:
-                    body.setdefault("top_p", ctx.sampling.top_p)
-                gate = run_gate(
-                    client, prompts, n, seed=ctx.sampling.seed, temperature=ctx.sampling.temperature,
-                    max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
-                    concurrency=concurrency_of(ctx, ctx.controls), extra=body, record=ctx.record_request,
-                    alive=running.alive, death_reason=death_reason_of(running), label=f"launch-{i}-{mode}",
-                    controls=list(ctx.controls), kind="restarts")
-                outcome.gate = gate
-                if gate.stopped_reason:
-                    outcome.status, outcome.reason = "failed", gate.stopped_reason
-        except (RuntimeStartError, EnvironmentUnavailable) as exc:
-            outcome.status = "refused" if isinstance(exc, RuntimeStartError) else "failed"
-            outcome.reason = getattr(exc, "error_line", None) or str(exc)
-            log.warning("restart %d of %s failed to start: %s", i, ctx.arm_name, outcome.reason)
-        outcomes.append(outcome)
+    # The caches live outside the run record (a compile cache is tens of MB) and go when the
+    # stage ends; the record keeps which folder each launch had and what it found there.
+    from suite.paths import cache_dir
+
+    scratch = cache_dir() / "compile-caches"
+    scratch.mkdir(parents=True, exist_ok=True)
+    caches = Path(tempfile.mkdtemp(prefix=f"{ctx.arm_name}-{mode}-", dir=scratch))
+    try:
+        for i in range(k):
+            outcomes.append(_one_launch(ctx, i, mode, caches, prompts, n))
+    finally:
+        shutil.rmtree(caches, ignore_errors=True)
     result = summarise(outcomes, [p.id for p in prompts], k, n)
     result.cache_mode = mode
     log.info("restarts %s (%s caches): %s", ctx.arm_name, mode, result.verdict)
     return result
+
+
+def _one_launch(ctx: "StageContext", i: int, mode: Literal["fresh", "kept"], caches: Path,
+                prompts: list, n: int) -> LaunchOutcome:
+    """Launch i of the restarts: a fresh runtime, its short gate, stopped."""
+    label = f"launch-{i}" if mode == "fresh" else "kept"
+    root = caches / label
+    outcome = LaunchOutcome(index=i, status="ok", cache_dir=f"{mode}/{label}", cache_files_before=_files_in(root))
+    try:
+        with ctx.launch(env=cache_env(root)) as (running, client):
+            outcome.startup_s = running.startup_s
+            body = dict(client.extra_body)
+            if ctx.sampling.top_p is not None:
+                body.setdefault("top_p", ctx.sampling.top_p)
+            gate = run_gate(
+                client, prompts, n, seed=ctx.sampling.seed, temperature=ctx.sampling.temperature,
+                max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
+                concurrency=concurrency_of(ctx, ctx.controls), extra=body, record=ctx.record_request,
+                alive=running.alive, death_reason=death_reason_of(running), label=f"launch-{i}-{mode}",
+                controls=list(ctx.controls), kind="restarts")
+            outcome.gate = gate
+            if gate.stopped_reason:
+                outcome.status, outcome.reason = "failed", gate.stopped_reason
+    except (RuntimeStartError, EnvironmentUnavailable) as exc:
+        outcome.status = "refused" if isinstance(exc, RuntimeStartError) else "failed"
+        outcome.reason = getattr(exc, "error_line", None) or str(exc)
+        log.warning("restart %d of %s failed to start: %s", i, ctx.arm_name, outcome.reason)
+    return outcome
 
 
 def run(ctx: "StageContext") -> RestartsResult:
