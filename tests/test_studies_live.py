@@ -68,3 +68,20 @@ def test_reload_and_kept_caches_on_llama_server(tmp_path: Path, tiny_gguf: Path)
     assert not (run_dir / "caches").exists()  # compile caches never bloat the record
     lines = (run_dir / "requests.jsonl").read_text().splitlines()
     assert sum('"reload": 0' in ln for ln in lines if '"kind": "extraction"' in ln) == reloads["sections"]
+
+
+def test_control_rows_run_without_the_main_launchs_determinism_mode(tmp_path: Path, tiny_gguf: Path) -> None:
+    """An arm whose determinism control was accepted: its `default` row must still run at default."""
+    from conftest import installed_definition
+    from suite.bench import plan_arms, run_arm
+
+    installed_definition("llamacpp")
+    (plan,) = plan_arms("tiny", ["llamacpp"], "local", "quick")
+    plan.runtime = plan.runtime.model_copy(update={"determinism_control": "prompt-cache-off"})
+    s = run_arm(plan, tmp_path, ["gate", "controls"], controls_request=["default", "prompt-cache-off"])
+    assert s.determinism.outcome == "on" and s.signature.controls == ["prompt-cache-off"]
+    rows = {r["configuration"]: r for r in s.controls["rows"]}
+    assert rows["default"]["ran_controls"] == []  # not the accepted determinism mode carried over
+    assert rows["prompt-cache-off"]["ran_controls"] == ["prompt-cache-off"]
+    assert "cache_prompt" not in rows["default"]["request_extra"]
+    assert rows["prompt-cache-off"]["request_extra"].get("cache_prompt") is False
