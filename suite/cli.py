@@ -290,7 +290,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
         if any(s.status != "skipped" for s in summaries):
             _print_summaries(summaries)
         _honest_exit(summaries)
-        console.print(f"results: {out}")
+        console.print(f"results: {out}", soft_wrap=True)
         if site:
             _build_site(out)
         return
@@ -304,7 +304,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
     if any(s.status != "skipped" for s in summaries):
         _print_summaries(summaries)
     _honest_exit(summaries)
-    console.print(f"results: {out}")
+    console.print(f"results: {out}", soft_wrap=True)
 
 
 @app.command()
@@ -349,7 +349,7 @@ def _site_after_arm(results: Path):
         page = out_dir / "models" / f"{slug(summary.model)}.html"
         if summary.model not in shown and page.exists():
             shown.add(summary.model)
-            console.print(f"site: {page} (rebuilt after each arm: reload it as the others finish)")
+            console.print(f"site: {page} (rebuilt after each arm: reload it as the others finish)", soft_wrap=True)
     return rebuild
 
 
@@ -359,7 +359,7 @@ def _build_site(results: Optional[Path] = None, out: Optional[Path] = None) -> N
 
     out_dir = out or site_out_dir()
     report = build_site(results or results_dir(), out_dir)
-    console.print(f"site: {out_dir / 'index.html'} ({report})")
+    console.print(f"site: {out_dir / 'index.html'} ({report})", soft_wrap=True)
 
 
 @app.command("site")

@@ -26,16 +26,33 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _llama_servers() -> list[psutil.Process]:
-    me = psutil.Process()
-    return [p for p in me.children(recursive=True) if "llama-server" in " ".join(p.cmdline() or [])]
+def _llama_servers(exclude: set[int] = frozenset()) -> list[psutil.Process]:
+    """Every llama-server on this machine, but those in `exclude` (other tests' session fixtures).
+
+    All processes, not only this one's children: a runtime whose suite was killed is re-parented.
+    """
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.pid not in exclude and p.status() != psutil.STATUS_ZOMBIE and "llama-server" in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            pass  # gone, or a zombie being reaped
+    return out
+
+
+@pytest.fixture
+def others() -> set[int]:
+    """llama-servers already running for other tests (session fixtures): never touched here."""
+    return {p.pid for p in _llama_servers()}
 
 
 def _lines(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
 
 
-def test_runtime_killed_mid_gate_is_a_failed_arm_with_its_answers(tmp_path: Path, tiny_gguf: Path) -> None:
+def test_runtime_killed_mid_gate_is_a_failed_arm_with_its_answers(tmp_path: Path, tiny_gguf: Path,
+                                                                  others: set[int]) -> None:
     from conftest import installed_definition
     from suite.bench import run_bench
 
@@ -48,7 +65,7 @@ def test_runtime_killed_mid_gate_is_a_failed_arm_with_its_answers(tmp_path: Path
         while time.monotonic() < deadline and not killed:
             for req in tmp_path.glob("tiny/llamacpp/*/requests.jsonl"):
                 if sum(1 for r in _lines(req) if r["kind"] == "gate") >= 2:
-                    for p in _llama_servers():
+                    for p in _llama_servers(others):
                         killed.append(p.pid)
                         os.kill(p.pid, signal.SIGKILL)
             time.sleep(0.05)
@@ -72,7 +89,7 @@ def test_runtime_killed_mid_gate_is_a_failed_arm_with_its_answers(tmp_path: Path
     assert second.status == "complete", second.reason  # the bench went on with the next arm
 
 
-def test_suite_killed_mid_stage_resumes_as_one_run(tmp_path: Path, tiny_gguf: Path) -> None:
+def test_suite_killed_mid_stage_resumes_as_one_run(tmp_path: Path, tiny_gguf: Path, others: set[int]) -> None:
     from conftest import installed_definition
 
     installed_definition("llamacpp")
@@ -110,10 +127,11 @@ def test_suite_killed_mid_stage_resumes_as_one_run(tmp_path: Path, tiny_gguf: Pa
     assert sum(1 for r in lines if r["kind"] == "extraction") == sections * repeats  # one extraction, whole
     aside = _lines(run_dir / "requests-interrupted.jsonl")
     assert len([r for r in aside if r.get("kind") == "extraction"]) == len(interrupted)
-    assert not _llama_servers()
+    assert not _llama_servers(others)
 
 
-def test_full_results_disk_is_one_line_and_no_corrupt_file(tmp_path: Path, tiny_gguf: Path) -> None:
+def test_full_results_disk_is_one_line_and_no_corrupt_file(tmp_path: Path, tiny_gguf: Path,
+                                                           others: set[int]) -> None:
     from conftest import installed_definition
 
     installed_definition("llamacpp")
@@ -140,6 +158,6 @@ def test_full_results_disk_is_one_line_and_no_corrupt_file(tmp_path: Path, tiny_
                 json.loads(f.read_text())  # every JSON file there is whole
             if f.name == "requests.jsonl":
                 assert all(json.loads(ln) for ln in f.read_text().splitlines())  # no torn line
-        assert not _llama_servers()
+        assert not _llama_servers(others)
     finally:
         subprocess.run(["umount", "-l", str(mnt)])
