@@ -396,6 +396,7 @@ class _SSEProtocol(asyncio.Protocol):
         self.error_body = b""
         self.ended = False  # the body is complete
         self.keep_alive = True
+        self.last_read = 0.0  # when bytes last came (perf_counter), for the client's stall watchdog
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -412,7 +413,7 @@ class _SSEProtocol(asyncio.Protocol):
                     f"response ended{f': {exc}' if exc else ''}"))
 
     def data_received(self, data: bytes) -> None:
-        t = time.perf_counter()
+        t = self.last_read = time.perf_counter()
         try:
             self._feed(data, t)
         except ClientError as exc:
@@ -536,7 +537,7 @@ class _SSEProtocol(asyncio.Protocol):
         self.state = state
         self.future = asyncio.get_running_loop().create_future()
         assert self.transport is not None
-        self.t_send = t_send
+        self.t_send = self.last_read = t_send
         self.transport.write(request)
         return self.future
 
@@ -544,12 +545,16 @@ class _SSEProtocol(asyncio.Protocol):
 class AsyncOpenAIClient:
     """Streamed completions on asyncio: many streams at once on one thread (the latency stage's concurrent path).
 
-    Two transports, timed alike: `"raw"` (the default), HTTP/1.1 straight on the event loop's
+    Three transports, timed alike: `"raw"` (the default), HTTP/1.1 straight on the event loop's
     transports (`_SSEProtocol`): each read is timestamped when the loop hands it over and its SSE
-    lines are parsed at once by `StreamState`, the parser the synchronous path uses; and
-    `"httpx"`, httpx's async client, whose per-read cost (h11, anyio) is about three times the
-    raw transport's and more than `vllm bench serve`'s aiohttp (benchmarks/bench_client_concurrency.py).
-    No proxies on the raw transport. Create and use it inside one running event loop.
+    lines are parsed at once by `StreamState`, the parser the synchronous path uses; `"aiohttp"`,
+    aiohttp's ClientSession (the library `vllm bench serve` uses), each line timestamped as
+    `resp.content.readline()` hands it over, then parsed by `StreamState`: less CPU per token than
+    vllm bench, but a longer ITL-error tail than it at 8-128 streams (benchmarks/bench_client_concurrency.py),
+    so not the default; and `"httpx"`, httpx's async client, whose per-read cost (h11, anyio) is
+    about three times the raw transport's. Each stream waits at most the parent's `stall_timeout_s`
+    for its next bytes ("no data for N s") and `timeout_s` for the whole stream. No proxies on the
+    raw and aiohttp transports. Create and use it inside one running event loop.
     """
 
     def __init__(self, parent: OpenAIClient, max_connections: int = 256, backend: str = "raw"):
@@ -569,6 +574,7 @@ class AsyncOpenAIClient:
         self._host_header = url.netloc.decode()
         self._idle: list[_SSEProtocol] = []
         self._open: set[_SSEProtocol] = set()
+        self._watchdog: asyncio.Task[None] | None = None
         self._http: httpx.AsyncClient | None = None
         self._session: Any = None  # aiohttp.ClientSession
         if backend == "aiohttp":
@@ -576,9 +582,13 @@ class AsyncOpenAIClient:
         if backend == "httpx":
             limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
             self._http = httpx.AsyncClient(base_url=self.base_url, headers=parent._headers, limits=limits,
-                                           timeout=httpx.Timeout(parent.timeout_s, connect=30.0, pool=None))
+                                           timeout=httpx.Timeout(parent.timeout_s, connect=30.0, pool=None,
+                                                                 read=parent.stall_timeout_s))
 
     async def aclose(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self._http is not None:
             await self._http.aclose()
         if self._session is not None:
@@ -674,10 +684,24 @@ class AsyncOpenAIClient:
             raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
         except TimeoutError:
             raise ClientError(f"{where}: no end of the stream after {self.timeout_s:g} s") from None
-        except ValueError as exc:  # aiohttp's readline: "Chunk too big"
-            raise ClientError(f"{where}: malformed stream: {exc}") from None
+        except aiohttp.http_exceptions.HttpProcessingError as exc:  # readline: LineTooLong
+            raise ClientError(f"{where}: malformed stream: {type(exc).__name__}: {exc}") from None
+
+    async def _watch_stalls(self) -> None:
+        """The raw transport's stall timeout: one task for every stream, not a timer per read."""
+        stall = self.stall_timeout_s
+        while True:
+            await asyncio.sleep(min(1.0, stall / 4))
+            now = time.perf_counter()
+            for proto in list(self._open):
+                future = proto.future
+                if future is not None and not future.done() and now - proto.last_read > stall:
+                    where = proto.state.where if proto.state else "stream"
+                    proto._fail(ClientError(f"{where}: no data for {stall:g} s (stall timeout)"))
 
     async def _connect(self, where: str) -> _SSEProtocol:
+        if self._watchdog is None:
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch_stalls())
         while self._idle:
             proto = self._idle.pop()
             if not proto.closed and proto.transport is not None and not proto.transport.is_closing():
@@ -751,6 +775,8 @@ class AsyncOpenAIClient:
                         break
                 if not done and rest:
                     state.line(rest.decode("utf-8", "replace").rstrip("\r"), clock() - t_send)
+        except httpx.ReadTimeout:
+            raise ClientError(f"{where}: no data for {self.stall_timeout_s:g} s (stall timeout)") from None
         except httpx.HTTPError as exc:
             raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
         return state.finish(clock() - t_send, t_enter, t_send)
