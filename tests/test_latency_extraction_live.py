@@ -102,7 +102,10 @@ def test_extraction_stage_signs_every_fact(live, tmp_path: Path):
         assert result.mode_rejections and "json_schema" in result.mode_rejections[0]
     assert result.facts_per_repeat == len(section.facts)
     assert 0 <= result.identical_sections <= 1
-    assert result.per_section[0].identical == (result.per_section[0].distinct_answers == 1)
+    row = result.per_section[0]
+    # identical: the same facts in every repeat, each of them valid JSON (invalid repeats never count)
+    assert row.identical == (row.distinct_answers == 1 and bool(row.comparable))
+    assert row.comparable == (row.invalid_json == 0)
     assert len(result.per_repeat) == 2
     assert 0.0 <= result.recall.mean <= 1.0 and result.clean_share.n == 1
     assert result.invalid_json == sum(r.invalid_json for r in result.per_repeat)

@@ -68,7 +68,8 @@ def test_restarts_on_real_llama_servers(tmp_path):
     (p,) = r.prompts
     assert p.compared_by == "token_ids" and len(p.within_distinct) == 2
     assert p.agreement is not None and 0.0 <= p.agreement <= 1.0
-    lo, hi = p.agreement_ci95
-    assert lo <= p.agreement <= hi
+    # Two launches are too few for a bootstrap over launches: no interval, the pair instead.
+    assert p.agreement_ci95 is None and "at least 6" in p.ci_note
+    assert [x.agreement for x in p.pairs] == [p.agreement]
     logs = list(tmp_path.glob("tiny/llamacpp/*/logs/runtime-default-*.log"))
     assert len(logs) == 2, "each launch is a fresh process with its own log"
