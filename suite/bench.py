@@ -94,29 +94,7 @@ def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_na
     unknown = [a for a in wanted if a not in card.arms]
     if unknown:
         raise SuiteError(f"model {model!r} has no arm {unknown[0]!r}; known: {', '.join(card.arms)}")
-    profile = get_profile(profile_name)
-    if concurrency:
-        if any(c < 1 for c in concurrency):
-            raise SuiteError(f"--concurrency {','.join(map(str, concurrency))}: each level must be 1 or more")
-        profile = profile.model_copy(update={"concurrency": concurrency})
-    if gate_requests is not None:
-        if gate_requests < 2:
-            raise SuiteError(f"--gate-requests {gate_requests}: the gate needs at least 2 requests per prompt")
-        profile = profile.model_copy(update={"gate_requests": gate_requests})
-    if restarts is not None:
-        if restarts < 2:
-            raise SuiteError(f"--restarts {restarts}: comparing launches needs at least 2")
-        profile = profile.model_copy(update={"restarts": restarts})
-    if overrides:
-        unknown = [k for k in overrides if k not in Profile.model_fields]
-        if unknown:
-            raise SuiteError(f"unknown profile setting {unknown[0]!r}")
-        try:
-            profile = Profile.model_validate({**profile.model_dump(), **overrides})
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            key = ".".join(str(x) for x in err["loc"])
-            raise SuiteError(f"--{key.replace('_', '-')} {overrides.get(key)!r}: {err['msg']}") from None
+    profile = plan_arms_profile(profile_name, concurrency, gate_requests, restarts, overrides)
     # One launcher per arm (`auto`: local where the runtime has a local recipe for this platform,
     # else Docker where an engine answers); an arm that cannot run here gets an
     # UnavailableLauncher that says what it needs and what this machine lacks.
@@ -183,8 +161,8 @@ def plan_external(url: str, served_model: str | None, model: str | None, arm_nam
 
 
 def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_requests: int | None,
-                      restarts: int | None) -> Profile:
-    """The profile with the command line's overrides, checked."""
+                      restarts: int | None, overrides: dict[str, Any] | None = None) -> Profile:
+    """The profile with the command line's overrides, checked (a bad value is one line)."""
     profile = get_profile(profile_name)
     if concurrency:
         if any(c < 1 for c in concurrency):
@@ -198,6 +176,16 @@ def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_req
         if restarts < 2:
             raise SuiteError(f"--restarts {restarts}: comparing launches needs at least 2")
         profile = profile.model_copy(update={"restarts": restarts})
+    if overrides:
+        unknown = [k for k in overrides if k not in Profile.model_fields]
+        if unknown:
+            raise SuiteError(f"unknown profile setting {unknown[0]!r}")
+        try:
+            profile = Profile.model_validate({**profile.model_dump(), **overrides})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = ".".join(str(x) for x in err["loc"])
+            raise SuiteError(f"--{key.replace('_', '-')} {overrides.get(key)!r}: {err['msg']}") from None
     return profile
 
 

@@ -19,8 +19,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from suite.errors import SuiteError
-from suite.records import Summary, iter_run_dirs, load_all, load_summary, incomplete_summary
-from suite.repro import Sample, prefix_logprob_diff
+from suite.records import Summary, incomplete_summary, iter_run_dirs, load_summary
+from suite.repro import Sample, first_diff, prefix_logprob_diff
 from suite.signature import flatten_signature
 
 log = logging.getLogger(__name__)
@@ -89,11 +89,6 @@ def _modal(p: dict[str, Any]) -> Sample | None:
     return Sample(index=0, text=a.get("text") or "", token_ids=a.get("token_ids"), logprobs=a.get("logprobs"))
 
 
-def _first_diff(a: list | str, b: list | str) -> int:
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
-
-
 def compare_prompt(pa: dict[str, Any], pb: dict[str, Any]) -> PromptComparison:
     """The modal answers of one prompt in two gate results (their `prompts[]` entries)."""
     ma, mb = _modal(pa), _modal(pb)
@@ -110,11 +105,11 @@ def compare_prompt(pa: dict[str, Any], pb: dict[str, Any]) -> PromptComparison:
     out.modal_agree = (ids_a == ids_b) if by == "token_ids" else (ma.text == mb.text)
     out.logprob_diff = prefix_logprob_diff(ma, mb)
     if not out.modal_agree:
-        ci = _first_diff(ma.text, mb.text)
+        ci = first_diff(ma.text, mb.text)
         out.char_index = ci
         out.a_context, out.b_context = ma.text[max(0, ci - 12): ci + 12], mb.text[max(0, ci - 12): ci + 12]
         if by == "token_ids" and ids_a is not None and ids_b is not None:
-            out.token_index = _first_diff(ids_a, ids_b)
+            out.token_index = first_diff(ids_a, ids_b)
     return out
 
 
@@ -173,12 +168,3 @@ def compare_summaries(a: Summary, b: Summary) -> RunComparison:
 
 def compare_runs(ref_a: str, ref_b: str, results: Path) -> RunComparison:
     return compare_summaries(_summary(resolve_run(ref_a, results)), _summary(resolve_run(ref_b, results)))
-
-
-def latest_by_arm(results: Path, model: str) -> dict[str, Summary]:
-    """The newest run of each arm of `model` (for comparing arms)."""
-    out: dict[str, Summary] = {}
-    for s in load_all(results):
-        if s.model == model:
-            out[s.arm] = s
-    return out

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from pydantic import BaseModel
 
 from suite.errors import SuiteError
 from suite.signature import flatten_signature

@@ -34,6 +34,20 @@ STAGE_KEYS = ("gate", "controls", "latency", "extraction", "restarts", "sessions
 RunStatus = Literal["complete", "incomplete", "failed", "stopped-by-watchdog", "skipped"]
 
 
+class FreshLaunch(BaseModel):
+    """One fresh launch a stage made of the arm's configuration (restarts, sessions, reloads)."""
+
+    index: int
+    status: Literal["ok", "refused", "failed"]
+    reason: str | None = None  # the log's error line when it did not start or failed
+    startup_s: float | None = None
+
+    def did_not_start(self, exc: Exception, refused: bool) -> None:
+        """Record a launch that was refused (a start-up error) or could not run here."""
+        self.status = "refused" if refused else "failed"
+        self.reason = getattr(exc, "error_line", None) or str(exc)
+
+
 class DeterminismOutcome(BaseModel):
     """What happened to the runtime's determinism mode at start-up."""
 

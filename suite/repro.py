@@ -207,7 +207,7 @@ def length_counts(samples: Sequence[Sample]) -> list[LengthCount]:
     return [LengthCount(tokens=k, count=v) for k, v in ordered]
 
 
-def _first_diff(a: Sequence, b: Sequence) -> int:
+def first_diff(a: Sequence, b: Sequence) -> int:
     n = min(len(a), len(b))
     for i in range(n):
         if a[i] != b[i]:
@@ -244,20 +244,20 @@ def prefix_logprob_diff(a: Sample, b: Sample) -> float | None:
     ia, ib = a.ids_or_empty(), b.ids_or_empty()
     if ia is None or ib is None or a.logprobs is None or b.logprobs is None:
         return None
-    shared = min(_first_diff(ia, ib), len(a.logprobs), len(b.logprobs))
+    shared = min(first_diff(ia, ib), len(a.logprobs), len(b.logprobs))
     diffs = [abs(x - y) for x, y in zip(a.logprobs[:shared], b.logprobs[:shared])
              if not math.isnan(x) and not math.isnan(y)]
     return max(diffs) if diffs else None
 
 
 def divergence(modal: Sample, other: Sample, rank: int, count: int, compared_by: str) -> Divergence:
-    char_index = _first_diff(modal.text, other.text)
+    char_index = first_diff(modal.text, other.text)
     d = Divergence(rank=rank, count=count, token_index=None, char_index=char_index,
                    modal_context=_context(modal.text, char_index),
                    other_context=_context(other.text, char_index))
     mi, oi = modal.ids_or_empty(), other.ids_or_empty()
     if compared_by == "token_ids" and mi is not None and oi is not None:
-        i = _first_diff(mi, oi)
+        i = first_diff(mi, oi)
         d.token_index = i
         d.modal_token = _at(mi, i)
         d.other_token = _at(oi, i)

@@ -14,7 +14,7 @@ import importlib
 import logging
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from suite.errors import EnvironmentUnavailable, SuiteError
 from suite.launchers.base import Launcher, LaunchSpec, RunningRuntime
@@ -152,7 +152,7 @@ def launcher_for(runtime: "RuntimeDefinition", requested: str = "auto", gpu_memo
         return real("local")
     if requested == "local":
         if runtime.local is None:
-            why = (f"has no local install recipe (only a Docker image): run it with --launcher docker "
+            why = ("has no local install recipe (only a Docker image): run it with --launcher docker "
                    "or LAUNCHER=auto" if _has_docker_image(runtime) else "has no local install recipe")
             return UnavailableLauncher(f"needs the Docker launcher: runtime {runtime.name!r} {why}", "local")
         return UnavailableLauncher(f"needs {_gpu_phrase(gpu_memory_gb)}; this machine has {gpu_lack}: "

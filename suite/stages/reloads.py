@@ -12,10 +12,11 @@ JSON on both sides).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from suite.records import FreshLaunch
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.stages.extraction import (ANSWERS_KEY, JsonChat, _answered_facts, _fact_signature, ask_section,
                                      load_prompt, select_sections)
@@ -28,11 +29,7 @@ log = logging.getLogger(__name__)
 FRESH_RUNTIMES = True  # starts its own runtimes (the arm's is stopped first)
 
 
-class ReloadOutcome(BaseModel):
-    index: int
-    status: Literal["ok", "refused", "failed"]
-    reason: str | None = None
-    startup_s: float | None = None
+class ReloadOutcome(FreshLaunch):
     compared: int = 0  # sections with valid JSON before (first repeat) and after the reload
     same: int = 0  # of those, the same facts
     changed: list[str] = Field(default_factory=list)  # section ids whose facts changed
@@ -77,8 +74,7 @@ def run(ctx: "StageContext") -> ReloadsResult:
                     else:
                         outcome.changed.append(section.uid)
         except (RuntimeStartError, EnvironmentUnavailable) as exc:
-            outcome.status = "refused" if isinstance(exc, RuntimeStartError) else "failed"
-            outcome.reason = getattr(exc, "error_line", None) or str(exc)
+            outcome.did_not_start(exc, refused=isinstance(exc, RuntimeStartError))
         outcomes.append(outcome)
     after = "; ".join(f"{o.same} of {o.compared} after reload {o.index + 1}" if o.status == "ok"
                       else f"reload {o.index + 1} {o.status}: {o.reason}" for o in outcomes)

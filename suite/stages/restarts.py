@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
+from suite.records import FreshLaunch
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
-from suite.repro import LaunchFigures, LaunchPair, Pattern, Sample, analyse_launches
+from suite.repro import LaunchFigures, LaunchPair, Pattern, analyse_launches
 from suite.stages.gate import (GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, samples_of,
                                select_prompts)
 
@@ -38,11 +39,7 @@ log = logging.getLogger(__name__)
 FRESH_RUNTIMES = True  # starts its own runtimes (the arm's is stopped first)
 
 
-class LaunchOutcome(BaseModel):
-    index: int
-    status: Literal["ok", "refused", "failed"]
-    reason: str | None = None
-    startup_s: float | None = None
+class LaunchOutcome(FreshLaunch):
     gate: GateResult | None = None
     cache_dir: str | None = None  # the compile/autotune cache root this launch was pointed at
     cache_files_before: int | None = None  # files already in it when the launch started (0: empty)
@@ -234,8 +231,7 @@ def _one_launch(ctx: "StageContext", i: int, mode: Literal["fresh", "kept"], cac
             if gate.stopped_reason:
                 outcome.status, outcome.reason = "failed", gate.stopped_reason
     except (RuntimeStartError, EnvironmentUnavailable) as exc:
-        outcome.status = "refused" if isinstance(exc, RuntimeStartError) else "failed"
-        outcome.reason = getattr(exc, "error_line", None) or str(exc)
+        outcome.did_not_start(exc, refused=isinstance(exc, RuntimeStartError))
         log.warning("restart %d of %s failed to start: %s", i, ctx.arm_name, outcome.reason)
     return outcome
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
+from suite.records import FreshLaunch
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
 from suite.repro import Sample, analyse_launches, answer_key
@@ -67,11 +68,8 @@ class SessionsConfiguration(BaseModel):
     prompts: list[SessionsPromptResult] = Field(default_factory=list)
 
 
-class SessionOutcome(BaseModel):
-    index: int
-    status: Literal["ok", "refused", "failed"]
-    reason: str | None = None
-    startup_s: float | None = None
+class SessionOutcome(FreshLaunch):
+    """One session: a fresh process of the arm's configuration."""
 
 
 class SessionsResult(BaseModel):
@@ -124,7 +122,7 @@ def _replicate_sample(gate: GateResult, prompt_id: str, replicate: int) -> Sampl
 
 
 def run(ctx: "StageContext") -> SessionsResult:
-    from suite.stages.controls import ADAPTER_NAME, ensure_adapter, lora_request_fields
+    from suite.stages.controls import ADAPTER_NAME, ensure_adapter
 
     k, r = ctx.profile.sessions, ctx.profile.replicates
     prompts = select_prompts(ctx.profile.gate_prompts)
@@ -152,36 +150,8 @@ def run(ctx: "StageContext") -> SessionsResult:
     runs: dict[str, dict[str, list[list[Sample]]]] = {lb: {p.id: [] for p in prompts} for lb in labels}
     outcomes: list[SessionOutcome] = []
     for i in range(k):
-        outcome = SessionOutcome(index=i, status="ok")
         session: dict[str, dict[str, list[Sample]]] = {lb: {p.id: [] for p in prompts} for lb in labels}
-        try:
-            with ctx.launch(lora=lora) as (running, client):
-                outcome.startup_s = running.startup_s
-                first = True
-                for rep in range(r):
-                    for lb in labels:
-                        body = dict(client.extra_body)
-                        if ctx.sampling.top_p is not None:
-                            body.setdefault("top_p", ctx.sampling.top_p)
-                        if lora is not None:
-                            body.update(lora_request_fields(caps.lora_select or "", ctx.card.served_name,
-                                                            lb == "adapter") or {})
-                        gate = run_gate(
-                            client, prompts, 1, seed=ctx.sampling.seed, temperature=ctx.sampling.temperature,
-                            max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx), extra=body,
-                            record=ctx.record_request, alive=running.alive, death_reason=death_reason_of(running),
-                            label=f"session-{i}-run-{rep}-{lb}", controls=list(ctx.controls), kind="sessions",
-                            process_cold=first)
-                        first = False
-                        for p in prompts:
-                            sample = _replicate_sample(gate, p.id, rep)
-                            session[lb][p.id].append(sample or Sample(index=rep, error="no answer"))
-                        if gate.stopped_reason:
-                            raise RuntimeStartError(gate.stopped_reason, error_line=gate.stopped_reason)
-        except (RuntimeStartError, EnvironmentUnavailable) as exc:
-            outcome.status = "refused" if isinstance(exc, RuntimeStartError) else "failed"
-            outcome.reason = getattr(exc, "error_line", None) or str(exc)
-            log.warning("session %d of %s: %s", i, ctx.arm_name, outcome.reason)
+        outcome = _run_session(ctx, i, r, labels, prompts, lora, session)
         outcomes.append(outcome)
         for lb in labels:
             for pid, samples in session[lb].items():
@@ -196,6 +166,46 @@ def run(ctx: "StageContext") -> SessionsResult:
     result.verdict = "; ".join(result.table) or "no session answered"
     log.info("sessions %s: %s", ctx.arm_name, result.verdict)
     return result
+
+
+def _run_session(ctx: "StageContext", i: int, r: int, labels: list[Literal["base", "adapter"]], prompts: list,
+                 lora: list[LoraAdapter] | None, session: dict[str, dict[str, list[Sample]]]) -> SessionOutcome:
+    """Session i: a fresh process, R runs of each prompt per configuration (into `session`)."""
+    from suite.stages.controls import lora_request_fields
+
+    caps = ctx.runtime.capabilities
+    outcome = SessionOutcome(index=i, status="ok")
+    try:
+        with ctx.launch(lora=lora) as (running, client):
+            outcome.startup_s = running.startup_s
+            bodies: dict[str, dict] = {}
+            for lb in labels:
+                body = dict(client.extra_body)
+                if ctx.sampling.top_p is not None:
+                    body.setdefault("top_p", ctx.sampling.top_p)
+                if lora is not None:
+                    body.update(lora_request_fields(caps.lora_select or "", ctx.card.served_name,
+                                                    lb == "adapter") or {})
+                bodies[lb] = body
+            for rep in range(r):
+                for lb in labels:
+                    gate = run_gate(
+                        client, prompts, 1, seed=ctx.sampling.seed, temperature=ctx.sampling.temperature,
+                        max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx), extra=bodies[lb],
+                        record=ctx.record_request, alive=running.alive, death_reason=death_reason_of(running),
+                        label=f"session-{i}-run-{rep}-{lb}", controls=list(ctx.controls), kind="sessions",
+                        process_cold=rep == 0 and lb == labels[0])
+                    for p in prompts:
+                        sample = _replicate_sample(gate, p.id, rep)
+                        session[lb][p.id].append(sample or Sample(index=rep, error="no answer"))
+                    if gate.stopped_reason:  # the runtime died or kept failing: this session ends here
+                        outcome.status, outcome.reason = "failed", gate.stopped_reason
+                        log.warning("session %d of %s: %s", i, ctx.arm_name, outcome.reason)
+                        return outcome
+    except (RuntimeStartError, EnvironmentUnavailable) as exc:
+        outcome.did_not_start(exc, refused=isinstance(exc, RuntimeStartError))
+        log.warning("session %d of %s: %s", i, ctx.arm_name, outcome.reason)
+    return outcome
 
 
 def table_lines(result: SessionsResult) -> list[str]:
