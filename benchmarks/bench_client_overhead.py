@@ -25,7 +25,7 @@ from suite.profiles import get_profile
 from suite.records import RunManifest, RunRecord, new_run_id, utcnow
 from suite.stages import StageContext
 from suite.stages import latency as lat
-from suite.stats import summarize
+from suite.analysis.stats import summarize
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ from suite.definitions import get_definition  # noqa: E402
 from suite.launchers.base import LaunchSpec  # noqa: E402
 from suite.launchers.local import LocalLauncher, is_installed  # noqa: E402
 from suite.records import RunManifest, RunRecord, new_run_id, utcnow  # noqa: E402
-from suite.repro import Sample, analyse  # noqa: E402
+from suite.analysis.repro import Sample, analyse  # noqa: E402
 
 
 def main() -> int:

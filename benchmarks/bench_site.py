@@ -4,7 +4,7 @@ Generates the records first (not timed): a few runs of every kind are written by
 record writer and stage models (`tests/golden/make_golden.py`: complete arms with one or more
 distinct answers, a run stopped by the watchdog, an interrupted run), then copied under new run
 ids, dates and model names until there are N runs: 10 models, 3 arms each. Then times
-`suite.publish.build_site` on them, cold (a fresh process, so the chart renderer's start-up is
+`suite.site.publish.build_site` on them, cold (a fresh process, so the chart renderer's start-up is
 counted), and prints the figure.
 
 Usage: python benchmarks/bench_site.py [--records 1000] [--models 10] [--repeat 1] [--keep DIR]
@@ -89,7 +89,7 @@ def main() -> int:
     print(f"generated {args.records} run records ({size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.1f} s")
     os.sync()  # the generator's own writes are flushed first: the build is timed, not their write-back
 
-    from suite.publish import build_site
+    from suite.site.publish import build_site
 
     times = []
     for i in range(args.repeat):

@@ -461,7 +461,7 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
                            client=plan.client(rt, base_controls), running=rt, controls=base_controls,
                            launch=launch, extra_body=plan.extra_body(base_controls))
         if judge is not None:
-            from suite.stages.judge import client_for_url
+            from suite.judge import client_for_url
 
             ctx.judge = client_for_url(judge.url, judge.model)
         status, reason = "complete", None

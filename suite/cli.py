@@ -331,7 +331,7 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
 def _site_after_arm(results: Path):
     """After each arm: rebuild the site and say where the model's page is (the first time)."""
     from suite.paths import site_out_dir
-    from suite.publish import build_site
+    from suite.site.publish import build_site
 
     shown: set[str] = set()
 
@@ -344,7 +344,7 @@ def _site_after_arm(results: Path):
         except SuiteError as exc:
             console.print(f"[yellow]site not rebuilt:[/yellow] {escape(str(exc))}")
             return
-        from suite.figures import slug
+        from suite.site.figures import slug
 
         page = out_dir / "models" / f"{slug(summary.model)}.html"
         if summary.model not in shown and page.exists():
@@ -355,7 +355,7 @@ def _site_after_arm(results: Path):
 
 def _build_site(results: Optional[Path] = None, out: Optional[Path] = None) -> None:
     from suite.paths import results_dir, site_out_dir
-    from suite.publish import build_site
+    from suite.site.publish import build_site
 
     out_dir = out or site_out_dir()
     report = build_site(results or results_dir(), out_dir)
@@ -372,7 +372,7 @@ def site_cmd(out: Optional[Path] = typer.Option(None, help="Output folder (defau
 def results() -> None:
     """List the run records in the results folder."""
     from suite.paths import results_dir
-    from suite.publish import list_runs
+    from suite.site.publish import list_runs
 
     console.print(list_runs(results_dir()))
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from suite.errors import SuiteError
 from suite.records import Summary, incomplete_summary, iter_run_dirs, load_summary
-from suite.repro import Sample, first_diff, prefix_logprob_diff
+from suite.analysis.repro import Sample, first_diff, prefix_logprob_diff
 from suite.signature import flatten_signature
 
 log = logging.getLogger(__name__)

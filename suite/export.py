@@ -25,7 +25,7 @@ from typing import Any, Literal
 import polars as pl
 
 from suite.errors import SuiteError
-from suite.figures import Run, latency_metrics, load_runs, pick, read_requests
+from suite.site.figures import Run, latency_metrics, load_runs, pick, read_requests
 
 log = logging.getLogger(__name__)
 

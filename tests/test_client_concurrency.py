@@ -18,9 +18,9 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from suite import charts
+from suite.site import charts
 from suite.client import AsyncOpenAIClient, ClientError, OpenAIClient, StreamState, _SSEProtocol
-from suite.figures import latency_sweep
+from suite.site.figures import latency_sweep
 from suite.stages import latency as lat
 
 SERVER = Path(__file__).resolve().parents[1] / "benchmarks" / "sse_truth_server.py"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from suite.compare import compare_runs
-from suite.publish import build_site
+from suite.site.publish import build_site
 from suite.records import iter_run_dirs, load_all
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"

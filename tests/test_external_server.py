@@ -93,7 +93,7 @@ def test_served_model_the_server_does_not_list_is_one_line(llamacpp_server, tmp_
 
 
 def test_bench_url_gives_a_full_record_and_a_site_page(llamacpp_server, tmp_path):
-    from suite.publish import build_site
+    from suite.site.publish import build_site
 
     url = llamacpp_server.base_url + "/v1"
     results = tmp_path / "results"

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from suite.errors import SuiteError
-from suite.scoring import score_section
+from suite.analysis.scoring import score_section
 from suite.stages import extraction as ex
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from suite.jsonextract import extract_json_object
+from suite.analysis.jsonextract import extract_json_object
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 import pytest
 
-from suite.scoring import GoldFact, parse_date, parse_quantity, parse_time, score_fact, score_section
+from suite.analysis.scoring import GoldFact, parse_date, parse_quantity, parse_time, score_fact, score_section
 
 
 def fact(type_, value, unit=None, aliases=(), key="k"):

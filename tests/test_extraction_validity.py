@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from suite import figures
-from suite.scoring import score_section
+from suite.site import figures
+from suite.analysis.scoring import score_section
 from suite.stages import extraction as ex
 
 GOLDEN = Path(__file__).parent / "golden" / "results"
@@ -149,7 +149,7 @@ def test_paired_comparison_of_older_records_and_the_judge():
 def test_site_shows_the_honest_figures(tmp_path):
     """The golden site, one arm's extraction replaced by a new record: identical count over the
     comparable sections, clean and complete on the index, paired differences on the model page."""
-    from suite.publish import build_site
+    from suite.site.publish import build_site
 
     results = tmp_path / "results"
     shutil.copytree(GOLDEN / "tiny", results / "tiny")

@@ -15,7 +15,7 @@ def test_the_site_is_rebuilt_after_each_arm(tmp_path: Path, tiny_gguf: Path) -> 
     from conftest import installed_definition
     from suite.bench import run_bench
     from suite.paths import results_dir  # noqa: F401
-    from suite.publish import build_site
+    from suite.site.publish import build_site
 
     installed_definition("llamacpp")
     installed_definition("llamacpp-python")

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from suite.errors import SuiteError
-from suite.scoring import score_section
+from suite.analysis.scoring import score_section
 from suite.stages import extraction as ex
-from suite.stages import judge
+from suite import judge
 
 
 def test_rubric_and_prompt():

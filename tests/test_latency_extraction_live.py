@@ -22,7 +22,7 @@ from suite.profiles import get_profile
 from suite.records import RunManifest, RunRecord, new_run_id, utcnow
 from suite.stages import StageContext
 from suite.stages import extraction as ex
-from suite.stages import judge as judge_stage
+from suite import judge as judge_stage
 from suite.stages import latency as lat
 
 QUICK = get_profile("quick")
@@ -134,7 +134,7 @@ def test_judge_grades_and_gates_itself(live, tmp_path: Path):
     sections = ex.select_sections(1)
     section = sections[0]
     obj = {f.key: f.canonical() for f in section.facts}
-    from suite.scoring import score_section
+    from suite.analysis.scoring import score_section
 
     answers = {section.uid: [ex.Answer(section=section.uid, repeat=0, text=json.dumps(obj), extracted=obj,
                                        json_status="ok", score=score_section(section.facts, obj))]}

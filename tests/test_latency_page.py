@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from suite.figures import latency_rows, load_runs, metric_label
-from suite.publish import make_env
+from suite.site.figures import latency_rows, load_runs, metric_label
+from suite.site.publish import make_env
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "results"
 
@@ -62,7 +62,7 @@ def test_model_page_says_which_arm_had_unique_prompts(tmp_path: Path) -> None:
     import json
     import shutil
 
-    from suite.publish import build_site
+    from suite.site.publish import build_site
 
     results = tmp_path / "results"
     shutil.copytree(GOLDEN, results)

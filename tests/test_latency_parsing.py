@@ -8,7 +8,7 @@ import pytest
 from suite.client import Completion
 from suite.errors import SuiteError
 from suite.stages import latency as lat
-from suite.stats import summarize
+from suite.analysis.stats import summarize
 
 VLLM_BEFORE = """
 # HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.

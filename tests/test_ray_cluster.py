@@ -199,7 +199,7 @@ def test_two_arms_on_two_nodes_at_once_land_in_results_and_site(cluster, tmp_pat
     assert_nothing_half_written(results)
     assert not wait_no_runtimes()
 
-    from suite.publish import build_site
+    from suite.site.publish import build_site
 
     site = tmp_path / "site"
     build_site(results, site)

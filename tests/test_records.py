@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from suite.errors import SuiteError
-from suite.figures import load_runs, read_requests
+from suite.site.figures import load_runs, read_requests
 from suite.records import SCHEMA_VERSION, find_incomplete, load_all, load_summary, write_once
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "results"

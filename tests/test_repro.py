@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from suite.repro import (
+from suite.analysis.repro import (
     Sample,
     across_agreement,
     analyse,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite.repro import Sample, analyse
+from suite.analysis.repro import Sample, analyse
 from suite.stages.gate import GatePromptResult, GateResult
 from suite.stages.restarts import LaunchOutcome, RestartsResult, summarise
 

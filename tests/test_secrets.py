@@ -17,10 +17,10 @@ from suite.bench import make_signature, plan_arms
 from suite.launchers import docker as docker_launcher
 from suite.launchers.base import RunningRuntime
 from suite.launchers.local import LocalLauncher
-from suite.publish import build_site
+from suite.site.publish import build_site
 from suite.records import RunManifest, RunRecord, Summary, load_summary, new_run_id, utcnow
 from suite.signature import REDACTED
-from suite.stages.judge import JUDGE_API_KEY_ENV, public_url
+from suite.judge import JUDGE_API_KEY_ENV, public_url
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "results"
 PLANTED = {

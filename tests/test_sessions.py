@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.repro import Sample
+from suite.analysis.repro import Sample
 from suite.stages.sessions import SessionsConfiguration, SessionsResult, summarise_prompt, table_lines
 
 

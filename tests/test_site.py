@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from suite.errors import SuiteError
-from suite.figures import load_runs
-from suite.publish import MARKER, build_site, fmt_num
+from suite.site.figures import load_runs
+from suite.site.publish import MARKER, build_site, fmt_num
 from suite.records import SCHEMA_VERSION, load_all
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -278,7 +278,7 @@ def test_list_runs_table() -> None:
     from rich.console import Console
 
     console = Console(width=250, record=True)
-    console.print(__import__("suite.publish", fromlist=["list_runs"]).list_runs(GOLDEN))
+    console.print(__import__("suite.site.publish", fromlist=["list_runs"]).list_runs(GOLDEN))
     out = console.export_text()
     assert out.count("tiny") >= 4 and "incomplete" in out and "stopped-by-watchdog" in out
     models = load_runs(GOLDEN)
@@ -307,7 +307,7 @@ def test_sparse_stage_records_render(tmp_path: Path) -> None:
 
 
 def test_lengths_read_as_the_studies_write_them() -> None:
-    from suite.figures import gate_prompts
+    from suite.site.figures import gate_prompts
 
     gate = {"prompts": [{"prompt_id": "long-open", "requests": 6, "answered": 6, "distinct_answers": 2,
                          "lengths": [{"tokens": 1021, "count": 5}, {"tokens": 1024, "count": 1}],
@@ -326,7 +326,7 @@ def test_the_site_is_a_pure_function_of_the_results(site: Path, tmp_path: Path) 
 
 def test_chart_labels_are_escaped() -> None:
     """Arm names reach the inline SVG only as escaped text (the page embeds the SVG as is)."""
-    from suite import charts
+    from suite.site import charts
 
     svg = charts.ttft_distribution({"<script>alert(1)</script>": [0.1, 0.2], 'x" onload="alert(2)': [0.3]})
     assert svg is not None and svg.startswith("<svg")

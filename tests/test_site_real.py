@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.figures import gate_prompts, request_text
-from suite.publish import build_site, fmt_num
+from suite.site.figures import gate_prompts, request_text
+from suite.site.publish import build_site, fmt_num
 from suite.records import load_all
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

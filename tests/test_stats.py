@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from suite import stats
+from suite.analysis import stats
 
 
 def test_percentiles_match_linear_interpolation():

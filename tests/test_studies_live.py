@@ -10,7 +10,7 @@ from suite.stages.gate import GateResult
 
 
 def _gate(distinct: dict[str, int]) -> GateResult:
-    from suite.repro import Sample, analyse
+    from suite.analysis.repro import Sample, analyse
     from suite.stages.gate import GatePromptResult
 
     prompts = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite.repro import Sample, analyse, analyse_launches, bootstrap_over_launches, unseen_share_bound
+from suite.analysis.repro import Sample, analyse, analyse_launches, bootstrap_over_launches, unseen_share_bound
 from suite.stages.gate import GatePromptResult, GateResult, verdict_of
 from suite.stages.restarts import LaunchOutcome, summarise
 

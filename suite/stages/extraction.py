@@ -1,7 +1,7 @@
 """The extraction stage: facts extracted from documents as JSON, repeated, scored against gold.
 
 The documents live in `prompts/extraction/documents/*.toml` (original texts, split into sections,
-each section with typed gold facts; see `suite.scoring.GoldFact`), the request wording in
+each section with typed gold facts; see `suite.analysis.scoring.GoldFact`), the request wording in
 `prompts/extraction/prompt.toml`. A profile asks for N sections: the sections tagged with the
 smallest of the `quick` (3), `standard` (24) and `full` (48) sets that holds N, in file order.
 
@@ -9,7 +9,7 @@ Every section is asked R times (`extraction_repeats`) with the card's seed and s
 answer is requested as JSON against a schema: through `response_format` (OpenAI `json_schema`,
 then llama-cpp-python's `json_object` + schema) where the runtime supports it, otherwise by the
 prompt alone; the mode used is reported. Model output is untrusted: it is parsed by
-`suite.jsonextract` (invalid JSON is counted, never a crash) and only compared with gold.
+`suite.analysis.jsonextract` (invalid JSON is counted, never a crash) and only compared with gold.
 
 Per arm: sections whose extracted facts are identical across the R repeats, counted only over
 the sections where every repeat gave valid JSON (sections with an invalid repeat are counted
@@ -18,7 +18,7 @@ answers (valid JSON, no wrong fact: an all-null answer is clean) and the share o
 complete" answers (no wrong and no missing fact, the honest headline), as mean and standard
 error over sections; the spread over repeats; figures by fact type. Every fact goes to `requests.jsonl`
 (kind `extraction-fact`) with the arm's full configuration signature, so any fact can be traced
-to the exact configuration that produced it. An optional LLM judge (`suite.stages.judge`) grades
+to the exact configuration that produced it. An optional LLM judge (`suite.judge`) grades
 the answers too, when the context has one.
 """
 
@@ -35,12 +35,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import ClientError, Completion, OpenAIClient
 from suite.errors import SuiteError
-from suite.jsonextract import extract_json_object
+from suite.analysis.jsonextract import extract_json_object
 from suite.paths import PROMPTS_DIR
-from suite.scoring import GoldFact, SectionScore, score_section
-from suite.stats import MeanSE, mean, mean_se
+from suite.analysis.scoring import GoldFact, SectionScore, score_section
+from suite.analysis.stats import MeanSE, mean, mean_se
 
-from suite.stages.judge import JudgeResult
+from suite.judge import JudgeResult
 
 if TYPE_CHECKING:
     from suite.stages import StageContext
@@ -429,7 +429,7 @@ def run(ctx: "StageContext") -> ExtractionResult:
     result = summarise(sections, answers, repeats)
     judge_result = None
     if ctx.judge is not None:
-        from suite.stages import judge as judge_stage
+        from suite import judge as judge_stage
 
         judge_result = judge_stage.grade(ctx, sections, answers)
     return ExtractionResult(

@@ -5,7 +5,7 @@ card's fixed seed and sampling settings, one at a time (or `concurrency` at once
 from several clients, when the active control says so). Every request is recorded in
 `requests.jsonl` as it finishes (text, token ids, logprobs where the runtime gives them cheaply,
 finish reason, timings), so nothing measured is lost if the runtime dies. The analysis
-(`suite.repro`) gives per prompt the distinct answers, the modal share, the lengths with their
+(`suite.analysis.repro`) gives per prompt the distinct answers, the modal share, the lengths with their
 counts, where each other answer departs from the modal one, and cold against warm.
 
 Verdict: more than one distinct answer on any prompt marks the arm unreproducible
@@ -33,7 +33,7 @@ from suite.client import ClientError, Completion, OpenAIClient
 from suite.definitions import load_validated
 from suite.errors import SuiteError
 from suite.paths import PROMPTS_DIR
-from suite.repro import (ColdWarm, DistinctAnswer, Divergence, LengthCount, Pattern, PromptAnalysis, Sample,
+from suite.analysis.repro import (ColdWarm, DistinctAnswer, Divergence, LengthCount, Pattern, PromptAnalysis, Sample,
                          analyse, unseen_share_bound)
 
 if TYPE_CHECKING:

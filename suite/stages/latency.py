@@ -4,7 +4,7 @@ After `latency_warmup` requests that are not counted, `latency_requests` streame
 one fixed prompt are sent at each concurrency level of the profile (1 by default; a sweep such as
 1,2,4 sends that many at once). Per level: time to first token (TTFT), inter-token latency (ITL,
 the gaps between streamed token chunks), time per output token (TPOT, (e2e - TTFT) / (tokens - 1)),
-end-to-end latency and output tokens/s, each as n, mean, p50, p90 and p99 (`suite.stats`).
+end-to-end latency and output tokens/s, each as n, mean, p50, p90 and p99 (`suite.analysis.stats`).
 
 Every request of the stage (warm-up included) starts with its own nonce, `Request 0007: `, of
 the same form and token length for every request, before the fixed prompt: a repeated prompt
@@ -52,7 +52,7 @@ from pydantic import BaseModel, Field
 
 from suite.client import AsyncOpenAIClient, ClientError, Completion, OpenAIClient
 from suite.errors import SuiteError
-from suite.stats import Distribution, summarize
+from suite.analysis.stats import Distribution, summarize
 
 if TYPE_CHECKING:
     from suite.stages import StageContext

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from suite.records import FreshLaunch
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
-from suite.repro import LaunchFigures, LaunchPair, Pattern, analyse_launches
+from suite.analysis.repro import LaunchFigures, LaunchPair, Pattern, analyse_launches
 from suite.stages.gate import (GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, samples_of,
                                select_prompts)
 

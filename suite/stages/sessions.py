@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from suite.records import FreshLaunch
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
-from suite.repro import Sample, analyse_launches, answer_key
+from suite.analysis.repro import Sample, analyse_launches, answer_key
 from suite.stages.gate import (GateResult, death_reason_of, logprobs_for, run_gate, samples_of,
                                select_prompts)
 

@@ -28,17 +28,17 @@ sys.path[:0] = [str(ROOT), str(ROOT / "watchdog")]
 from memwatch.policy import Policy  # noqa: E402
 from memwatch.report import ProbeStatus, Timeline, TripEvent, WatchdogReport  # noqa: E402
 from suite.records import DeterminismOutcome, RunManifest, RunRecord, Summary  # noqa: E402
-from suite.repro import Sample, analyse, analyse_launches  # noqa: E402
+from suite.analysis.repro import Sample, analyse, analyse_launches  # noqa: E402
 from suite.signature import Hardware, Signature  # noqa: E402
 from suite.stages.controls import ControlRow, ControlsResult, LoraOutcome, eliminate  # noqa: E402
 from suite.stages.reloads import ReloadOutcome, ReloadsResult  # noqa: E402
 from suite.stages.sessions import SessionsConfiguration, SessionsResult, summarise_prompt, table_lines  # noqa: E402
 from suite.stages.extraction import ExtractionResult, RepeatScore, SectionSummary, TypeScore  # noqa: E402
 from suite.stages.gate import GatePromptResult, GateResult, verdict_of  # noqa: E402
-from suite.stages.judge import JudgeGate, JudgeResult  # noqa: E402
+from suite.judge import JudgeGate, JudgeResult  # noqa: E402
 from suite.stages.latency import LatencyLevel, LatencyResult  # noqa: E402
 from suite.stages.restarts import LaunchOutcome, RestartsResult, summarise  # noqa: E402
-from suite.stats import mean_se, summarize  # noqa: E402
+from suite.analysis.stats import mean_se, summarize  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "results"
 HOSTILE = ("<script>document.title='PWNED';window.__pwned=1</script>"

@@ -37,7 +37,7 @@ from typing import Hashable, Literal
 
 from pydantic import BaseModel, Field
 
-from suite.stats import percentile
+from suite.analysis.stats import percentile
 
 log = logging.getLogger(__name__)
 

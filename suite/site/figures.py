@@ -24,7 +24,7 @@ from typing import Any, Iterable
 from suite.errors import SuiteError
 from suite.signature import flatten_signature
 from suite.records import Summary, load_all
-from suite.stats import PairedDifference, paired_difference
+from suite.analysis.stats import PairedDifference, paired_difference
 
 log = logging.getLogger(__name__)
 
@@ -556,7 +556,7 @@ def common_prefix(a: str, b: str) -> int:
 
 def analyse_requests(requests: list[dict[str, Any]]) -> dict[str, Any]:
     """A gate prompt result rebuilt from its request records (for a run whose gate never finished)."""
-    from suite.repro import Sample, analyse
+    from suite.analysis.repro import Sample, analyse
 
     samples = [Sample(index=int(pick(r, "index", default=i)), text=request_text(r),
                       token_ids=request_tokens(r), logprobs=pick(r, "logprobs"),

@@ -3,7 +3,7 @@
 `build_site(results, out)` empties the output folder, loads and validates every run record
 (`suite.records.load_all`), turns each into the figures the pages show, and renders the jinja2
 templates of `site/templates/` (autoescape on) to plain HTML, with the CSS of `site/static/`
-and the charts inlined as SVG (`suite.charts`). The pages need no network and no JavaScript and
+and the charts inlined as SVG (`suite.site.charts`). The pages need no network and no JavaScript and
 read well from `file://`.
 
 Pages: `index.html` (every model, its arms and their headline figures), `models/<model>.html`
@@ -13,7 +13,7 @@ to one gate prompt, where each departs from the modal answer marked) and `runs/<
 (one run's record, including incomplete and failed runs).
 
 Model output is untrusted: it only reaches a page as text through an escaping template.
-The figures come from `suite.figures`; `list_runs(results)` is the table behind `suite results`.
+The figures come from `suite.site.figures`; `list_runs(results)` is the table behind `suite results`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any
 from jinja2 import Environment, FileSystemBytecodeCache, FileSystemLoader, StrictUndefined, select_autoescape
 from pydantic import BaseModel
 
-from suite import charts
+from suite.site import charts
 from suite.errors import SuiteError
-from suite.figures import (
+from suite.site.figures import (
     GatePrompt, ModelRuns, Run, analyse_requests, controls_view, extraction_pairs, extraction_view, gate_prompts, itl_gaps,
     arm_comparisons, sessions_view, latency_level, latency_rows, latency_sweep, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug, stage_problems, with_thousands,
     watchdog_view,

@@ -31,9 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import ClientError, OpenAIClient
 from suite.errors import SuiteError
-from suite.jsonextract import extract_json_object
+from suite.analysis.jsonextract import extract_json_object
 from suite.paths import PROMPTS_DIR
-from suite.stats import MeanSE, cohen_kappa, mean, mean_se
+from suite.analysis.stats import MeanSE, cohen_kappa, mean, mean_se
 
 if TYPE_CHECKING:
     from suite.stages import StageContext
