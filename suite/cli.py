@@ -197,10 +197,8 @@ def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or ru
 def _print_summaries(summaries) -> None:
     table = Table("arm", "launcher", "status", "determinism", "distinct answers", "wall s", "record")
     for s in summaries:
-        gate = s.gate or {}
-        prompts = gate.get("prompts") or []
-        distinct = ", ".join(f"{p.get('prompt_id', '?')}: {p.get('distinct_answers', '?')}/{p.get('requests', '?')}"
-                             for p in prompts) or "-"
+        prompts = s.gate.prompts if s.gate else []
+        distinct = ", ".join(f"{p.prompt_id}: {p.distinct_answers}/{p.requests}" for p in prompts) or "-"
         det = s.determinism.outcome + (f" ({s.determinism.control})" if s.determinism.control else "")
         table.add_row(s.arm, s.launcher if s.status != "skipped" else "-",
                       s.status + (f": {s.reason}" if s.reason else ""), det, distinct,
@@ -236,6 +234,9 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                             "(key from SUITE_API_KEY)."),
           served_model: Optional[str] = typer.Option(None, "--served-model", help="With --url: the model name "
                                                      "the server lists in /v1/models (default: its only one)."),
+          tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="With --url: the model's tokenizer "
+                                                  "(a tokenizer.json, a folder holding one, or hf:ORG/REPO[@REV]), "
+                                                  "to count the tokens of a server that does not count them."),
           results_folder: Optional[Path] = typer.Option(None, "--results", help="Results folder "
                                                         "(default: $RESULTS, else ./results)."),
           profile: str = typer.Option("standard", help="quick, standard or full."),
@@ -273,6 +274,9 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
 
     if url is None:
         model = model or os.environ.get("MODEL") or "tiny"
+        if tokenizer is not None:
+            raise SuiteError("--tokenizer counts the tokens of a server given with --url; a started runtime "
+                             "counts its own")
     out = (results_folder.expanduser().resolve() if results_folder else results_dir())
     overrides = {k: v for k, v in (("reloads", reloads), ("restart_caches", restart_caches),
                                    ("auto_controls", auto_controls)) if v is not None}
@@ -298,6 +302,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                           judge_url=judge_url, judge_model=judge_model,
                           concurrency=_int_list("--concurrency", concurrency),
                           gate_requests=gate_requests, restarts=restarts, url=url, served_model=served_model,
+                          tokenizer=tokenizer,
                           overrides={k: v for k, v in (("reloads", reloads), ("restart_caches", restart_caches),
                                                        ("auto_controls", auto_controls)) if v is not None},
                           on_arm=_site_after_arm(out) if site else None)
@@ -319,13 +324,11 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
     stages = ["gate"] + (["controls"] if controls else [])
     summaries = run_bench(model, _split(arms), launcher, profile, stages, controls=_split(controls))
     _print_summaries(summaries)
-    try:
-        from suite.stages.controls import ControlsResult, format_controls_table
-    except ImportError:
-        return
+    from suite.stages.controls import format_controls_table
+
     for s in summaries:
         if s.controls:
-            console.print(format_controls_table(ControlsResult.model_validate(s.controls)))
+            console.print(format_controls_table(s.controls))
 
 
 def _site_after_arm(results: Path):
@@ -412,7 +415,7 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
                           overrides={"sessions": sessions, "replicates": replicates, "sessions_lora": lora})
     _print_summaries(summaries)
     for s in summaries:
-        for line in (s.sessions or {}).get("table", []):
+        for line in (s.sessions.table if s.sessions else []):
             console.print(f"{s.arm}: {escape(line)}")
 
 

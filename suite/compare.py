@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
-
 from pydantic import BaseModel, Field
 
 from suite.errors import SuiteError
 from suite.records import Summary, incomplete_summary, iter_run_dirs, load_summary
 from suite.analysis.repro import Sample, first_diff, prefix_logprob_diff
 from suite.signature import flatten_signature
+from suite.stages.gate import GatePromptResult, GateResult
 
 log = logging.getLogger(__name__)
 
@@ -81,24 +80,23 @@ class RunComparison(BaseModel):
     verdict: str
 
 
-def _modal(p: dict[str, Any]) -> Sample | None:
-    answers = p.get("answers") or []
-    if not answers or not isinstance(answers[0], dict):
+def _modal(p: GatePromptResult) -> Sample | None:
+    if not p.answers:
         return None
-    a = answers[0]
-    return Sample(index=0, text=a.get("text") or "", token_ids=a.get("token_ids"), logprobs=a.get("logprobs"))
+    a = p.answers[0]
+    return Sample(index=0, text=a.text, token_ids=a.token_ids, logprobs=a.logprobs)
 
 
-def compare_prompt(pa: dict[str, Any], pb: dict[str, Any]) -> PromptComparison:
-    """The modal answers of one prompt in two gate results (their `prompts[]` entries)."""
+def compare_prompt(pa: GatePromptResult, pb: GatePromptResult) -> PromptComparison:
+    """The modal answers of one prompt in two gate results."""
     ma, mb = _modal(pa), _modal(pb)
     ids_a = ma.ids_or_empty() if ma else None
     ids_b = mb.ids_or_empty() if mb else None
     by = "token_ids" if ids_a is not None and ids_b is not None else "text"
     out = PromptComparison(
-        prompt_id=str(pa.get("prompt_id")), same_prompt=pa.get("prompt_sha256") == pb.get("prompt_sha256"),
-        a_distinct=pa.get("distinct_answers"), b_distinct=pb.get("distinct_answers"),
-        a_answered=pa.get("answered"), b_answered=pb.get("answered"), compared_by=by, modal_agree=None)
+        prompt_id=pa.prompt_id, same_prompt=pa.prompt_sha256 == pb.prompt_sha256,
+        a_distinct=pa.distinct_answers, b_distinct=pb.distinct_answers,
+        a_answered=pa.answered, b_answered=pb.answered, compared_by=by, modal_agree=None)
     if ma is None or mb is None:
         return out
     out.a_tokens, out.b_tokens = ma.n_tokens, mb.n_tokens
@@ -113,13 +111,12 @@ def compare_prompt(pa: dict[str, Any], pb: dict[str, Any]) -> PromptComparison:
     return out
 
 
-def compare_gates(gate_a: dict[str, Any] | None, gate_b: dict[str, Any] | None) -> list[PromptComparison]:
+def compare_gates(gate_a: GateResult | None, gate_b: GateResult | None) -> list[PromptComparison]:
     """Per gate prompt both runs answered, their modal answers compared (in run A's prompt order)."""
-    if not gate_a or not gate_b:
+    if gate_a is None or gate_b is None:
         return []
-    by_id = {p.get("prompt_id"): p for p in gate_b.get("prompts") or [] if isinstance(p, dict)}
-    return [compare_prompt(p, by_id[p.get("prompt_id")]) for p in gate_a.get("prompts") or []
-            if isinstance(p, dict) and p.get("prompt_id") in by_id]
+    by_id = {p.prompt_id: p for p in gate_b.prompts}
+    return [compare_prompt(p, by_id[p.prompt_id]) for p in gate_a.prompts if p.prompt_id in by_id]
 
 
 def _ref(s: Summary) -> RunRef:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import polars as pl
 
 from suite.errors import SuiteError
-from suite.site.figures import Run, latency_metrics, load_runs, pick, read_requests
+from suite.site.figures import Run, distributions, load_runs, read_requests
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def runs_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for r in runs:
         s, h, sig = r.s, r.headline, r.s.signature
-        ex = s.extraction or {}
+        ex = s.extraction
         rows.append(_key(r) | {
             "runtime": s.runtime, "launcher": s.launcher, "profile": s.profile, "status": s.status,
             "reason": s.reason, "started_at": s.started_at, "finished_at": s.finished_at,
@@ -68,8 +68,8 @@ def runs_rows(runs: list[Run]) -> list[dict[str, Any]]:
             "distinct_answers_max": h.distinct, "gate_requests": h.n,
             "ttft_p50_ms": h.ttft_p50_ms, "output_tokens_per_s_p50": h.tokens_per_s,
             "extraction_clean_share": h.clean_share, "extraction_clean_share_se": h.clean_share_se,
-            "extraction_identical_sections": pick(ex, "identical_sections"),
-            "extraction_sections": pick(ex, "sections") if isinstance(pick(ex, "sections"), int) else None,
+            "extraction_identical_sections": ex.identical_sections if ex else None,
+            "extraction_sections": ex.sections if ex else None,
         })
     return rows
 
@@ -77,15 +77,14 @@ def runs_rows(runs: list[Run]) -> list[dict[str, Any]]:
 def gate_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for r in runs:
-        for p in pick(r.s.gate, "prompts", default=[]) or []:
-            cw = pick(p, "cold_warm") or {}
+        for p in r.s.gate.prompts if r.s.gate else []:
+            cw = p.cold_warm
             rows.append(_key(r) | {
-                "prompt_id": pick(p, "prompt_id"), "requests": pick(p, "requests"),
-                "answered": pick(p, "answered"), "errors": pick(p, "errors"),
-                "distinct_answers": pick(p, "distinct_answers"), "modal_share": pick(p, "modal_share"),
-                "lengths": pick(p, "lengths_text"), "compared_by": pick(p, "compared_by"),
-                "cold_is_modal": pick(cw, "cold_is_modal"), "warm_distinct": pick(cw, "warm_distinct"),
-                "warm_count": pick(cw, "warm_count"),
+                "prompt_id": p.prompt_id, "requests": p.requests, "answered": p.answered, "errors": p.errors,
+                "distinct_answers": p.distinct_answers, "modal_share": p.modal_share,
+                "lengths": p.lengths_text, "compared_by": p.compared_by,
+                "cold_is_modal": cw.cold_is_modal if cw else None, "warm_distinct": cw.warm_distinct if cw else None,
+                "warm_count": cw.warm_count if cw else None,
             })
     return rows
 
@@ -93,17 +92,14 @@ def gate_rows(runs: list[Run]) -> list[dict[str, Any]]:
 def controls_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for r in runs:
-        for row in pick(r.s.controls, "rows", default=[]) or []:
-            distinct = pick(row, "distinct", default={}) or {}
-            base = _key(r) | {"configuration": pick(row, "configuration"), "status": pick(row, "status"),
-                              "reason": pick(row, "reason"), "concurrency": pick(row, "concurrency"),
-                              "startup_s": pick(row, "startup_s")}
-            if not distinct:
+        for row in r.s.controls.rows if r.s.controls else []:
+            base = _key(r) | {"configuration": row.configuration, "status": row.status, "reason": row.reason,
+                              "concurrency": row.concurrency, "startup_s": row.startup_s}
+            if not row.distinct:
                 rows.append(base | {"prompt_id": None, "distinct_answers": None, "answered": None, "lengths": None})
-            for pid, d in distinct.items():
-                rows.append(base | {"prompt_id": pid, "distinct_answers": d,
-                                    "answered": (pick(row, "answered", default={}) or {}).get(pid),
-                                    "lengths": (pick(row, "lengths", default={}) or {}).get(pid)})
+            for pid, d in row.distinct.items():
+                rows.append(base | {"prompt_id": pid, "distinct_answers": d, "answered": row.answered.get(pid),
+                                    "lengths": row.lengths.get(pid)})
     return rows
 
 
@@ -111,13 +107,13 @@ def restarts_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for r in runs:
         rs = r.s.restarts
-        for p in pick(rs, "prompts", default=[]) or []:
-            ci = pick(p, "agreement_ci95") or [None, None]
+        for p in rs.prompts if rs else []:
+            low, high = p.agreement_ci95 or (None, None)
             rows.append(_key(r) | {
-                "launches": pick(rs, "launches"), "launched": pick(rs, "launched"),
-                "prompt_id": pick(p, "prompt_id"), "within_distinct": _scalar(pick(p, "within_distinct")),
-                "across_distinct": pick(p, "across_distinct"), "agreement": pick(p, "agreement"),
-                "agreement_ci95_low": ci[0], "agreement_ci95_high": ci[1], "lengths": pick(p, "lengths_text"),
+                "launches": rs.launches, "launched": rs.launched, "prompt_id": p.prompt_id,
+                "within_distinct": _scalar(p.within_distinct), "across_distinct": p.across_distinct,
+                "agreement": p.agreement, "agreement_ci95_low": low, "agreement_ci95_high": high,
+                "lengths": p.lengths_text,
             })
     return rows
 
@@ -125,18 +121,18 @@ def restarts_rows(runs: list[Run]) -> list[dict[str, Any]]:
 def latency_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for r in runs:
-        for level in pick(r.s.latency, "levels", default=[]) or []:
-            for metric, d in latency_metrics(level).items():
-                rows.append(_key(r) | {"concurrency": pick(level, "concurrency"), "metric": metric} |
-                            {k: d.get(k) for k in ("n", "mean", "p50", "p90", "p99", "min", "max")})
+        for level in r.s.latency.levels if r.s.latency else []:
+            for metric, d in distributions(level).items():
+                rows.append(_key(r) | {"concurrency": level.concurrency, "metric": metric} |
+                            d.model_dump(include={"n", "mean", "p50", "p90", "p99", "min", "max"}))
     return rows
 
 
 def extraction_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for r in runs:
-        for sec in pick(r.s.extraction, "per_section", default=[]) or []:
-            rows.append(_key(r) | {k: _scalar(v) for k, v in sec.items()})
+        for sec in r.s.extraction.per_section if r.s.extraction else []:
+            rows.append(_key(r) | {k: _scalar(v) for k, v in sec.model_dump().items()})
     return rows
 
 
@@ -144,17 +140,16 @@ def watchdog_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for r in runs:
         wd = r.s.watchdog
-        if not wd:
+        if wd is None:
             continue
-        trip = pick(wd, "trip") or {}
-        peaks = pick(wd, "peaks", default={}) or {}
+        trip = wd.trip
         rows.append(_key(r) | {
-            "tripped": pick(wd, "tripped"), "samples": pick(wd, "sample_count"),
-            "duration_s": pick(wd, "duration_s"), "mean_interval_s": pick(wd, "mean_interval_s"),
-            "peak_bytes_max": max(peaks.values()) if peaks else None,
-            "trip_rule": pick(trip, "rule"), "trip_metric": pick(trip, "metric"),
-            "trip_value_bytes": pick(trip, "value_bytes"), "trip_threshold_bytes": pick(trip, "threshold_bytes"),
-            "trip_t_s": pick(trip, "t_s"), "trip_gone_s": pick(trip, "gone_s"),
+            "tripped": wd.tripped, "samples": wd.sample_count, "duration_s": wd.duration_s,
+            "mean_interval_s": wd.mean_interval_s, "peak_bytes_max": max(wd.peaks.values()) if wd.peaks else None,
+            "trip_rule": trip.rule if trip else None, "trip_metric": trip.metric if trip else None,
+            "trip_value_bytes": trip.value_bytes if trip else None,
+            "trip_threshold_bytes": trip.threshold_bytes if trip else None,
+            "trip_t_s": trip.t_s if trip else None, "trip_gone_s": trip.gone_s if trip else None,
         })
     return rows
 

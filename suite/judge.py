@@ -36,7 +36,7 @@ from suite.paths import PROMPTS_DIR
 from suite.analysis.stats import MeanSE, cohen_kappa, mean, mean_se
 
 if TYPE_CHECKING:
-    from suite.stages import StageContext
+    from suite.stages.base import StageContext
     from suite.stages.extraction import Answer, Section
 
 log = logging.getLogger(__name__)

@@ -19,33 +19,36 @@ import tempfile
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from memwatch.report import WatchdogReport
+from pydantic import BaseModel, Field, ValidationError, create_model
 
 from suite.errors import SuiteError
 from suite.signature import Signature
+from suite.stages import STAGES
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-STAGE_KEYS = ("gate", "controls", "latency", "extraction", "restarts", "sessions", "reloads", "watchdog")
+SCHEMA_VERSION = 2
+
+# What a run record holds besides its identity: each stage's result under the stage's name (from
+# the stage registry), and the memory watchdog's report.
+RESULT_MODELS: dict[str, type[BaseModel]] = {name: stage.result for name, stage in STAGES.items()} | {
+    "watchdog": WatchdogReport}
 
 RunStatus = Literal["complete", "incomplete", "failed", "stopped-by-watchdog", "skipped"]
 
 
-class FreshLaunch(BaseModel):
-    """One fresh launch a stage made of the arm's configuration (restarts, sessions, reloads)."""
+def update_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 -> 2: the stage results became typed models; a schema-1 record holds the same
+    fields under the same names, so only its version moves (a field renamed later gets its own
+    `update_to_N` here, applied in order)."""
+    return data | {"schema_version": 2}
 
-    index: int
-    status: Literal["ok", "refused", "failed"]
-    reason: str | None = None  # the log's error line when it did not start or failed
-    startup_s: float | None = None
 
-    def did_not_start(self, exc: Exception, refused: bool) -> None:
-        """Record a launch that was refused (a start-up error) or could not run here."""
-        self.status = "refused" if refused else "failed"
-        self.reason = getattr(exc, "error_line", None) or str(exc)
+# Numbered upgrades (as asv's `update_to_N`): UPGRADES[n] turns a schema n-1 record into n.
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: update_to_2}
 
 
 class DeterminismOutcome(BaseModel):
@@ -73,8 +76,8 @@ class RunManifest(RunIdentity):
     signature: Signature | None = None
 
 
-class Summary(RunIdentity):
-    """summary.json: one arm's run, one key per stage (None when the stage did not run)."""
+class SummaryBase(RunIdentity):
+    """summary.json without the stage results: how the run ended."""
 
     finished_at: str | None = None
     status: RunStatus = "incomplete"
@@ -83,14 +86,15 @@ class Summary(RunIdentity):
     startup_s: float | None = None
     determinism: DeterminismOutcome = Field(default_factory=DeterminismOutcome)
     signature: Signature | None = None
-    gate: dict[str, Any] | None = None
-    controls: dict[str, Any] | None = None
-    latency: dict[str, Any] | None = None
-    extraction: dict[str, Any] | None = None
-    restarts: dict[str, Any] | None = None
-    sessions: dict[str, Any] | None = None
-    reloads: dict[str, Any] | None = None
-    watchdog: dict[str, Any] | None = None
+
+
+# summary.json: one arm's run, and one typed field per stage of the registry (and the watchdog),
+# None when it did not run: `summary.gate` is a GateResult, `summary.latency` a LatencyResult...
+Summary = create_model(  # type: ignore[call-overload]
+    "Summary", __base__=SummaryBase,
+    __doc__="summary.json: one arm's run, one typed result per stage (None when the stage did not run).",
+    **{name: (model | None, None) for name, model in RESULT_MODELS.items()},
+)
 
 
 def utcnow() -> str:
@@ -132,26 +136,27 @@ def _read_json(path: Path) -> Any:
         raise SuiteError(f"{path}: cannot read run record: {reason}") from None
 
 
-def _invalid(path: Path, exc: ValidationError) -> SuiteError:
+def _invalid(path: Path, exc: ValidationError, prefix: str = "") -> SuiteError:
     first = exc.errors()[0]
-    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    key = ".".join([prefix] * bool(prefix) + [str(p) for p in first["loc"]]) or "(top level)"
     return SuiteError(f"{path}: invalid run record at {key}: {first['msg']}")
 
 
-def _check_version(path: Path, data: Any) -> None:
+def upgraded(path: Path, data: Any) -> dict[str, Any]:
+    """A run.json or summary.json at this suite's schema version, upgraded step by step from an
+    older one; a newer or unknown version is a one-line error."""
     if not isinstance(data, dict):
         raise SuiteError(f"{path}: not a run record (a JSON object was expected, found {type(data).__name__})")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        if isinstance(version, int) and version > SCHEMA_VERSION:
-            raise SuiteError(
-                f"{path}: schema version {version} is newer than this suite's {SCHEMA_VERSION}; "
-                "upgrade the suite to read it"
-            )
-        raise SuiteError(
-            f"{path}: schema version {version} is not this suite's {SCHEMA_VERSION}; "
-            "re-run the benchmark or use the suite version that wrote it"
-        )
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise SuiteError(f"{path}: schema version {version} is newer than this suite's {SCHEMA_VERSION}; "
+                         "upgrade the suite to read it")
+    if not isinstance(version, int) or version < 1 or any(v not in UPGRADES for v in range(version + 1, SCHEMA_VERSION + 1)):
+        raise SuiteError(f"{path}: schema version {version} is not one this suite reads (1 to {SCHEMA_VERSION}); "
+                         "re-run the benchmark or use the suite version that wrote it")
+    for v in range(version + 1, SCHEMA_VERSION + 1):
+        data = UPGRADES[v](data)
+    return data
 
 
 class RunRecord:
@@ -174,8 +179,7 @@ class RunRecord:
     @classmethod
     def open_incomplete(cls, run_dir: Path) -> "RunRecord":
         path = run_dir / "run.json"
-        data = _read_json(path)
-        _check_version(path, data)
+        data = upgraded(path, _read_json(path))
         try:
             return cls(run_dir, RunManifest.model_validate(data))
         except ValidationError as exc:
@@ -242,17 +246,21 @@ class RunRecord:
         payload = result.model_dump(mode="json") if isinstance(result, BaseModel) else result
         write_once(self.dir / "stages" / f"{name}.json", json.dumps(payload, indent=2, default=str))
 
-    def read_stage(self, name: str) -> dict[str, Any] | None:
+    def read_stage(self, name: str) -> BaseModel | None:
+        """A finished stage's result as its model (RESULT_MODELS); None if it did not finish."""
         p = self.dir / "stages" / f"{name}.json"
         if not p.exists():
             return None
         data = _read_json(p)
         if not isinstance(data, dict):
             raise SuiteError(f"{p}: not a stage result (a JSON object was expected, found {type(data).__name__})")
-        return data
+        try:
+            return RESULT_MODELS[name].model_validate(data)
+        except ValidationError as exc:
+            raise _invalid(p, exc) from None
 
     def finish(self, summary: Summary) -> Path:
-        for key in STAGE_KEYS:
+        for key in RESULT_MODELS:
             if getattr(summary, key) is None:
                 setattr(summary, key, self.read_stage(key))
         path = self.dir / "summary.json"
@@ -260,17 +268,42 @@ class RunRecord:
         return path
 
 
-def load_summary(path: Path) -> Summary:
-    """Load and validate one summary.json; a wrong schema version is a one-line error."""
-    data = _read_json(path)
-    _check_version(path, data)
+def _stage_results(where: Path, data: dict[str, Any], problems: list[str] | None) -> dict[str, BaseModel | None]:
+    """Each stage result of a summary as its model. A result that does not validate is a one-line
+    error, or, given `problems`, left out (None) with its line added there (the site still shows
+    the rest of the run)."""
+    out: dict[str, BaseModel | None] = {}
+    for key, model in RESULT_MODELS.items():
+        raw = data.get(key)
+        if raw is None:
+            out[key] = None
+            continue
+        try:
+            out[key] = model.model_validate(raw)
+        except ValidationError as exc:
+            if problems is None:
+                raise _invalid(where, exc, prefix=key) from None
+            first = exc.errors()[0]
+            problems.append(f"{where}: {key}.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+            out[key] = None
+    return out
+
+
+def load_summary(path: Path, problems: list[str] | None = None) -> Summary:
+    """Load and validate one summary.json (upgraded from an older schema); a wrong schema version
+    or an invalid field is a one-line error (see `_stage_results` for `problems`)."""
+    data = upgraded(path, _read_json(path))
+    stages = _stage_results(path, data, problems)
     try:
-        return Summary.model_validate(data)
+        summary = Summary.model_validate({k: v for k, v in data.items() if k not in RESULT_MODELS})
     except ValidationError as exc:
         raise _invalid(path, exc) from None
+    for key, result in stages.items():
+        setattr(summary, key, result)
+    return summary
 
 
-def incomplete_summary(run_dir: Path) -> Summary:
+def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summary:
     """A summary for a run that never finished, built from its manifest and stage files."""
     rec = RunRecord.open_incomplete(run_dir)
     m = rec.manifest
@@ -278,8 +311,12 @@ def incomplete_summary(run_dir: Path) -> Summary:
         **m.model_dump(exclude={"signature"}), signature=m.signature, status="incomplete",
         reason="the run did not finish (interrupted); `suite bench --resume` continues it",
     )
-    for key in STAGE_KEYS:
-        setattr(summary, key, rec.read_stage(key))
+    for key in RESULT_MODELS:
+        p = run_dir / "stages" / f"{key}.json"
+        if not p.exists():
+            continue
+        raw = _read_json(p)
+        setattr(summary, key, _stage_results(p, {key: raw}, problems)[key])
     return summary
 
 
@@ -287,12 +324,14 @@ def iter_run_dirs(results: Path) -> list[Path]:
     return sorted(p.parent for p in results.glob("*/*/*/run.json"))
 
 
-def load_all(results: Path) -> list[Summary]:
-    """Every run under the results folder, complete or not, oldest first."""
+def load_all(results: Path, problems: list[str] | None = None) -> list[Summary]:
+    """Every run under the results folder, complete or not, oldest first (`problems`: see
+    `_stage_results`)."""
     out: list[Summary] = []
     for run_dir in iter_run_dirs(results):
         summary_path = run_dir / "summary.json"
-        out.append(load_summary(summary_path) if summary_path.exists() else incomplete_summary(run_dir))
+        out.append(load_summary(summary_path, problems) if summary_path.exists()
+                   else incomplete_summary(run_dir, problems))
     out.sort(key=lambda s: (s.started_at, s.run_id))
     return out
 

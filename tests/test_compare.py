@@ -8,16 +8,25 @@ from pathlib import Path
 
 import pytest
 
+from suite.analysis.repro import Sample, analyse
 from suite.compare import compare_gates, compare_prompt, compare_runs, resolve_run
 from suite.errors import SuiteError
 from suite.records import iter_run_dirs
+from suite.stages.gate import GatePromptResult, GateResult
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "results"
 
 
-def prompt(pid: str, ids: list[int] | None, text: str, logprobs: list[float] | None = None, sha: str = "s") -> dict:
-    return {"prompt_id": pid, "prompt_sha256": sha, "distinct_answers": 1, "answered": 5,
-            "answers": [{"text": text, "token_ids": ids, "logprobs": logprobs}]}
+def prompt(pid: str, ids: list[int] | None, text: str, logprobs: list[float] | None = None,
+           sha: str = "s") -> GatePromptResult:
+    """A gate prompt's result: five requests that all gave this answer."""
+    a = analyse([Sample(index=i, text=text, token_ids=ids, logprobs=logprobs) for i in range(5)])
+    return GatePromptResult.from_analysis(a, prompt_id=pid, prompt_sha256=sha, max_tokens=16)
+
+
+def gate(*prompts: GatePromptResult) -> GateResult:
+    return GateResult(n_requests=5, seed=0, temperature=0.0, logprobs=True, prompts=list(prompts),
+                      reproducible=True, verdict="", wall_s=0.0, http_s=0.0)
 
 
 def test_same_tokens_agree_and_report_the_logprob_difference():
@@ -38,12 +47,13 @@ def test_parting_answers_name_the_token_and_the_text_around_it():
 def test_text_comparison_without_ids_and_a_missing_answer():
     c = compare_prompt(prompt("p", None, "yes"), prompt("p", None, "yes"))
     assert c.compared_by == "text" and c.modal_agree is True
-    empty = {"prompt_id": "p", "answers": []}
+    empty = GatePromptResult.from_analysis(analyse([Sample(index=0, text="", error="HTTP 500")]), prompt_id="p",
+                                           max_tokens=16)
     assert compare_prompt(prompt("p", None, "x"), empty).modal_agree is None
 
 
 def test_a_changed_prompt_file_is_flagged():
-    (c,) = compare_gates({"prompts": [prompt("p", [1], "a", sha="old")]}, {"prompts": [prompt("p", [1], "a", sha="new")]})
+    (c,) = compare_gates(gate(prompt("p", [1], "a", sha="old")), gate(prompt("p", [1], "a", sha="new")))
     assert c.same_prompt is False
 
 

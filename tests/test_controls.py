@@ -69,7 +69,7 @@ def controls_run(tmp_path_factory):
 
 def test_controls_on_fresh_llama_servers(controls_run):
     assert controls_run.status == "complete", controls_run.reason
-    result = ControlsResult.model_validate(controls_run.controls)
+    result = controls_run.controls
     by = {r.configuration: r for r in result.rows}
     assert set(by) == {"prompt-cache-off", "concurrency-4", "lora:base", "lora:adapter"}
     for row in by.values():
@@ -84,7 +84,7 @@ def test_controls_on_fresh_llama_servers(controls_run):
 
 
 def test_lora_base_and_adapter_in_one_llama_server(controls_run):
-    result = ControlsResult.model_validate(controls_run.controls)
+    result = controls_run.controls
     lora = result.lora
     assert lora.status == "ok" and lora.same_process is True and lora.select == "scale"
     assert lora.adapter_changes_output is True
@@ -92,5 +92,5 @@ def test_lora_base_and_adapter_in_one_llama_server(controls_run):
     adapter = next(r for r in result.rows if r.configuration == "lora:adapter")
     assert base.command == adapter.command  # one process, two arms
     # The base arm (adapter scale 0) answers as the plain model of the gate did.
-    gate_modal = controls_run.gate["prompts"][0]["answers"][0]["token_ids"]
+    gate_modal = controls_run.gate.prompts[0].answers[0].token_ids
     assert base.gate.prompts[0].answers[0].token_ids == gate_modal

@@ -29,6 +29,6 @@ def test_cpu_example_tree_publishes_with_its_verdicts(tmp_path: Path) -> None:
 def test_gpu_example_tree_reads_as_200_identical_requests(tmp_path: Path) -> None:
     root = EXAMPLES / "gpu-results"
     (s,) = [s for s in load_all(root) if s.gate]
-    (p,) = s.gate["prompts"]
-    assert p["requests"] == 200 and p["distinct_answers"] == 1
+    (p,) = s.gate.prompts
+    assert p.requests == 200 and p.distinct_answers == 1
     build_site(root, tmp_path / "site")

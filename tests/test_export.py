@@ -38,11 +38,11 @@ def test_export_tables(tmp_path: Path, fmt: str) -> None:
     row = runs.filter(pl.col("run_id") == vllm.run_id).row(0, named=True)
     assert row["determinism_outcome"] == "refused"
     assert row["signature_digest"] == vllm.signature.digest
-    assert row["ttft_p50_ms"] == pytest.approx(vllm.latency["levels"][0]["ttft_s"]["p50"] * 1000)
-    assert row["extraction_clean_share"] == pytest.approx(vllm.extraction["clean_share"]["mean"])
+    assert row["ttft_p50_ms"] == pytest.approx(vllm.latency.levels[0].ttft_s.p50 * 1000)
+    assert row["extraction_clean_share"] == pytest.approx(vllm.extraction.clean_share.mean)
 
     gate = tables["gate"]
-    assert gate.height == sum(len(s.gate["prompts"]) for s in summaries if s.gate)
+    assert gate.height == sum(len(s.gate.prompts) for s in summaries if s.gate)
     lp = gate.filter((pl.col("arm") == "llamacpp-python") & (pl.col("model") == "tiny")
                      & (pl.col("prompt_id") == "short-open")).row(0, named=True)
     assert lp["distinct_answers"] == 2 and lp["cold_is_modal"] is False

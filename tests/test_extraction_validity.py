@@ -15,6 +15,7 @@ import pytest
 
 from suite.site import figures
 from suite.analysis.scoring import score_section
+from suite.judge import JudgeResult
 from suite.stages import extraction as ex
 
 GOLDEN = Path(__file__).parent / "golden" / "results"
@@ -93,10 +94,10 @@ def test_old_records_still_read_and_keep_their_meaning():
     old = {"sections": 2, "repeats": 2, "identical_sections": 2, "clean_share": {"n": 2, "mean": 0.5, "se": 0.5},
            "per_section": [{"section": "a/1", "identical": True, "invalid_json": 1, "clean_rate": 1.0},
                            {"section": "a/2", "identical": True, "invalid_json": 2, "clean_rate": 0.0}]}
-    view = figures.extraction_view(old)
+    view = figures.extraction_view(_result(old))
     assert view["comparable"] is None and view["complete"] == (None, None, None)
     assert view["grid"] == {"a/1": "same", "a/2": "error"}
-    h = figures.headline(_summary({"extraction": old}))
+    h = figures.headline(_summary({"extraction": _result(old)}))
     assert h.complete_share is None and h.clean_share == 0.5 and h.clean_n == 2
     ex.SectionSummary.model_validate({"section": "a/1", "kind": "k", "facts": 1, "identical": True,
                                       "distinct_answers": 1, "clean_rate": 1.0, "recall": 1.0, "precision": 1.0,
@@ -111,6 +112,7 @@ def test_paired_comparison_of_arms():
     base = {"per_section": _rows({"a": 1.0, "b": 0.0, "c": 1.0, "d": 0.5})}
     same = {"per_section": _rows({"a": 1.0, "b": 0.0, "c": 1.0, "d": 0.5})}
     better = {"per_section": _rows({"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0, "e": 0.0})}  # e: only this arm
+    base, same, better = _result(base), _result(same), _result(better)
     pairs = figures.extraction_pairs([base, None, same, better], ["x", "y", "z", "w"])
     assert [(p["arm"], p["against"]) for p in pairs] == [("z", "x"), ("w", "x")]
     tie = pairs[0]["rows"][0]
@@ -122,13 +124,13 @@ def test_paired_comparison_of_arms():
     # one arm alone: nothing to compare
     assert figures.extraction_pairs([base, None], ["x", "y"]) == []
     # one paired section: no interval, no "tie"
-    single = figures.extraction_pairs([{"per_section": _rows({"a": 1.0})}, {"per_section": _rows({"a": 0.0})}],
-                                      ["x", "y"])
+    single = figures.extraction_pairs([_result({"per_section": _rows({"a": 1.0})}),
+                                       _result({"per_section": _rows({"a": 0.0})})], ["x", "y"])
     text = single[0]["rows"][0]["text"]
     assert "too few" in text and "tie" not in text and "n = 1 paired section" in text
     # zero paired sections
-    none = figures.extraction_pairs([{"per_section": _rows({"a": 1.0})}, {"per_section": _rows({"b": 0.0})}],
-                                    ["x", "y"])
+    none = figures.extraction_pairs([_result({"per_section": _rows({"a": 1.0})}),
+                                     _result({"per_section": _rows({"b": 0.0})})], ["x", "y"])
     assert none[0]["rows"][0]["diff"].n == 0 and "no section answered by both" in none[0]["rows"][0]["text"]
 
 
@@ -139,7 +141,7 @@ def test_paired_comparison_of_older_records_and_the_judge():
     old_b = {"per_section": [{"section": "a", "clean_rate": 0.0, "recall": 0.5},
                              {"section": "b", "clean_rate": 0.0, "recall": 0.5}],
              "judge": {"per_section": {"a": 1.0, "b": 1.0}}}
-    rows = figures.extraction_pairs([old_a, old_b], ["x", "y"])[0]["rows"]
+    rows = figures.extraction_pairs([_result(old_a), _result(old_b)], ["x", "y"])[0]["rows"]
     assert [r["measure"].split(" ")[0] for r in rows] == ["clean", "recall", "judge"]
     assert rows[0]["diff"].mean == pytest.approx(-0.75) and rows[0]["diff"].verdict == "lower"
     assert rows[1]["diff"].verdict == "tie" and rows[1]["diff"].mean == 0.0
@@ -161,7 +163,7 @@ def test_site_shows_the_honest_figures(tmp_path):
                s2.uid: [_answer(s2, r, None) for r in range(2)],
                s3.uid: [_answer(s3, r, _nulls(s3)) for r in range(2)]}
     out = ex.summarise([s1, s2, s3], answers, 2)
-    data["extraction"] = dict(data["extraction"], **_dump(out, 3, 2))
+    data["extraction"] = dict(data["extraction"], **_dump(out, 3, 2).model_dump(mode="json", exclude_unset=True))
     target.write_text(json.dumps(data))
     site = tmp_path / "site"
     build_site(results, site)
@@ -174,23 +176,35 @@ def test_site_shows_the_honest_figures(tmp_path):
     assert "Arms compared section by section" in page and "paired section" in page
 
 
-def _dump(out: dict[str, Any], sections: int, repeats: int) -> dict[str, Any]:
-    """The summary dict a record would hold for `out` (as the site reads it)."""
-    d: dict[str, Any] = {"sections": sections, "repeats": repeats}
-    for k, v in out.items():
-        if isinstance(v, list):
-            d[k] = [x.model_dump(mode="json") for x in v]
-        elif isinstance(v, dict):
-            d[k] = {kk: vv.model_dump(mode="json") for kk, vv in v.items()}
-        elif hasattr(v, "model_dump"):
-            d[k] = v.model_dump(mode="json")
-        else:
-            d[k] = v
-    return d
+_RESULT_DEFAULTS: dict[str, Any] = dict(
+    prompt_version=1, documents={}, sections=0, repeats=1, max_tokens=64, mode="prompt-only", requests=0,
+    failed_requests=0, invalid_json=0, identical_sections=0, facts_per_repeat=0, precision={"n": 0},
+    recall={"n": 0}, recall_exact={"n": 0}, clean_share={"n": 0}, per_repeat=[], by_type={}, per_section=[],
+    wall_s=0.0, signature_digest="x")
+_SECTION_DEFAULTS: dict[str, Any] = dict(kind="k", facts=1, identical=True, distinct_answers=1, clean_rate=0.0,
+                                         recall=0.0, precision=None, invalid_json=0)
+
+
+def _result(fields: dict[str, Any]) -> ex.ExtractionResult:
+    """An extraction result as a record holds it, from some of its fields (the rest at defaults),
+    validated by the stage's own model."""
+    fields = dict(fields)
+    sections = [_SECTION_DEFAULTS | (sec.model_dump() if hasattr(sec, "model_dump") else sec)
+                for sec in fields.pop("per_section", [])]
+    judge = fields.pop("judge", None)
+    result = ex.ExtractionResult.model_validate(_RESULT_DEFAULTS | fields | {"per_section": sections})
+    if judge is not None:  # only its per-section scores matter to the comparisons
+        result.judge = JudgeResult.model_construct(**judge)
+    return result
+
+
+def _dump(out: dict[str, Any], sections: int, repeats: int) -> ex.ExtractionResult:
+    """The extraction result a record would hold for `out` (as the site reads it)."""
+    return _result(out | {"sections": sections, "repeats": repeats})
 
 
 def _summary(stages: dict[str, Any]) -> Any:
-    """A stand-in for a Summary: headline() reads only stage dicts."""
+    """A stand-in for a Summary: headline() reads only its stage results."""
 
     class S:
         gate = None

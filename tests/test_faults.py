@@ -80,11 +80,11 @@ def test_runtime_killed_mid_gate_is_a_failed_arm_with_its_answers(tmp_path: Path
     assert "the runtime died during stage gate" in first.reason
     assert "after" in first.reason and "of 5 requests" in first.reason
     gate = first.gate
-    (p,) = gate["prompts"]
-    assert 2 <= p["answered"] < 5  # the answers before the kill are kept ...
+    (p,) = gate.prompts
+    assert 2 <= p.answered < 5  # the answers before the kill are kept ...
     run_dir = next(tmp_path.glob("tiny/llamacpp/*"))
     assert sum(1 for r in _lines(run_dir / "requests.jsonl") if r["kind"] == "gate" and not r.get("error")) \
-        == p["answered"]
+        == p.answered
     assert first.latency is None  # ... and nothing ran on a dead runtime
     assert second.status == "complete", second.reason  # the bench went on with the next arm
 

@@ -172,10 +172,10 @@ def test_gate_stage_through_the_bench(tmp_path):
     (summary,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["gate"], results=tmp_path)
     assert summary.status == "complete", summary.reason
     gate = summary.gate
-    assert [p["prompt_id"] for p in gate["prompts"]] == ["short-open"]
-    assert gate["prompts"][0]["requests"] == 5 and gate["n_requests"] == 5
-    assert gate["reproducible"] in (True, False)
+    assert [p.prompt_id for p in gate.prompts] == ["short-open"]
+    assert gate.prompts[0].requests == 5 and gate.n_requests == 5
+    assert gate.reproducible in (True, False)
     run_dir = next(tmp_path.glob("tiny/llamacpp/*"))
     lines = [json.loads(x) for x in (run_dir / "requests.jsonl").read_text().splitlines()]
     assert len(lines) == 5 and all(ln["kind"] == "gate" and ln["signature_digest"] for ln in lines)
-    assert load_summary(run_dir / "summary.json").gate["verdict"] == gate["verdict"]
+    assert load_summary(run_dir / "summary.json").gate == gate

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from suite.site.figures import latency_rows, load_runs, metric_label
+from suite.site.figures import latency_table, load_runs, metric_label
 from suite.site.publish import make_env
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "results"
@@ -23,12 +23,12 @@ def _a_run_with_latency():
 def _render_run(model, run) -> str:
     return make_env().get_template("run.html").render(
         root="../", model=model, run=run, generated="now", gate=[], controls=None, restarts=None,
-        extraction=None, watchdog=None, latency_rows=latency_rows([run]))
+        extraction=None, watchdog=None, latency_rows=latency_table([run]))
 
 
 def test_old_record_says_ttft_may_be_a_cache_hit() -> None:
     model, run = _a_run_with_latency()
-    latency = {k: v for k, v in run.s.latency.items() if k not in ("prompt_cache", "prompt_prefix")}
+    latency = run.s.latency.model_copy(update={"prompt_cache": None, "prompt_prefix": None})
     run = type(run)(summary=run.s.model_copy(update={"latency": latency}), run_dir=run.run_dir,
                     headline=run.headline, page=run.page)
     html = _render_run(model, run)
@@ -37,7 +37,7 @@ def test_old_record_says_ttft_may_be_a_cache_hit() -> None:
 
 def test_unique_prefix_record_says_ttft_includes_prompt_processing() -> None:
     model, run = _a_run_with_latency()
-    latency = dict(run.s.latency, prompt_cache="unique-prefix", prompt_prefix="Request {index:04d}: ")
+    latency = run.s.latency.model_copy(update={"prompt_cache": "unique-prefix", "prompt_prefix": "Request {index:04d}: "})
     run = type(run)(summary=run.s.model_copy(update={"latency": latency}), run_dir=run.run_dir,
                     headline=run.headline, page=run.page)
     html = _render_run(model, run)

@@ -34,7 +34,7 @@ def s(index: int, token_ids: list[int] | None = None, text: str | None = None, l
 
 def test_one_answer_twenty_times_is_one_distinct_answer():
     a = analyse([s(i, ids(1, 2, 3)) for i in range(20)])
-    assert a.distinct == 1
+    assert a.distinct_answers == 1
     assert a.modal_share == 1.0
     assert a.lengths_text == "3 ×20"
     assert a.divergences == []
@@ -54,7 +54,7 @@ def test_lengths_are_formatted_with_counts_in_length_order():
 def test_cold_request_differs_from_the_warm_ones():
     samples = [s(0, ids(5, 6, 7))] + [s(i, ids(5, 6, 8)) for i in range(1, 20)]
     a = analyse(samples)
-    assert a.distinct == 2
+    assert a.distinct_answers == 2
     assert a.modal_share == pytest.approx(19 / 20)
     assert a.cold_warm.cold_is_modal is False
     assert a.cold_warm.cold_in_warm is False
@@ -65,7 +65,7 @@ def test_cold_request_differs_from_the_warm_ones():
 def test_tie_goes_to_the_answer_seen_first():
     samples = [s(0, ids(9, 9)), s(1, ids(1, 1)), s(2, ids(1, 1)), s(3, ids(9, 9))]
     a = analyse(samples)
-    assert a.distinct == 2
+    assert a.distinct_answers == 2
     assert a.modal_tied is True
     assert a.answers[0].first_index == 0
     assert a.answers[0].count == a.answers[1].count == 2
@@ -101,7 +101,7 @@ def test_answer_that_is_a_prefix_of_the_modal_one():
 def test_empty_answers_count_as_answers_and_are_reported():
     samples = [s(0, [], text=""), s(1, ids(1)), s(2, ids(1)), s(3, [], text="")]
     a = analyse(samples)
-    assert a.distinct == 2
+    assert a.distinct_answers == 2
     assert a.empty_answers == 2
     assert a.modal_tied and a.answers[0].n_tokens == 0  # tie: the empty answer came first
     d = a.divergences[0]
@@ -112,13 +112,13 @@ def test_errors_are_left_out_of_the_counts():
     samples = [s(0, error="HTTP 500"), s(1, ids(1, 2)), s(2, ids(1, 2))]
     a = analyse(samples)
     assert a.errors == 1 and a.answered == 2
-    assert a.distinct == 1 and a.modal_share == 1.0
+    assert a.distinct_answers == 1 and a.modal_share == 1.0
     assert a.cold_warm.cold_is_modal is None  # the cold request failed
 
 
 def test_all_requests_failed():
     a = analyse([s(0, error="x"), s(1, error="y")])
-    assert a.distinct == 0 and a.modal_share is None and a.lengths == []
+    assert a.distinct_answers == 0 and a.modal_share is None and a.lengths == []
 
 
 def test_text_comparison_when_token_ids_are_missing():
@@ -127,7 +127,7 @@ def test_text_comparison_when_token_ids_are_missing():
                Sample(index=2, text="Paris was", completion_tokens=2)]
     a = analyse(samples)
     assert a.compared_by == "text"
-    assert a.distinct == 2
+    assert a.distinct_answers == 2
     (d,) = a.divergences
     assert d.token_index is None and d.char_index == 6
     assert a.lengths_text == "2 ×3"
@@ -135,12 +135,12 @@ def test_text_comparison_when_token_ids_are_missing():
 
 def test_mixed_token_ids_fall_back_to_text():
     a = analyse([s(0, ids(1, 2), text="ab"), Sample(index=1, text="ab")])
-    assert a.compared_by == "text" and a.distinct == 1
+    assert a.compared_by == "text" and a.distinct_answers == 1
 
 
 def test_same_text_different_token_ids_are_different_answers():
     a = analyse([s(0, ids(1, 2), text="ab"), s(1, ids(3), text="ab")])
-    assert a.distinct == 2
+    assert a.distinct_answers == 2
 
 
 def test_concurrent_first_wave_is_cold():

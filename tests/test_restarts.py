@@ -16,7 +16,7 @@ def gate_of(answers: list[list[int]], errors: int = 0) -> GateResult:
     a = analyse(samples)
     p = GatePromptResult.from_analysis(a, prompt_id="short-open", prompt_sha256="x", max_tokens=8)
     return GateResult(n_requests=len(answers), seed=42, temperature=0.0, logprobs=False, prompts=[p],
-                      reproducible=a.distinct == 1, verdict="", wall_s=0.0, http_s=0.0)
+                      reproducible=a.distinct_answers == 1, verdict="", wall_s=0.0, http_s=0.0)
 
 
 def test_stable_within_but_not_across_launches():
@@ -61,7 +61,8 @@ def test_restarts_on_real_llama_servers(tmp_path):
 
     (summary,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["restarts"], results=tmp_path)
     assert summary.status == "complete", summary.reason
-    r = RestartsResult.model_validate(summary.restarts)
+    r = summary.restarts
+    assert isinstance(r, RestartsResult)
     assert r.launches == 2 and r.launched == 2 and r.requests_per_launch == 3
     assert [o.status for o in r.launch_outcomes] == ["ok", "ok"]
     assert all(o.startup_s and o.startup_s > 0 for o in r.launch_outcomes)

@@ -182,12 +182,12 @@ def test_index_in_the_browser(site: Path, browser: Browser, shots: Path) -> None
     assert len(rows) == 5
     for arm, distinct in (("llamacpp", "1 of 6"), ("llamacpp-python", "2 of 6"), ("vllm-cpu", "1 of 6")):
         s = golden_summary("tiny", arm)
-        level = s.latency["levels"][0]
+        level = s.latency.levels[0]
         row = by[("model-tiny", arm)]
         assert row["distinct"] == distinct
-        assert row["ttft"] == fmt_num(level["ttft_s"]["p50"] * 1000)
-        assert row["tps"] == fmt_num(level["output_tokens_per_s"]["p50"])
-        assert row["clean"].startswith(f"{s.extraction['clean_share']['mean'] * 100:.1f} %")
+        assert row["ttft"] == fmt_num(level.ttft_s.p50 * 1000)
+        assert row["tps"] == fmt_num(level.output_tokens_per_s.p50)
+        assert row["clean"].startswith(f"{s.extraction.clean_share.mean * 100:.1f} %")
     text = page.text()
     assert "incomplete" in text and "stopped-by-watchdog" in text
     assert "'function' object is not subscriptable" in text  # the vLLM refusal's error line
@@ -204,7 +204,7 @@ def test_model_page_in_the_browser(site: Path, browser: Browser, shots: Path) ->
     # gate: distinct answers and lengths with counts, cold vs warm
     vllm = golden_summary("tiny", "vllm-cpu")
     lp = golden_summary("tiny", "llamacpp-python")
-    assert lp.gate["prompts"][0]["lengths_text"] in text
+    assert lp.gate.prompts[0].lengths_text in text
     assert "2 distinct of 6" in text and "first request after start differs from modal" in text
     # the pattern is named: llama-cpp-python's prompt cache makes only the first answer differ
     assert "cold-start transient: only the first request after the start differs (1 of 6)" in text
@@ -221,12 +221,12 @@ def test_model_page_in_the_browser(site: Path, browser: Browser, shots: Path) ->
     assert "llamacpp-python vs llamacpp" in text and "same on 2 of 2 prompts" in text
     assert "10 of 12 within, 12 of 12 after reload 1" in text
     # latency table: the p50 TTFT of vLLM in ms
-    assert fmt_num(vllm.latency["levels"][0]["ttft_s"]["p50"] * 1000) in text
+    assert fmt_num(vllm.latency.levels[0].ttft_s.p50 * 1000) in text
     # extraction: identical sections, the grid with changed sections, the judge score
-    assert f"{lp.extraction['identical_sections']} of {lp.extraction['sections']}" in text
+    assert f"{lp.extraction.identical_sections} of {lp.extraction.sections}" in text
     changed = page.eval("document.querySelectorAll('table.grid td.cell-changed').length")
-    assert changed == sum(1 for s in lp.extraction["per_section"] if not s["identical"])
-    assert f"{vllm.extraction['judge']['score']['mean']:.3f}" in text
+    assert changed == sum(1 for s in lp.extraction.per_section if not s.identical)
+    assert f"{vllm.extraction.judge.score.mean:.3f}" in text
     # charts: TTFT, inter-token latency, memory timelines with a panel per arm; titles and units
     titles = page.eval("[...document.querySelectorAll('figure.chart svg')].map(s => s.textContent)")
     assert len(titles) == 3
@@ -287,7 +287,8 @@ def test_list_runs_table() -> None:
 
 
 def test_sparse_stage_records_render(tmp_path: Path) -> None:
-    """A record whose stages hold only some of their fields still renders ("—" where figures lack)."""
+    """A record whose stages hold only some of their fields: those stages are left out of the run
+    and named (file, key, why) in the build report; the rest of the site renders."""
     results = tmp_path / "results"
     shutil.copytree(GOLDEN, results)
     summary = next(results.glob("tiny/llamacpp-python/*/summary.json"))
@@ -307,12 +308,11 @@ def test_sparse_stage_records_render(tmp_path: Path) -> None:
 
 
 def test_lengths_read_as_the_studies_write_them() -> None:
-    from suite.site.figures import gate_prompts
+    from suite.analysis.repro import Sample, analyse
+    from suite.site.figures import prompt_view
 
-    gate = {"prompts": [{"prompt_id": "long-open", "requests": 6, "answered": 6, "distinct_answers": 2,
-                         "lengths": [{"tokens": 1021, "count": 5}, {"tokens": 1024, "count": 1}],
-                         "lengths_text": "1021 ×5, 1024 ×1"}]}
-    assert gate_prompts(gate)[0].lengths_text == "1,021 ×5, 1,024 ×1"
+    a = analyse([Sample(index=i, text="x" * n, completion_tokens=n) for i, n in enumerate([1021] * 5 + [1024])])
+    assert prompt_view(a, "long-open").lengths_text == "1,021 ×5, 1,024 ×1"
 
 
 def test_the_site_is_a_pure_function_of_the_results(site: Path, tmp_path: Path) -> None:

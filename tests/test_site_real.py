@@ -72,9 +72,9 @@ def test_real_run_pages(real_results: Path, real_site: Path, tmp_path: Path) -> 
         prompts = gate_prompts(summary.gate)
         worst = max(p.distinct for p in prompts)
         assert row["distinct"] == f"{worst} of {max(p.n for p in prompts)}"
-        level = summary.latency["levels"][0]
-        assert row["ttft"] == fmt_num(level["ttft_s"]["p50"] * 1000)
-        assert row["tps"] == fmt_num(level["output_tokens_per_s"]["p50"])
+        level = summary.latency.levels[0]
+        assert row["ttft"] == fmt_num(level.ttft_s.p50 * 1000)
+        assert row["tps"] == fmt_num(level.output_tokens_per_s.p50)
 
         page = browser.open((real_site / "models" / "tiny.html").as_uri())
         assert page.console_errors() == []

@@ -54,20 +54,20 @@ def test_reload_and_kept_caches_on_llama_server(tmp_path: Path, tiny_gguf: Path)
                      overrides={"reloads": 1, "restart_caches": "both"})
     assert s.status == "complete", s.reason
     reloads = s.reloads
-    assert reloads["reloads"] == 1 and reloads["outcomes"][0]["status"] == "ok"
-    assert reloads["line"].startswith(f"{reloads['within_identical']} of {reloads['within_comparable']} within, ")
-    assert "after reload 1" in reloads["line"]
+    assert reloads.reloads == 1 and reloads.outcomes[0].status == "ok"
+    assert reloads.line.startswith(f"{reloads.within_identical} of {reloads.within_comparable} within, ")
+    assert "after reload 1" in reloads.line
     restarts = s.restarts
-    assert restarts["cache_mode"] == "fresh" and restarts["with_kept_caches"]["cache_mode"] == "kept"
-    fresh = [o["cache_files_before"] for o in restarts["launch_outcomes"]]
+    assert restarts.cache_mode == "fresh" and restarts.with_kept_caches.cache_mode == "kept"
+    fresh = [o.cache_files_before for o in restarts.launch_outcomes]
     assert fresh == [0, 0]  # every fresh launch found an empty cache folder
-    kept = restarts["with_kept_caches"]["launch_outcomes"]
-    assert {o["cache_dir"] for o in kept} == {"kept/kept"}
-    assert [o["cache_files_before"] for o in kept][0] == 0  # the first kept launch found it empty
+    kept = restarts.with_kept_caches.launch_outcomes
+    assert {o.cache_dir for o in kept} == {"kept/kept"}
+    assert [o.cache_files_before for o in kept][0] == 0  # the first kept launch found it empty
     run_dir = next(tmp_path.glob("tiny/llamacpp/*"))
     assert not (run_dir / "caches").exists()  # compile caches never bloat the record
     lines = (run_dir / "requests.jsonl").read_text().splitlines()
-    assert sum('"reload": 0' in ln for ln in lines if '"kind": "extraction"' in ln) == reloads["sections"]
+    assert sum('"reload": 0' in ln for ln in lines if '"kind": "extraction"' in ln) == reloads.sections
 
 
 def test_control_rows_run_without_the_main_launchs_determinism_mode(tmp_path: Path, tiny_gguf: Path) -> None:
@@ -80,8 +80,8 @@ def test_control_rows_run_without_the_main_launchs_determinism_mode(tmp_path: Pa
     plan.runtime = plan.runtime.model_copy(update={"determinism_control": "prompt-cache-off"})
     s = run_arm(plan, tmp_path, ["gate", "controls"], controls_request=["default", "prompt-cache-off"])
     assert s.determinism.outcome == "on" and s.signature.controls == ["prompt-cache-off"]
-    rows = {r["configuration"]: r for r in s.controls["rows"]}
-    assert rows["default"]["ran_controls"] == []  # not the accepted determinism mode carried over
-    assert rows["prompt-cache-off"]["ran_controls"] == ["prompt-cache-off"]
-    assert "cache_prompt" not in rows["default"]["request_extra"]
-    assert rows["prompt-cache-off"]["request_extra"].get("cache_prompt") is False
+    rows = {r.configuration: r for r in s.controls.rows}
+    assert rows["default"].ran_controls == []  # not the accepted determinism mode carried over
+    assert rows["prompt-cache-off"].ran_controls == ["prompt-cache-off"]
+    assert "cache_prompt" not in rows["default"].request_extra
+    assert rows["prompt-cache-off"].request_extra.get("cache_prompt") is False

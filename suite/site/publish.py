@@ -34,9 +34,9 @@ from pydantic import BaseModel
 from suite.site import charts
 from suite.errors import SuiteError
 from suite.site.figures import (
-    GatePrompt, ModelRuns, Run, analyse_requests, controls_view, extraction_pairs, extraction_view, gate_prompts, itl_gaps,
-    arm_comparisons, sessions_view, latency_level, latency_rows, latency_sweep, load_runs, pick, read_requests, request_prompt, restarts_view, signature_rows, slug, stage_problems, with_thousands,
-    watchdog_view,
+    ModelRuns, PromptView, Run, analyse_requests, arm_comparisons, controls_view, extraction_pairs, extraction_view,
+    gate_prompts, itl_gaps, latency_level, latency_sweep, latency_table, load_runs, prompt_view, read_requests,
+    request_prompt, restarts_view, sessions_view, signature_rows, slug, watchdog_view, with_thousands,
 )
 from suite.paths import SITE_DIR, cache_dir
 
@@ -62,7 +62,7 @@ class BuildReport(BaseModel):
     load_s: float = 0.0  # reading and validating the records
     chart_s: float = 0.0  # drawing the charts (on their own threads, while pages are written)
     pages_s: float = 0.0  # everything after loading: figures, templates, charts, writing
-    stage_problems: list[str] = []  # stage results that do not match the stage models (still shown)
+    stage_problems: list[str] = []  # stage results that do not match the stage models (left out of their run)
 
     def __str__(self) -> str:
         text = (f"{self.pages} pages, {self.charts} charts from {self.runs} runs "
@@ -229,12 +229,12 @@ def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None
 
     series = []
     for r in runs:
-        wd = r.s.watchdog or {}
-        tl = pick(wd, "timeline") or {}
-        trip = pick(wd, "trip") or {}
-        memory = {k: v for k, v in (pick(tl, "metrics", default={}) or {}).items() if k.endswith("_bytes")}
-        series.append(charts.MemorySeries(r.s.arm, pick(tl, "t_s", default=[]), memory,
-                                          trip_t_s=pick(trip, "t_s"), threshold_bytes=pick(trip, "threshold_bytes")))
+        wd = r.s.watchdog
+        trip = wd.trip if wd else None
+        memory = {k: v for k, v in wd.timeline.metrics.items() if k.endswith("_bytes")} if wd else {}
+        series.append(charts.MemorySeries(r.s.arm, wd.timeline.t_s if wd else [], memory,
+                                          trip_t_s=trip.t_s if trip else None,
+                                          threshold_bytes=trip.threshold_bytes if trip else None))
     memory_svg = site.chart(charts.memory_timelines, series)
     sweep_svg = site.chart(charts.concurrency_sweep, {r.s.arm: latency_sweep(r.s.latency) for r in runs})
 
@@ -245,7 +245,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
     runs = model.current
     arms = [r.s.arm for r in runs]
     requests = [site.requests(r) for r in runs]
-    gate: list[dict[str, GatePrompt]] = []
+    gate: list[dict[str, PromptView]] = []
     for r, reqs in zip(runs, requests):
         by_prompt = {p.prompt_id: p for p in gate_prompts(r.s.gate)}
         # a run whose gate never finished: rebuild its prompts from the request records
@@ -255,8 +255,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
                 recorded.setdefault(request_prompt(q), []).append(q)
         for pid, qs in recorded.items():
             if pid not in by_prompt or not by_prompt[pid].answers:
-                rebuilt = gate_prompts({"prompts": [dict(analyse_requests(qs), prompt_id=pid)]})[0]
-                rebuilt.stopped_reason = rebuilt.stopped_reason or "rebuilt from the request records"
+                rebuilt = prompt_view(analyse_requests(qs), pid, stopped_reason="rebuilt from the request records")
                 by_prompt[pid] = rebuilt
         gate.append(by_prompt)
     prompt_ids: list[str] = []
@@ -298,7 +297,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
     site.write(
         model.page, "model.html", model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
         gate=gate, generated=generated, ttft_svg=drawn["ttft"].result(), itl_svg=drawn["itl"].result(),
-        memory_svg=drawn["memory"].result(), latency_rows=latency_rows(runs), extraction=extraction,
+        memory_svg=drawn["memory"].result(), latency_rows=latency_table(runs), extraction=extraction,
         extraction_pairs=extraction_pairs([r.s.extraction for r in runs], arms),
         section_ids=section_ids, watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         controls=controls, signature_rows=signature_rows(runs),
@@ -315,10 +314,10 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     engine = threading.Thread(target=charts.warm_up, name="site-chart-engine", daemon=True)
     engine.start()  # the chart renderer starts while the records are read
-    models = load_runs(results_dir)  # validates every record before anything is deleted
-    problems = stage_problems(models)
+    problems: list[str] = []
+    models = load_runs(results_dir, problems)  # validates every record before anything is deleted
     for line in problems:
-        log.warning("record does not match this suite's stage models (shown as far as it can be): %s", line)
+        log.warning("stage result left out: it does not match this suite's stage models: %s", line)
     t_loaded = time.perf_counter()
     remover = _empty_out(out_dir, results_dir)
     site = _Site(out_dir)
@@ -340,7 +339,7 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
                        restarts=restarts_view(run.s.restarts),
                        extraction=extraction_view(run.s.extraction),
                        watchdog=watchdog_view(run.s.watchdog),
-                       latency_rows=latency_rows([run]))
+                       latency_rows=latency_table([run]))
         for name, model in models.items():
             _model_page(site, model, generated, drawn[name])
     finally:

@@ -1,84 +1,28 @@
-"""The stage registry and the context every stage runs with.
+"""The stage registry: every stage named once, in the order a bench runs them.
 
-A stage is a module with `run(ctx: StageContext) -> pydantic.BaseModel` and `FRESH_RUNTIMES`
-(True: it stops the arm's runtime and starts its own); its result is written to
-`stages/<name>.json` of the run record and, at the end, under its key in `summary.json`. The
-bench runs the stages in `ORDER` for every arm: the gate first (its verdict reaches the later
-stages through `ctx.reproducible`), restarts last (it stops and starts the runtime again).
+Each stage module ends with its `STAGE = Stage(...)` (suite/stages/base.py). `STAGES` maps the
+name to it; the run record's summary, the records reader, the site and the export derive their
+stage lists from here. A bench runs the stages with `in_bench` in this order (the gate first: its
+verdict reaches the later stages through `ctx.reproducible`; restarts last among them, since it
+stops and starts the runtime); the others run on request.
 """
 
 from __future__ import annotations
 
-import importlib
-import logging
-from dataclasses import dataclass, field
-from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, ContextManager
-
 from suite.errors import SuiteError
+from suite.stages import controls, extraction, gate, latency, reloads, restarts, sessions
+from suite.stages.base import FreshLaunch, LaunchFactory, Stage, StageContext
 
-if TYPE_CHECKING:
-    from suite.catalog import Arm, ModelCard, Sampling
-    from suite.client import OpenAIClient
-    from suite.definitions import RuntimeDefinition
-    from suite.launchers.base import RunningRuntime
-    from suite.profiles import Profile
-    from suite.records import RunRecord
-    from suite.signature import Signature
-
-log = logging.getLogger(__name__)
-
-STAGES: dict[str, str] = {
-    "gate": "suite.stages.gate",
-    "latency": "suite.stages.latency",
-    "extraction": "suite.stages.extraction",
-    "restarts": "suite.stages.restarts",
-    "controls": "suite.stages.controls",
-    "sessions": "suite.stages.sessions",
-    "reloads": "suite.stages.reloads",
-}
-ORDER = ["gate", "latency", "extraction", "restarts"]  # a bench's stages; controls and sessions on request
+STAGES: dict[str, Stage] = {s.name: s for s in (
+    gate.STAGE, latency.STAGE, extraction.STAGE, reloads.STAGE, restarts.STAGE, controls.STAGE, sessions.STAGE,
+)}
+ORDER: list[str] = [name for name, s in STAGES.items() if s.in_bench]  # a bench's stages
 
 
-def get_stage(name: str) -> ModuleType:
+def get_stage(name: str) -> Stage:
     if name not in STAGES:
         raise SuiteError(f"unknown stage {name!r}; known: {', '.join(STAGES)}")
-    return importlib.import_module(STAGES[name])
+    return STAGES[name]
 
 
-# A factory that starts a fresh runtime of the same configuration (optionally with extra
-# controls) and yields it with a client; it is stopped when the block ends.
-LaunchFactory = Callable[..., ContextManager[tuple["RunningRuntime", "OpenAIClient"]]]
-
-
-@dataclass
-class StageContext:
-    card: "ModelCard"
-    arm_name: str
-    arm: "Arm"
-    runtime: "RuntimeDefinition"
-    profile: "Profile"
-    sampling: "Sampling"
-    signature: "Signature"
-    record: "RunRecord"
-    client: "OpenAIClient"
-    running: "RunningRuntime"
-    controls: list[str]  # controls active on the running runtime
-    launch: LaunchFactory  # launch(controls=[...]) -> (runtime, client), fresh process/container
-    extra_body: dict[str, Any] = field(default_factory=dict)  # per-request fields of the controls
-    reproducible: bool | None = None  # the gate's verdict, once known
-    results: dict[str, Any] = field(default_factory=dict)  # earlier stages' results, by name
-    judge: "OpenAIClient | None" = None
-    stage: str = ""  # the stage now running: every request line says which stage sent it
-
-    @property
-    def run_dir(self) -> Path:
-        return self.record.dir
-
-    @property
-    def base_url(self) -> str:
-        return self.client.base_url
-
-    def record_request(self, kind: str, **fields: Any) -> None:
-        self.record.record_request(kind, stage=self.stage, signature_digest=self.signature.digest, **fields)
+__all__ = ["STAGES", "ORDER", "Stage", "StageContext", "FreshLaunch", "LaunchFactory", "get_stage"]

@@ -28,17 +28,17 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 from rich.table import Table
 
+from suite.stages.base import Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import LoraAdapter
 from suite.stages.gate import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts
 
 if TYPE_CHECKING:
     from suite.catalog import ModelCard
-    from suite.stages import StageContext
+    from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
 
-FRESH_RUNTIMES = True  # starts its own runtimes (the arm's is stopped first)
 
 LORA = "lora"
 ADAPTER_NAME = "suite-test-lora"
@@ -287,7 +287,8 @@ def _modal_texts(row: ControlRow | None) -> dict[str, str]:
 
 # -- the stage ------------------------------------------------------------------------------------
 
-def run(ctx: "StageContext", requested: list[str] | None = None) -> ControlsResult:
+def run(ctx: "StageContext") -> ControlsResult:
+    requested = ctx.controls_request
     names = resolve_requested(ctx, requested)
     prompts = [p.id for p in select_prompts(ctx.profile.gate_prompts)]
     result = ControlsResult(runtime=ctx.runtime.name, arm=ctx.arm_name, requested=list(requested or ["all"]),
@@ -313,10 +314,8 @@ def run(ctx: "StageContext", requested: list[str] | None = None) -> ControlsResu
     return result
 
 
-def eliminate(result: ControlsResult, gate: GateResult | dict[str, Any] | None) -> None:
+def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
     """Which control, if any, brings the prompts that varied back to one answer each."""
-    if isinstance(gate, dict):
-        gate = GateResult.model_validate(gate)
     default = next((r for r in result.rows if r.configuration == "default" and r.status == "ok"), None)
     if gate is not None:
         spread = [p.prompt_id for p in gate.prompts if p.distinct_answers > 1]
@@ -367,3 +366,7 @@ def format_controls_table(result: ControlsResult) -> Table:
         captions.append(f"LoRA: {result.lora.reason}")
     table.caption = "\n".join(captions) or None
     return table
+
+
+STAGE = Stage(name="controls", result=ControlsResult, run=run, fresh_runtimes=True, in_bench=False,
+              summary="the gate once per determinism control, each on a fresh runtime")

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import ClientError, Completion, OpenAIClient
+from suite.stages.base import Stage
 from suite.errors import SuiteError
 from suite.analysis.jsonextract import extract_json_object
 from suite.paths import PROMPTS_DIR
@@ -43,11 +44,10 @@ from suite.analysis.stats import MeanSE, mean, mean_se
 from suite.judge import JudgeResult
 
 if TYPE_CHECKING:
-    from suite.stages import StageContext
+    from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
 
-FRESH_RUNTIMES = False  # runs on the arm's running runtime
 
 RESULT_VERSION = 1
 EXTRACTION_DIR = PROMPTS_DIR / "extraction"
@@ -497,3 +497,6 @@ def summarise(sections: list[Section], answers: dict[str, list[Answer]], repeats
         "per_section": per_section,
     }
 
+
+STAGE = Stage(name="extraction", result=ExtractionResult, run=run, fresh_runtimes=False, in_bench=True,
+              summary="facts extracted as JSON, repeated, scored against gold (and a judge)")

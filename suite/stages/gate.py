@@ -31,17 +31,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import ClientError, Completion, OpenAIClient
 from suite.definitions import load_validated
+from suite.stages.base import Stage
 from suite.errors import SuiteError
 from suite.paths import PROMPTS_DIR
 from suite.analysis.repro import (ColdWarm, DistinctAnswer, Divergence, LengthCount, Pattern, PromptAnalysis, Sample,
                          analyse, unseen_share_bound)
 
 if TYPE_CHECKING:
-    from suite.stages import StageContext
+    from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
 
-FRESH_RUNTIMES = False  # runs on the arm's running runtime
 
 GATE_DIR = PROMPTS_DIR / "gate"
 MAX_CONSECUTIVE_ERRORS = 5
@@ -92,33 +92,14 @@ def select_prompts(wanted: list[str] | None, directory: Path | None = None) -> l
 
 # -- results --------------------------------------------------------------------------------------
 
-class GatePromptResult(BaseModel):
+class GatePromptResult(PromptAnalysis):
+    """One gate prompt's result: the analysis of its series (suite.analysis.repro) and the prompt."""
+
     prompt_id: str
     prompt_version: int
     prompt_sha256: str
     kind: str
     max_tokens: int
-    compared_by: str
-    requests: int
-    answered: int
-    errors: int
-    empty_answers: int
-    distinct_answers: int  # by `compared_by`: the headline count
-    distinct_by_text: int = 0
-    distinct_by_ids: int | None = None
-    ids_text_disagree: bool = False
-    modal_share: float | None
-    modal_tied: bool
-    lengths: list[LengthCount]
-    lengths_text: str
-    truncated: int = 0  # answers that stopped at max_tokens (finish reason "length")
-    answers: list[DistinctAnswer]
-    divergences: list[Divergence]
-    cold_warm: ColdWarm | None
-    pattern: Pattern = "undetermined"
-    pattern_text: str = ""
-    max_logprob_diff: float | None = None
-    unseen_share_bound: float | None = None
     error_messages: list[str] = Field(default_factory=list)  # first few distinct errors
     stopped_reason: str | None = None
 
@@ -127,10 +108,9 @@ class GatePromptResult(BaseModel):
                       kind: str = "completion", max_tokens: int, error_messages: list[str] | None = None,
                       stopped_reason: str | None = None) -> "GatePromptResult":
         """One prompt's result from the analysis of its series."""
-        fields = a.model_dump(exclude={"distinct"})
         return cls(prompt_id=prompt_id, prompt_version=prompt_version, prompt_sha256=prompt_sha256, kind=kind,
-                   max_tokens=max_tokens, distinct_answers=a.distinct, error_messages=error_messages or [],
-                   stopped_reason=stopped_reason, **fields)
+                   max_tokens=max_tokens, error_messages=error_messages or [], stopped_reason=stopped_reason,
+                   **a.model_dump())
 
 
 class GateResult(BaseModel):
@@ -284,7 +264,7 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, seed: i
             results.append(GatePromptResult.from_analysis(
                 a, prompt_id=prompt.id, prompt_version=prompt.version, prompt_sha256=prompt.sha256,
                 kind=prompt.kind, max_tokens=max_tokens, error_messages=errors[:5], stopped_reason=prompt_stopped))
-            log.info("%s %s: %d distinct in %d (lengths %s)", label, prompt.id, a.distinct, a.answered, a.lengths_text)
+            log.info("%s %s: %d distinct in %d (lengths %s)", label, prompt.id, a.distinct_answers, a.answered, a.lengths_text)
     finally:
         if pool:
             pool.shutdown(wait=True)
@@ -356,3 +336,7 @@ def run(ctx: "StageContext") -> GateResult:
     ctx.reproducible = result.reproducible
     log.info("gate %s: %s", ctx.arm_name, result.verdict)
     return result
+
+
+STAGE = Stage(name="gate", result=GateResult, run=run, fresh_runtimes=False, in_bench=True,
+              summary="the same request N times per gate prompt: how many different answers came back")

@@ -50,16 +50,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 from pydantic import BaseModel, Field
 
-from suite.client import AsyncOpenAIClient, ClientError, Completion, OpenAIClient
+from suite.client import AsyncOpenAIClient, ClientError, Completion, OpenAIClient, event_loop_factory
+from suite.stages.base import Stage
 from suite.errors import SuiteError
 from suite.analysis.stats import Distribution, summarize
 
 if TYPE_CHECKING:
-    from suite.stages import StageContext
+    from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
 
-FRESH_RUNTIMES = False  # runs on the arm's running runtime
 
 RESULT_VERSION = 2  # 2: unique prompt prefix per request, token-chunk timing, per-request vLLM metrics (`client` per level: optional, added)
 PROMPT_ID = "latency-story-v1"
@@ -350,7 +350,8 @@ def _cpu_s() -> float:
 
 
 async def _run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, max_tokens: int,
-                          seed: int | None, temperature: float, extra: dict[str, Any], backend: str) -> ConcurrentRun:
+                          seed: int | None, temperature: float, extra: dict[str, Any], backend: str,
+                          lag_probe: bool) -> ConcurrentRun:
     results: list[Completion | str] = [""] * n
     lags: list[float] = []
     next_index = 0
@@ -375,18 +376,19 @@ async def _run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt
                 results[i] = str(exc)
 
     async with client.async_client(max_connections=concurrency, backend=backend) as aclient:
-        probe_task = asyncio.create_task(probe())
+        probe_task = asyncio.create_task(probe()) if lag_probe else None
         cpu0, t0 = _cpu_s(), time.perf_counter()
         await asyncio.gather(*(worker(aclient) for _ in range(min(concurrency, n))))
         wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
         stop.set()
-        await probe_task
+        if probe_task is not None:
+            await probe_task
     return ConcurrentRun(results=results, wall_s=wall, cpu_s=cpu, loop_lag_s=lags)
 
 
 def run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, *, max_tokens: int,
                    seed: int | None = 42, temperature: float = 0.0, extra: dict[str, Any] | None = None,
-                   backend: str = "raw") -> ConcurrentRun:
+                   backend: str = "httptools", lag_probe: bool = True) -> ConcurrentRun:
     """`n` streamed completions, `concurrency` in flight, on one asyncio event loop in this thread.
 
     `prompt(i)` gives request i's prompt. Nothing is written while the streams run (a record
@@ -401,8 +403,9 @@ def run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, 
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return asyncio.run(_run_concurrent(client, n, concurrency, prompt, max_tokens, seed, temperature,
-                                           dict(extra or {}), backend))
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            return runner.run(_run_concurrent(client, n, concurrency, prompt, max_tokens, seed, temperature,
+                                              dict(extra or {}), backend, lag_probe))
     finally:
         if was_enabled:
             gc.enable()
@@ -598,3 +601,7 @@ def run(ctx: "StageContext") -> LatencyResult:
     return LatencyResult(prompt_id=PROMPT_ID, endpoint="/v1/completions", max_tokens=max_tokens,
                          warmup=profile.latency_warmup, levels=levels, signature_digest=ctx.signature.digest,
                          prompt_cache=PROMPT_CACHE, prompt_prefix=PROMPT_PREFIX)
+
+
+STAGE = Stage(name="latency", result=LatencyResult, run=run, fresh_runtimes=False, in_bench=True,
+              summary="streamed requests timed by the suite and the runtime, at each concurrency level")

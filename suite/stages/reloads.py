@@ -16,17 +16,16 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from suite.records import FreshLaunch
+from suite.stages.base import FreshLaunch, Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.stages.extraction import (ANSWERS_KEY, JsonChat, _answered_facts, _fact_signature, ask_section,
                                      load_prompt, select_sections)
 
 if TYPE_CHECKING:
-    from suite.stages import StageContext
+    from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
 
-FRESH_RUNTIMES = True  # starts its own runtimes (the arm's is stopped first)
 
 
 class ReloadOutcome(FreshLaunch):
@@ -82,3 +81,7 @@ def run(ctx: "StageContext") -> ReloadsResult:
     log.info("reloads %s: %s", ctx.arm_name, line)
     return ReloadsResult(reloads=ctx.profile.reloads, sections=len(sections), within_identical=len(identical),
                          within_comparable=len(comparable), outcomes=outcomes, line=line)
+
+
+STAGE = Stage(name="reloads", result=ReloadsResult, run=run, fresh_runtimes=True, in_bench=False,
+              summary="the extraction asked again in a fresh launch (the profile's or --reloads N)")

@@ -25,18 +25,17 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from suite.records import FreshLaunch
+from suite.stages.base import FreshLaunch, Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.analysis.repro import LaunchFigures, LaunchPair, Pattern, analyse_launches
 from suite.stages.gate import (GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, samples_of,
                                select_prompts)
 
 if TYPE_CHECKING:
-    from suite.stages import StageContext
+    from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
 
-FRESH_RUNTIMES = True  # starts its own runtimes (the arm's is stopped first)
 
 
 class LaunchOutcome(FreshLaunch):
@@ -243,3 +242,7 @@ def run(ctx: "StageContext") -> RestartsResult:
         result.with_kept_caches = run_launches(ctx, "kept")
         return result
     return run_launches(ctx, mode)
+
+
+STAGE = Stage(name="restarts", result=RestartsResult, run=run, fresh_runtimes=True, in_bench=True,
+              summary="K fresh launches of the same configuration, a short gate on each")

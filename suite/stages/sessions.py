@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from suite.records import FreshLaunch
+from suite.stages.base import FreshLaunch, Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
 from suite.analysis.repro import Sample, analyse_launches, answer_key
@@ -33,11 +33,10 @@ from suite.stages.gate import (GateResult, death_reason_of, logprobs_for, run_ga
                                select_prompts)
 
 if TYPE_CHECKING:
-    from suite.stages import StageContext
+    from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
 
-FRESH_RUNTIMES = True  # starts its own runtimes (the arm's is stopped first)
 
 
 class SessionsPromptResult(BaseModel):
@@ -222,3 +221,7 @@ def table_lines(result: SessionsResult) -> list[str]:
                              f"{p.distinct_after_first} distinct without it")
             lines.append(f"{c.label} {p.prompt_id}: {p.line}{transient}")
     return lines
+
+
+STAGE = Stage(name="sessions", result=SessionsResult, run=run, fresh_runtimes=True, in_bench=False,
+              summary="K server processes x R replicates (study 2), base and adapter")

@@ -1,0 +1,91 @@
+"""What every stage is built from: the `Stage` record, the context it runs with, a fresh launch.
+
+A stage is one `Stage` object (name, result model, whether it needs fresh runtimes, `run`),
+defined at the foot of its module and registered in `suite.stages.STAGES`. `run(ctx)` gets a
+`StageContext` (the arm, its running runtime and client, the record, the earlier results) and
+returns its result model, which the bench writes to `stages/<name>.json` and, at the end, under
+the stage's name in `summary.json`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Literal
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from suite.catalog import Arm, ModelCard, Sampling
+    from suite.client import OpenAIClient
+    from suite.definitions import RuntimeDefinition
+    from suite.launchers.base import RunningRuntime
+    from suite.profiles import Profile
+    from suite.records import RunRecord
+    from suite.signature import Signature
+
+log = logging.getLogger(__name__)
+
+# A factory that starts a fresh runtime of the same configuration (optionally with extra
+# controls) and yields it with a client; it is stopped when the block ends.
+LaunchFactory = Callable[..., ContextManager[tuple["RunningRuntime", "OpenAIClient"]]]
+
+
+@dataclass
+class StageContext:
+    card: "ModelCard"
+    arm_name: str
+    arm: "Arm"
+    runtime: "RuntimeDefinition"
+    profile: "Profile"
+    sampling: "Sampling"
+    signature: "Signature"
+    record: "RunRecord"
+    client: "OpenAIClient"
+    running: "RunningRuntime"
+    controls: list[str]  # controls active on the running runtime
+    launch: LaunchFactory  # launch(controls=[...]) -> (runtime, client), fresh process/container
+    extra_body: dict[str, Any] = field(default_factory=dict)  # per-request fields of the controls
+    reproducible: bool | None = None  # the gate's verdict, once known
+    results: dict[str, Any] = field(default_factory=dict)  # earlier stages' results, by name
+    judge: "OpenAIClient | None" = None
+    stage: str = ""  # the stage now running: every request line says which stage sent it
+    controls_request: list[str] = field(default_factory=lambda: ["all"])  # the control matrix's rows
+
+    @property
+    def run_dir(self) -> Path:
+        return self.record.dir
+
+    @property
+    def base_url(self) -> str:
+        return self.client.base_url
+
+    def record_request(self, kind: str, **fields: Any) -> None:
+        self.record.record_request(kind, stage=self.stage, signature_digest=self.signature.digest, **fields)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: its name (the record's key), result model, and how it runs."""
+
+    name: str
+    result: type[BaseModel]
+    run: Callable[[StageContext], BaseModel]
+    fresh_runtimes: bool  # True: it stops the arm's runtime and starts its own
+    in_bench: bool  # run by every bench (else on request: a flag, a profile or the gate's verdict)
+    summary: str  # one line for `suite bench --help` and the architecture notes
+
+
+class FreshLaunch(BaseModel):
+    """One fresh launch a stage made of the arm's configuration (restarts, sessions, reloads)."""
+
+    index: int
+    status: Literal["ok", "refused", "failed"]
+    reason: str | None = None  # the log's error line when it did not start or failed
+    startup_s: float | None = None
+
+    def did_not_start(self, exc: Exception, refused: bool) -> None:
+        """Record a launch that was refused (a start-up error) or could not run here."""
+        self.status = "refused" if refused else "failed"
+        self.reason = getattr(exc, "error_line", None) or str(exc)
