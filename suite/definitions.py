@@ -12,6 +12,7 @@ the `lora_args` template once per adapter, with `{lora_name}` and `{lora_path}`)
 from __future__ import annotations
 
 import logging
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -63,6 +64,26 @@ class DockerSpec(Strict):
     shm_size: str | None = None
 
 
+class VersionSpec(Strict):
+    """The definition's version knob: how an arm names another release of the runtime.
+
+    A card's arm that sets `version = "X"` gets that release beside the default one: the local
+    launcher runs the install recipe with `install_env=X` into its own folder of the runtime
+    cache (`runtimes/<name>@X/`), the Docker launcher builds the image with the build arg
+    `build_arg` set to `build_arg_value` (`{version}` replaced by X), a tag of its own.
+    """
+
+    default: str  # the release the recipe and the image install when an arm names none
+    package: str | None = None  # the package whose releases an arm may name (checked before a run)
+    install_env: str | None = None  # the local install recipe reads the version from this variable
+    build_arg: str | None = None  # the Dockerfile's ARG that takes it
+    build_arg_value: str = "{version}"  # its value: e.g. "vllm/vllm-openai:v{version}" for an image tag
+
+
+# What a version may look like: it names a folder of the runtime cache and an image build arg.
+VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+
+
 class Capabilities(Strict):
     """What the runtime offers per request; the stages adapt to it."""
 
@@ -112,7 +133,10 @@ class RuntimeDefinition(Strict):
     request: RequestSpec = Field(default_factory=RequestSpec)
     determinism_control: str | None = None  # the control tried first; None: none offered
     controls: dict[str, Control] = Field(default_factory=dict)
+    version: VersionSpec | None = None  # how an arm names another release; None: no version knob
     folder: Path = Path(".")  # set by the loader
+    # The release an arm pinned (`with_version`); None: the definition's default. Not a TOML key.
+    pinned_version: str | None = None
 
     @model_validator(mode="after")
     def _check_controls(self) -> "RuntimeDefinition":
@@ -129,6 +153,37 @@ class RuntimeDefinition(Strict):
             known = ", ".join(["default", *sorted(self.controls)])
             raise SuiteError(f"runtime {self.name!r} has no control {name!r}; known: {known}")
         return self.controls[name]
+
+
+def version_spec(definition: RuntimeDefinition, images_dir: Path | None = None) -> VersionSpec | None:
+    """The definition's version knob, or its base's (a variant reuses its base's image)."""
+    seen: set[str] = set()
+    current: RuntimeDefinition | None = definition
+    while current is not None and current.name not in seen:
+        if current.version is not None:
+            return current.version
+        seen.add(current.name)
+        current = (get_definition(current.base, images_dir or current.folder.parent)
+                   if current.base else None)
+    return None
+
+
+def with_version(definition: RuntimeDefinition, version: str | None) -> RuntimeDefinition:
+    """The definition pinned to one release (its own install folder, its own image tag).
+
+    None gives the definition as it is. The default release, named, shares the default install
+    and image (see `suite.launchers.local.install_prefix`). A version the definition has no knob
+    for, or one that cannot name a folder, is a SuiteError (the caller names the card and the arm).
+    """
+    if version is None:
+        return definition
+    if not VERSION_RE.match(version):
+        raise SuiteError("not a release name (letters, digits, '.', '_', '+' or '-')")
+    spec = version_spec(definition)
+    if spec is None:
+        raise SuiteError(f"runtime {definition.name!r} has no version knob ([version] in "
+                         f"{definition.folder / 'runtime.toml'}): it installs one release only")
+    return definition.model_copy(update={"pinned_version": version})
 
 
 def _format_validation_error(path: Path, err: ValidationError) -> str:
@@ -169,6 +224,8 @@ def load_validated(path: Path, model: type[M], data: dict | None = None) -> M:
 def load_definition(path: Path) -> RuntimeDefinition:
     """Load and validate one runtime.toml; errors name the file and the key."""
     data = load_toml(path)
+    if "pinned_version" in data:  # set by with_version for an arm, never by the file
+        raise SuiteError(f"{path}: unknown key: pinned_version (an arm names a version in its card)")
     data.setdefault("name", path.parent.name)
     definition = load_validated(path, RuntimeDefinition, {**data, "folder": path.parent})
     if definition.name != path.parent.name:

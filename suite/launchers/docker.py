@@ -8,6 +8,9 @@ pip inside the build reaches the package index the way the host does; local pip 
 (find-links, `file://` indexes, a constraints file) are served to the build over HTTP on the
 loopback interface (the build then uses the host's network). `SUITE_DOCKER_BASE` overrides the
 `BASE` build arg of images that declare one (where no image can be pulled, a local base image).
+A release pinned by an arm (`version = "X"`) sets the definition's `[version] build_arg` (for
+the CPU images the recipe's version, for the GPU ones the upstream image's tag): another build
+arg, so another tag, built once and reused.
 
 `start` runs the image with the GPU requested when the engine has an NVIDIA runtime and the
 definition's `gpu` is not "none", the server's port bound to 127.0.0.1 only, the model's folder
@@ -50,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlparse, urlsplit, urlunsplit
 
 
-from suite.definitions import DockerSpec, RuntimeDefinition, get_definition, render
+from suite.definitions import DockerSpec, RuntimeDefinition, get_definition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import (LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
                                  wait_until_ready)
@@ -377,6 +380,8 @@ def _image_source(runtime: RuntimeDefinition) -> RuntimeDefinition:
             raise SuiteError(f"{runtime.folder / 'runtime.toml'}: base: cycle through {source.base!r}")
         seen.add(source.base)
         source = get_definition(source.base, runtime.folder.parent)
+    if runtime.pinned_version:  # the variant's release is its base image's release
+        source = source.model_copy(update={"pinned_version": runtime.pinned_version})
     return source
 
 
@@ -406,6 +411,12 @@ def build_args_for(source: RuntimeDefinition) -> dict[str, str]:
     spec = source.docker
     assert spec is not None
     args = dict(spec.build_args)
+    version = version_spec(source)
+    if source.pinned_version and version is not None:
+        if not version.build_arg:
+            raise SuiteError(f"{source.folder / 'runtime.toml'}: version: no build_arg, so its image cannot be "
+                             f"built at release {source.pinned_version}")
+        args[version.build_arg] = version.build_arg_value.format(version=source.pinned_version)
     base_override = os.environ.get("SUITE_DOCKER_BASE")
     dockerfile = source.folder / spec.dockerfile
     if base_override and dockerfile.exists() and re.search(r"^\s*ARG\s+BASE\b", dockerfile.read_text(), re.M):
@@ -629,12 +640,20 @@ class DockerLauncher(Launcher):
     def prepare(self, runtime: RuntimeDefinition) -> None:
         self.check_available()
         docker_spec(runtime)
-        self._images[runtime.name] = build_image(runtime, _docker_client(timeout=3600))
+        self._images[_image_key(runtime)] = build_image(runtime, _docker_client(timeout=3600))
+
+    def env(self, runtime: RuntimeDefinition, spec: LaunchSpec) -> dict[str, str]:
+        """As `start` runs the container: the image's [docker] env, then the spec's."""
+        try:
+            dspec_env = docker_spec(runtime).env
+        except EnvironmentUnavailable:
+            dspec_env = {}
+        return {**dspec_env, **spec.env}
 
     def image_for(self, runtime: RuntimeDefinition) -> str:
-        if runtime.name not in self._images:
+        if _image_key(runtime) not in self._images:
             self.prepare(runtime)
-        return self._images[runtime.name]
+        return self._images[_image_key(runtime)]
 
     def _mounts(self, spec: LaunchSpec, dspec: DockerSpec) -> tuple[dict[str, dict[str, str]], str, list[tuple[str, str]]]:
         model = spec.model_path.resolve()
@@ -663,7 +682,7 @@ class DockerLauncher(Launcher):
         self.check_available()
         client = self.client
         tag = build_image(runtime, _docker_client(timeout=3600))  # reused when it exists
-        self._images[runtime.name] = tag
+        self._images[_image_key(runtime)] = tag
         want_gpu = dspec.gpu != "none"
         has_gpu = want_gpu and nvidia_runtime_present(client)
         if dspec.gpu == "required" and not has_gpu:
@@ -734,6 +753,10 @@ class DockerLauncher(Launcher):
             return f"exited with status {state.get('ExitCode', '?')}"
 
         wait_until_ready(rt.base_url, spec, t0, gone)
+
+
+def _image_key(runtime: RuntimeDefinition) -> str:
+    return f"{runtime.name}@{runtime.pinned_version}" if runtime.pinned_version else runtime.name
 
 
 def _gpu_request() -> dict[str, Any]:

@@ -2,6 +2,10 @@
 
 `prepare` runs the definition's install recipe (`images/<name>/install.sh PREFIX`) once, into
 `$SUITE_CACHE/runtimes/<name>/`, never into the suite's own environment, and reuses it afterwards.
+A release pinned by an arm (`version = "X"` in the card, the definition's `[version]` knob) is
+installed by the same recipe, with the knob's variable set to X, into `runtimes/<name>@X/`: one
+folder per release, installed once and reused, so two releases are measured side by side and
+nothing is installed while an arm is measured.
 `start` renders the command template, starts it in its own session (process group) with its log
 in the run folder, and waits until the ready endpoint answers 200. A runtime that dies, logs a
 refusal pattern, or never gets ready is stopped and reported with its log's error line. Every
@@ -28,6 +32,7 @@ import json
 import logging
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -40,12 +45,12 @@ from typing import Any
 
 import psutil
 
-from suite.definitions import RuntimeDefinition, render
+from suite.definitions import RuntimeDefinition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import (LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
                                  wait_until_ready)
 from suite.paths import leases_dir, runtime_prefix
-from suite.signature import SECRET_ENV, redact_args
+from suite.signature import SECRET_ENV, RuntimeStack, command_version, probe_runtime_stack, redact_args
 
 log = logging.getLogger(__name__)
 
@@ -246,10 +251,34 @@ def _runtime_env(*layers: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def install_prefix(definition: RuntimeDefinition) -> Path:
+    """The runtime's install folder: `runtimes/<name>/`, or `runtimes/<name>@<version>/` for a
+    release an arm pinned (the default release, named, shares the default folder when that
+    folder's install marker names it)."""
+    default = runtime_prefix(definition.name)
+    version = definition.pinned_version
+    if version is None:
+        return default
+    spec = version_spec(definition)
+    if spec is not None and version == spec.default and definition.local is not None:
+        marker = default / definition.local.installed_marker
+        if not marker.exists() or version in re.split(r"[\s:=@]+", marker.read_text()):
+            return default
+    return runtime_prefix(f"{definition.name}@{version}")
+
+
+def install_env(definition: RuntimeDefinition) -> dict[str, str]:
+    """What the install recipe is told: the release to install, where the definition has a knob."""
+    spec = version_spec(definition)
+    if spec is None or not spec.install_env:
+        return {}
+    return {spec.install_env: definition.pinned_version or spec.default}
+
+
 def is_installed(definition: RuntimeDefinition) -> bool:
     if definition.local is None:
         return False
-    return (runtime_prefix(definition.name) / definition.local.installed_marker).exists()
+    return (install_prefix(definition) / definition.local.installed_marker).exists()
 
 
 class LocalRuntime(RunningRuntime):
@@ -326,7 +355,7 @@ class LocalLauncher(Launcher):
         if runtime.local is None:
             raise EnvironmentUnavailable(f"runtime {runtime.name!r} has no local install recipe "
                                          "(it runs only from its Docker image)")
-        prefix = runtime_prefix(runtime.name)
+        prefix = install_prefix(runtime)
         marker = prefix / runtime.local.installed_marker
         if marker.exists():
             return
@@ -339,10 +368,13 @@ class LocalLauncher(Launcher):
             fcntl.flock(lock, fcntl.LOCK_EX)  # another suite process may be installing it
             if marker.exists():
                 return
-            log.info("installing %s into %s (log: %s)", runtime.name, prefix, install_log)
+            pinned = install_env(runtime)
+            log.info("installing %s%s into %s (log: %s)", runtime.name,
+                     f" {runtime.pinned_version}" if runtime.pinned_version else "", prefix, install_log)
             t0 = time.monotonic()
             with install_log.open("w") as fh:
-                rc = subprocess.run(["bash", str(recipe), str(prefix)], stdout=fh, stderr=subprocess.STDOUT).returncode
+                rc = subprocess.run(["bash", str(recipe), str(prefix)], stdout=fh, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **pinned}).returncode
             if rc != 0 or not marker.exists():
                 line = find_error_line(install_log.read_text(errors="replace")) or f"exit status {rc}"
                 raise SuiteError(f"installing runtime {runtime.name!r} failed: {line} (log: {install_log})")
@@ -352,7 +384,7 @@ class LocalLauncher(Launcher):
         runtime = spec.runtime
         assert runtime.local is not None
         values = {
-            "prefix": str(runtime_prefix(runtime.name)), "model_path": str(spec.model_path),
+            "prefix": str(install_prefix(runtime)), "model_path": str(spec.model_path),
             "served_name": spec.served_name, "host": "127.0.0.1", "port": port, "seed": spec.seed,
             "context_length": spec.context_length,
         }
@@ -364,6 +396,9 @@ class LocalLauncher(Launcher):
         if runtime.local is None:
             raise EnvironmentUnavailable(f"runtime {runtime.name!r} has no local command")
         if not is_installed(runtime):
+            if runtime.pinned_version:
+                raise EnvironmentUnavailable(f"runtime {runtime.name!r} {runtime.pinned_version} is not installed "
+                                             f"in {install_prefix(runtime)}; the bench installs it before the arm runs")
             raise EnvironmentUnavailable(f"runtime {runtime.name!r} is not installed; "
                                          f"run `suite setup --runtime {runtime.name}`")
         reap_stale_leases()
@@ -400,3 +435,31 @@ class LocalLauncher(Launcher):
             return None if rt.alive() else f"exited with status {rt.proc.returncode}"
 
         wait_until_ready(rt.base_url, spec, t0, gone)
+
+    # -- what the signature records ---------------------------------------------------------------
+    def version(self, runtime: RuntimeDefinition, rt: RunningRuntime) -> str | None:
+        """The installed release's own version command (in its install folder), else its server's report."""
+        local = runtime.local
+        if local and local.version_command:
+            prefix = install_prefix(runtime)
+            version = command_version([p.format(prefix=prefix) for p in local.version_command])
+            if version:
+                return version
+        return super().version(runtime, rt)
+
+    def env(self, runtime: RuntimeDefinition, spec: LaunchSpec) -> dict[str, str]:
+        return {**(runtime.local.env if runtime.local else {}), **spec.env}
+
+    def stack(self, runtime: RuntimeDefinition, env: dict[str, str]) -> RuntimeStack | None:
+        """torch / Triton / CUDA as a Python runtime's own interpreter (in its install folder) reports them."""
+        if runtime.local is None:
+            return None
+        prefix = install_prefix(runtime)
+        for template in runtime.local.command[:1] + (runtime.local.version_command or [])[:1]:
+            try:
+                python = Path(template.format(prefix=prefix))
+            except (KeyError, IndexError, ValueError):
+                continue
+            if python.name.startswith("python"):
+                return probe_runtime_stack(python, env=dict(env))
+        return None
