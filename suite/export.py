@@ -25,7 +25,8 @@ from typing import Any, Literal
 import polars as pl
 
 from suite.errors import SuiteError
-from suite.site.figures import Run, distributions, load_runs, read_requests
+from suite.records import read_requests
+from suite.site.figures import Run, distributions, load_runs
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ def requests_rows(runs: list[Run]) -> list[dict[str, Any]]:
     kinds = ("gate", "latency", "controls", "restarts", "extraction", "extraction-fact", "judge")
     for r in runs:
         for q in read_requests(r.run_dir, kinds):
-            rows.append(_key(r) | {f: _scalar(q.get(f)) for f in REQUEST_FIELDS})
+            rows.append(_key(r) | {f: _scalar(getattr(q, f, None)) for f in REQUEST_FIELDS})
     return rows
 
 

@@ -19,10 +19,11 @@ import tempfile
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Literal
+import re
+from typing import Annotated, Any, Callable, Iterable, Literal, Union
 
 from memwatch.report import WatchdogReport
-from pydantic import BaseModel, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from suite.errors import SuiteError
 from suite.signature import Signature
@@ -95,6 +96,116 @@ Summary = create_model(  # type: ignore[call-overload]
     __doc__="summary.json: one arm's run, one typed result per stage (None when the stage did not run).",
     **{name: (model | None, None) for name, model in RESULT_MODELS.items()},
 )
+
+
+# -- request lines (requests.jsonl) ----------------------------------------------------------------
+# One JSON line per request, `kind` first. Each kind has a model (the fields the readers use;
+# any other field a stage writes is kept as it is); `RequestLine` picks the model by `kind`.
+
+class _Line(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    at: str
+    stage: str | None = None  # the stage that sent it (lines from before stages said so: None)
+    signature_digest: str | None = None
+    error: str | None = None  # the request failed (HTTP or protocol error)
+    text: str | None = None
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+    e2e_s: float | None = None
+
+
+class AnswerLine(_Line):
+    """One request of a repeated series: the gate, a control row, a restart, a session."""
+
+    kind: Literal["gate", "controls", "restarts", "sessions"]
+    label: str = "default"
+    prompt_id: str
+    index: int
+    seed: int | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    ttft_s: float | None = None
+
+
+class LatencyLine(_Line):
+    kind: Literal["latency"]
+    concurrency: int = 1
+    index: int
+    warmup: bool = False
+    incomplete: bool = False  # the stream ended without a finish reason
+    prompt_id: str | None = None
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    chunk_times_s: list[float] = Field(default_factory=list)
+
+
+class ExtractionLine(_Line):
+    kind: Literal["extraction"]
+    section: str
+    repeat: int
+    reload: int | None = None  # the reload it was asked in (None: the arm's own launch)
+
+
+class FactLine(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    kind: Literal["extraction-fact"]
+    at: str
+    stage: str | None = None
+    signature_digest: str | None = None
+    section: str
+    repeat: int
+    key: str
+    verdict: str
+
+
+class JudgeLine(_Line):
+    kind: Literal["judge", "judge-gate"]
+    section: str | None = None
+    judge_model: str | None = None
+
+
+RequestLine = Annotated[Union[AnswerLine, LatencyLine, ExtractionLine, FactLine, JudgeLine], Field(discriminator="kind")]
+REQUEST_LINE: TypeAdapter[Any] = TypeAdapter(RequestLine)
+_KIND_PREFIX = re.compile(r'\{"kind": "([^"\\]*)"')
+
+
+def read_requests(run_dir: Path, kinds: Iterable[str]) -> list[Any]:
+    """The request lines of these kinds from a run's requests.jsonl, in order, as their models.
+
+    A line cut short (the last line of an interrupted run) or one that does not match its kind's
+    model is skipped with a warning naming the file and line."""
+    path = run_dir / "requests.jsonl"
+    wanted = set(kinds)
+    out: list[Any] = []
+    if not path.exists():
+        return out
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            # lines are written kind first: lines of other kinds are skipped without parsing
+            head = _KIND_PREFIX.match(line)
+            if head is not None and head.group(1) not in wanted:
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                log.warning("%s:%d: unreadable request line skipped", path, lineno)
+                continue
+            if not isinstance(data, dict) or data.get("kind") not in wanted:
+                continue
+            try:
+                out.append(REQUEST_LINE.validate_python(data))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                log.warning("%s:%d: request line skipped: %s: %s", path, lineno,
+                            ".".join(str(x) for x in first["loc"]), first["msg"])
+    return out
 
 
 def utcnow() -> str:
@@ -196,8 +307,12 @@ class RunRecord:
         return d
 
     def record_request(self, kind: str, **fields: Any) -> None:
-        """Append one request's record (thread-safe); a line is written whole or not at all."""
-        line = (json.dumps({"kind": kind, "at": utcnow(), **fields}, default=str) + "\n").encode("utf-8")
+        """Append one request's record (thread-safe); a line is written whole or not at all.
+
+        The line is checked against its kind's model (`RequestLine`) before it is written."""
+        payload = {"kind": kind, "at": utcnow(), **fields}
+        REQUEST_LINE.validate_python(payload)
+        line = (json.dumps(payload, default=str) + "\n").encode("utf-8")
         with self._lock:
             try:
                 fd = os.open(self.requests_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

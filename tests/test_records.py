@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from suite.errors import SuiteError
-from suite.site.figures import load_runs, read_requests
+from suite.records import read_requests
+from suite.site.figures import load_runs
 from suite.records import SCHEMA_VERSION, find_incomplete, load_all, load_summary, write_once
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "results"
@@ -63,6 +64,35 @@ def test_a_cut_request_line_is_skipped(tmp_path: Path) -> None:
     path.chmod(0o644)
     path.write_text("\n".join(lines) + '\n{"kind": "gate", "text": "cut sh')
     assert len(read_requests(run, ["gate"])) == len(lines)
+
+
+def test_request_lines_are_read_as_their_kinds_models(tmp_path: Path) -> None:
+    """Each kind of line comes back as its model; a line that does not match it is skipped, not fatal."""
+    from suite.records import AnswerLine, LatencyLine
+
+    run = tmp_path / "run"
+    shutil.copytree(next(GOLDEN.glob("tiny/llamacpp/*")), run)
+    lines = read_requests(run, ["gate", "latency"])
+    assert {type(q) for q in lines} == {AnswerLine, LatencyLine}
+    gate = [q for q in lines if q.kind == "gate"]
+    assert all(q.prompt_id and q.index >= 0 for q in gate)
+    path = run / "requests.jsonl"
+    path.chmod(0o644)
+    path.write_text(path.read_text() + '{"kind": "gate", "at": "x", "prompt_id": "p", "index": "first"}\n')
+    assert len(read_requests(run, ["gate"])) == len(gate)
+
+
+def test_a_request_line_that_does_not_fit_its_kind_is_refused_before_it_is_written(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from suite.records import RunManifest, RunRecord
+
+    rec = RunRecord.create(tmp_path, RunManifest(run_id="r", model="m", arm="a", runtime="x", launcher="local",
+                                                 profile="quick", started_at="now"))
+    rec.record_request("gate", prompt_id="p", index=0, text="ok")
+    with pytest.raises(ValidationError):
+        rec.record_request("gate", prompt_id="p", index="first")
+    assert len(rec.requests_path.read_text().splitlines()) == 1
 
 
 def test_suite_results_lists_every_run() -> None:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.site.figures import gate_prompts, request_text
+from suite.records import read_requests
+from suite.site.figures import gate_prompts
 from suite.site.publish import build_site, fmt_num
 from suite.records import load_all
 
@@ -87,9 +88,7 @@ def test_real_run_pages(real_results: Path, real_site: Path, tmp_path: Path) -> 
 
         # the answer page shows every distinct answer the run recorded, as text, with its count
         run_dir = real_results / "tiny" / "llamacpp" / summary.run_id
-        gate_texts = [request_text(json.loads(line)) for line in (run_dir / "requests.jsonl").read_text().splitlines()
-                      if line.strip() and json.loads(line).get("kind") == "gate"
-                      and json.loads(line).get("prompt_id") == prompts[0].prompt_id]
+        gate_texts = [q.text for q in read_requests(run_dir, ["gate"]) if q.prompt_id == prompts[0].prompt_id]
         answers = browser.open((real_site / "models" / "tiny" / f"gate-{prompts[0].prompt_id}.html").as_uri())
         assert answers.console_errors() == []
         answers.screenshot(shots / "real-answers.png")

@@ -16,7 +16,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from memwatch.report import WatchdogReport
 from pydantic import BaseModel
@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from suite.analysis.repro import PromptAnalysis, Sample, analyse, first_diff
 from suite.analysis.stats import Distribution, MeanSE, PairedDifference, paired_difference
 from suite.errors import SuiteError
-from suite.records import Summary, load_all
+from suite.records import AnswerLine, LatencyLine, Summary, load_all, read_requests  # noqa: F401 - read_requests: the pages' reader
 from suite.signature import flatten_signature
 from suite.stages.controls import ControlsResult
 from suite.stages.extraction import ExtractionResult
@@ -368,66 +368,19 @@ def load_runs(results: Path, problems: list[str] | None = None) -> dict[str, Mod
 
 
 # --------------------------------------------------------------------------------------------
-# Per-request records (requests.jsonl): answers of the gate, timings of the latency stage.
+# Per-request lines (requests.jsonl, read by suite.records.read_requests): the gate's answers, latency timings.
 # --------------------------------------------------------------------------------------------
 
-_KIND_PREFIX = re.compile(r'\{"kind": "([^"\\]*)"')
+def analyse_requests(requests: list[AnswerLine]) -> PromptAnalysis:
+    """A gate prompt's analysis rebuilt from its request lines (for a run whose gate never finished)."""
+    return analyse([Sample(index=q.index, text=q.text or "", token_ids=q.token_ids, logprobs=q.logprobs,
+                           completion_tokens=q.completion_tokens, error=q.error) for q in requests])
 
 
-def read_requests(run_dir: Path, kinds: Iterable[str]) -> list[dict[str, Any]]:
-    """The request records of these kinds from a run's requests.jsonl, in order."""
-    path = run_dir / "requests.jsonl"
-    wanted = set(kinds)
-    out: list[dict[str, Any]] = []
-    if not path.exists():
-        return out
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            # records are written kind first: lines of other kinds are skipped without parsing
-            head = _KIND_PREFIX.match(line)
-            if head is not None and head.group(1) not in wanted:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                # the last line of an interrupted run may be cut short: skip it, say so
-                log.warning("%s:%d: unreadable request line skipped", path, lineno)
-                continue
-            if isinstance(rec, dict) and rec.get("kind") in wanted:
-                out.append(rec)
-    return out
-
-
-def request_prompt(rec: dict[str, Any]) -> str:
-    return str(rec.get("prompt_id", "?"))
-
-
-def request_text(rec: dict[str, Any]) -> str:
-    text = rec.get("text") or ""
-    return text if isinstance(text, str) else json.dumps(text)
-
-
-def request_tokens(rec: dict[str, Any]) -> list[int] | None:
-    ids = rec.get("token_ids")
-    return ids if isinstance(ids, list) else None
-
-
-def analyse_requests(requests: list[dict[str, Any]]) -> PromptAnalysis:
-    """A gate prompt's analysis rebuilt from its request records (for a run whose gate never finished)."""
-    return analyse([Sample(index=int(r["index"]) if r.get("index") is not None else i, text=request_text(r), token_ids=request_tokens(r),
-                           logprobs=r.get("logprobs"), completion_tokens=r.get("completion_tokens"),
-                           error=r.get("error"))
-                    for i, r in enumerate(requests)])
-
-
-def itl_gaps(rec: dict[str, Any]) -> list[float]:
-    times = rec.get("chunk_times_s") or []
-    if not isinstance(times, list) or len(times) < 2:
-        return []
-    return [b - a for a, b in zip(times, times[1:]) if isinstance(a, (int, float)) and isinstance(b, (int, float))]
+def itl_gaps(q: LatencyLine) -> list[float]:
+    """The gaps between a streamed request's chunks, seconds."""
+    times = q.chunk_times_s
+    return [b - a for a, b in zip(times, times[1:])]
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,9 +36,10 @@ from suite.errors import SuiteError
 from suite.site.figures import (
     ModelRuns, PromptView, Run, analyse_requests, arm_comparisons, controls_view, extraction_pairs, extraction_view,
     gate_prompts, itl_gaps, latency_level, latency_sweep, latency_table, load_runs, prompt_view, read_requests,
-    request_prompt, restarts_view, sessions_view, signature_rows, slug, watchdog_view, with_thousands,
+    restarts_view, sessions_view, signature_rows, slug, watchdog_view, with_thousands,
 )
 from suite.paths import SITE_DIR, cache_dir
+from suite.records import AnswerLine, LatencyLine
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ class _Site:
         self.pages = 0
         self.charts = 0
         self.chart_s = 0.0
-        self._requests: dict[str, list[dict[str, Any]]] = {}
+        self._requests: dict[str, list[AnswerLine | LatencyLine]] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="site-chart")
 
@@ -182,7 +183,7 @@ class _Site:
         path.write_text(html, encoding="utf-8")
         self.pages += 1
 
-    def requests(self, run: Run) -> list[dict[str, Any]]:
+    def requests(self, run: Run) -> list[AnswerLine | LatencyLine]:
         """The gate and latency request records of a run (read once per build)."""
         key = str(run.run_dir)
         if key not in self._requests:
@@ -218,11 +219,10 @@ def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None
     """Start drawing a model page's charts: TTFT, inter-token latency, memory timelines."""
     runs = model.current
     requests = [site.requests(r) for r in runs]
-    latency_reqs = [[q for q in reqs if q.get("kind") == "latency" and not q.get("warmup")
-                     and not q.get("error") and not q.get("incomplete") and q.get("concurrency", 1) == 1]
+    latency_reqs = [[q for q in reqs if q.kind == "latency" and not q.warmup and not q.error
+                     and not q.incomplete and q.concurrency == 1]
                     for reqs in requests]
-    ttft = {r.s.arm: [q["ttft_s"] for q in reqs if isinstance(q.get("ttft_s"), (int, float))]
-            for r, reqs in zip(runs, latency_reqs)}
+    ttft = {r.s.arm: [q.ttft_s for q in reqs if q.ttft_s is not None] for r, reqs in zip(runs, latency_reqs)}
     itl = {r.s.arm: [g for q in reqs for g in itl_gaps(q)] for r, reqs in zip(runs, latency_reqs)}
     ttft_svg = site.chart(charts.ttft_distribution, {k: v for k, v in ttft.items() if v})
     itl_svg = site.chart(charts.itl_distribution, {k: v for k, v in itl.items() if v})
@@ -249,10 +249,10 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
     for r, reqs in zip(runs, requests):
         by_prompt = {p.prompt_id: p for p in gate_prompts(r.s.gate)}
         # a run whose gate never finished: rebuild its prompts from the request records
-        recorded: dict[str, list[dict[str, Any]]] = {}
+        recorded: dict[str, list[AnswerLine]] = {}
         for q in reqs:
-            if q.get("kind") == "gate":
-                recorded.setdefault(request_prompt(q), []).append(q)
+            if q.kind == "gate":
+                recorded.setdefault(q.prompt_id, []).append(q)
         for pid, qs in recorded.items():
             if pid not in by_prompt or not by_prompt[pid].answers:
                 rebuilt = prompt_view(analyse_requests(qs), pid, stopped_reason="rebuilt from the request records")
