@@ -196,8 +196,10 @@ def start_with_determinism(plan: ArmPlan, log_dir: Path, extra_controls: list[st
             rt = plan.launcher.start(spec)
             return rt, spec, DeterminismOutcome(control=control, outcome="on")
         except RuntimeStartError as exc:
-            log.warning("%s refused its determinism mode %s: %s", plan.runtime.name, control, exc.error_line)
-            outcome = DeterminismOutcome(control=control, outcome="refused", error_line=exc.error_line)
+            word = "refused" if exc.refused else "failed to start in"
+            log.warning("%s %s its determinism mode %s: %s", plan.runtime.name, word, control, exc.error_line)
+            outcome = DeterminismOutcome(control=control, outcome="refused" if exc.refused else "failed",
+                                         error_line=exc.error_line)
     else:
         outcome = DeterminismOutcome(control=control, outcome="on" if control else "not-offered")
     spec = plan.spec(extra_controls, log_dir / "runtime.log")
@@ -251,7 +253,6 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
     """Run one arm end to end and write its run record; a failure is recorded, not raised.
 
     `on_stage` is called with each stage's name as it starts (progress of a Ray task)."""
-    t_arm = time.monotonic()
     started = utcnow()
     try:
         plan.launcher.check_available()
@@ -265,87 +266,200 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
         return Summary(run_id="-", model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
                        launcher=plan.launcher.name, profile=plan.profile.name, started_at=started,
                        status="skipped", reason=str(exc))
-
-    record: RunRecord | None = None
-    previous = find_incomplete(results, plan.card.name, plan.arm_name) if resume else None
-    if previous is not None:
-        record = RunRecord.open_incomplete(previous)
-        moved = record.set_aside_unfinished({n for n in RESULT_MODELS if record.stage_done(n)})
-        log.info("resuming %s%s", previous, f" ({moved} request lines of the interrupted stage set aside in "
-                 "requests-interrupted.jsonl)" if moved else "")
-    tmp_logs = results / ".logs" / f"{plan.card.name}-{plan.arm_name}-{int(time.time() * 1000)}"
-    log_dir = record.log_dir if record else tmp_logs
-    log_dir.mkdir(parents=True, exist_ok=True)
+    session = BenchSession(plan, results, resume=resume, judge=judge, controls_request=controls_request)
     try:
-        rt, spec, determinism = start_with_determinism(plan, log_dir, [])
+        session.start()
     except RuntimeStartError as exc:
-        return _failed_start(plan, results, started, exc, log_dir)
+        return session.failed_start(exc)
+    with session:
+        session.run(stages, on_stage)
+    return session.summary
 
-    summary: Summary
-    with rt:
+
+class BenchSession:
+    """One arm's run, from its first start to its summary; a context manager.
+
+    `start()` starts the runtime (its determinism mode first, then its default mode if refused),
+    makes the configuration signature, creates the run record (or reopens the interrupted one
+    with `resume`) and starts the memory watchdog. `launch()` gives the stages that need them
+    fresh runtimes of the same configuration, each under a watchdog of its own. `run()` runs the
+    stages in order; a failure ends the arm with its status and reason in the summary. Leaving the
+    block stops the clients, the watchdog and the runtime (Ctrl-C included: the run then stays
+    incomplete and resumable) and, after a normal exit, writes the watchdog report and the summary.
+    """
+
+    def __init__(self, plan: ArmPlan, results: Path, *, resume: bool = False, judge: JudgeChoice | None = None,
+                 controls_request: list[str] | None = None):
+        self.plan, self.results, self.judge = plan, results, judge
+        self.controls_request = list(controls_request or ["all"])
+        self.started = utcnow()
+        self._t0 = time.monotonic()
+        self.record: RunRecord | None = None
+        self.status: str = "complete"
+        self.reason: str | None = None
+        self.not_run: list[str] = []  # stages that need a runtime the suite started
+        self._stack = contextlib.ExitStack()
+        previous = find_incomplete(results, plan.card.name, plan.arm_name) if resume else None
+        if previous is not None:
+            self.record = RunRecord.open_incomplete(previous)
+            moved = self.record.set_aside_unfinished({n for n in RESULT_MODELS if self.record.stage_done(n)})
+            log.info("resuming %s%s", previous, f" ({moved} request lines of the interrupted stage set aside in "
+                     "requests-interrupted.jsonl)" if moved else "")
+        self.log_dir = self.record.log_dir if self.record else (
+            results / ".logs" / f"{plan.card.name}-{plan.arm_name}-{int(time.time() * 1000)}")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+
+    # -- start and stop ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the runtime and everything that watches and records it; RuntimeStartError if it never got ready."""
+        plan = self.plan
+        rt, spec, determinism = start_with_determinism(plan, self.log_dir, [])
+        self.runtime = self._stack.enter_context(rt)
+        try:
+            self._started(rt, spec, determinism)
+        except BaseException:
+            self._stack.close()  # never a runtime left behind by a start that went wrong later
+            raise
+
+    def _started(self, rt: RunningRuntime, spec: LaunchSpec, determinism: DeterminismOutcome) -> None:
+        plan = self.plan
         signature = make_signature(plan, rt, spec)
-        if record is None:
+        if self.record is None:
             manifest = RunManifest(run_id=new_run_id(signature.digest), model=plan.card.name, arm=plan.arm_name,
                                    runtime=plan.runtime.name, launcher=plan.launcher.name,
-                                   profile=plan.profile.name, started_at=started, signature=signature)
-            record = RunRecord.create(results, manifest)
-            for p in log_dir.iterdir():  # logs written before the record existed
-                p.rename(record.log_dir / p.name)
-            log_dir.rmdir()
-        summary = Summary(run_id=record.manifest.run_id, model=plan.card.name, arm=plan.arm_name,
-                          runtime=plan.runtime.name, launcher=plan.launcher.name, profile=plan.profile.name,
-                          started_at=record.manifest.started_at, determinism=determinism, signature=signature,
-                          startup_s=rt.startup_s)
-        watchdog = _watchdog_for(plan, rt)
-        watchdog.start()
-        base_controls = list(spec.controls)
-
-        @contextlib.contextmanager
-        def launch(controls: list[str] | None = None, inherit: bool = True, lora: list[LoraAdapter] | None = None,
-                   env: dict[str, str] | None = None) -> Iterator[tuple[RunningRuntime, OpenAIClient]]:
-            """A fresh runtime under its own watchdog: the arm's controls, plus `controls`.
-
-            `inherit` (restarts): also the controls the arm's main launch ran with (its accepted
-            determinism mode), so the same configuration starts again. Without it (a control
-            matrix row) the launch has the arm's own controls and the row's, nothing else.
-            `env`: more environment for this launch (compile-cache folders).
-            """
-            assert record is not None
-            inherited = [c for c in base_controls if c not in plan.arm.controls] if inherit else []
-            wanted = inherited + [c for c in (controls or []) if c not in inherited]
-            sub_spec = plan.spec(wanted, record.log_dir / f"runtime-{'-'.join(wanted) or 'default'}-{int(time.time()*1000)}.log")
-            if lora is not None:
-                sub_spec.lora = list(lora)
-            if env:
-                sub_spec.env.update(env)
-            sub_rt = plan.launcher.start(sub_spec)
-            sub_rt.launch_controls = list(sub_spec.controls)
-            sub_rt.launch_env = redact_env(sub_spec.env)
-            sub_rt.launch_args = redact_args(list(sub_spec.args))
-            sub_wd = _watchdog_for(plan, sub_rt)
-            sub_wd.start()
-            try:
-                with sub_rt, plan.client(sub_rt, wanted) as client:
-                    yield sub_rt, client
-            finally:
-                report = sub_wd.stop()
-                if getattr(sub_wd, "tripped", False):
-                    raise WatchdogTripped(report)
-
-        ctx = StageContext(card=plan.card, arm_name=plan.arm_name, arm=plan.arm, runtime=plan.runtime,
-                           profile=plan.profile, sampling=plan.card.sampling, signature=signature, record=record,
-                           client=plan.client(rt, base_controls), running=rt, controls=base_controls,
-                           launch=launch, extra_body=plan.extra_body(base_controls),
-                           controls_request=list(controls_request or ["all"]))
-        if judge is not None:
+                                   profile=plan.profile.name, started_at=self.started, signature=signature)
+            self.record = RunRecord.create(self.results, manifest)
+            self._move_logs()
+        self.summary = Summary(run_id=self.record.manifest.run_id, model=plan.card.name, arm=plan.arm_name,
+                               runtime=plan.runtime.name, launcher=plan.launcher.name, profile=plan.profile.name,
+                               started_at=self.record.manifest.started_at, determinism=determinism,
+                               signature=signature, startup_s=rt.startup_s)
+        self.watchdog = _watchdog_for(plan, rt)
+        self.watchdog.start()
+        self.base_controls = list(spec.controls)
+        self.ctx = StageContext(card=plan.card, arm_name=plan.arm_name, arm=plan.arm, runtime=plan.runtime,
+                                profile=plan.profile, sampling=plan.card.sampling, signature=signature,
+                                record=self.record, client=plan.client(rt, self.base_controls), running=rt,
+                                controls=self.base_controls, launch=self.launch,
+                                extra_body=plan.extra_body(self.base_controls),
+                                controls_request=self.controls_request)
+        self._stack.callback(self.ctx.client.close)
+        if self.judge is not None:
             from suite.judge import client_for_url
 
-            ctx.judge = client_for_url(judge.url, judge.model)
-        status, reason = "complete", None
-        not_run: list[str] = []  # stages that need a runtime the suite started
+            self.ctx.judge = client_for_url(self.judge.url, self.judge.model)
+            self._stack.callback(self.ctx.judge.close)
+
+    def _move_logs(self) -> None:
+        """Logs written before the record existed move into it."""
+        assert self.record is not None
+        if self.log_dir != self.record.log_dir:
+            for p in self.log_dir.iterdir():
+                p.rename(self.record.log_dir / p.name)
+            self.log_dir.rmdir()
+            self.log_dir = self.record.log_dir
+
+    def failed_start(self, exc: RuntimeStartError) -> Summary:
+        """A runtime that never got ready: the record says so, with its error line and log."""
+        plan = self.plan
+        self._stack.close()
+        if self.record is None:
+            self.record = RunRecord.create(self.results, RunManifest(
+                run_id=new_run_id(None), model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
+                launcher=plan.launcher.name, profile=plan.profile.name, started_at=self.started))
+            self._move_logs()
+        m = self.record.manifest
+        summary = Summary(run_id=m.run_id, model=m.model, arm=m.arm, runtime=m.runtime, launcher=m.launcher,
+                          profile=m.profile, started_at=m.started_at, signature=m.signature, finished_at=utcnow(),
+                          status="failed", reason=f"start-up failed: {exc}")
+        self.record.finish(summary)
+        return summary
+
+    def __enter__(self) -> "BenchSession":
+        assert self.record is not None, "start() first"
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        try:
+            report = self.watchdog.stop()
+            if exc_type is not None:  # Ctrl-C or a bug: everything stops; the run stays resumable
+                return
+            if self.watchdog.tripped:
+                self.status, self.reason = "stopped-by-watchdog", self.reason or "stopped by the memory watchdog"
+            assert self.record is not None
+            if not self.record.stage_done("watchdog"):
+                self.record.write_stage("watchdog", report)
+        finally:
+            self._stack.close()  # clients, then the runtime
+        self._finish()
+
+    def _finish(self) -> None:
+        s = self.summary
+        s.status = self.status  # type: ignore[assignment]
+        s.reason = self.reason
+        if self.not_run and self.reason is None:
+            from suite.launchers.external import NOT_STARTED
+
+            s.reason = f"{' and '.join(self.not_run)} not run: {NOT_STARTED}"
+        s.finished_at = utcnow()
+        s.wall_s = round(time.monotonic() - self._t0, 2)
+        assert self.record is not None
+        self.record.finish(s)
+
+    # -- fresh launches -----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def launch(self, controls: list[str] | None = None, inherit: bool = True, lora: list[LoraAdapter] | None = None,
+               env: dict[str, str] | None = None) -> Iterator[tuple[RunningRuntime, OpenAIClient]]:
+        """A fresh runtime under its own watchdog: the arm's controls, plus `controls`.
+
+        `inherit` (restarts): also the controls the arm's main launch ran with (its accepted
+        determinism mode), so the same configuration starts again. Without it (a control matrix
+        row) the launch has the arm's own controls and the row's, nothing else. `env`: more
+        environment for this launch (compile-cache folders). A trip of its watchdog ends the
+        block with WatchdogTripped (chained to what the body raised when the runtime was stopped).
+        """
+        plan, record = self.plan, self.record
+        assert record is not None
+        inherited = [c for c in self.base_controls if c not in plan.arm.controls] if inherit else []
+        wanted = inherited + [c for c in (controls or []) if c not in inherited]
+        sub_spec = plan.spec(wanted, record.log_dir / f"runtime-{'-'.join(wanted) or 'default'}-{int(time.time()*1000)}.log")
+        if lora is not None:
+            sub_spec.lora = list(lora)
+        if env:
+            sub_spec.env.update(env)
+        sub_rt = plan.launcher.start(sub_spec)
+        sub_rt.launch_controls = list(sub_spec.controls)
+        sub_rt.launch_env = redact_env(sub_spec.env)
+        sub_rt.launch_args = redact_args(list(sub_spec.args))
+        sub_wd = _watchdog_for(plan, sub_rt)
+        sub_wd.start()
+        try:
+            with sub_rt, plan.client(sub_rt, wanted) as client:
+                yield sub_rt, client
+        except Exception as exc:
+            report = sub_wd.stop()
+            if sub_wd.tripped:
+                raise WatchdogTripped(report) from exc
+            raise
+        except BaseException:
+            sub_wd.stop()
+            raise
+        report = sub_wd.stop()
+        if sub_wd.tripped:
+            raise WatchdogTripped(report)
+
+    # -- the stages ---------------------------------------------------------------------------------
+
+    def run(self, stages: list[str], on_stage: Callable[[str], None] | None = None) -> None:
+        """The stages in order, each result written as soon as it exists; a failure ends the arm."""
+        plan, ctx, record, rt, watchdog = self.plan, self.ctx, self.record, self.runtime, self.watchdog
+        assert record is not None
         stages = list(stages)
         if plan.profile.reloads > 0 and "extraction" in stages and "reloads" not in stages:
             stages.insert(stages.index("extraction") + 1, "reloads")
+        name = ""
         try:
             for name in stages:
                 if record.stage_done(name):
@@ -360,11 +474,10 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
                     from suite.launchers.external import NOT_STARTED
 
                     log.info("arm %s: stage %s not run: %s", plan.arm_name, name, NOT_STARTED)
-                    not_run.append(name)
+                    self.not_run.append(name)
                     continue
                 if stage.fresh_runtimes:
-                    # These stop and start the runtime: free the machine first.
-                    rt.stop()
+                    rt.stop()  # these stop and start the runtime: free the machine first
                 elif not rt.alive():
                     raise RuntimeDied(f"the runtime was no longer running before stage {name}: "
                                       f"{death_reason_of(rt)() or 'no error line in its log'}")
@@ -390,39 +503,17 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
                                  plan.arm_name)
                         stages.append("controls")
         except WatchdogTripped:
-            status, reason = "stopped-by-watchdog", "a restarted runtime was stopped by the memory watchdog"
-        except KeyboardInterrupt:
-            watchdog.stop()
-            raise
+            self.status, self.reason = "stopped-by-watchdog", "a restarted runtime was stopped by the memory watchdog"
         except RuntimeDied as exc:
-            status, reason = ("stopped-by-watchdog", "stopped by the memory watchdog") if watchdog.tripped \
+            self.status, self.reason = ("stopped-by-watchdog", "stopped by the memory watchdog") if watchdog.tripped \
                 else ("failed", str(exc))
-            log.error("arm %s: %s", plan.arm_name, reason)
+            log.error("arm %s: %s", plan.arm_name, self.reason)
         except SuiteError as exc:
             if watchdog.tripped:
-                status, reason = "stopped-by-watchdog", "stopped by the memory watchdog"
+                self.status, self.reason = "stopped-by-watchdog", "stopped by the memory watchdog"
             else:
-                status, reason = "failed", f"stage {name}: {exc}"
-                log.error("arm %s: %s", plan.arm_name, reason)
-        finally:
-            ctx.client.close()
-            if ctx.judge is not None:
-                ctx.judge.close()
-        report = watchdog.stop()
-        if watchdog.tripped:
-            status, reason = "stopped-by-watchdog", reason or "stopped by the memory watchdog"
-        if not record.stage_done("watchdog"):
-            record.write_stage("watchdog", report)
-    summary.status = status  # type: ignore[assignment]
-    summary.reason = reason
-    if not_run and reason is None:
-        from suite.launchers.external import NOT_STARTED
-
-        summary.reason = f"{' and '.join(not_run)} not run: {NOT_STARTED}"
-    summary.finished_at = utcnow()
-    summary.wall_s = round(time.monotonic() - t_arm, 2)
-    record.finish(summary)
-    return summary
+                self.status, self.reason = "failed", f"stage {name}: {exc}"
+                log.error("arm %s: %s", plan.arm_name, self.reason)
 
 
 class RuntimeDied(SuiteError):
@@ -433,22 +524,6 @@ class WatchdogTripped(SuiteError):
     def __init__(self, report: Any):
         super().__init__("stopped by the memory watchdog")
         self.report = report
-
-
-def _failed_start(plan: ArmPlan, results: Path, started: str, exc: RuntimeStartError, log_dir: Path) -> Summary:
-    """A runtime that never got ready: the record says so, with its error line and log."""
-    manifest = RunManifest(run_id=new_run_id(None), model=plan.card.name, arm=plan.arm_name,
-                           runtime=plan.runtime.name, launcher=plan.launcher.name, profile=plan.profile.name,
-                           started_at=started)
-    record = RunRecord.create(results, manifest)
-    for p in log_dir.iterdir():
-        p.rename(record.log_dir / p.name)
-    log_dir.rmdir()
-    summary = Summary(run_id=manifest.run_id, model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
-                      launcher=plan.launcher.name, profile=plan.profile.name, started_at=started,
-                      finished_at=utcnow(), status="failed", reason=f"start-up failed: {exc}")
-    record.finish(summary)
-    return summary
 
 
 def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = "auto", profile: str = "standard",

@@ -15,9 +15,14 @@ class EnvironmentUnavailable(SuiteError):
 
 
 class RuntimeStartError(SuiteError):
-    """A runtime died or never became ready; carries the error line from its log."""
+    """A runtime died or never became ready; carries the error line from its log.
 
-    def __init__(self, message: str, error_line: str | None = None, log_path: str | None = None):
+    `refused`: its log matched one of the definition's refusal patterns (the runtime said it does
+    not support what it was asked); otherwise it failed for another reason (a crash, a timeout)."""
+
+    def __init__(self, message: str, error_line: str | None = None, log_path: str | None = None,
+                 refused: bool = False):
         super().__init__(message)
         self.error_line = error_line
         self.log_path = log_path
+        self.refused = refused

@@ -56,8 +56,10 @@ class DeterminismOutcome(BaseModel):
     """What happened to the runtime's determinism mode at start-up."""
 
     control: str | None = None  # the control tried (e.g. batch-invariant); None: none offered
-    outcome: Literal["on", "refused", "not-offered"] = "not-offered"
-    error_line: str | None = None  # the log line that says why it was refused
+    # refused: the runtime's log matched a refusal pattern of the control; failed: it did not
+    # start in that mode for another reason (a crash, a timeout). Either way the arm ran in default mode.
+    outcome: Literal["on", "refused", "failed", "not-offered"] = "not-offered"
+    error_line: str | None = None  # the log line that says why it was refused or failed
 
 
 class RunIdentity(BaseModel):

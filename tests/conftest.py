@@ -55,7 +55,7 @@ def start_local(name: str, model_path: Path, tmp: Path, controls: list[str] | No
     spec = LaunchSpec(runtime=definition, model_path=model_path, served_name="tiny", seed=42,
                       context_length=4096, controls=list(controls or []), env=env, args=args,
                       log_path=tmp / f"{name}.log", startup_timeout_s=definition.server.startup_timeout_s,
-                      refused_patterns=refused, **spec_fields)
+                      refused_patterns=refused + list(spec_fields.pop("refused_patterns", [])), **spec_fields)
     return LocalLauncher().start(spec)
 
 

@@ -91,10 +91,20 @@ def test_failed_start_reports_error_line_and_leaves_nothing(tmp_path):
         start_local("llamacpp", missing, tmp_path)
     assert err.value.error_line, "the error line from the runtime's log is reported"
     assert "exited with status" in str(err.value)
+    assert err.value.refused is False  # a crash is a failure, not a refusal: no refusal pattern matched
     assert Path(err.value.log_path).exists()
     new = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
            and str(missing) in " ".join(p.info["cmdline"] or [])]
     assert not new, f"processes left behind: {new}"
+
+
+def test_a_start_whose_log_matches_a_refusal_pattern_is_a_refusal(tmp_path):
+    """The same failed start, with a pattern that matches llama-server's own line for it."""
+    missing = tmp_path / "no-such-model.gguf"
+    with pytest.raises(RuntimeStartError) as err:
+        start_local("llamacpp", missing, tmp_path, refused_patterns=["failed to load model|error loading model"])
+    assert err.value.refused is True
+    assert "load" in (err.value.error_line or "")
 
 
 def test_stop_leaves_no_process(tiny_gguf, tmp_path):

@@ -27,7 +27,7 @@ def test_batch_invariant_refusal_is_recorded_and_default_mode_used(vllm_gate):
     assert summary.determinism.control == "batch-invariant"
     assert summary.determinism.outcome == "refused"
     line = summary.determinism.error_line or ""
-    assert any(p in line for p in ("not subscriptable", "Engine core initialization failed")), line
+    assert "not subscriptable" in line, line  # the cause, not vLLM's "see root cause above" wrapper
     assert "batch-invariant" not in summary.signature.controls
     assert "VLLM_BATCH_INVARIANT" not in summary.signature.env
     run_dir = next(results.glob("tiny/vllm-cpu/*"))

@@ -166,6 +166,9 @@ def free_port() -> int:
 
 
 _ERROR_HINT = re.compile(r"(error|exception|failed|fatal|refused|abort|cannot|unable|not found)", re.I)
+# Lines that only point elsewhere for the cause (vLLM's "Engine core initialization failed. See
+# root cause above."): never quoted as the reason while another error line exists.
+_WRAPPER = re.compile(r"see root cause above|see the log above", re.I)
 
 
 def find_error_line(log_text: str, patterns: list[str] | None = None) -> str | None:
@@ -180,9 +183,12 @@ def find_error_line(log_text: str, patterns: list[str] | None = None) -> str | N
         for ln in lines:
             if rx.search(ln):
                 return ln[:500]
-    for ln in reversed(lines):
-        if _ERROR_HINT.search(ln):
+    hinted = [ln for ln in lines if _ERROR_HINT.search(ln)]
+    for ln in reversed(hinted):
+        if not _WRAPPER.search(ln):
             return ln[:500]
+    if hinted:
+        return hinted[-1][:500]
     return lines[-1][:500] if lines else None
 
 
@@ -205,15 +211,17 @@ def wait_until_ready(base_url: str, spec: LaunchSpec, t0: float, gone: Callable[
         while True:
             why = gone()
             if why is not None:
-                line = find_error_line(log_text(), spec.refused_patterns)
+                text = log_text()
+                line = find_error_line(text, spec.refused_patterns)
                 raise RuntimeStartError(f"runtime {runtime.name!r} {why} before it was ready: {line}",
-                                        error_line=line, log_path=str(spec.log_path))
+                                        error_line=line, log_path=str(spec.log_path),
+                                        refused=any(rx.search(text) for rx in refusals))
             if refusals:
                 text = log_text()
                 if any(rx.search(text) for rx in refusals):
                     line = find_error_line(text, spec.refused_patterns)
                     raise RuntimeStartError(f"runtime {runtime.name!r} refused to start: {line}",
-                                            error_line=line, log_path=str(spec.log_path))
+                                            error_line=line, log_path=str(spec.log_path), refused=True)
             try:
                 if http.get(url).status_code == 200:
                     return

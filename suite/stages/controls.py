@@ -171,8 +171,10 @@ def run_configuration(ctx: "StageContext", name: str) -> ControlRow:
             _ran_with(row, running)
             return _row_from_gate(row, _gate_on(ctx, running, client, name, controls))
     except RuntimeStartError as exc:
-        row.status, row.reason = "refused", exc.error_line or str(exc)
-        log.warning("%s refused control %s: %s", ctx.runtime.name, name, row.reason)
+        # refused: the log said the runtime does not support it; failed: it did not start for another reason
+        row.status, row.reason = ("refused" if exc.refused else "failed"), exc.error_line or str(exc)
+        log.warning("%s %s control %s: %s", ctx.runtime.name, "refused" if exc.refused else "failed to start with",
+                    name, row.reason)
     except EnvironmentUnavailable as exc:
         row.status, row.reason = "skipped", str(exc)
     return row
@@ -369,4 +371,5 @@ def format_controls_table(result: ControlsResult) -> Table:
 
 
 STAGE = Stage(name="controls", result=ControlsResult, run=run, fresh_runtimes=True, in_bench=False,
-              summary="the gate once per determinism control, each on a fresh runtime")
+              summary="the gate once per determinism control, each on a fresh runtime",
+              planned=None)  # its rows depend on the runtime's controls: a count and a rate, no total
