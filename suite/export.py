@@ -123,9 +123,9 @@ def latency_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for r in runs:
         for level in r.s.latency.levels if r.s.latency else []:
-            for metric, d in distributions(level).items():
+            for metric, m in distributions(level).items():
                 rows.append(_key(r) | {"concurrency": level.concurrency, "metric": metric} |
-                            d.model_dump(include={"n", "mean", "p50", "p90", "p99", "min", "max"}))
+                            m.dist.model_dump(include={"n", "mean", "p50", "p90", "p99", "min", "max"}))
     return rows
 
 

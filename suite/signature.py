@@ -384,7 +384,7 @@ def flatten_signature(sig: Any) -> dict[str, str]:
     d = sig.model_dump(mode="json") if isinstance(sig, BaseModel) else dict(sig)
     out: dict[str, str] = {}
     for k, v in d.items():
-        if v is None and k in ("endpoint", "server_reports", "tokenizer"):  # only an external server has them
+        if v is None and k in ("endpoint", "server_reports", "tokenizer", "runtime_pin"):  # only some runs have them
             continue
         if k == "hardware" and isinstance(v, dict):
             for hk, hv in v.items():

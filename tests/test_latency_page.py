@@ -46,10 +46,12 @@ def test_unique_prefix_record_says_ttft_includes_prompt_processing() -> None:
 
 
 def test_new_latency_fields_have_labels_and_units() -> None:
-    assert metric_label("stream_close_s") == ("Request to the stream's close", "ms", 1000.0)
-    assert metric_label("prompt_tokens") == ("Prompt tokens per request", "tokens", 1.0)
-    assert metric_label("prompt_cached_tokens")[1] == "tokens"
-    assert metric_label("e2e_s")[0] == "End-to-end (to the last token)"
+    assert metric_label("stream_close_s", "s") == ("Request to the stream's close", "ms", 1000.0)
+    assert metric_label("prompt_tokens", "tokens") == ("Prompt tokens per request", "tokens", 1.0)
+    assert metric_label("prompt_cached_tokens", "tokens")[1] == "tokens"
+    assert metric_label("e2e_s", "s")[0] == "End-to-end (to the last token)"
+    assert metric_label("runtime_timings.ttft_diff_ms", "ms") == (
+        "Time to first token: ours − the runtime's own", "ms", 1.0)
 
 
 def test_model_page_template_parses() -> None:

@@ -228,16 +228,25 @@ class Headline:
         return f"{self.distinct} of {self.n}" if self.n else str(self.distinct)
 
 
-def distributions(model: BaseModel | None, prefix: str = "") -> dict[str, Distribution]:
+@dataclass
+class Metric:
+    """One measured distribution of a result, with the unit its model's field declares."""
+
+    dist: Distribution
+    unit: str  # s, ms, tokens, tok/s (the field's `unit` metadata)
+
+
+def distributions(model: BaseModel | None, prefix: str = "") -> dict[str, Metric]:
     """Every Distribution field of a model, nested models included, by dotted field name, in the
-    model's field order."""
-    out: dict[str, Distribution] = {}
+    model's field order, with the unit its field declares."""
+    out: dict[str, Metric] = {}
     if model is None:
         return out
-    for name in type(model).model_fields:
+    for name, info in type(model).model_fields.items():
         value = getattr(model, name)
         if isinstance(value, Distribution):
-            out[prefix + name] = value
+            extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+            out[prefix + name] = Metric(value, str(extra.get("unit", "")))
         elif isinstance(value, BaseModel):
             out.update(distributions(value, f"{prefix}{name}."))
     return out
@@ -250,7 +259,7 @@ def latency_level(latency: LatencyResult | None) -> LatencyLevel | None:
     return next((lv for lv in latency.levels if lv.concurrency == 1), latency.levels[0])
 
 
-def latency_metrics(latency: LatencyResult | None) -> dict[str, Distribution]:
+def latency_metrics(latency: LatencyResult | None) -> dict[str, Metric]:
     """Every percentile summary of the level the pages show, by metric name."""
     return distributions(latency_level(latency))
 
@@ -284,11 +293,10 @@ def headline(s: Summary) -> Headline:
     if prompts:
         h.distinct = max(p.distinct for p in prompts)
         h.n = max(p.n for p in prompts) or None
-    m = latency_metrics(s.latency)
-    if "ttft_s" in m and m["ttft_s"].p50 is not None:
-        h.ttft_p50_ms = m["ttft_s"].p50 * 1000.0
-    if "output_tokens_per_s" in m:
-        h.tokens_per_s = m["output_tokens_per_s"].p50
+    level = latency_level(s.latency)
+    if level is not None:
+        h.ttft_p50_ms = None if level.ttft_s.p50 is None else level.ttft_s.p50 * 1000.0
+        h.tokens_per_s = level.output_tokens_per_s.p50
     if s.extraction is not None:
         h.clean_share, h.clean_share_se, h.clean_n = mean_se_of(s.extraction.clean_share)
         h.complete_share, h.complete_share_se, h.complete_n = mean_se_of(s.extraction.complete_share)
@@ -407,37 +415,34 @@ def signature_rows(runs: list[Run]) -> list[SignatureRow]:
     return [SignatureRow(key=k, values=[f.get(k, "—") for f in flats]) for k in keys]
 
 
+# A latency field's label on the pages, by field name (the unit comes from the field itself).
 METRIC_LABELS = {
-    "ttft": ("Time to first token", "ms"),
-    "itl": ("Inter-token latency", "ms"),
-    "tpot": ("Time per output token", "ms"),
-    "e2e": ("End-to-end (to the last token)", "ms"),
-    "stream_close": ("Request to the stream's close", "ms"),
-    "prompt_tokens": ("Prompt tokens per request", "tokens"),
-    "prompt_cached_tokens": ("Prompt tokens from the runtime's cache", "tokens"),
-    "overhead": ("Client overhead (outside HTTP)", "ms"),
-    "record": ("Writing the request record", "ms"),
-    "tokens_per_s": ("Output tokens/s", "tok/s"),
-    "output_tokens_per_s": ("Output tokens/s", "tok/s"),
-    "output_tokens": ("Output tokens per request", "tokens"),
+    "ttft_s": "Time to first token",
+    "itl_s": "Inter-token latency",
+    "tpot_s": "Time per output token",
+    "e2e_s": "End-to-end (to the last token)",
+    "stream_close_s": "Request to the stream's close",
+    "prompt_tokens": "Prompt tokens per request",
+    "prompt_cached_tokens": "Prompt tokens from the runtime's cache",
+    "overhead_ms": "Client overhead (outside HTTP)",
+    "record_ms": "Writing the request record",
+    "output_tokens_per_s": "Output tokens/s",
+    "output_tokens": "Output tokens per request",
 }
+# Stored unit -> (unit shown, factor): times are shown in milliseconds.
+SHOWN_UNITS = {"s": ("ms", 1000.0), "ms": ("ms", 1.0)}
 
 
-def metric_label(name: str) -> tuple[str, str, float]:
-    """A metric key's label, unit and the factor that turns the stored value into that unit."""
+def metric_label(name: str, unit: str) -> tuple[str, str, float]:
+    """A metric's label, the unit it is shown in and the factor from its stored unit to that one."""
     base = name.split(".")[-1]
     prefix = name[: -len(base)]
-    if base.endswith("_ms"):
-        key, factor, unit = base[:-3], 1.0, "ms"
-    elif base.endswith("_s") and not base.endswith("per_s"):
-        key, factor, unit = base[:-2], 1000.0, "ms"
-    else:
-        key, factor, unit = base, 1.0, ""
-    if prefix == "runtime_timings." and key.endswith("_diff"):
-        what = METRIC_LABELS.get(key[:-5], (key[:-5].upper(), ""))[0]
-        return f"{what}: ours − the runtime's own", "ms", factor
-    label, default_unit = METRIC_LABELS.get(key, (key.replace("_", " "), unit))
-    return (prefix.replace(".", " ") + label).strip(), unit or default_unit, factor
+    shown, factor = SHOWN_UNITS.get(unit, (unit, 1.0))
+    if prefix == "runtime_timings." and base.endswith("_diff_ms"):
+        what = METRIC_LABELS.get(base[:-len("_diff_ms")] + "_s", base.upper())
+        return f"{what}: ours − the runtime's own", shown, factor
+    label = METRIC_LABELS.get(base, base.replace("_", " "))
+    return (prefix.replace(".", " ") + label).strip(), shown, factor
 
 
 @dataclass
@@ -453,13 +458,13 @@ def latency_table(runs: list[Run]) -> list[LatencyRow]:
     names = list(dict.fromkeys(k for m in per_arm for k in m))
     rows = []
     for name in names:
-        label, unit, factor = metric_label(name)
+        label, unit, factor = metric_label(name, next(m[name].unit for m in per_arm if name in m))
         cells: list[dict[str, Any] | None] = []
         for m in per_arm:
-            d = m.get(name)
-            if d is None:
+            if name not in m:
                 cells.append(None)
                 continue
+            d = m[name].dist
             cells.append({q: (None if getattr(d, q) is None else getattr(d, q) * factor)
                           for q in ("p50", "p90", "p99", "mean", "min", "max")} | {"n": d.n})
         rows.append(LatencyRow(label=label, unit=unit, cells=cells))

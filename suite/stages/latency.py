@@ -15,10 +15,11 @@ token (a role-only or usage-only chunk does not), e2e at the last such chunk, no
 close (`suite.client.is_token_choice`).
 
 Concurrency: a level of 1 sends its requests in turn through the synchronous client. Above 1
-(up to 256), `run_concurrent` runs every stream on one asyncio event loop in the stage's thread
-(`suite.client.AsyncOpenAIClient`: HTTP/1.1 on the loop's own transports, each read timestamped
-as it arrives, parsed by the same `StreamState` as the synchronous path), with at least one
-request per stream in flight (`level_requests`), and writes the records once the level ended.
+(up to 256), `run_concurrent` runs every stream on one event loop in the stage's thread (uvloop's
+where it is installed; `suite.client.AsyncOpenAIClient`: HTTP/1.1 on the loop's own transports,
+each read timestamped as it arrives, then read by httptools and the same `StreamState` as the
+synchronous path), with at least one request per stream in flight (`level_requests`), and writes
+the records once the level ended.
 Its own lag is watched (an event-loop probe, the process's CPU share); a level where it passed
 the thresholds is recorded as `client.saturated`, and the page marks that level's figures as
 the client's, not the runtime's. benchmarks/bench_client_concurrency.py measures the client's
@@ -119,9 +120,9 @@ class RuntimeTimings(BaseModel):
     ttft_mean_s: float | None = Field(default=None, description="runtime's mean TTFT (llama-server: prompt time)")
     tpot_mean_s: float | None = Field(default=None, description="runtime's mean time per output token")
     e2e_mean_s: float | None = Field(default=None, description="runtime's mean request time")
-    ttft_diff_ms: Distribution | None = Field(
+    ttft_diff_ms: Distribution | None = Field(json_schema_extra={"unit": "ms"},
         default=None, description="per request, our TTFT minus the runtime's, ms (llama-server only)")
-    tpot_diff_ms: Distribution | None = Field(
+    tpot_diff_ms: Distribution | None = Field(json_schema_extra={"unit": "ms"},
         default=None, description="per request, our TPOT minus the runtime's, ms (llama-server only)")
     ttft_mean_diff_ms: float | None = Field(default=None, description="our mean TTFT minus the runtime's, ms")
     tpot_mean_diff_ms: float | None = Field(default=None, description="our mean TPOT minus the runtime's, ms")
@@ -131,7 +132,7 @@ class RuntimeTimings(BaseModel):
 class ClientLoad(BaseModel):
     """How hard the suite's client worked at one level, and whether it kept up (concurrent levels)."""
 
-    loop_lag_ms: Distribution = Field(
+    loop_lag_ms: Distribution = Field(json_schema_extra={"unit": "ms"},
         description=f"event-loop lag: how late a probe that asks to wake every {LAG_PROBE_S * 1000:g} ms woke, ms")
     cpu_share: float | None = Field(
         default=None, description="the suite process's CPU time over the level's wall time (1.0 = one core busy)")
@@ -153,23 +154,23 @@ class LatencyLevel(BaseModel):
     wall_s: float = Field(description="wall time of the measured requests of this level")
     first_index: int | None = Field(
         default=None, description="prompt-prefix index of the level's first request (then one per request)")
-    ttft_s: Distribution = Field(description="time to first token, seconds")
-    itl_s: Distribution = Field(description="inter-token latency: gaps between streamed chunks, seconds")
-    tpot_s: Distribution = Field(description="time per output token after the first, seconds")
-    e2e_s: Distribution = Field(description="end-to-end request latency, seconds (to the last token chunk)")
-    stream_close_s: Distribution | None = Field(
+    ttft_s: Distribution = Field(json_schema_extra={"unit": "s"}, description="time to first token, seconds")
+    itl_s: Distribution = Field(json_schema_extra={"unit": "s"}, description="inter-token latency: gaps between streamed chunks, seconds")
+    tpot_s: Distribution = Field(json_schema_extra={"unit": "s"}, description="time per output token after the first, seconds")
+    e2e_s: Distribution = Field(json_schema_extra={"unit": "s"}, description="end-to-end request latency, seconds (to the last token chunk)")
+    stream_close_s: Distribution | None = Field(json_schema_extra={"unit": "s"},
         default=None, description="request sent to the stream's close ([DONE] or end of body), seconds")
-    prompt_tokens: Distribution | None = Field(
+    prompt_tokens: Distribution | None = Field(json_schema_extra={"unit": "tokens"},
         default=None, description="prompt tokens per request, as the runtime counted them (one value when the prefix works)")
-    prompt_cached_tokens: Distribution | None = Field(
+    prompt_cached_tokens: Distribution | None = Field(json_schema_extra={"unit": "tokens"},
         default=None, description="prompt tokens the runtime took from its cache (llama-server `cache_n`), per request")
-    output_tokens: Distribution = Field(description="tokens generated per request")
-    output_tokens_per_s: Distribution = Field(description="per request, tokens / e2e")
+    output_tokens: Distribution = Field(json_schema_extra={"unit": "tokens"}, description="tokens generated per request")
+    output_tokens_per_s: Distribution = Field(json_schema_extra={"unit": "tok/s"}, description="per request, tokens / e2e")
     throughput_tokens_per_s: float | None = Field(
         default=None, description="all tokens of the level / its wall time (aggregate rate)")
-    overhead_ms: Distribution = Field(
+    overhead_ms: Distribution = Field(json_schema_extra={"unit": "ms"},
         description="the client's own time per request outside the HTTP exchange (body, stream parsing), ms")
-    record_ms: Distribution | None = Field(
+    record_ms: Distribution | None = Field(json_schema_extra={"unit": "ms"},
         default=None, description="the stage's time per request writing its record to requests.jsonl, ms")
     runtime_timings: RuntimeTimings | None = Field(
         default=None, description="the runtime's own timings of the same requests, when it reports them")
@@ -350,19 +351,18 @@ def _cpu_s() -> float:
 
 
 async def _run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, max_tokens: int,
-                          seed: int | None, temperature: float, extra: dict[str, Any], backend: str,
-                          lag_probe: bool) -> ConcurrentRun:
+                          seed: int | None, temperature: float, extra: dict[str, Any], backend: str) -> ConcurrentRun:
     results: list[Completion | str] = [""] * n
     lags: list[float] = []
     next_index = 0
     stop = asyncio.Event()
 
     async def probe() -> None:
-        loop = asyncio.get_running_loop()
+        clock = time.perf_counter  # not loop.time(): uvloop's is in whole milliseconds
         while not stop.is_set():
-            due = loop.time() + LAG_PROBE_S
+            due = clock() + LAG_PROBE_S
             await asyncio.sleep(LAG_PROBE_S)
-            lags.append(max(0.0, loop.time() - due))
+            lags.append(max(0.0, clock() - due))
 
     async def worker(aclient: AsyncOpenAIClient) -> None:
         nonlocal next_index
@@ -376,20 +376,21 @@ async def _run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt
                 results[i] = str(exc)
 
     async with client.async_client(max_connections=concurrency, backend=backend) as aclient:
-        probe_task = asyncio.create_task(probe()) if lag_probe else None
+        probe_task = asyncio.create_task(probe())
         cpu0, t0 = _cpu_s(), time.perf_counter()
         await asyncio.gather(*(worker(aclient) for _ in range(min(concurrency, n))))
         wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
         stop.set()
-        if probe_task is not None:
-            await probe_task
+        await probe_task
     return ConcurrentRun(results=results, wall_s=wall, cpu_s=cpu, loop_lag_s=lags)
 
 
 def run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, *, max_tokens: int,
                    seed: int | None = 42, temperature: float = 0.0, extra: dict[str, Any] | None = None,
-                   backend: str = "httptools", lag_probe: bool = True) -> ConcurrentRun:
-    """`n` streamed completions, `concurrency` in flight, on one asyncio event loop in this thread.
+                   backend: str = "httptools") -> ConcurrentRun:
+    """`n` streamed completions, `concurrency` in flight, on one event loop in this thread.
+
+    `backend`: the `AsyncOpenAIClient` transport (`suite.client.BACKENDS`).
 
     `prompt(i)` gives request i's prompt. Nothing is written while the streams run (a record
     written on the loop would delay every other stream's timestamps): the caller books them after.
@@ -405,7 +406,7 @@ def run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, 
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             return runner.run(_run_concurrent(client, n, concurrency, prompt, max_tokens, seed, temperature,
-                                              dict(extra or {}), backend, lag_probe))
+                                              dict(extra or {}), backend))
     finally:
         if was_enabled:
             gc.enable()
@@ -604,4 +605,5 @@ def run(ctx: "StageContext") -> LatencyResult:
 
 
 STAGE = Stage(name="latency", result=LatencyResult, run=run, fresh_runtimes=False, in_bench=True,
-              summary="streamed requests timed by the suite and the runtime, at each concurrency level")
+              summary="streamed requests timed by the suite and the runtime, at each concurrency level",
+              planned=lambda p: p.latency_warmup + sum(level_requests(p.latency_requests, c) for c in p.concurrency))
