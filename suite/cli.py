@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
+from suite import progress
 from suite.errors import SuiteError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -47,7 +48,7 @@ def _int_list(option: str, value: Optional[str]) -> list[int] | None:
 @app.callback()
 def _setup_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
-                        handlers=[RichHandler(console=Console(stderr=True), show_path=False, show_time=True)])
+                        handlers=[RichHandler(console=progress.console(), show_path=False, show_time=True)])
     for noisy in ("httpx", "httpcore", "docker", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -29,6 +29,8 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class Strict(BaseModel):
+    """A model of a user's file (a runtime definition, a model card): an unknown key is an error."""
+
     model_config = ConfigDict(extra="forbid")
 
 

@@ -26,7 +26,9 @@ host removes the containers whose owner process is gone (pid and start time chec
 
 Environment: `SUITE_DOCKER_BASE` (the BASE build arg), `SUITE_DOCKER_GPUS` ("all", or GPU
 indexes/UUIDs separated by commas), `SUITE_DOCKER_SESSION` (the session label; default: pid and a
-random suffix). Build logs go to `$SUITE_CACHE/docker/builds/`.
+random suffix). Build logs go to `$SUITE_CACHE/docker/builds/`; the progress display
+(`suite.progress`) shows a build and a start-up wait with the elapsed time and the latest output
+line.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlparse, urlsplit, urlunsplit
 
 
+from suite import progress
 from suite.definitions import DockerSpec, RuntimeDefinition, get_definition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import (LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
@@ -481,7 +484,7 @@ def _run_build(client: "docker.DockerClient", source: RuntimeDefinition, tag: st
     log.info("building image %s from %s (log: %s)", tag, source.folder, log_path)
     t0 = time.monotonic()
     error: str | None = None
-    with server, log_path.open("w") as out:
+    with server, log_path.open("w") as out, progress.step(f"build image {tag}", detail=f"log: {log_path}") as step:
         for key, value in pip_args.items():
             for route in routes:
                 value = value.replace("{route:" + route + "}", server.url(route))
@@ -498,6 +501,7 @@ def _run_build(client: "docker.DockerClient", source: RuntimeDefinition, tag: st
             for chunk in stream:
                 if "stream" in chunk:
                     out.write(chunk["stream"])
+                    step.note(str(chunk["stream"]))  # the build's latest output line, beside its spinner
                 elif "error" in chunk:
                     error = str(chunk["error"]).strip()
                     out.write(f"ERROR {error}\n")
@@ -505,16 +509,21 @@ def _run_build(client: "docker.DockerClient", source: RuntimeDefinition, tag: st
         except docker.errors.APIError as exc:
             error = _first_line(exc.explanation or exc)
             out.write(f"ERROR {error}\n")
-    if error is None:
-        log.info("built %s in %.0f s", tag, time.monotonic() - t0)
-        return
+        out.flush()
+        if error is not None:
+            raise _build_failed(source, error, log_path)
+    log.info("built %s in %.0f s", tag, time.monotonic() - t0)
+
+
+def _build_failed(source: RuntimeDefinition, error: str, log_path: Path) -> SuiteError:
+    """The one line a failed build gives: the failing step's error line, and a hint when no image could be pulled."""
     text = log_path.read_text(errors="replace")
     body = "\n".join(ln for ln in text.splitlines() if not ln.startswith(("ERROR ", "# build ")))
     line = find_error_line(body) if "returned a non-zero code" in error else None
     message = f"building the image of runtime {source.name!r} failed: {line or error}"
     if _PULL_HINT.search(error) and "SUITE_DOCKER_BASE" not in os.environ:
         message += " (no image can be pulled? set SUITE_DOCKER_BASE to a local base image)"
-    raise SuiteError(f"{message} (log: {log_path})")
+    return SuiteError(f"{message} (log: {log_path})")
 
 
 # ---------------------------------------------------------------- running containers
@@ -752,7 +761,13 @@ class DockerLauncher(Launcher):
                 return "was killed for lack of memory"
             return f"exited with status {state.get('ExitCode', '?')}"
 
-        wait_until_ready(rt.base_url, spec, t0, gone)
+        with progress.step(f"start {spec.runtime.name}", timeout_s=spec.startup_timeout_s,
+                           detail=f"log: {spec.log_path}") as step:
+            def check() -> str | None:
+                step.note(progress.tail_of(spec.log_path))  # the container log's latest line, beside the spinner
+                return gone()
+
+            wait_until_ready(rt.base_url, spec, t0, check)
 
 
 def _image_key(runtime: RuntimeDefinition) -> str:

@@ -5,9 +5,11 @@
 A release pinned by an arm (`version = "X"` in the card, the definition's `[version]` knob) is
 installed by the same recipe, with the knob's variable set to X, into `runtimes/<name>@X/`: one
 folder per release, installed once and reused, so two releases are measured side by side and
-nothing is installed while an arm is measured.
+nothing is installed while an arm is measured. The install's full output goes to its log; the
+progress display (`suite.progress`) shows the install with its elapsed time and latest line.
 `start` renders the command template, starts it in its own session (process group) with its log
-in the run folder, and waits until the ready endpoint answers 200. A runtime that dies, logs a
+in the run folder, and waits until the ready endpoint answers 200 (shown as a step with its
+time limit and the log's latest line). A runtime that dies, logs a
 refusal pattern, or never gets ready is stopped and reported with its log's error line. Every
 started group is killed on exit, on Ctrl-C and on exceptions (context manager + atexit).
 
@@ -45,6 +47,7 @@ from typing import Any
 
 import psutil
 
+from suite import progress
 from suite.definitions import RuntimeDefinition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import (LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
@@ -281,6 +284,16 @@ def is_installed(definition: RuntimeDefinition) -> bool:
     return (install_prefix(definition) / definition.local.installed_marker).exists()
 
 
+def _noting(step: progress.Step, log_path: Path, gone: Callable[[], str | None]) -> Callable[[], str | None]:
+    """`gone`, which also shows the runtime log's latest line beside the start-up spinner (it is
+    called once per poll of the ready endpoint)."""
+    def check() -> str | None:
+        step.note(progress.tail_of(log_path))
+        return gone()
+
+    return check
+
+
 class LocalRuntime(RunningRuntime):
     def __init__(self, proc: subprocess.Popen, base_url: str, command: list[str], log_path: Path,
                  lease: Path | None = None):
@@ -372,12 +385,15 @@ class LocalLauncher(Launcher):
             log.info("installing %s%s into %s (log: %s)", runtime.name,
                      f" {runtime.pinned_version}" if runtime.pinned_version else "", prefix, install_log)
             t0 = time.monotonic()
-            with install_log.open("w") as fh:
-                rc = subprocess.run(["bash", str(recipe), str(prefix)], stdout=fh, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **pinned}).returncode
-            if rc != 0 or not marker.exists():
-                line = find_error_line(install_log.read_text(errors="replace")) or f"exit status {rc}"
-                raise SuiteError(f"installing runtime {runtime.name!r} failed: {line} (log: {install_log})")
+            what = f"install {runtime.name}" + (f" {runtime.pinned_version}" if runtime.pinned_version else "")
+            with progress.step(what, detail=f"log: {install_log}") as step, install_log.open("w") as fh:
+                # The full output goes to the log; the display shows its latest line.
+                proc = subprocess.Popen(["bash", str(recipe), str(prefix)], stdout=fh, stderr=subprocess.STDOUT,
+                                        env={**os.environ, **pinned})
+                rc = step.follow(proc, install_log)
+                if rc != 0 or not marker.exists():
+                    line = find_error_line(install_log.read_text(errors="replace")) or f"exit status {rc}"
+                    raise SuiteError(f"installing runtime {runtime.name!r} failed: {line} (log: {install_log})")
             log.info("installed %s in %.0f s", runtime.name, time.monotonic() - t0)
 
     def command_for(self, spec: LaunchSpec, port: int) -> list[str]:
@@ -434,7 +450,9 @@ class LocalLauncher(Launcher):
         def gone() -> str | None:
             return None if rt.alive() else f"exited with status {rt.proc.returncode}"
 
-        wait_until_ready(rt.base_url, spec, t0, gone)
+        with progress.step(f"start {spec.runtime.name}", timeout_s=spec.startup_timeout_s,
+                           detail=f"log: {spec.log_path}") as step:
+            wait_until_ready(rt.base_url, spec, t0, _noting(step, spec.log_path, gone))
 
     # -- what the signature records ---------------------------------------------------------------
     def version(self, runtime: RuntimeDefinition, rt: RunningRuntime) -> str | None:

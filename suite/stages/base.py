@@ -4,7 +4,9 @@ A stage is one `Stage` object (name, result model, whether it needs fresh runtim
 defined at the foot of its module and registered in `suite.stages.STAGES`. `run(ctx)` gets a
 `StageContext` (the arm, its running runtime and client, the record, the earlier results) and
 returns its result model, which the bench writes to `stages/<name>.json` and, at the end, under
-the stage's name in `summary.json`.
+the stage's name in `summary.json`. `planned(profile)`, where a stage can say it in advance, is
+how many requests it will send (the progress display's total and time left); every request line
+a stage records passes through `StageContext.record_request`, which also advances that display.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Literal
 
 from pydantic import BaseModel
+
+from suite import progress
 
 if TYPE_CHECKING:
     from suite.catalog import Arm, ModelCard, Sampling
@@ -30,6 +34,10 @@ log = logging.getLogger(__name__)
 # A factory that starts a fresh runtime of the same configuration (optionally with extra
 # controls) and yields it with a client; it is stopped when the block ends.
 LaunchFactory = Callable[..., ContextManager[tuple["RunningRuntime", "OpenAIClient"]]]
+
+# Record lines that are not requests of their own (one per fact of an extraction answer): they
+# do not advance the progress display.
+NOT_REQUESTS = frozenset({"extraction-fact"})
 
 
 @dataclass
@@ -63,6 +71,8 @@ class StageContext:
 
     def record_request(self, kind: str, **fields: Any) -> None:
         self.record.record_request(kind, stage=self.stage, signature_digest=self.signature.digest, **fields)
+        if kind not in NOT_REQUESTS:
+            progress.advance(failed=bool(fields.get("error")))
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,21 @@ class Stage:
     fresh_runtimes: bool  # True: it stops the arm's runtime and starts its own
     in_bench: bool  # run by every bench (else on request: a flag, a profile or the gate's verdict)
     summary: str  # one line for `suite bench --help` and the architecture notes
+    # The requests it will send for a profile, where that is known in advance (None, or 0 for a
+    # profile where it is not known: the control matrix, whose rows depend on the runtime, or
+    # sessions with an adapter the runtime may not serve): the progress display's total.
+    planned: "Callable[[Profile], int] | None" = None
+
+    def requests_for(self, profile: "Profile") -> int | None:
+        """`planned(profile)`, or None when the stage cannot say (or the profile is one it refuses:
+        the stage itself then says why, when it runs)."""
+        if self.planned is None:
+            return None
+        try:
+            return int(self.planned(profile)) or None
+        except Exception as exc:  # noqa: BLE001 - a count for a progress bar never stops a bench
+            log.debug("stage %s: no planned request count: %s", self.name, exc)
+            return None
 
 
 class FreshLaunch(BaseModel):
