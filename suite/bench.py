@@ -528,6 +528,20 @@ class WatchdogTripped(SuiteError):
         self.report = report
 
 
+def preflight(stages: list[str], profile: Profile, judge: JudgeChoice | None) -> None:
+    """Every file the stages will read, loaded and checked before any runtime starts: a broken
+    prompt file, document or judge rubric is one line now, not an hour into the bench."""
+    names = [*stages, *(["controls"] if profile.auto_controls else []), *(["reloads"] if profile.reloads > 0 else [])]
+    for name in dict.fromkeys(names):
+        stage = get_stage(name)
+        if stage.inputs is not None:
+            stage.inputs(profile)
+    if judge is not None:
+        from suite.judge import load_rubric
+
+        load_rubric()
+
+
 def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = "auto", profile: str = "standard",
               stages: list[str] | None = None, results: Path | None = None, controls: list[str] | None = None,
               resume: bool = False, judge_url: str | None = None, judge_model: str | None = None,
@@ -559,6 +573,8 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
     else:
         plans = plan_arms(model or "tiny", arms, launcher, profile, concurrency, gate_requests, restarts, overrides)
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
+    for plan in plans:
+        preflight(stages or list(ORDER), plan.profile, judge)
     summaries = []
     for plan in plans:
         # One runtime on the GPU at a time: a machine-wide lock and no other compute process;

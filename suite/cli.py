@@ -22,6 +22,7 @@ from rich.table import Table
 
 from suite import progress
 from suite.errors import SuiteError
+from suite.lifetime import REGISTRY
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="A reproducibility-first benchmark suite for LLM inference runtimes.")
@@ -465,6 +466,8 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(signum, _sigterm)
+    # Every runtime this process started is stopped first (suite.lifetime), then the above runs.
+    REGISTRY.install_signal_handlers()
     try:
         # Without standalone mode typer returns the exit code (130 after Ctrl-C) instead of exiting.
         code = app(standalone_mode=False)

@@ -38,11 +38,28 @@ def one_error_line(r: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+class _Quiet(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve `handler` on a free loopback port for one test; yields the /v1 base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture()
 def html_server() -> Iterator[str]:
     """An HTTP server that answers every path with an HTML page (200), as a web site would."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(_Quiet):
         def do_GET(self) -> None:  # noqa: N802
             body = b"<!doctype html><html><body>a web page</body></html>"
             self.send_response(200)
@@ -51,17 +68,7 @@ def html_server() -> Iterator[str]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    yield from _serve(Handler)
 
 
 def test_unreachable_url_is_one_line(tmp_path):
@@ -151,7 +158,7 @@ def test_external_runtime_stop_and_kill_leave_the_server(llamacpp_server, tmp_pa
 def bare_server() -> Iterator[str]:
     """An OpenAI-compatible server that reports no token ids, no usage, and has no /tokenize."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(_Quiet):
         def _json(self, code: int, data: object) -> None:
             body = json.dumps(data).encode()
             self.send_response(code)
@@ -181,17 +188,7 @@ def bare_server() -> Iterator[str]:
                 self.wfile.write(f"data: {json.dumps({'choices': [{'text': piece}]})}\n\n".encode())
             self.wfile.write(b"data: [DONE]\n\n")
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    yield from _serve(Handler)
 
 
 @pytest.fixture()

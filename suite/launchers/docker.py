@@ -19,8 +19,8 @@ the definition and the chosen controls, and the labels `suite.run=1`, `suite.ses
 `suite.owner.{pid,start,host}` (the suite process's pid, start time and host).
 The container's log is streamed into the run folder; `start` returns once the ready endpoint
 answers 200. Every exit path removes the container: stop/kill, a failed start, Ctrl-C, SIGTERM,
-SIGHUP and SIGQUIT (signal handlers), and interpreter exit (atexit removes every container with
-this process's session label). Where no cleanup could run (kill -9), the next `start` on the same
+SIGHUP and SIGQUIT (suite.lifetime's signal handlers), and interpreter exit (the registry then
+removes every container with this process's session label). Where no cleanup could run (kill -9), the next `start` on the same
 host removes the containers whose owner process is gone (pid and start time checked). The model path must exist on the Docker host: with a remote engine
 (`DOCKER_HOST=ssh://...`) the model cache lives there.
 
@@ -33,7 +33,6 @@ line.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -42,14 +41,12 @@ import logging
 import os
 import re
 import secrets
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlparse, urlsplit, urlunsplit
@@ -60,6 +57,7 @@ from suite.definitions import DockerSpec, RuntimeDefinition, get_definition, ren
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import (LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
                                  wait_until_ready)
+from suite.lifetime import REGISTRY
 from suite.paths import cache_dir
 
 if TYPE_CHECKING:
@@ -80,11 +78,6 @@ LABEL_OWNER_HOST = "suite.owner.host"
 SESSION = os.environ.get("SUITE_DOCKER_SESSION") or f"{os.getpid()}-{secrets.token_hex(4)}"
 _SESSION_PID = os.getpid()
 
-_LIVE: set["DockerRuntime"] = set()
-_critical_depth = 0
-_pending_signals: list[int] = []
-_previous_handlers: dict[int, Any] = {}
-_handlers_installed = False
 
 
 def _docker_client(timeout: int = 120) -> "docker.DockerClient":
@@ -126,7 +119,7 @@ def remove_session_containers() -> int:
         except Exception as exc:  # noqa: BLE001
             if "No such container" not in str(exc) and "already in progress" not in str(exc):
                 log.warning("could not remove container %s: %s", container.short_id, _first_line(exc))
-    for rt in list(_LIVE):
+    for rt in REGISTRY.live(DockerRuntime):
         rt._mark_stopped()
     if removed:
         log.info("removed %d container(s) of session %s", removed, SESSION)
@@ -179,58 +172,7 @@ def remove_orphan_containers(client: "docker.DockerClient") -> int:
     return len(removed)
 
 
-def _cleanup_at_exit() -> None:
-    with _signals_deferred():
-        remove_session_containers()
-
-
-atexit.register(_cleanup_at_exit)
-
-
-def _on_signal(signum: int, frame: Any) -> None:
-    if _critical_depth:
-        _pending_signals.append(signum)
-        return
-    with _signals_deferred():
-        remove_session_containers()
-    previous = _previous_handlers.get(signum)
-    if callable(previous):
-        previous(signum, frame)
-    elif signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    else:
-        raise SystemExit(128 + signum)
-
-
-def _install_signal_handlers() -> None:
-    """SIGINT/SIGTERM/SIGHUP/SIGQUIT remove this session's containers, then act as before (main thread only)."""
-    global _handlers_installed
-    if _handlers_installed or threading.current_thread() is not threading.main_thread():
-        return
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        previous = signal.getsignal(signum)
-        if previous is _on_signal:
-            continue
-        _previous_handlers[signum] = previous if previous not in (signal.SIG_DFL, None) else None
-        if signum == signal.SIGINT and previous is signal.SIG_IGN:
-            continue
-        signal.signal(signum, _on_signal)
-    _handlers_installed = True
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM while a container is created and recorded, then deliver them."""
-    global _critical_depth
-    _critical_depth += 1
-    try:
-        yield
-    finally:
-        _critical_depth -= 1
-        if _critical_depth == 0 and _pending_signals:
-            signum = _pending_signals.pop(0)
-            _pending_signals.clear()
-            signal.raise_signal(signum)
+REGISTRY.on_exit(remove_session_containers)  # at exit and on a signal, after the live runtimes
 
 
 # ---------------------------------------------------------------- the host's pip settings
@@ -543,11 +485,11 @@ class DockerRuntime(RunningRuntime):
         self._lock = threading.Lock()
         self._stopped = False
         self._log_thread: threading.Thread | None = None
-        _LIVE.add(self)
+        REGISTRY.add(self)
 
     def _mark_stopped(self) -> None:
         self._stopped = True
-        _LIVE.discard(self)
+        REGISTRY.discard(self)
 
     def alive(self) -> bool:
         if self._stopped:
@@ -716,9 +658,9 @@ class DockerLauncher(Launcher):
             device_requests = [docker.types.DeviceRequest(**_gpu_request())]
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         spec.log_path.write_bytes(b"")
-        _install_signal_handlers()
+        REGISTRY.install_signal_handlers()
         t0 = time.monotonic()
-        with _signals_deferred():
+        with REGISTRY.deferred():
             try:
                 container = client.containers.create(
                     tag, command=args, environment=env, volumes=volumes, detach=True,

@@ -11,7 +11,7 @@ progress display (`suite.progress`) shows the install with its elapsed time and 
 in the run folder, and waits until the ready endpoint answers 200 (shown as a step with its
 time limit and the log's latest line). A runtime that dies, logs a
 refusal pattern, or never gets ready is stopped and reported with its log's error line. Every
-started group is killed on exit, on Ctrl-C and on exceptions (context manager + atexit).
+started group is killed on exit, on Ctrl-C and on exceptions (context manager + suite.lifetime's registry).
 
 Runtimes also die when the suite dies without running any cleanup (kill -9, a crash): on Linux
 the runtime is started with the parent-death signal set to SIGKILL (prctl PR_SET_PDEATHSIG in
@@ -26,7 +26,6 @@ the suite says so in one log line.
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import ctypes
 import fcntl
@@ -52,20 +51,12 @@ from suite.definitions import RuntimeDefinition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import (LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
                                  wait_until_ready)
+from suite.lifetime import REGISTRY
 from suite.paths import leases_dir, runtime_prefix
 from suite.signature import SECRET_ENV, RuntimeStack, command_version, probe_runtime_stack, redact_args
 
 log = logging.getLogger(__name__)
 
-_LIVE: set["LocalRuntime"] = set()
-
-
-def _kill_all_live() -> None:
-    for rt in list(_LIVE):
-        rt.kill()
-
-
-atexit.register(_kill_all_live)
 
 
 # ---------------------------------------------------------------- dying with the suite
@@ -304,7 +295,7 @@ class LocalRuntime(RunningRuntime):
         self.log_path = log_path
         self.lease = lease
         self._stopped = False
-        _LIVE.add(self)
+        REGISTRY.add(self)  # stopped at exit and on a signal whatever else happens
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -355,7 +346,7 @@ class LocalRuntime(RunningRuntime):
         if self.lease is not None and self.proc.poll() is not None:
             self.lease.unlink(missing_ok=True)  # a clean stop: nothing left to end later
         self._stopped = True
-        _LIVE.discard(self)
+        REGISTRY.discard(self)
 
 
 class LocalLauncher(Launcher):

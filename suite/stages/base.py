@@ -89,6 +89,9 @@ class Stage:
     # profile where it is not known: the control matrix, whose rows depend on the runtime, or
     # sessions with an adapter the runtime may not serve): the progress display's total.
     planned: "Callable[[Profile], int] | None" = None
+    # Loads and checks every file the stage will read for a profile (prompts, documents), so that
+    # the bench's preflight finds a broken one before any runtime starts; raises a SuiteError.
+    inputs: "Callable[[Profile], object] | None" = None
 
     def requests_for(self, profile: "Profile") -> int | None:
         """`planned(profile)`, or None when the stage cannot say (or the profile is one it refuses:

@@ -500,4 +500,5 @@ def summarise(sections: list[Section], answers: dict[str, list[Answer]], repeats
 
 STAGE = Stage(name="extraction", result=ExtractionResult, run=run, fresh_runtimes=False, in_bench=True,
               summary="facts extracted as JSON, repeated, scored against gold (and a judge)",
+              inputs=lambda p: (select_sections(p.extraction_sections), load_prompt()),
               planned=lambda p: len(select_sections(p.extraction_sections)) * p.extraction_repeats)

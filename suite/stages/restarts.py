@@ -246,5 +246,6 @@ def run(ctx: "StageContext") -> RestartsResult:
 
 STAGE = Stage(name="restarts", result=RestartsResult, run=run, fresh_runtimes=True, in_bench=True,
               summary="K fresh launches of the same configuration, a short gate on each",
+              inputs=lambda p: select_prompts(p.gate_prompts),
               planned=lambda p: (p.restarts * p.restart_requests * len(select_prompts(p.gate_prompts))
                                  * (2 if p.restart_caches == "both" else 1)))

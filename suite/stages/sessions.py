@@ -225,5 +225,6 @@ def table_lines(result: SessionsResult) -> list[str]:
 
 STAGE = Stage(name="sessions", result=SessionsResult, run=run, fresh_runtimes=True, in_bench=False,
               summary="K server processes x R replicates (study 2), base and adapter",
+              inputs=lambda p: select_prompts(p.gate_prompts),
               planned=lambda p: (p.sessions * p.replicates * len(select_prompts(p.gate_prompts))
                                  if not p.sessions_lora else 0))  # with an adapter: not known (the runtime may not serve one)
