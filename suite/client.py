@@ -1,4 +1,4 @@
-"""Client for the OpenAI-compatible HTTP API that every runtime speaks (httpx).
+"""Client for the OpenAI-compatible HTTP API that every runtime speaks (httpx; streams read by httptools).
 
 `OpenAIClient.complete` (/v1/completions) and `.chat` (/v1/chat/completions), streamed or not,
 with a per-request seed, max tokens, logprobs where the runtime offers them cheaply, and the
@@ -14,15 +14,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
+import ssl
 import time
-from typing import Any
+from typing import Any, Callable
 
+import httptools
 import httpx
 from pydantic import BaseModel, Field
 
 from suite.errors import SuiteError
 
 log = logging.getLogger(__name__)
+
+_READ_SIZE = 1 << 16
+_SSE_HEADERS = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
+BACKENDS = ("httptools", "aiohttp", "httpx")  # AsyncOpenAIClient's transports, the default first
 
 
 class ClientError(SuiteError):
@@ -92,7 +99,12 @@ def is_token_choice(choice: dict[str, Any], chat: bool) -> bool:
     content is the role announcement of a chat stream (`{"role": "assistant", "content": ""}`),
     or when it is the closing chunk that carries a finish reason and no text.
     """
-    if _parse_token_ids(choice) or _parse_logprobs(choice):
+    return _is_token(choice, chat, bool(_parse_token_ids(choice) or _parse_logprobs(choice)))
+
+
+def _is_token(choice: dict[str, Any], chat: bool, has_ids_or_logprobs: bool) -> bool:
+    """`is_token_choice`, given whether the choice has token ids or logprobs."""
+    if has_ids_or_logprobs:
         return True
     if chat:
         delta = choice.get("delta") or {}
@@ -123,21 +135,27 @@ def _parse_top_logprobs(choice: dict[str, Any]) -> list[list[float]] | None:
     return [sorted((float(x) for x in r if isinstance(x, (int, float))), reverse=True) for r in rows]
 
 
+def _text(payload: bytes | str) -> str:
+    return payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+
+
 class StreamState:
     """What a streamed completion has said so far: one SSE line at a time, the sync and async paths alike.
 
-    `line(text, t)` takes one line of the event stream and the offset `t` (seconds since the
-    request was sent) at which the client received it; it returns True at `[DONE]`. A chunk that
+    `feed(data, t)` takes bytes of the event stream as they came and the offset `t` (seconds
+    since the request was sent) at which the client received them; it returns True at `[DONE]`.
+    `event` takes one line's payload (what follows its `data:`). A chunk that
     carries a generated token (`is_token_choice`) is timed at `t`: the first one is TTFT, the
     last one end-to-end. `finish` builds the `Completion`.
     """
 
-    __slots__ = ("where", "chat", "parts", "token_ids", "logprobs", "chunk_times", "finish_reason", "usage",
+    __slots__ = ("where", "chat", "rest", "parts", "token_ids", "logprobs", "chunk_times", "finish_reason", "usage",
                  "timings", "fingerprint", "parse_s")
 
     def __init__(self, where: str, chat: bool):
         self.where = where
         self.chat = chat
+        self.rest = b""  # the stream's bytes after its last newline
         self.parts: list[str] = []
         self.token_ids: list[int] = []
         self.logprobs: list[float] = []
@@ -148,39 +166,53 @@ class StreamState:
         self.fingerprint: str | None = None
         self.parse_s = 0.0
 
-    def line(self, line: str, t: float) -> bool:
-        if not line.startswith("data:"):
-            return False
+    def feed(self, data: bytes, t: float) -> bool:
+        """Bytes of the event stream as they came, cut anywhere, received at offset `t`; True at `[DONE]`."""
+        *lines, self.rest = (self.rest + data).split(b"\n") if self.rest else data.split(b"\n")
+        for line in lines:
+            if line[:5] == b"data:" and self.event(line[5:], t):
+                return True
+        return False
+
+    def end(self, t: float) -> None:
+        """The body ended without `[DONE]`: its last line may lack its newline."""
+        rest, self.rest = self.rest, b""
+        if rest[:5] == b"data:":
+            self.event(rest[5:], t)
+
+    def event(self, payload: bytes | str, t: float) -> bool:
+        """One `data:` line's payload (what follows `data:`), received at offset `t`; True at `[DONE]`."""
         t0 = time.perf_counter()
-        payload = line[5:].strip()
-        if payload == "[DONE]":
+        payload = payload.strip()
+        if payload == b"[DONE]" or payload == "[DONE]":
             return True
         try:
             data = json.loads(payload)
         except ValueError:
-            raise ClientError(f"{self.where}: malformed stream chunk: {payload[:200]!r}") from None
+            raise ClientError(f"{self.where}: malformed stream chunk: {_text(payload)[:200]!r}") from None
         if not isinstance(data, dict):
-            raise ClientError(f"{self.where}: malformed stream chunk: {payload[:200]!r}")
+            raise ClientError(f"{self.where}: malformed stream chunk: {_text(payload)[:200]!r}")
         if "error" in data and not data.get("choices"):
             raise ClientError(f"{self.where}: error in stream: {str(data['error'])[:200]}")
-        self.usage = data.get("usage") or self.usage
-        self.timings = data.get("timings") or self.timings
-        self.fingerprint = data.get("system_fingerprint") or self.fingerprint
+        get = data.get
+        self.usage = get("usage") or self.usage
+        self.timings = get("timings") or self.timings
+        self.fingerprint = get("system_fingerprint") or self.fingerprint
         token_chunk = False
         chat = self.chat
-        for choice in data.get("choices") or []:
+        for choice in get("choices") or ():
             if not isinstance(choice, dict):
                 continue
             piece = ((choice.get("delta") or {}).get("content") if chat else choice.get("text")) or ""
             if piece:
                 self.parts.append(piece)
-            token_chunk = token_chunk or is_token_choice(choice, chat)
             ids = _parse_token_ids(choice)
             if ids:
                 self.token_ids.extend(ids)
             lps = _parse_logprobs(choice)
             if lps:
                 self.logprobs.extend(lps)
+            token_chunk = token_chunk or _is_token(choice, chat, bool(ids or lps))
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
         if token_chunk:
             self.chunk_times.append(t)
@@ -228,9 +260,17 @@ class OpenAIClient:
         self._headers = headers
         self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(timeout_s, connect=10.0),
                                   headers=headers)
+        url = httpx.URL(self.base_url)
+        self._scheme, self._host = url.scheme, url.host
+        self._port = url.port or (443 if url.scheme == "https" else 80)
+        self._prefix = url.raw_path.decode().rstrip("/")
+        self._host_header = url.netloc.decode()
+        self._idle_socks: list[socket.socket] = []  # streaming connections kept alive
 
     def close(self) -> None:
         self._http.close()
+        while self._idle_socks:
+            self._idle_socks.pop().close()
 
     def __enter__(self) -> "OpenAIClient":
         return self
@@ -323,29 +363,80 @@ class OpenAIClient:
         return out
 
     def _stream(self, path: str, body: dict[str, Any], chat: bool, t_enter: float) -> Completion:
+        """A streamed request on a blocking socket, its response read by `_Response` (httptools).
+
+        Each read waits at most `stall_timeout_s`, the whole stream `timeout_s`; a connection is
+        kept for the next stream when its response ended with keep-alive (one per thread that
+        streams at once). No proxies on this path.
+        """
         where = f"POST {self.base_url}{path}"
         state = StreamState(where, chat)
-        # each read waits at most stall_timeout_s (httpx's read timeout); the whole stream
-        # timeout_s, checked at every line
-        timeout = httpx.Timeout(self.timeout_s, connect=10.0, read=min(self.stall_timeout_s, self.timeout_s))
-        t_send = time.perf_counter()
-        try:
-            with self._http.stream("POST", path, json=body, timeout=timeout) as r:
-                if r.status_code != 200:
-                    raise ClientError(f"{where}: HTTP {r.status_code}: {r.read()[:300]!r}")
-                for line in r.iter_lines():
-                    t = time.perf_counter() - t_send
-                    if state.line(line, t):
+        request = _request(self._prefix, self._host_header, path, json.dumps(body).encode(), self._headers)
+        stall = min(self.stall_timeout_s, self.timeout_s)
+        for attempt in (0, 1):
+            try:
+                sock: socket.socket | None = self._idle_socks.pop()
+            except IndexError:
+                sock = None
+            t_send = time.perf_counter()  # before connecting, as the concurrent path (and vllm bench) time it
+            reused = sock is not None
+            response = _Response(state, t_send)
+            if sock is None:
+                try:
+                    sock = self._connect_stream()
+                except OSError as exc:
+                    raise ClientError(f"{where}: cannot connect: {type(exc).__name__}: {exc}") from None
+            try:
+                sock.sendall(request)
+                while response.done_at is None:
+                    data = sock.recv(_READ_SIZE)
+                    t = time.perf_counter()
+                    if not data:
+                        response.eof(t)
                         break
-                    if t > self.timeout_s:
+                    response.feed(data, t)
+                    if t - t_send > self.timeout_s:
                         raise ClientError(f"{where}: no end of the stream after {self.timeout_s:g} s")
-        except httpx.ReadTimeout:
-            raise ClientError(f"{where}: no data for {timeout.read:g} s (stall timeout)") from None
-        except httpx.HTTPError as exc:
-            raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
-        return state.finish(time.perf_counter() - t_send, t_enter, t_send)
+            except (ClientError, OSError) as exc:
+                sock.close()
+                if attempt == 0 and reused and not response.answered:
+                    continue  # a kept-alive connection the server closed as the request went out: once more
+                if isinstance(exc, ClientError):
+                    raise
+                if isinstance(exc, TimeoutError):
+                    raise ClientError(f"{where}: no data for {stall:g} s (stall timeout)") from None
+                raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
+            break
+        out = state.finish(response.done_at - t_send, t_enter, t_send)
+        self._keep(sock, response)
+        return out
 
-    def async_client(self, max_connections: int = 256, backend: str = "raw") -> "AsyncOpenAIClient":
+    def _connect_stream(self) -> socket.socket:
+        sock = socket.create_connection((self._host, self._port), timeout=10.0)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._scheme == "https":
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self._host)
+        sock.settimeout(min(self.stall_timeout_s, self.timeout_s))
+        return sock
+
+    def _keep(self, sock: socket.socket, response: _Response) -> None:
+        """Read the rest of an ended stream's response (as a rule, the chunked terminator) and keep its connection."""
+        try:
+            sock.settimeout(1.0)  # a server that holds the body open after [DONE]: not reused
+            while not response.ended and response.keep_alive:
+                data = sock.recv(_READ_SIZE)
+                if not data:
+                    break
+                response.feed(data, time.perf_counter())
+        except (ClientError, OSError):
+            pass
+        if response.ended and response.keep_alive:
+            sock.settimeout(min(self.stall_timeout_s, self.timeout_s))
+            self._idle_socks.append(sock)
+        else:
+            sock.close()
+
+    def async_client(self, max_connections: int = 256, backend: str = "httptools") -> "AsyncOpenAIClient":
         """An asyncio twin of this client (same URL, model, headers, extra body) for many streams at once."""
         return AsyncOpenAIClient(self, max_connections=max_connections, backend=backend)
 
@@ -365,201 +456,220 @@ class OpenAIClient:
         return None
 
 
-class _SSEProtocol(asyncio.Protocol):
-    """One HTTP/1.1 connection that streams a response into a `StreamState`, chunk by chunk.
+class _Response:
+    """One HTTP/1.1 response, read by httptools, whose body is an event stream for a `StreamState`.
 
-    The event loop calls `data_received` as soon as bytes arrive; they are timestamped there,
-    before any parsing, and the SSE lines are handed to the state at once, with no task switch
-    per chunk. Content-Length, chunked and close-delimited bodies; keep-alive: a connection whose
-    body ended goes back to its client's idle pool.
+    httptools (llhttp, the C parser uvicorn uses) reads the status line, the headers and the
+    body's framing (Content-Length, chunked, or the connection's close); this class hands the
+    body to the state as it comes. `feed(data, t)` takes bytes read at `t` (perf_counter) and
+    raises `ClientError` on an HTTP error status or a malformed reply; `done_at` is set when the
+    stream ended (`[DONE]`, or the body's end), `ended` when the whole response was read (after
+    `[DONE]` the rest of the body is drained), `keep_alive` whether the connection can serve the
+    next request then. Both streaming paths use it: the blocking socket of `OpenAIClient` and the
+    asyncio protocol of `AsyncOpenAIClient`.
+    """
+
+    __slots__ = ("parser", "state", "t_send", "t_read", "status", "framed", "in_body", "keep_alive", "ended",
+                 "done_at", "answered", "error_body")
+
+    def __init__(self, state: StreamState, t_send: float):
+        self.parser = httptools.HttpResponseParser(self)
+        self.state = state
+        self.t_send = t_send
+        self.t_read = 0.0  # when the bytes being parsed arrived
+        self.status = 0
+        self.framed = False  # Content-Length or chunked: else the body ends when the connection closes
+        self.in_body = False
+        self.keep_alive = False
+        self.ended = False
+        self.done_at: float | None = None
+        self.answered = False  # any byte of the response came
+        self.error_body = b""
+
+    def feed(self, data: bytes, t: float) -> None:
+        self.answered = True
+        self.t_read = t
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:  # raised in one of the callbacks below
+            cause = exc.__context__
+            if isinstance(cause, ClientError):
+                raise cause from None
+            raise ClientError(f"{self.state.where}: {type(cause).__name__}: {cause}") from None
+        except httptools.HttpParserError as exc:
+            raise ClientError(f"{self.state.where}: malformed HTTP response: {exc}") from None
+
+    def eof(self, t: float, exc: BaseException | None = None) -> None:
+        """The connection closed at `t`: the end of a body that had no other framing, else an error."""
+        if self.ended:
+            return
+        if self.in_body and not self.framed and self.status == 200:
+            self.keep_alive = False
+            self._end(t)
+            return
+        raise ClientError(f"{self.state.where}: the connection closed before the response ended"
+                          f"{f': {exc}' if exc else ''}")
+
+    # httptools' callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.framed = True
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        if self.status >= 200:  # 1xx: a real head follows
+            self.in_body = True
+            self.keep_alive = self.parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        if self.done_at is not None:
+            return  # after [DONE]: drain the rest of the body
+        if self.status != 200:
+            self.error_body += body
+        elif self.state.feed(body, self.t_read - self.t_send):
+            self.done_at = self.t_read
+
+    def on_message_complete(self) -> None:
+        if self.in_body:  # not the end of a 1xx head
+            self._end(self.t_read)
+
+    def _end(self, t: float) -> None:
+        self.ended = True
+        if self.done_at is None:
+            if self.status != 200:
+                raise ClientError(f"{self.state.where}: HTTP {self.status}: {self.error_body[:300]!r}")
+            self.state.end(t - self.t_send)
+            self.done_at = t
+
+
+def _request(prefix: str, host: str, path: str, payload: bytes, headers: dict[str, str]) -> bytes:
+    """A POST of a JSON body that asks for an event stream, as HTTP/1.1 bytes."""
+    head = [f"POST {prefix}{path} HTTP/1.1", f"Host: {host}", "Content-Type: application/json",
+            f"Content-Length: {len(payload)}"]
+    head += [f"{k}: {v}" for k, v in {**_SSE_HEADERS, **headers}.items()]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    """The event loop for many streams at once: uvloop's where it is installed (less CPU per read), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
+
+
+class _SSEProtocol(asyncio.Protocol):
+    """One HTTP/1.1 connection on the event loop that streams responses (`_Response`) one after another.
+
+    The loop calls `data_received` as soon as bytes arrive and they are timestamped there; the
+    parsing waits for `AsyncOpenAIClient._parse_reads`, which runs once the loop has handed over
+    every read that was ready, so one stream's parsing never delays another stream's timestamp.
+    Keep-alive: a connection whose response ended goes back to its client's idle pool.
     """
 
     def __init__(self, owner: "AsyncOpenAIClient"):
         self.owner = owner
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self._reset()
-
-    def _reset(self) -> None:
-        self.state: StreamState | None = None
-        self.t_send = 0.0
-        self.future: asyncio.Future[float] | None = None
-        self.head = b""
-        self.in_body = False
-        self.status = 0
-        self.chunked = False
-        self.remaining: int | None = None  # Content-Length bytes still to come
-        self.chunk_left = 0  # chunked: data bytes left in the current chunk; 0: a size line comes next
-        self.skip = 0  # chunked: bytes of the CRLF after a chunk's data still to skip
-        self.raw = b""  # chunked framing not yet decoded (a size line cut in two)
-        self.lines = b""  # body bytes not yet ended by a newline
-        self.error_body = b""
-        self.ended = False  # the body is complete
-        self.keep_alive = True
         self.last_read = 0.0  # when bytes last came (perf_counter), for the client's stall watchdog
+        self.response: _Response | None = None
+        self.future: asyncio.Future[float] | None = None
+        self.reads: list[tuple[bytes, float]] = []  # reads not parsed yet, with their arrival times
+
+    def start(self, request: bytes, state: StreamState, t_send: float) -> "asyncio.Future[float]":
+        """Send `request`; the future gets the time the stream ended (perf_counter) or a ClientError."""
+        self.response = _Response(state, t_send)
+        self.future = asyncio.get_running_loop().create_future()
+        assert self.transport is not None
+        self.last_read = t_send
+        self.transport.write(request)
+        return self.future
+
+    @property
+    def answered(self) -> bool:
+        return self.response is not None and self.response.answered
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.future is not None and not self.future.done():
-            if self.in_body and self.remaining is None and not self.chunked and self.status == 200:
-                self._end_body(time.perf_counter())  # a close-delimited body ends here
-            else:
-                self.future.set_exception(ClientError(
-                    f"{self.state.where if self.state else 'stream'}: the connection closed before the "
-                    f"response ended{f': {exc}' if exc else ''}"))
-
     def data_received(self, data: bytes) -> None:
         t = self.last_read = time.perf_counter()
-        try:
-            self._feed(data, t)
-        except ClientError as exc:
-            self._fail(exc)
-        except (ValueError, IndexError) as exc:
-            self._fail(ClientError(f"{self.state.where if self.state else 'stream'}: malformed HTTP response: {exc}"))
+        if not self.reads:
+            unparsed = self.owner._unparsed
+            unparsed.append(self)
+            if len(unparsed) == 1:
+                self.owner._loop.call_soon(self.owner._parse_reads)
+        self.reads.append((data, t))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.parse()  # what came before the close
+        self.closed = True
+        future, response = self.future, self.response
+        if future is not None and not future.done() and response is not None:
+            try:
+                response.eof(time.perf_counter(), exc)
+                future.set_result(response.done_at)
+            except ClientError as err:
+                future.set_exception(err)
 
     # -- parsing --------------------------------------------------------------------------------
-    def _fail(self, exc: ClientError) -> None:
-        self.keep_alive = False
+    def parse(self) -> None:
+        """Feed the reads that came since the last call to the response, each with its arrival time."""
+        reads, self.reads = self.reads, []
+        response, future = self.response, self.future
+        if response is None or future is None:
+            return
+        for data, t in reads:
+            if self.closed:
+                return
+            try:
+                response.feed(data, t)
+            except ClientError as exc:
+                self.fail(exc)
+                return
+            if response.done_at is not None and not future.done():
+                future.set_result(response.done_at)
+            if response.ended:
+                self._recycle()
+                return
+
+    def fail(self, exc: ClientError) -> None:
         if self.transport is not None:
             self.transport.close()
         if self.future is not None and not self.future.done():
             self.future.set_exception(exc)
 
-    def _feed(self, data: bytes, t: float) -> None:
-        if not self.in_body:
-            self.head += data
-            end = self.head.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self.head) > 65536:
-                    raise ValueError("response head over 64 KiB")
-                return
-            head, data = self.head[:end].decode("latin-1"), self.head[end + 4:]
-            self.head = b""
-            lines = head.split("\r\n")
-            self.status = int(lines[0].split(" ", 2)[1])
-            if self.status == 100:  # Continue: the real head follows
-                self._feed(data, t) if data else None
-                return
-            headers = {k.strip().lower(): v.strip().lower() for k, _, v in (ln.partition(":") for ln in lines[1:])}
-            self.chunked = "chunked" in headers.get("transfer-encoding", "")
-            if not self.chunked and "content-length" in headers:
-                self.remaining = int(headers["content-length"])
-            self.keep_alive = headers.get("connection") != "close" and (self.chunked or self.remaining is not None)
-            self.in_body = True
-            if self.remaining == 0:
-                self._end_body(t)
-                return
-        if not data or self.ended:
-            return
-        if self.chunked:
-            self._dechunk(data, t)
-        elif self.remaining is not None:
-            take = data[:self.remaining]
-            self.remaining -= len(take)
-            self._body(take, t)
-            if self.remaining <= 0:
-                self._end_body(t)
-        else:
-            self._body(data, t)
-
-    def _dechunk(self, data: bytes, t: float) -> None:
-        raw = self.raw + data if self.raw else data
-        self.raw = b""
-        pos, n = 0, len(raw)
-        while pos < n:
-            if self.skip:  # the CRLF that ends a chunk's data
-                k = min(self.skip, n - pos)
-                pos += k
-                self.skip -= k
-                continue
-            if self.chunk_left == 0:  # a size line
-                eol = raw.find(b"\r\n", pos)
-                if eol < 0:
-                    self.raw = raw[pos:]
-                    return
-                size = int(raw[pos:eol].split(b";", 1)[0], 16)
-                pos = eol + 2
-                if size == 0:  # the last chunk (trailers, if any, are not read)
-                    self._end_body(t)
-                    return
-                self.chunk_left = size
-                continue
-            take = min(self.chunk_left, n - pos)
-            self._body(raw[pos:pos + take], t)
-            pos += take
-            self.chunk_left -= take
-            if self.chunk_left == 0:
-                self.skip = 2
-
-    def _body(self, data: bytes, t: float) -> None:
-        if self.status != 200:
-            self.error_body += data
-            return
-        state = self.state
-        if state is None or self.future is None or self.future.done():
-            return  # after [DONE]: drain the rest of the body
-        buf = self.lines + data if self.lines else data
-        start = 0
-        offset = t - self.t_send
-        while True:
-            eol = buf.find(b"\n", start)
-            if eol < 0:
-                break
-            line = buf[start:eol]
-            start = eol + 1
-            if line.startswith(b"data:") and state.line(line.decode("utf-8", "replace").rstrip("\r"), offset):
-                self.future.set_result(t)
-                break
-        self.lines = buf[start:] if start < len(buf) else b""
-
-    def _end_body(self, t: float) -> None:
-        self.ended = True
-        if self.future is not None and not self.future.done():
-            if self.status != 200:
-                where = self.state.where if self.state else "stream"
-                self.future.set_exception(ClientError(f"{where}: HTTP {self.status}: {self.error_body[:300]!r}"))
-            else:
-                if self.lines and self.state is not None:  # a last line without its newline
-                    self.state.line(self.lines.decode("utf-8", "replace").rstrip("\r"), t - self.t_send)
-                    self.lines = b""
-                self.future.set_result(t)
-        if self.keep_alive and not self.closed:
-            self._reset()
+    def _recycle(self) -> None:
+        """The response ended: keep the connection for the client's next request, or close it."""
+        keep = self.response is not None and self.response.keep_alive
+        self.response, self.future = None, None
+        if keep and not self.closed:
             self.owner._idle.append(self)
         elif self.transport is not None:
             self.transport.close()
-
-    def start(self, request: bytes, state: StreamState, t_send: float) -> "asyncio.Future[float]":
-        self.state = state
-        self.future = asyncio.get_running_loop().create_future()
-        assert self.transport is not None
-        self.t_send = self.last_read = t_send
-        self.transport.write(request)
-        return self.future
 
 
 class AsyncOpenAIClient:
     """Streamed completions on asyncio: many streams at once on one thread (the latency stage's concurrent path).
 
-    Three transports, timed alike: `"raw"` (the default), HTTP/1.1 straight on the event loop's
-    transports (`_SSEProtocol`): each read is timestamped when the loop hands it over and its SSE
-    lines are parsed at once by `StreamState`, the parser the synchronous path uses; `"aiohttp"`,
-    aiohttp's ClientSession (the library `vllm bench serve` uses), each line timestamped as
-    `resp.content.readline()` hands it over, then parsed by `StreamState`: less CPU per token than
-    vllm bench, but a longer ITL-error tail than it at 8-128 streams (benchmarks/bench_client_concurrency.py),
-    so not the default; and `"httpx"`, httpx's async client, whose per-read cost (h11, anyio) is
-    about three times the raw transport's. Each stream waits at most the parent's `stall_timeout_s`
-    for its next bytes ("no data for N s") and `timeout_s` for the whole stream. No proxies on the
-    raw and aiohttp transports. Create and use it inside one running event loop.
+    Three transports, timed alike: `"httptools"` (the default): HTTP/1.1 on the event loop's own
+    transports (`_SSEProtocol`): each read is timestamped when the loop hands it over, and parsed
+    (`_Response`: httptools, then `StreamState`, as on the synchronous path) once the loop has
+    handed over every read that was ready; `"aiohttp"`, aiohttp's
+    ClientSession (the library `vllm bench serve` uses), each line timestamped as
+    `resp.content.readline()` hands it over, then parsed; and `"httpx"`, httpx's async client
+    (h11 and anyio: several times the httptools transport's CPU per read).
+    benchmarks/bench_client_concurrency.py compares them with `vllm bench serve`. Each stream waits
+    at most the parent's `stall_timeout_s` for its next bytes ("no data for N s") and `timeout_s`
+    for the whole stream. No proxies on the httptools and aiohttp transports. Create and use it
+    inside one running event loop (`event_loop_factory` makes one: uvloop's where it is installed).
     """
 
-    def __init__(self, parent: OpenAIClient, max_connections: int = 256, backend: str = "raw"):
-        if backend not in ("raw", "aiohttp", "httpx"):
-            raise SuiteError(f"AsyncOpenAIClient: unknown backend {backend!r} (raw, aiohttp, httpx)")
+    def __init__(self, parent: OpenAIClient, max_connections: int = 256, backend: str = "httptools"):
+        if backend not in BACKENDS:
+            raise SuiteError(f"AsyncOpenAIClient: unknown backend {backend!r} ({', '.join(BACKENDS)})")
         self.base_url = parent.base_url
         self.model = parent.model
         self.extra_body = dict(parent.extra_body)
@@ -567,13 +677,12 @@ class AsyncOpenAIClient:
         self.stall_timeout_s = parent.stall_timeout_s
         self.backend = backend
         self._headers = dict(parent._headers)
-        url = httpx.URL(self.base_url)
-        self._scheme, self._host = url.scheme, url.host
-        self._port = url.port or (443 if url.scheme == "https" else 80)
-        self._prefix = url.raw_path.decode().rstrip("/")
-        self._host_header = url.netloc.decode()
+        self._scheme, self._host, self._port = parent._scheme, parent._host, parent._port
+        self._prefix, self._host_header = parent._prefix, parent._host_header
+        self._loop = asyncio.get_running_loop()
         self._idle: list[_SSEProtocol] = []
         self._open: set[_SSEProtocol] = set()
+        self._unparsed: list[_SSEProtocol] = []  # connections with reads not parsed yet
         self._watchdog: asyncio.Task[None] | None = None
         self._http: httpx.AsyncClient | None = None
         self._session: Any = None  # aiohttp.ClientSession
@@ -623,7 +732,13 @@ class AsyncOpenAIClient:
             return await self._stream_aiohttp("/v1/completions", body, t_enter)
         if self.backend == "httpx":
             return await self._stream_httpx("/v1/completions", body, t_enter)
-        return await self._stream_raw("/v1/completions", body, t_enter)
+        return await self._stream_httptools("/v1/completions", body, t_enter)
+
+    def _parse_reads(self) -> None:
+        """Parse every connection's reads since the last call (scheduled by the first read after it)."""
+        protos, self._unparsed = self._unparsed, []
+        for proto in protos:
+            proto.parse()
 
     def _aiohttp_session(self, max_connections: int) -> Any:
         import aiohttp  # here, not on the streams' clock: importing it costs ~0.1 s of CPU
@@ -633,7 +748,7 @@ class AsyncOpenAIClient:
         # request does not go out on a connection the server is closing
         connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, keepalive_timeout=3.0)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=30.0, sock_read=self.stall_timeout_s)
-        headers = {**self._headers, "Accept": "text/event-stream", "Accept-Encoding": "identity"}
+        headers = {**self._headers, **_SSE_HEADERS}
         return aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers,
                                      read_bufsize=1 << 20)  # readline takes lines up to 2 MiB
 
@@ -665,7 +780,7 @@ class AsyncOpenAIClient:
                     if not raw:  # the body ended without [DONE]
                         t_close = t
                         break
-                    if raw[:5] == b"data:" and state.line(raw.decode("utf-8", "replace").rstrip("\r\n"), t):
+                    if raw[:5] == b"data:" and state.event(raw[5:], t):
                         t_close = t
                         break
                 out = state.finish(t_close, t_enter, t_send)
@@ -688,16 +803,15 @@ class AsyncOpenAIClient:
             raise ClientError(f"{where}: malformed stream: {type(exc).__name__}: {exc}") from None
 
     async def _watch_stalls(self) -> None:
-        """The raw transport's stall timeout: one task for every stream, not a timer per read."""
+        """The httptools transport's stall timeout: one task for every stream, not a timer per read."""
         stall = self.stall_timeout_s
         while True:
             await asyncio.sleep(min(1.0, stall / 4))
             now = time.perf_counter()
             for proto in list(self._open):
-                future = proto.future
-                if future is not None and not future.done() and now - proto.last_read > stall:
-                    where = proto.state.where if proto.state else "stream"
-                    proto._fail(ClientError(f"{where}: no data for {stall:g} s (stall timeout)"))
+                future, response = proto.future, proto.response
+                if future is not None and response is not None and not future.done() and now - proto.last_read > stall:
+                    proto.fail(ClientError(f"{response.state.where}: no data for {stall:g} s (stall timeout)"))
 
     async def _connect(self, where: str) -> _SSEProtocol:
         if self._watchdog is None:
@@ -710,7 +824,6 @@ class AsyncOpenAIClient:
         loop = asyncio.get_running_loop()
         ssl_ctx = None
         if self._scheme == "https":
-            import ssl
             ssl_ctx = ssl.create_default_context()
         try:
             _, proto = await asyncio.wait_for(
@@ -720,14 +833,9 @@ class AsyncOpenAIClient:
         self._open.add(proto)
         return proto
 
-    async def _stream_raw(self, path: str, body: dict[str, Any], t_enter: float) -> Completion:
+    async def _stream_httptools(self, path: str, body: dict[str, Any], t_enter: float) -> Completion:
         where = f"POST {self.base_url}{path}"
-        payload = json.dumps(body).encode()
-        head = [f"POST {self._prefix}{path} HTTP/1.1", f"Host: {self._host_header}",
-                "Content-Type: application/json", f"Content-Length: {len(payload)}",
-                "Accept: text/event-stream", "Accept-Encoding: identity"]
-        head += [f"{k}: {v}" for k, v in self._headers.items()]
-        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload
+        request = _request(self._prefix, self._host_header, path, json.dumps(body).encode(), self._headers)
         for attempt in (0, 1):
             state = StreamState(where, chat=False)
             reused = bool(self._idle)
@@ -739,7 +847,7 @@ class AsyncOpenAIClient:
                 break
             except ClientError:
                 # a kept-alive connection the server closed as the request went out: once more, on a new one
-                if attempt == 0 and reused and proto.closed and not proto.in_body and not proto.head:
+                if attempt == 0 and reused and proto.closed and not proto.answered:
                     continue
                 raise
             except asyncio.TimeoutError:
@@ -759,22 +867,14 @@ class AsyncOpenAIClient:
         clock = time.perf_counter
         t_send = clock()
         try:
-            async with self._http.stream("POST", path, json=body) as r:
+            async with self._http.stream("POST", path, json=body, headers=_SSE_HEADERS) as r:
                 if r.status_code != 200:
                     raise ClientError(f"{where}: HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-                rest = b""
-                done = False
                 async for data in r.aiter_bytes():
-                    t = clock() - t_send
-                    *lines, rest = (rest + data).split(b"\n")
-                    for raw in lines:
-                        if raw and state.line(raw.decode("utf-8", "replace").rstrip("\r"), t):
-                            done = True
-                            break
-                    if done:
+                    if state.feed(data, clock() - t_send):
                         break
-                if not done and rest:
-                    state.line(rest.decode("utf-8", "replace").rstrip("\r"), clock() - t_send)
+                else:
+                    state.end(clock() - t_send)
         except httpx.ReadTimeout:
             raise ClientError(f"{where}: no data for {self.stall_timeout_s:g} s (stall timeout)") from None
         except httpx.HTTPError as exc:

@@ -3,7 +3,7 @@
 The server, in a process of its own, sends each stream's tokens on a fixed schedule and records
 when it wrote each one on the machine's monotonic clock; the client's TTFT and inter-token gaps
 are compared with those writes chunk by chunk. A client slowed on purpose must be flagged as
-saturated. The raw HTTP/1.1 transport is also fed responses cut at every byte.
+saturated. The HTTP/1.1 response reader (httptools) is also fed responses cut at every byte.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from suite.site import charts
-from suite.client import AsyncOpenAIClient, ClientError, OpenAIClient, StreamState, _SSEProtocol
+from suite.client import ClientError, OpenAIClient, StreamState, _Response, _SSEProtocol
 from suite.site.figures import latency_sweep
 from suite.stages import latency as lat
 
@@ -82,15 +82,15 @@ def test_concurrent_client_matches_the_truth_and_keeps_up(truth_url: str) -> Non
 
 
 def test_a_slow_client_is_flagged_saturated(truth_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    line = StreamState.line
+    event = StreamState.event
 
-    def slow_line(self: StreamState, text: str, t: float) -> bool:
+    def slow_event(self: StreamState, payload: bytes | str, t: float) -> bool:
         end = time.perf_counter() + 0.002  # 2 ms of work per line: 16 streams x 50 lines/s = 160% of a core
         while time.perf_counter() < end:
             pass
-        return line(self, text, t)
+        return event(self, payload, t)
 
-    monkeypatch.setattr(StreamState, "line", slow_line)
+    monkeypatch.setattr(StreamState, "event", slow_event)
     _truth(truth_url)
     client = OpenAIClient(truth_url, "truth", timeout_s=30)
     run = lat.run_concurrent(client, 16, 16, lat.prompt_for, max_tokens=8)
@@ -118,7 +118,7 @@ def test_latency_stage_records_the_client_load_per_level(truth_url: str) -> None
     client.close()
 
 
-# -- the raw transport, fed by hand ------------------------------------------------------------------
+# -- the response reader and the asyncio transport, fed by hand ------------------------------------
 
 class _Transport:
     def __init__(self) -> None:
@@ -154,7 +154,7 @@ def _chunked(body: bytes, size: int) -> bytes:
 
 @pytest.mark.parametrize("step", [1, 2, 7, 10_000])
 @pytest.mark.parametrize("framing", ["chunked", "length"])
-def test_raw_transport_parses_any_cut(step: int, framing: str) -> None:
+def test_httptools_transport_parses_any_cut(step: int, framing: str) -> None:
     import asyncio
 
     body = _sse(*EVENTS)
@@ -181,7 +181,7 @@ def test_raw_transport_parses_any_cut(step: int, framing: str) -> None:
     asyncio.run(text())
 
 
-def test_raw_transport_reports_http_errors_and_cut_streams() -> None:
+def test_httptools_transport_reports_http_errors_and_cut_streams() -> None:
     import asyncio
 
     async def go(response: bytes, close: bool) -> Any:
@@ -204,15 +204,74 @@ def test_raw_transport_reports_http_errors_and_cut_streams() -> None:
     assert "malformed stream chunk" in asyncio.run(go(bad, False))
 
 
+CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunked(_sse(*EVENTS), 13)
+
+
+def _read(pieces: list[bytes]) -> tuple[_Response, StreamState]:
+    state = StreamState("POST x", chat=False)
+    response = _Response(state, 0.0)
+    for k, piece in enumerate(pieces):
+        response.feed(piece, float(k + 1))
+    return response, state
+
+
+@pytest.mark.parametrize("cut", range(1, len(CHUNKED)))
+def test_response_reader_takes_a_chunked_stream_cut_at_any_byte(cut: int) -> None:
+    """Two reads, split at every byte boundary (inside a size line, a chunk's CRLF, a data line, the terminator)."""
+    response, state = _read([CHUNKED[:cut], CHUNKED[cut:]])
+    assert response.ended and response.keep_alive and response.done_at in (1.0, 2.0)
+    c = state.finish(0.1, 0.0, 0.0)
+    assert c.text == "Hello" and c.finish_reason == "length" and c.completion_tokens == 2
+    # a token is timed by the read that completed its line: never before its bytes came
+    assert len(c.chunk_times_s) == 2 and c.chunk_times_s == sorted(c.chunk_times_s)
+    assert set(c.chunk_times_s) <= {1.0, 2.0}
+    if cut <= CHUNKED.index(b"\r\n\r\n") + 4:  # the first read ended in the head: every token came in the second
+        assert c.chunk_times_s == [2.0, 2.0]
+    if cut >= len(CHUNKED) - 5:  # the first read had every event
+        assert c.chunk_times_s == [1.0, 1.0] and response.done_at == 1.0
+
+
+def test_response_reader_skips_a_continue_head_and_reads_a_close_delimited_body() -> None:
+    body = _sse(*EVENTS[:3])  # no [DONE]: the stream ends with the body, at the connection's close
+    response, state = _read([b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n",
+                             body])
+    assert response.done_at is None and not response.ended
+    response.eof(5.0)
+    assert response.done_at == 5.0 and not response.keep_alive
+    c = state.finish(5.0, 0.0, 0.0)
+    assert c.text == "Hello" and c.chunk_times_s == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("reply, message", [
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\ndata: {}\r\n", "malformed HTTP response"),
+    (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "malformed HTTP response"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 18\r\n\r\ndata: {not json}\n\n", "malformed stream chunk"),
+    (b"HTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nbusy", "HTTP 503: b'busy'"),
+])
+def test_response_reader_refuses_a_malformed_reply(reply: bytes, message: str) -> None:
+    with pytest.raises(ClientError, match=message) as exc:
+        _read([reply])
+    assert str(exc.value).startswith("POST x: ")  # which request
+
+
+def test_response_reader_says_a_cut_response_is_cut() -> None:
+    response, _ = _read([CHUNKED[:60]])
+    with pytest.raises(ClientError, match="closed before the response ended"):
+        response.eof(2.0)
+
+
 # -- the page ---------------------------------------------------------------------------------------
 
 def test_sweep_rows_and_chart_mark_a_saturated_level() -> None:
     dist = {"n": 3, "mean": 0.01, "p50": 0.01, "p90": 0.02, "p99": 0.03, "min": 0.0, "max": 0.04}
-    latency = {"levels": [
-        {"concurrency": 1, "requests": 20, "ttft_s": dist, "itl_s": dist, "throughput_tokens_per_s": 90.0},
-        {"concurrency": 64, "requests": 64, "ttft_s": dist, "itl_s": dist, "throughput_tokens_per_s": 900.0,
-         "client": {"loop_lag_ms": dict(dist, p99=9.0), "cpu_share": 0.97, "lag_threshold_ms": 2.0,
-                    "saturated": True, "reason": "event-loop lag p99 9.00 ms > 2.00 ms"}}]}
+    common = {"failed": 0, "wall_s": 1.0, "ttft_s": dist, "itl_s": dist, "tpot_s": dist, "e2e_s": dist,
+              "output_tokens": dist, "output_tokens_per_s": dist, "overhead_ms": dist}
+    latency = lat.LatencyResult(prompt_id="p", endpoint="/v1/completions", max_tokens=8, warmup=0,
+                                signature_digest="x", levels=[
+        lat.LatencyLevel(concurrency=1, requests=20, throughput_tokens_per_s=90.0, **common),
+        lat.LatencyLevel(concurrency=64, requests=64, throughput_tokens_per_s=900.0, **common,
+                         client={"loop_lag_ms": dict(dist, p99=9.0), "cpu_share": 0.97, "lag_threshold_ms": 2.0,
+                                 "saturated": True, "reason": "event-loop lag p99 9.00 ms > 2.00 ms"})])
     rows = latency_sweep(latency)
     assert [r["concurrency"] for r in rows] == [1, 64]
     assert rows[0]["saturated"] is None and rows[1]["saturated"] is True and rows[1]["ttft_p50_ms"] == 10.0

@@ -15,7 +15,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from suite.client import OpenAIClient, is_token_choice
+from suite.client import BACKENDS, OpenAIClient, is_token_choice
+from suite.stages.latency import run_concurrent
 
 Script = list[tuple[float, str]]
 GAP = 0.4  # seconds between scripted events: large against a busy machine's jitter
@@ -115,6 +116,23 @@ def test_end_to_end_is_the_last_token_not_the_stream_close(stand_in: Any) -> Non
     assert c.e2e_s == c.chunk_times_s[-1]
     assert c.e2e_s < GAP  # the second token came at once; the close came ~3 gaps later
     assert c.stream_close_s - c.e2e_s >= GAP * 2.5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_concurrent_path_times_a_stream_alike(stand_in: Any, backend: str) -> None:
+    """The same script on every concurrent transport: a body that ends at the connection's close, no [DONE]."""
+    client = stand_in([
+        (0.0, _chunk(choices=[], usage={"prompt_tokens": 5, "completion_tokens": 0})),
+        (GAP, _chunk(choices=[{"index": 0, "text": "a", "finish_reason": None}])),
+        (0.0, _chunk(choices=[{"index": 0, "text": "", "finish_reason": "stop"}], timings={"predicted_n": 1})),
+        (0.0, _chunk(choices=[], usage={"prompt_tokens": 5, "completion_tokens": 1})),
+    ], tail_s=GAP)
+    (c,) = run_concurrent(client, 1, 1, lambda i: "p", max_tokens=4, backend=backend).results
+    assert not isinstance(c, str), c
+    assert c.text == "a" and c.finish_reason == "stop" and c.completion_tokens == 1
+    assert c.server_timings == {"predicted_n": 1}
+    assert len(c.chunk_times_s) == 1 and c.ttft_s is not None and c.ttft_s >= GAP * 0.9
+    assert c.stream_close_s is not None and c.stream_close_s - c.e2e_s >= GAP * 0.9  # closed a gap after the token
 
 
 @pytest.mark.parametrize("choice, chat, expected", [
