@@ -71,19 +71,18 @@ def pin(cpu: int | None) -> None:
 
 def suite_child(args: argparse.Namespace) -> int:
     pin(args.cpu)
-    from suite.client import ClientError, OpenAIClient
+    from suite.client import ClientError, GenerationParams, OpenAIClient
     from suite.stages import latency as lat
 
     extra = {"ignore_eos": True} if args.ignore_eos else {}
-    client = OpenAIClient(args.url, args.model, timeout_s=600)
+    client = OpenAIClient(args.url, args.model, timeout_s=600, params=GenerationParams(extra_body=extra))
     out: dict[str, Any] = {}
     if args.concurrency <= 1:  # the stage's one-at-a-time path: the synchronous client
         results: list[Any] = []
         ru0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         for i in range(args.requests):
             try:
-                results.append(lat._one_request(client, index=i, max_tokens=args.max_tokens, seed=42,
-                                                temperature=0.0, extra=extra))
+                results.append(lat._one_request(client, index=i, max_tokens=args.max_tokens))
             except ClientError as exc:
                 results.append(str(exc))
         wall, ru1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
@@ -91,7 +90,7 @@ def suite_child(args: argparse.Namespace) -> int:
         lag_p99, saturated, reason = None, False, None
     else:
         run = lat.run_concurrent(client, args.requests, args.concurrency, lat.prompt_for, max_tokens=args.max_tokens,
-                                 seed=42, temperature=0.0, extra=extra, backend=args.backend)
+                                 backend=args.backend)
         results, wall, cpu = run.results, run.wall_s, run.cpu_s
         itls = [b - a for c in results if not isinstance(c, str) for a, b in zip(c.chunk_times_s, c.chunk_times_s[1:])]
         load = run.client_load(pct(itls, 50))

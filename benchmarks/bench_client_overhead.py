@@ -58,14 +58,14 @@ def main() -> int:
                                    profile=profile, sampling=plan.card.sampling, signature=signature,
                                    record=record, client=client, running=rt, controls=[],
                                    launch=None,  # type: ignore[arg-type]
-                                   extra_body=plan.extra_body([]))
+                                   )
                 result = lat.run(ctx)
                 # CPU time of the whole exchange in this thread (HTTP included): an upper bound of
                 # the suite's own work that contention on a shared machine cannot inflate.
                 cpu_ms = []
                 for _ in range(args.requests):
                     c0 = time.thread_time()
-                    client.complete(lat.PROMPT, max_tokens=args.max_tokens, seed=42, stream=True)
+                    client.complete(lat.PROMPT, max_tokens=args.max_tokens, stream=True)
                     cpu_ms.append((time.thread_time() - c0) * 1000)
                 cpu = summarize(cpu_ms)
             level = result.levels[0]

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from suite.catalog import get_card, prepare_format  # noqa: E402
-from suite.client import OpenAIClient  # noqa: E402
+from suite.client import GenerationParams, OpenAIClient  # noqa: E402
 from suite.definitions import get_definition  # noqa: E402
 from suite.launchers.base import LaunchSpec  # noqa: E402
 from suite.launchers.local import LocalLauncher, is_installed  # noqa: E402
@@ -50,11 +50,11 @@ def main() -> int:
             started_at=utcnow()))
         per_request_ms: list[float] = []
         client_ms: list[float] = []
-        with LocalLauncher().start(spec) as rt, OpenAIClient(rt.base_url, "tiny",
-                                                             extra_body=dict(definition.request.extra_body)) as client:
-            run_gate(client, [prompt], 5, seed=42, temperature=0.0, max_tokens_cap=args.max_tokens)  # warm-up
+        with LocalLauncher().start(spec) as rt, OpenAIClient(rt.base_url, "tiny", params=GenerationParams(
+                extra_body=dict(definition.request.extra_body))) as client:
+            run_gate(client, [prompt], 5, max_tokens_cap=args.max_tokens)  # warm-up
             for r in range(args.rounds):
-                result = run_gate(client, [prompt], args.requests, seed=42, temperature=0.0,
+                result = run_gate(client, [prompt], args.requests,
                                   max_tokens_cap=args.max_tokens, logprobs=True,
                                   record=lambda kind, **f: record.record_request(kind, signature_digest="bench", **f))
                 per_request_ms.append(result.overhead_ms_per_request or float("nan"))

@@ -27,7 +27,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "watchdog")]
 
 import memwatch  # noqa: E402
 from suite.catalog import get_card, prepare_format  # noqa: E402
-from suite.client import OpenAIClient  # noqa: E402
+from suite.client import GenerationParams, OpenAIClient  # noqa: E402
 from suite.definitions import get_definition  # noqa: E402
 from suite.launchers.base import LaunchSpec  # noqa: E402
 from suite.launchers.local import LocalLauncher, is_installed  # noqa: E402
@@ -55,7 +55,7 @@ def main() -> int:
         manifest = RunManifest(run_id=new_run_id(None), model="tiny", arm="llamacpp", runtime="llamacpp",
                                launcher="local", profile="long-run", started_at=utcnow())
         record = RunRecord.create(results, manifest)
-        with LocalLauncher().start(spec) as rt, OpenAIClient(rt.base_url, "tiny", extra_body={"return_tokens": True}) as client:
+        with LocalLauncher().start(spec) as rt, OpenAIClient(rt.base_url, "tiny", params=GenerationParams(extra_body={"return_tokens": True})) as client:
             wd = memwatch.Watchdog(memwatch.Policy(), probes=memwatch.default_probes(pid=rt.pid), stop=rt.kill)
             wd.start()
             samples: list[Sample] = []
@@ -64,7 +64,7 @@ def main() -> int:
                   f"{'requests.jsonl MiB':>19} {'req/s':>7}")
             first_rss = None
             for i in range(1, args.requests + 1):
-                c = client.complete("The capital of France is", max_tokens=args.max_tokens, seed=42, logprobs=2)
+                c = client.complete("The capital of France is", max_tokens=args.max_tokens, logprobs=2)
                 record.record_request("gate", stage="gate", index=i, text=c.text, token_ids=c.token_ids,
                                       logprobs=c.logprobs, top_logprobs=c.top_logprobs, e2e_s=c.e2e_s,
                                       finish_reason=c.finish_reason)

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from suite import gpu, progress
 from suite.catalog import Arm, ModelCard, arm_runtime, format_path, get_card, prepare_format
-from suite.client import OpenAIClient
+from suite.client import GenerationParams, OpenAIClient
 from suite.definitions import RuntimeDefinition, get_definition
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers import launcher_for
@@ -75,9 +75,15 @@ class ArmPlan:
             body.update(self.runtime.control(name).extra_body)
         return body
 
+    def params(self, controls: list[str]) -> GenerationParams:
+        """The card's sampling and the request fields of the runtime and these controls."""
+        sampling = self.card.sampling
+        return GenerationParams(seed=sampling.seed, temperature=sampling.temperature, top_p=sampling.top_p,
+                                extra_body=self.extra_body(controls))
+
     def client(self, rt: RunningRuntime, controls: list[str]) -> OpenAIClient:
-        return self.launcher.client(rt.base_url, self.card.served_name, extra_body=self.extra_body(controls),
-                            api_key=getattr(rt, "api_key", None))
+        return self.launcher.client(rt.base_url, self.card.served_name, params=self.params(controls),
+                                    api_key=getattr(rt, "api_key", None))
 
 
 def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_name: str,
@@ -342,13 +348,14 @@ class BenchSession:
                                 profile=plan.profile, sampling=plan.card.sampling, signature=signature,
                                 record=self.record, client=plan.client(rt, self.base_controls), running=rt,
                                 controls=self.base_controls, launch=self.launch,
-                                extra_body=plan.extra_body(self.base_controls),
                                 controls_request=self.controls_request)
         self._stack.callback(self.ctx.client.close)
         if self.judge is not None:
             from suite.judge import client_for_url
 
-            self.ctx.judge = client_for_url(self.judge.url, self.judge.model)
+            sampling = plan.card.sampling
+            self.ctx.judge = client_for_url(self.judge.url, self.judge.model, GenerationParams(
+                seed=sampling.seed, temperature=sampling.temperature))
             self._stack.callback(self.ctx.judge.close)
 
     def _move_logs(self) -> None:

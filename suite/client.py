@@ -21,8 +21,9 @@ from typing import Any, Callable
 
 import httptools
 import httpx
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from suite.analysis.tokens import token_count
 from suite.errors import SuiteError
 
 log = logging.getLogger(__name__)
@@ -55,12 +56,10 @@ class Completion(BaseModel):
     error: str | None = None
 
     @property
-    def n_tokens(self) -> int:
-        if self.token_ids is not None:
-            return len(self.token_ids)
-        if self.completion_tokens is not None:
-            return self.completion_tokens
-        return len(self.logprobs or [])
+    def n_tokens(self) -> int | None:
+        """Tokens generated, by the suite's one rule (suite.analysis.tokens)."""
+        return token_count(self.token_ids, self.completion_tokens, self.server_timings, self.logprobs,
+                           len(self.chunk_times_s))
 
 
 def _parse_token_ids(choice: dict[str, Any]) -> list[int] | None:
@@ -244,16 +243,42 @@ class StreamState:
         return out
 
 
+class GenerationParams(BaseModel):
+    """What every generation request of one configuration carries besides its prompt, its length
+    and its logprobs: the card's sampling (seed, temperature, top_p) and the request fields of the
+    runtime and its active controls (`extra_body`). Bound into a client once; the request lines and
+    the stage results record it from there."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seed: int | None = 42
+    temperature: float = 0.0
+    top_p: float | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def request_extra(self) -> dict[str, Any]:
+        """The fields besides seed and temperature (top_p, the runtime's and controls' fields)."""
+        return ({"top_p": self.top_p} if self.top_p is not None else {}) | dict(self.extra_body)
+
+    def fields(self) -> dict[str, Any]:
+        """The request body's sampling fields."""
+        body: dict[str, Any] = {"temperature": self.temperature}
+        if self.seed is not None:
+            body["seed"] = self.seed
+        return body | self.request_extra
+
+
 class OpenAIClient:
-    """One runtime's OpenAI-compatible endpoint, serving the model under `model`."""
+    """One runtime's OpenAI-compatible endpoint, serving the model under `model` with `params`."""
 
     def __init__(self, base_url: str, model: str, timeout_s: float = 600.0,
-                 extra_body: dict[str, Any] | None = None, api_key: str | None = None,
+                 params: GenerationParams | None = None, api_key: str | None = None,
                  stall_timeout_s: float = 120.0):
         """`timeout_s`: a whole request; `stall_timeout_s`: a streamed request's longest wait for its next bytes."""
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self.extra_body = dict(extra_body or {})
+        self.params = params or GenerationParams()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout_s = timeout_s
         self.stall_timeout_s = stall_timeout_s
@@ -296,25 +321,19 @@ class OpenAIClient:
         return list(data.get("data", [])) if isinstance(data, dict) else []
 
     # -- generation -----------------------------------------------------------------------------
-    def complete(self, prompt: str, *, max_tokens: int, seed: int | None = 42, temperature: float = 0.0,
-                 logprobs: int | None = None, stream: bool = False,
+    def complete(self, prompt: str, *, max_tokens: int, logprobs: int | None = None, stream: bool = False,
                  extra: dict[str, Any] | None = None) -> Completion:
-        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
-                                "temperature": temperature}
-        if seed is not None:
-            body["seed"] = seed
+        """/v1/completions with the client's params; `extra`: this request's own fields."""
+        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens}
         if logprobs is not None:
             body["logprobs"] = logprobs
         return self._generate("/v1/completions", body, stream, extra, chat=False)
 
-    def chat(self, messages: list[dict[str, str]], *, max_tokens: int, seed: int | None = 42,
-             temperature: float = 0.0, logprobs: int | None = None, stream: bool = False,
-             response_format: dict[str, Any] | None = None,
+    def chat(self, messages: list[dict[str, str]], *, max_tokens: int, logprobs: int | None = None,
+             stream: bool = False, response_format: dict[str, Any] | None = None,
              extra: dict[str, Any] | None = None) -> Completion:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
-                                "temperature": temperature}
-        if seed is not None:
-            body["seed"] = seed
+        """/v1/chat/completions with the client's params; `extra`: this request's own fields."""
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens}
         if logprobs is not None:
             body["logprobs"] = True
             body["top_logprobs"] = logprobs
@@ -325,7 +344,7 @@ class OpenAIClient:
     def _generate(self, path: str, body: dict[str, Any], stream: bool,
                   extra: dict[str, Any] | None, chat: bool) -> Completion:
         t_enter = time.perf_counter()
-        body = {**body, **self.extra_body, **(extra or {})}
+        body = {**body, **self.params.fields(), **(extra or {})}
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
@@ -672,7 +691,7 @@ class AsyncOpenAIClient:
             raise SuiteError(f"AsyncOpenAIClient: unknown backend {backend!r} ({', '.join(BACKENDS)})")
         self.base_url = parent.base_url
         self.model = parent.model
-        self.extra_body = dict(parent.extra_body)
+        self.params = parent.params
         self.timeout_s = parent.timeout_s
         self.stall_timeout_s = parent.stall_timeout_s
         self.backend = backend
@@ -715,19 +734,15 @@ class AsyncOpenAIClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def _body(self, prompt: str, max_tokens: int, seed: int | None, temperature: float,
-              extra: dict[str, Any] | None) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
-                                "temperature": temperature}
-        if seed is not None:
-            body["seed"] = seed
-        return {**body, **self.extra_body, **(extra or {}), "stream": True, "stream_options": {"include_usage": True}}
+    def _body(self, prompt: str, max_tokens: int, extra: dict[str, Any] | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens}
+        return {**body, **self.params.fields(), **(extra or {}), "stream": True,
+                "stream_options": {"include_usage": True}}
 
-    async def complete_stream(self, prompt: str, *, max_tokens: int, seed: int | None = 42,
-                              temperature: float = 0.0, extra: dict[str, Any] | None = None) -> Completion:
+    async def complete_stream(self, prompt: str, *, max_tokens: int, extra: dict[str, Any] | None = None) -> Completion:
         """A streamed /v1/completions request, timed as `OpenAIClient.complete(..., stream=True)` times it."""
         t_enter = time.perf_counter()
-        body = self._body(prompt, max_tokens, seed, temperature, extra)
+        body = self._body(prompt, max_tokens, extra)
         if self.backend == "aiohttp":
             return await self._stream_aiohttp("/v1/completions", body, t_enter)
         if self.backend == "httpx":

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.client import ClientError, OpenAIClient
+from suite.client import ClientError, GenerationParams, OpenAIClient
 from suite.errors import SuiteError
 from suite.analysis.jsonextract import extract_json_object
 from suite.paths import PROMPTS_DIR
@@ -76,11 +76,13 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def client_for_url(url: str, model: str) -> OpenAIClient:
-    """A judge client for any OpenAI-compatible URL; the API key, if any, comes from the environment."""
+def client_for_url(url: str, model: str, params: GenerationParams | None = None) -> OpenAIClient:
+    """A judge client for any OpenAI-compatible URL (sampling: `params`); the API key, if any,
+    comes from the environment."""
     if not url.startswith(("http://", "https://")):
         raise SuiteError(f"judge url {url!r}: must start with http:// or https://")
-    return OpenAIClient(url.rstrip("/").removesuffix("/v1"), model, api_key=os.environ.get(JUDGE_API_KEY_ENV))
+    return OpenAIClient(url.rstrip("/").removesuffix("/v1"), model, params=params,
+                        api_key=os.environ.get(JUDGE_API_KEY_ENV))
 
 
 class JudgeGate(BaseModel):
@@ -169,7 +171,6 @@ def grade(ctx: "StageContext", sections: list["Section"], answers: dict[str, lis
     rubric = load_rubric()
     chat = JsonChat(judge, supports_schema=True)
     limit = min(rubric.max_tokens, max_tokens) if max_tokens else rubric.max_tokens
-    seed, temperature = ctx.sampling.seed, ctx.sampling.temperature
     everything, reason = graded_repeats_for(sections, answers, ctx.reproducible)
     failed = invalid = graded = 0
     judge_by_section: dict[str, list[float]] = {}
@@ -180,7 +181,7 @@ def grade(ctx: "StageContext", sections: list["Section"], answers: dict[str, lis
     def ask(section: "Section", answer: "Answer") -> tuple[str | None, dict[str, str] | None, str | None, str | None]:
         prompt = build_judge_prompt(rubric, section, answer)
         try:
-            c = chat.ask(prompt, judge_schema(section), max_tokens=limit, seed=seed, temperature=temperature)
+            c = chat.ask(prompt, judge_schema(section), max_tokens=limit)
         except ClientError as exc:
             return None, None, None, str(exc)
         parsed = extract_json_object(c.text)

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from suite.client import OpenAIClient
+from suite.client import GenerationParams, OpenAIClient
 from suite.definitions import RuntimeDefinition, get_definition, load_definitions
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import LaunchSpec
@@ -97,9 +97,9 @@ def test_gate_in_a_container(docker_launcher, llamacpp_image, tiny_gguf, tmp_pat
         assert f"/models/{tiny_gguf.name}" in rt.command
         assert attrs["Config"]["Labels"]["suite.run"] == "1"
         assert rt.image_digest and rt.image_digest.startswith("sha256:")
-        with OpenAIClient(rt.base_url, "tiny", extra_body={**definition.request.extra_body,
-                                                           **control.extra_body}) as client:
-            gate = run_gate(client, select_prompts(["short-open"]), 5, seed=42, temperature=0.0,
+        with OpenAIClient(rt.base_url, "tiny", params=GenerationParams(extra_body={
+                **definition.request.extra_body, **control.extra_body})) as client:
+            gate = run_gate(client, select_prompts(["short-open"]), 5,
                             max_tokens_cap=16, alive=rt.alive)
     prompt = gate.prompts[0]
     assert prompt.answered == 5 and prompt.errors == 0
@@ -132,8 +132,8 @@ def test_adding_a_runtime_is_a_folder(docker_launcher, llamacpp_image, tiny_gguf
     docker_launcher.prepare(definition)
     with docker_launcher.start(spec_for(definition, tiny_gguf, tmp_path)) as rt:
         assert "--parallel" in rt.command and "1" in rt.command
-        with OpenAIClient(rt.base_url, "tiny", extra_body={"cache_prompt": False}) as client:
-            gate = run_gate(client, select_prompts(["short-open"]), 3, seed=42, temperature=0.0,
+        with OpenAIClient(rt.base_url, "tiny", params=GenerationParams(extra_body={"cache_prompt": False})) as client:
+            gate = run_gate(client, select_prompts(["short-open"]), 3,
                             max_tokens_cap=8, alive=rt.alive)
     assert gate.prompts[0].answered == 3 and gate.prompts[0].distinct_answers == 1
     assert session_containers(docker_launcher) == []

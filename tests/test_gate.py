@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.client import OpenAIClient
+from suite.client import GenerationParams, OpenAIClient
 from suite.errors import SuiteError
 from suite.stages.gate import (
     GatePrompt,
@@ -23,7 +23,7 @@ from tests.conftest import start_local
 @pytest.fixture(scope="module")
 def client(llamacpp_server):
     definition_body = {"return_tokens": True}
-    with OpenAIClient(llamacpp_server.base_url, "tiny", extra_body=definition_body) as c:
+    with OpenAIClient(llamacpp_server.base_url, "tiny", params=GenerationParams(extra_body=definition_body)) as c:
         yield c
 
 
@@ -80,7 +80,7 @@ def test_unknown_prompt_id_lists_the_known_ones():
 
 def test_gate_counts_what_the_runtime_answered(client):
     rec = Recorder()
-    result = run_gate(client, [short()], 4, seed=42, temperature=0.0, max_tokens_cap=12, logprobs=True,
+    result = run_gate(client, [short()], 4, max_tokens_cap=12, logprobs=True,
                       record=rec)
     assert [ln["index"] for ln in rec.lines] == [0, 1, 2, 3]
     assert all(ln["kind"] == "gate" and ln["prompt_id"] == "short-open" and ln["seed"] == 42 for ln in rec.lines)
@@ -100,7 +100,7 @@ def test_gate_counts_what_the_runtime_answered(client):
 def test_runtime_errors_are_recorded_per_request(client):
     too_long = GatePrompt(id="too-long", version=1, max_tokens=8, prompt="lighthouse " * 6000)
     rec = Recorder()
-    result = run_gate(client, [too_long], 3, seed=42, temperature=0.0, record=rec)
+    result = run_gate(client, [too_long], 3, record=rec)
     p = result.prompts[0]
     assert p.errors == 3 and p.answered == 0 and p.distinct_answers == 0
     assert all(ln["error"] and "HTTP 400" in ln["error"] for ln in rec.lines)
@@ -111,7 +111,7 @@ def test_runtime_errors_are_recorded_per_request(client):
 def test_errors_in_a_row_stop_the_gate_but_keep_what_was_measured(client):
     too_long = GatePrompt(id="too-long", version=1, max_tokens=8, prompt="lighthouse " * 6000)
     rec = Recorder()
-    result = run_gate(client, [short(), too_long, short()], 8, seed=42, temperature=0.0, max_tokens_cap=4,
+    result = run_gate(client, [short(), too_long, short()], 8, max_tokens_cap=4,
                       record=rec)
     assert [p.prompt_id for p in result.prompts] == ["short-open", "too-long"]
     assert result.prompts[0].answered == 8
@@ -121,9 +121,9 @@ def test_errors_in_a_row_stop_the_gate_but_keep_what_was_measured(client):
 
 
 def test_empty_answers_are_answers(client):
-    first = client.complete(short().prompt, max_tokens=4, seed=42)
+    first = client.complete(short().prompt, max_tokens=4)
     stop = first.text[:1]
-    result = run_gate(client, [short()], 3, seed=42, temperature=0.0, max_tokens_cap=4, extra={"stop": [stop]})
+    result = run_gate(client, [short()], 3, max_tokens_cap=4, extra={"stop": [stop]})
     p = result.prompts[0]
     assert p.answered == 3 and p.empty_answers == 3
     assert all(a.text == "" for a in p.answers)
@@ -141,7 +141,7 @@ def test_runtime_dying_mid_gate_stops_with_its_reason(tiny_gguf, tmp_path):
     with rt, OpenAIClient(rt.base_url, "tiny", timeout_s=30) as c:
         from suite.stages.gate import death_reason_of
 
-        result = run_gate(c, [short(), short()], 5, seed=42, temperature=0.0, max_tokens_cap=4,
+        result = run_gate(c, [short(), short()], 5, max_tokens_cap=4,
                           record=record_then_kill, alive=rt.alive, death_reason=death_reason_of(rt))
     assert len(result.prompts) == 1
     p = result.prompts[0]
@@ -154,7 +154,7 @@ def test_runtime_dying_mid_gate_stops_with_its_reason(tiny_gguf, tmp_path):
 
 def test_concurrent_gate_sends_waves(client):
     rec = Recorder()
-    result = run_gate(client, [short()], 6, seed=42, temperature=0.0, max_tokens_cap=6, concurrency=3, record=rec)
+    result = run_gate(client, [short()], 6, max_tokens_cap=6, concurrency=3, record=rec)
     assert sorted(ln["index"] for ln in rec.lines) == list(range(6))
     assert {ln["wave"] for ln in rec.lines} == {0, 1}
     p = result.prompts[0]

@@ -49,7 +49,7 @@ def make_ctx(arm: str, rt: RunningRuntime, tmp: Path, **profile_changes) -> Stag
                         profile=QUICK.model_copy(update=profile_changes), sampling=plan.card.sampling,
                         signature=signature, record=record, client=plan.client(rt, []), running=rt, controls=[],
                         launch=None,  # type: ignore[arg-type]  (these stages never relaunch)
-                        extra_body=plan.extra_body([]))
+                        )
 
 
 def requests_of(ctx: StageContext, kind: str) -> list[dict]:

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from suite.client import Completion
+from suite.client import Completion, GenerationParams
 from suite.errors import SuiteError
 from suite.stages import latency as lat
 from suite.analysis.stats import summarize
@@ -140,6 +140,8 @@ def test_prompt_prefixes_are_unique_fixed_length_and_deterministic():
 
 
 class _FakeClient:
+    params = GenerationParams()
+
     def __init__(self) -> None:
         self.prompts: list[str] = []
         self.lock = threading.Lock()

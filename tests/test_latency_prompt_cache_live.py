@@ -34,7 +34,7 @@ def _ctx(rt: RunningRuntime, tmp: Path) -> StageContext:
                         sampling=plan.card.sampling, signature=signature, record=record,
                         client=plan.client(rt, []), running=rt, controls=[],
                         launch=None,  # type: ignore[arg-type]  (the latency stage never relaunches)
-                        extra_body=plan.extra_body([]))
+                        )
 
 
 def test_unique_prefix_defeats_llama_servers_prompt_cache(llamacpp_server: RunningRuntime, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from suite.client import ClientError, OpenAIClient
+from suite.client import ClientError, GenerationParams, OpenAIClient
 from suite.errors import RuntimeStartError
 from suite.paths import tools_prefix
 from tests.conftest import start_local
@@ -25,8 +25,8 @@ def sensible(text: str) -> bool:
 
 def seeded_completion(base_url: str) -> tuple[str, int | None]:
     with OpenAIClient(base_url, "tiny") as client:
-        first = client.complete(PROMPT, max_tokens=16, seed=42)
-        second = client.complete(PROMPT, max_tokens=16, seed=42)
+        first = client.complete(PROMPT, max_tokens=16)
+        second = client.complete(PROMPT, max_tokens=16)
     assert first.text.strip(), "empty answer"
     assert first.finish_reason in ("length", "stop")
     assert first.prompt_tokens is not None
@@ -50,8 +50,8 @@ def test_llamacpp_python_seeded_completion(tiny_gguf, tmp_path):
 def test_vllm_cpu_seeded_completion_and_same_tokens_as_gguf(tiny_hf, tmp_path, llamacpp_server):
     # Eager mode: no graph compilation, so the start-up costs a minute less on two cores.
     with start_local("vllm-cpu", tiny_hf, tmp_path, controls=["eager"]) as rt:
-        with OpenAIClient(rt.base_url, "tiny", extra_body={"return_token_ids": True}) as client:
-            answer = client.complete(PROMPT, max_tokens=16, seed=42)
+        with OpenAIClient(rt.base_url, "tiny", params=GenerationParams(extra_body={"return_token_ids": True})) as client:
+            answer = client.complete(PROMPT, max_tokens=16)
             vllm_ids = client.tokenize(PROMPT)
     assert sensible(answer.text)
     with OpenAIClient(llamacpp_server.base_url, "tiny") as client:
@@ -116,7 +116,7 @@ def test_stop_leaves_no_process(tiny_gguf, tmp_path):
     assert no_process_left(pid)
     assert all(no_process_left(c.pid) for c in children)
     with pytest.raises(ClientError):
-        OpenAIClient(rt.base_url, "tiny", timeout_s=2).complete(PROMPT, max_tokens=2, seed=1)
+        OpenAIClient(rt.base_url, "tiny", timeout_s=2).complete(PROMPT, max_tokens=2)
 
 
 @pytest.mark.parametrize("delay_s", [1.2, 6.0])

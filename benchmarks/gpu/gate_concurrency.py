@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from suite.client import OpenAIClient  # noqa: E402
+from suite.client import GenerationParams, OpenAIClient  # noqa: E402
 from suite.stages.gate import run_gate, select_prompts  # noqa: E402
 
 
@@ -38,11 +38,11 @@ def main() -> int:
     rows = []
     print(f"{'prompt':<12} {'c':>4} {'distinct':>10} {'wall s':>7}  lengths | verdict", flush=True)
     base = a.url.rstrip("/").removesuffix("/v1")  # the client adds /v1 itself
-    with OpenAIClient(base, a.model, timeout_s=600) as client:
+    with OpenAIClient(base, a.model, timeout_s=600, params=GenerationParams(seed=a.seed, temperature=0.0)) as client:
         for prompt in prompts:
             for c in [int(x) for x in a.levels.split(",")]:
                 t0 = time.perf_counter()
-                g = run_gate(client, [prompt], a.requests, seed=a.seed, temperature=0.0, max_tokens_cap=a.max_tokens,
+                g = run_gate(client, [prompt], a.requests, max_tokens_cap=a.max_tokens,
                              concurrency=c, label=f"c{c}")
                 pr = g.prompts[0]
                 wall = time.perf_counter() - t0

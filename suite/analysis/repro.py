@@ -37,6 +37,7 @@ from typing import Hashable, Literal
 
 from pydantic import BaseModel, Field
 
+from suite.analysis.tokens import token_count
 from suite.analysis.stats import percentile
 
 log = logging.getLogger(__name__)
@@ -69,9 +70,8 @@ class Sample(BaseModel):
 
     @property
     def n_tokens(self) -> int | None:
-        if self.token_ids is not None:
-            return len(self.token_ids)
-        return self.completion_tokens
+        """Tokens of the answer, by the suite's one rule (suite.analysis.tokens)."""
+        return token_count(self.token_ids, self.completion_tokens, logprobs=self.logprobs)
 
     @property
     def truncated(self) -> bool:

@@ -54,7 +54,6 @@ class StageContext:
     running: "RunningRuntime"
     controls: list[str]  # controls active on the running runtime
     launch: LaunchFactory  # launch(controls=[...]) -> (runtime, client), fresh process/container
-    extra_body: dict[str, Any] = field(default_factory=dict)  # per-request fields of the controls
     reproducible: bool | None = None  # the gate's verdict, once known
     results: dict[str, Any] = field(default_factory=dict)  # earlier stages' results, by name
     judge: "OpenAIClient | None" = None

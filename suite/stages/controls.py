@@ -144,18 +144,11 @@ def _row_from_gate(row: ControlRow, gate: GateResult) -> ControlRow:
 
 def _gate_on(ctx: "StageContext", running: Any, client: Any, label: str, controls: list[str],
              extra: dict[str, Any] | None = None, process_cold: bool = True) -> GateResult:
-    body = dict(client.extra_body)
-    if ctx.sampling.top_p is not None:
-        body.setdefault("top_p", ctx.sampling.top_p)
-    for name in controls:
-        if name != LORA:
-            body.update(ctx.runtime.control(name).extra_body)
-    body.update(extra or {})
+    # the client carries the row's controls' request fields (ctx.launch made it); `extra`: LoRA's
     return run_gate(
-        client, select_prompts(ctx.profile.gate_prompts), ctx.profile.gate_requests, seed=ctx.sampling.seed,
-        temperature=ctx.sampling.temperature, max_tokens_cap=ctx.profile.gate_max_tokens,
-        logprobs=logprobs_for(ctx), concurrency=concurrency_of(ctx, [c for c in controls if c != LORA]),
-        extra=body, record=ctx.record_request, alive=running.alive, death_reason=death_reason_of(running),
+        client, select_prompts(ctx.profile.gate_prompts), ctx.profile.gate_requests,
+        max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
+        concurrency=concurrency_of(ctx, [c for c in controls if c != LORA]), extra=extra, record=ctx.record_request, alive=running.alive, death_reason=death_reason_of(running),
         label=label, controls=controls, kind="controls", process_cold=process_cold,
     )
 

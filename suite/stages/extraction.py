@@ -206,23 +206,19 @@ class JsonChat:
     def mode(self) -> Mode:
         return self.modes[0]
 
-    def _send(self, content: str, schema: dict[str, Any], max_tokens: int, seed: int, temperature: float,
-              extra: dict[str, Any] | None) -> Completion:
+    def _send(self, content: str, schema: dict[str, Any], max_tokens: int) -> Completion:
         response_format = response_format_for(self.mode, schema)
         if self.endpoint == "chat":
-            return self.client.chat([{"role": "user", "content": content}], max_tokens=max_tokens, seed=seed,
-                                    temperature=temperature, response_format=response_format, extra=extra)
-        body = dict(extra or {})
-        if response_format is not None:
-            body["response_format"] = response_format
-        return self.client.complete(content + "\n\n", max_tokens=max_tokens, seed=seed, temperature=temperature,
-                                    extra=body or None)
+            return self.client.chat([{"role": "user", "content": content}], max_tokens=max_tokens,
+                                    response_format=response_format)
+        body = {"response_format": response_format} if response_format is not None else None
+        return self.client.complete(content + "\n\n", max_tokens=max_tokens, extra=body)
 
-    def ask(self, content: str, schema: dict[str, Any], *, max_tokens: int, seed: int, temperature: float,
-            extra: dict[str, Any] | None = None) -> Completion:
+    def ask(self, content: str, schema: dict[str, Any], *, max_tokens: int) -> Completion:
+        """One answer as JSON, with the client's sampling; a rejected JSON mode falls back to the next."""
         while True:
             try:
-                return self._send(content, schema, max_tokens, seed, temperature, extra)
+                return self._send(content, schema, max_tokens)
             except ClientError as exc:
                 message = str(exc)
                 lowered = message.lower()
@@ -366,14 +362,13 @@ ANSWERS_KEY = "extraction.answers"  # where the stage leaves its answers for the
 
 
 def ask_section(ctx: "StageContext", chat: JsonChat, section: Section, prompt: PromptTemplate, repeat: int,
-                extra: dict[str, Any], signature: Any, reload: int | None = None) -> Answer:
+                signature: Any, reload: int | None = None) -> Answer:
     """Ask one section once, score it against gold, and record the request and every fact."""
     profile = ctx.profile
     content = build_prompt(section, prompt)
     schema = json_schema_for(section.facts)
     try:
-        c = chat.ask(content, schema, max_tokens=profile.extraction_max_tokens, seed=ctx.sampling.seed,
-                     temperature=ctx.sampling.temperature, extra=extra or None)
+        c = chat.ask(content, schema, max_tokens=profile.extraction_max_tokens)
         text, error = c.text, None
     except ClientError as exc:
         text, error, c = "", str(exc), None
@@ -382,7 +377,7 @@ def ask_section(ctx: "StageContext", chat: JsonChat, section: Section, prompt: P
     where = {} if reload is None else {"reload": reload}
     ctx.record_request(
         "extraction", section=section.uid, repeat=repeat, mode=chat.mode, endpoint=chat.endpoint,
-        seed=ctx.sampling.seed,
+        seed=chat.client.params.seed,
         max_tokens=profile.extraction_max_tokens, text=text, error=error,
         finish_reason=c.finish_reason if c else None, e2e_s=c.e2e_s if c else None,
         completion_tokens=c.completion_tokens if c else None, json_status=parsed.status,
@@ -412,16 +407,13 @@ def run(ctx: "StageContext") -> ExtractionResult:
         raise SuiteError(f"profile {profile.name}: extraction_repeats must be at least 1")
     caps = ctx.runtime.capabilities
     chat = JsonChat(ctx.client, supports_schema=bool(caps.json_schema), chat=bool(caps.chat))
-    extra: dict[str, Any] = {}
-    if ctx.sampling.top_p is not None:
-        extra["top_p"] = ctx.sampling.top_p
     signature = _fact_signature(ctx)
 
     answers: dict[str, list[Answer]] = {s.uid: [] for s in sections}
     failed = 0
     for repeat in range(repeats):
         for section in sections:
-            answer = ask_section(ctx, chat, section, prompt, repeat, extra, signature)
+            answer = ask_section(ctx, chat, section, prompt, repeat, signature)
             failed += answer.error is not None
             answers[section.uid].append(answer)
     ctx.results[ANSWERS_KEY] = answers  # for a reload in a fresh launch (the reloads stage)

@@ -181,20 +181,19 @@ def _sample(index: int, c: Completion) -> Sample:
                   finish_reason=c.finish_reason, error=c.error)
 
 
-def _one_request(client: OpenAIClient, prompt: GatePrompt, max_tokens: int, seed: int | None,
-                 temperature: float, logprobs: bool, extra: dict[str, Any]) -> Completion:
+def _one_request(client: OpenAIClient, prompt: GatePrompt, max_tokens: int, logprobs: bool,
+                 extra: dict[str, Any]) -> Completion:
     try:
         if prompt.kind == "chat":
-            return client.chat([{"role": "user", "content": prompt.prompt}], max_tokens=max_tokens, seed=seed,
-                               temperature=temperature, logprobs=TOP_LOGPROBS if logprobs else None, extra=extra)
-        return client.complete(prompt.prompt, max_tokens=max_tokens, seed=seed, temperature=temperature,
-                               logprobs=TOP_LOGPROBS if logprobs else None, extra=extra)
+            return client.chat([{"role": "user", "content": prompt.prompt}], max_tokens=max_tokens,
+                               logprobs=TOP_LOGPROBS if logprobs else None, extra=extra or None)
+        return client.complete(prompt.prompt, max_tokens=max_tokens, logprobs=TOP_LOGPROBS if logprobs else None,
+                               extra=extra or None)
     except ClientError as exc:
         return Completion(error=str(exc))
 
 
-def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, seed: int | None, temperature: float,
-             max_tokens_cap: int | None = None, logprobs: bool = False, concurrency: int = 1,
+def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, max_tokens_cap: int | None = None, logprobs: bool = False, concurrency: int = 1,
              extra: dict[str, Any] | None = None, record: RecordFn | None = None,
              alive: Callable[[], bool] | None = None, death_reason: Callable[[], str | None] | None = None,
              label: str = "default", controls: list[str] | None = None, kind: str = "gate",
@@ -205,11 +204,16 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, seed: i
     the first prompt is cold in every cache; the first request of each later prompt is cold only
     for that prompt.
 
-    `record(kind, **fields)` is called once per request as soon as it finishes. `alive()` says
+    The requests carry the client's params (seed, sampling, the controls' fields) and `extra`, this
+    series' own fields (a LoRA adapter's selection). `record(kind, **fields)` is called once per
+    request as soon as it finishes. `alive()` says
     whether the runtime still runs (checked after a failed request); `death_reason()` gives the
     log line that says why it died.
     """
     extra = dict(extra or {})
+    params = client.params
+    request_extra = params.request_extra | extra  # what every request carried besides the prompt
+    seed, temperature = params.seed, params.temperature
     concurrency = max(1, concurrency)
     t_gate = time.perf_counter()
     http_s = 0.0
@@ -227,7 +231,7 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, seed: i
             prompt_stopped: str | None = None
             for wave_start in range(0, n, concurrency):
                 indices = list(range(wave_start, min(n, wave_start + concurrency)))
-                call = lambda _i: _one_request(client, prompt, max_tokens, seed, temperature, logprobs, extra)  # noqa: E731
+                call = lambda _i: _one_request(client, prompt, max_tokens, logprobs, extra)  # noqa: E731
                 outs = list(pool.map(call, indices)) if pool else [call(indices[0])]
                 for i, c in zip(indices, outs):
                     http_s += c.e2e_s
@@ -236,7 +240,7 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, seed: i
                         record(kind, label=label, controls=controls or [], prompt_id=prompt.id,
                                prompt_version=prompt.version, prompt_sha256=prompt.sha256, index=i,
                                wave=wave_start // concurrency, concurrency=concurrency, seed=seed,
-                               temperature=temperature, max_tokens=max_tokens, request_extra=extra,
+                               temperature=temperature, max_tokens=max_tokens, request_extra=request_extra,
                                text=c.text, token_ids=c.token_ids, logprobs=c.logprobs,
                                top_logprobs=c.top_logprobs, finish_reason=c.finish_reason, prompt_tokens=c.prompt_tokens,
                                completion_tokens=c.completion_tokens, e2e_s=c.e2e_s, ttft_s=c.ttft_s,
@@ -273,7 +277,8 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, seed: i
     total = sum(p.requests for p in results)
     overhead = (wall - http_s) / total * 1000 if total and concurrency == 1 else None
     return GateResult(label=label, controls=controls or [], model=extra.get("model") or client.model,
-                      n_requests=n, concurrency=concurrency, request_extra=extra, seed=seed, temperature=temperature,
+                      n_requests=n, concurrency=concurrency, request_extra=request_extra, seed=seed,
+                      temperature=temperature,
                       logprobs=logprobs, prompts=results, reproducible=reproducible, verdict=verdict,
                       stopped_reason=stopped, wall_s=round(wall, 4), http_s=round(http_s, 4),
                       overhead_ms_per_request=None if overhead is None or math.isnan(overhead) else round(overhead, 4))
@@ -323,14 +328,9 @@ def concurrency_of(ctx: "StageContext", controls: list[str]) -> int:
 def run(ctx: "StageContext") -> GateResult:
     """The gate on the arm's running runtime."""
     prompts = select_prompts(ctx.profile.gate_prompts)
-    extra = dict(ctx.extra_body)
-    if ctx.sampling.top_p is not None:
-        extra.setdefault("top_p", ctx.sampling.top_p)
     result = run_gate(
-        ctx.client, prompts, ctx.profile.gate_requests, seed=ctx.sampling.seed,
-        temperature=ctx.sampling.temperature, max_tokens_cap=ctx.profile.gate_max_tokens,
-        logprobs=logprobs_for(ctx), concurrency=concurrency_of(ctx, ctx.controls), extra=extra,
-        record=ctx.record_request, alive=ctx.running.alive, death_reason=death_reason_of(ctx.running),
+        ctx.client, prompts, ctx.profile.gate_requests, max_tokens_cap=ctx.profile.gate_max_tokens,
+        logprobs=logprobs_for(ctx), concurrency=concurrency_of(ctx, ctx.controls), record=ctx.record_request, alive=ctx.running.alive, death_reason=death_reason_of(ctx.running),
         label="+".join(ctx.controls) or "default", controls=list(ctx.controls),
     )
     ctx.reproducible = result.reproducible

@@ -201,14 +201,8 @@ class LatencyResult(BaseModel):
 # -- helpers --------------------------------------------------------------------------------------
 
 def _n_tokens(c: Completion) -> int:
-    """Tokens generated: the usage count, else the runtime's timings, else the text chunks."""
-    if c.completion_tokens:
-        return int(c.completion_tokens)
-    if c.server_timings and isinstance(c.server_timings.get("predicted_n"), (int, float)):
-        return int(c.server_timings["predicted_n"])
-    if c.token_ids:
-        return len(c.token_ids)
-    return len(c.chunk_times_s)
+    """Tokens generated (the suite's one rule, `Completion.n_tokens`); 0 when nothing says."""
+    return c.n_tokens or 0
 
 
 def _tpot(c: Completion, n: int) -> float | None:
@@ -306,10 +300,8 @@ class _Sample(BaseModel):
     cached_tokens: int | None = None
 
 
-def _one_request(client: OpenAIClient, *, index: int, max_tokens: int, seed: int, temperature: float,
-                 extra: dict[str, Any]) -> Completion:
-    return client.complete(prompt_for(index), max_tokens=max_tokens, seed=seed, temperature=temperature,
-                           stream=True, extra=extra or None)
+def _one_request(client: OpenAIClient, *, index: int, max_tokens: int) -> Completion:
+    return client.complete(prompt_for(index), max_tokens=max_tokens, stream=True)
 
 
 def _cached_tokens(c: Completion) -> int | None:
@@ -351,7 +343,7 @@ def _cpu_s() -> float:
 
 
 async def _run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, max_tokens: int,
-                          seed: int | None, temperature: float, extra: dict[str, Any], backend: str) -> ConcurrentRun:
+                          backend: str) -> ConcurrentRun:
     results: list[Completion | str] = [""] * n
     lags: list[float] = []
     next_index = 0
@@ -371,8 +363,7 @@ async def _run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt
             i = next_index
             next_index += 1
             try:
-                results[i] = await aclient.complete_stream(prompt(i), max_tokens=max_tokens, seed=seed,
-                                                           temperature=temperature, extra=extra or None)
+                results[i] = await aclient.complete_stream(prompt(i), max_tokens=max_tokens)
             except ClientError as exc:
                 results[i] = str(exc)
 
@@ -386,9 +377,9 @@ async def _run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt
 
 
 def run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, *, max_tokens: int,
-                   seed: int | None = 42, temperature: float = 0.0, extra: dict[str, Any] | None = None,
                    backend: str = "httptools") -> ConcurrentRun:
-    """`n` streamed completions, `concurrency` in flight, on one event loop in this thread.
+    """`n` streamed completions, `concurrency` in flight, on one event loop in this thread (with
+    the client's params).
 
     `backend`: the `AsyncOpenAIClient` transport (`suite.client.BACKENDS`).
 
@@ -405,8 +396,7 @@ def run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, 
     gc.disable()
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-            return runner.run(_run_concurrent(client, n, concurrency, prompt, max_tokens, seed, temperature,
-                                              dict(extra or {}), backend))
+            return runner.run(_run_concurrent(client, n, concurrency, prompt, max_tokens, backend))
     finally:
         if was_enabled:
             gc.enable()
@@ -420,7 +410,7 @@ def level_requests(requests: int, concurrency: int) -> int:
 
 
 def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: int,
-              extra: dict[str, Any], first_index: int = 0) -> LatencyLevel:
+              first_index: int = 0) -> LatencyLevel:
     """`requests` streamed requests with `concurrency` in flight; summary of the measured ones.
 
     Request i of the level gets the prompt prefix `first_index + i`, so no two requests of the
@@ -429,7 +419,7 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
     """
     if not 1 <= concurrency <= MAX_CONCURRENCY:
         raise SuiteError(f"latency: concurrency must be 1 to {MAX_CONCURRENCY}, got {concurrency}")
-    seed, temperature = ctx.sampling.seed, ctx.sampling.temperature
+    seed = ctx.client.params.seed
     samples: list[_Sample] = []
     errors: list[str] = []
     incomplete: list[int] = []
@@ -474,15 +464,14 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
         t0 = time.perf_counter()
         for i in range(requests):
             try:
-                c: Completion | str = _one_request(ctx.client, index=first_index + i, max_tokens=max_tokens,
-                                                   seed=seed, temperature=temperature, extra=extra)
+                c: Completion | str = _one_request(ctx.client, index=first_index + i, max_tokens=max_tokens)
             except ClientError as exc:
                 c = str(exc)
             book(i, c)
         wall = time.perf_counter() - t0
     else:
         concurrent = run_concurrent(ctx.client, requests, concurrency, lambda i: prompt_for(first_index + i),
-                                    max_tokens=max_tokens, seed=seed, temperature=temperature, extra=extra)
+                                    max_tokens=max_tokens)
         wall = concurrent.wall_s
         for i, c in enumerate(concurrent.results):
             book(i, c)
@@ -570,17 +559,13 @@ def run(ctx: "StageContext") -> LatencyResult:
     """Warm up, then measure every concurrency level of the profile."""
     profile = ctx.profile
     max_tokens = profile.latency_max_tokens
-    extra: dict[str, Any] = {}
-    if ctx.sampling.top_p is not None:
-        extra["top_p"] = ctx.sampling.top_p
     total = profile.latency_warmup + sum(level_requests(profile.latency_requests, c) for c in profile.concurrency)
     if total > MAX_REQUESTS:
         raise SuiteError(f"profile {profile.name}: {total} latency requests, more than the {MAX_REQUESTS} "
                          "unique prompt prefixes")
     for i in range(profile.latency_warmup):  # warm-up requests take prefixes 0 .. warmup-1
         try:
-            c = _one_request(ctx.client, index=i, max_tokens=max_tokens, seed=ctx.sampling.seed,
-                             temperature=ctx.sampling.temperature, extra=extra)
+            c = _one_request(ctx.client, index=i, max_tokens=max_tokens)
             ctx.record_request("latency", concurrency=1, index=i, warmup=True, prompt_id=PROMPT_ID,
                                prompt_index=i, text=c.text, finish_reason=c.finish_reason, ttft_s=c.ttft_s,
                                e2e_s=c.e2e_s, completion_tokens=_n_tokens(c), server_timings=c.server_timings)
@@ -593,7 +578,7 @@ def run(ctx: "StageContext") -> LatencyResult:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise SuiteError(f"profile {profile.name}: concurrency must be 1 to {MAX_CONCURRENCY}, got {concurrency}")
         n = level_requests(profile.latency_requests, concurrency)
-        level = run_level(ctx, concurrency, n, max_tokens, extra, first_index=next_index)
+        level = run_level(ctx, concurrency, n, max_tokens, first_index=next_index)
         next_index += n
         log.info("latency c=%d: TTFT p50 %.1f ms, TPOT p50 %.1f ms, overhead p50 %.3f ms%s", concurrency,
                  (level.ttft_s.p50 or 0) * 1000, (level.tpot_s.p50 or 0) * 1000, level.overhead_ms.p50 or 0,

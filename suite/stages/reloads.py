@@ -50,7 +50,6 @@ def run(ctx: "StageContext") -> ReloadsResult:
                          "in the same bench (not resumed past it)")
     sections = [s for s in select_sections(ctx.profile.extraction_sections) if s.uid in answers]
     prompt = load_prompt()
-    extra = {"top_p": ctx.sampling.top_p} if ctx.sampling.top_p is not None else {}
     signature = _fact_signature(ctx)
     comparable = [s for s in sections if answers[s.uid] and all(a.extracted is not None for a in answers[s.uid])]
     identical = [s for s in comparable if len({_answered_facts(s, a.extracted) for a in answers[s.uid]}) == 1]
@@ -63,7 +62,7 @@ def run(ctx: "StageContext") -> ReloadsResult:
                 caps = ctx.runtime.capabilities
                 chat = JsonChat(client, supports_schema=bool(caps.json_schema), chat=bool(caps.chat))
                 for section in sections:
-                    after = ask_section(ctx, chat, section, prompt, 0, extra, signature, reload=i)
+                    after = ask_section(ctx, chat, section, prompt, 0, signature, reload=i)
                     before = answers[section.uid][0]
                     if after.extracted is None or before.extracted is None:
                         continue

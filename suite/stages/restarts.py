@@ -217,13 +217,9 @@ def _one_launch(ctx: "StageContext", i: int, mode: Literal["fresh", "kept"], cac
     try:
         with ctx.launch(env=cache_env(root)) as (running, client):
             outcome.startup_s = running.startup_s
-            body = dict(client.extra_body)
-            if ctx.sampling.top_p is not None:
-                body.setdefault("top_p", ctx.sampling.top_p)
             gate = run_gate(
-                client, prompts, n, seed=ctx.sampling.seed, temperature=ctx.sampling.temperature,
-                max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
-                concurrency=concurrency_of(ctx, ctx.controls), extra=body, record=ctx.record_request,
+                client, prompts, n, max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
+                concurrency=concurrency_of(ctx, ctx.controls), record=ctx.record_request,
                 alive=running.alive, death_reason=death_reason_of(running), label=f"launch-{i}-{mode}",
                 controls=list(ctx.controls), kind="restarts")
             outcome.gate = gate

@@ -177,20 +177,14 @@ def _run_session(ctx: "StageContext", i: int, r: int, labels: list[Literal["base
     try:
         with ctx.launch(lora=lora) as (running, client):
             outcome.startup_s = running.startup_s
-            bodies: dict[str, dict] = {}
-            for lb in labels:
-                body = dict(client.extra_body)
-                if ctx.sampling.top_p is not None:
-                    body.setdefault("top_p", ctx.sampling.top_p)
-                if lora is not None:
-                    body.update(lora_request_fields(caps.lora_select or "", ctx.card.served_name,
-                                                    lb == "adapter") or {})
-                bodies[lb] = body
+            # base and adapter share the process: each request says which (its own fields)
+            bodies = {lb: (lora_request_fields(caps.lora_select or "", ctx.card.served_name, lb == "adapter") or {})
+                      if lora is not None else {} for lb in labels}
             for rep in range(r):
                 for lb in labels:
                     gate = run_gate(
-                        client, prompts, 1, seed=ctx.sampling.seed, temperature=ctx.sampling.temperature,
-                        max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx), extra=bodies[lb],
+                        client, prompts, 1, max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
+                        extra=bodies[lb],
                         record=ctx.record_request, alive=running.alive, death_reason=death_reason_of(running),
                         label=f"session-{i}-run-{rep}-{lb}", controls=list(ctx.controls), kind="sessions",
                         process_cold=rep == 0 and lb == labels[0])
