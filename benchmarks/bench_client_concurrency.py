@@ -274,6 +274,7 @@ def main() -> int:
     p.add_argument("--min-gap-ms", type=float, default=2.0, help="truth server: the shortest inter-token gap")
     p.add_argument("--requests", type=int, default=0, help="requests per level (default: max(2 x level, 16))")
     p.add_argument("--parallel", type=int, default=64, help="llama-server: --parallel")
+    p.add_argument("--llama-log", type=Path, default=None, help="llama-server: keep its log here (default: a temporary file)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="llama-server: --threads")
     p.add_argument("--no-vllm", action="store_true", help="only the suite's client")
     p.add_argument("--backends", default="httptools,aiohttp",
@@ -314,7 +315,7 @@ def main() -> int:
         tmp = Path(tmp_name)
         llama = None
         if args.server == "llama":
-            llama, llama_url = start_llama(args.parallel, args.tokens, args.threads, tmp / "llama.log")
+            llama, llama_url = start_llama(args.parallel, args.tokens, args.threads, args.llama_log or tmp / "llama.log")
         try:
             for c in levels:
                 n = args.requests or max(2 * c, 16)
