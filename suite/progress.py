@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.markup import escape
@@ -347,21 +347,16 @@ class Display:
         else:
             with self._lock:
                 self._print(start_line)
-        outcome: Literal["done", "failed", "interrupted"] = "failed"
-        try:
-            yield item
-            outcome = "done"
-        except KeyboardInterrupt:
-            outcome = "interrupted"
-            raise
-        finally:
-            took = format_duration(item.elapsed_s)
-            line = f"{name}: done in {took}" if outcome == "done" else f"{name}: {outcome} after {took}"
+
+        def finish(line: str, ok: bool) -> None:
             if live:
-                self._end(item, line, outcome == "done")
+                self._end(item, line, ok)
             else:
                 with self._lock:
                     self._print(line)
+
+        with _ending(name, item, finish):
+            yield item
 
     @contextlib.contextmanager
     def stage(self, name: str, total: int | None = None) -> Iterator[Counter]:
@@ -372,20 +367,15 @@ class Display:
         self._begin(item, f"{name}: started{planned}", {"kind": "stage", "total": item.total, "failed": 0})
         with self._lock:
             self._stages.append(item)
-        outcome = "failed"
-        try:
-            yield item
-            outcome = "done"
-        except KeyboardInterrupt:
-            outcome = "interrupted"
-            raise
-        finally:
+
+        def finish(line: str, ok: bool) -> None:
             with self._lock:
                 if item in self._stages:
                     self._stages.remove(item)
-            took = format_duration(item.elapsed_s)
-            head = f"{name}: done in {took}" if outcome == "done" else f"{name}: {outcome} after {took}"
-            self._end(item, f"{head} ({item.summary(final=True)})", outcome == "done")
+            self._end(item, f"{line} ({item.summary(final=True)})", ok)
+
+        with _ending(name, item, finish):
+            yield item
 
     def advance(self, n: int = 1, *, failed: bool = False) -> None:
         """One more request of the stage now running (the innermost); nothing when none runs."""
@@ -393,6 +383,22 @@ class Display:
             counter = self._stages[-1] if self._stages else None
         if counter is not None:
             counter.advance(n, failed=failed)
+
+
+@contextlib.contextmanager
+def _ending(name: str, item: Any, finish: Callable[[str, bool], None]) -> Iterator[None]:
+    """Runs the block, then gives `finish` its end line ("done in 3.1 s", "failed after 3.1 s",
+    "interrupted after 3.1 s") and whether it ended well; Ctrl-C and errors go on up."""
+    outcome: Literal["done", "failed", "interrupted"] = "failed"
+    try:
+        yield
+        outcome = "done"
+    except KeyboardInterrupt:
+        outcome = "interrupted"
+        raise
+    finally:
+        took = format_duration(item.elapsed_s)
+        finish(f"{name}: done in {took}" if outcome == "done" else f"{name}: {outcome} after {took}", outcome == "done")
 
 
 # The one process-wide display (on stderr); the functions below use it.
