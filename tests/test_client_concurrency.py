@@ -105,16 +105,16 @@ def test_latency_stage_records_the_client_load_per_level(truth_url: str) -> None
     client = OpenAIClient(truth_url, "truth", timeout_s=30)
     ctx = SimpleNamespace(client=client, base_url=truth_url, sampling=SimpleNamespace(seed=42, temperature=0.0),
                           record_request=lambda kind, **f: recorded.append(dict(f, kind=kind)))
-    level = lat.run_level(ctx, 8, lat.level_requests(4, 8), 6, {}, first_index=10)  # type: ignore[arg-type]
+    level = lat.run_level(ctx, 8, lat.level_requests(4, 8), 6, first_index=10)  # type: ignore[arg-type]
     assert level.requests == 8 and level.failed == 0 and level.output_tokens.p50 == 6
     assert level.client is not None and level.client.loop_lag_ms.n > 0
     assert level.client.saturated == bool(level.client.reason)
     assert sorted(r["prompt_index"] for r in recorded) == list(range(10, 18))
     assert all(len(r["chunk_times_s"]) == 6 for r in recorded)
-    one = lat.run_level(ctx, 1, 2, 6, {}, first_index=20)  # type: ignore[arg-type]
+    one = lat.run_level(ctx, 1, 2, 6, first_index=20)  # type: ignore[arg-type]
     assert one.client is None  # one at a time: the synchronous client, nothing to saturate
     with pytest.raises(Exception, match="1 to 256"):
-        lat.run_level(ctx, 257, 257, 6, {})  # type: ignore[arg-type]
+        lat.run_level(ctx, 257, 257, 6)  # type: ignore[arg-type]
     client.close()
 
 

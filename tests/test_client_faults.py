@@ -229,14 +229,14 @@ def test_latency_stage_records_a_stalled_and_a_malformed_request(stand_in: Any) 
     recorded: list[dict[str, Any]] = []
     ctx = _ctx(client, recorded)
 
-    one = lat.run_level(ctx, 1, 4, TOKENS, {}, first_index=0)  # type: ignore[arg-type]
+    one = lat.run_level(ctx, 1, 4, TOKENS, first_index=0)  # type: ignore[arg-type]
     assert one.requests == 4 and one.failed == 2 and one.output_tokens.p50 == TOKENS
     errs = {r["prompt_index"]: r["error"] for r in recorded if r.get("error")}
     assert set(errs) == {1, 2}
     assert "no data for 1 s" in errs[1] and "malformed stream chunk" in errs[2]
 
     recorded.clear()
-    many = lat.run_level(ctx, 8, 8, TOKENS, {}, first_index=10)  # type: ignore[arg-type]
+    many = lat.run_level(ctx, 8, 8, TOKENS, first_index=10)  # type: ignore[arg-type]
     assert many.requests == 8 and many.failed == 3 and many.output_tokens.n == 5
     errs = {r["prompt_index"]: r["error"] for r in recorded if r.get("error")}
     assert set(errs) == {11, 12, 13}
