@@ -580,8 +580,8 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
     else:
         plans = plan_arms(model or "tiny", arms, launcher, profile, concurrency, gate_requests, restarts, overrides)
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
-    for plan in plans:
-        preflight(stages or list(ORDER), plan.profile, judge)
+    for profile in {plan.profile.model_dump_json(): plan.profile for plan in plans}.values():  # the arms share one
+        preflight(stages or list(ORDER), profile, judge)
     summaries = []
     for plan in plans:
         # One runtime on the GPU at a time: a machine-wide lock and no other compute process;

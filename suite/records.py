@@ -104,12 +104,19 @@ Summary = create_model(  # type: ignore[call-overload]
 # One JSON line per request, `kind` first. Each kind has a model (the fields the readers use;
 # any other field a stage writes is kept as it is); `RequestLine` picks the model by `kind`.
 
-class _Line(BaseModel):
+class _Base(BaseModel):
+    """What every line has."""
+
     model_config = ConfigDict(extra="allow")
 
     at: str
     stage: str | None = None  # the stage that sent it (lines from before stages said so: None)
     signature_digest: str | None = None
+
+
+class _Line(_Base):
+    """A line of one request to a runtime (or the judge)."""
+
     error: str | None = None  # the request failed (HTTP or protocol error)
     text: str | None = None
     finish_reason: str | None = None
@@ -151,13 +158,10 @@ class ExtractionLine(_Line):
     reload: int | None = None  # the reload it was asked in (None: the arm's own launch)
 
 
-class FactLine(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class FactLine(_Base):
+    """One gold fact of an extraction answer, scored."""
 
     kind: Literal["extraction-fact"]
-    at: str
-    stage: str | None = None
-    signature_digest: str | None = None
     section: str
     repeat: int
     key: str

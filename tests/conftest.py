@@ -7,6 +7,7 @@ Runtimes and models come from the suite's cache (`make test` installs them first
 from __future__ import annotations
 
 import os
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Iterator
 
@@ -17,6 +18,15 @@ from suite.definitions import RuntimeDefinition, get_definition
 from suite.launchers.base import LaunchSpec
 from suite.launchers.local import LocalLauncher, LocalRuntime, is_installed
 
+
+
+def send_body(h: BaseHTTPRequestHandler, code: int, content_type: str, body: bytes) -> None:
+    """A scripted server's whole reply: status, type, length, body."""
+    h.send_response(code)
+    h.send_header("Content-Type", content_type)
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)
 
 @pytest.fixture(scope="session")
 def tiny_card() -> ModelCard:

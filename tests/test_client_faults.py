@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from conftest import send_body
 from suite.client import BACKENDS, ClientError, OpenAIClient
 from suite.stages import latency as lat
 
@@ -69,12 +70,7 @@ class _StandIn:
         m = re.match(r"Request (\d+)", str(body.get("prompt", "")))
         mode = self.modes.get(int(m.group(1)) if m else -1, "ok")
         if mode == "http500":
-            msg = b'{"error": "scripted failure"}'
-            h.send_response(500)
-            h.send_header("Content-Type", "application/json")
-            h.send_header("Content-Length", str(len(msg)))
-            h.end_headers()
-            h.wfile.write(msg)
+            send_body(h, 500, "application/json", b'{"error": "scripted failure"}')
             return
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")

@@ -21,6 +21,7 @@ from typing import Iterator
 
 import pytest
 
+from conftest import send_body
 from suite.launchers.base import free_port
 
 
@@ -61,12 +62,7 @@ def html_server() -> Iterator[str]:
 
     class Handler(_Quiet):
         def do_GET(self) -> None:  # noqa: N802
-            body = b"<!doctype html><html><body>a web page</body></html>"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send_body(self, 200, "text/html; charset=utf-8", b"<!doctype html><html><body>a web page</body></html>")
 
     yield from _serve(Handler)
 
@@ -160,12 +156,7 @@ def bare_server() -> Iterator[str]:
 
     class Handler(_Quiet):
         def _json(self, code: int, data: object) -> None:
-            body = json.dumps(data).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send_body(self, code, "application/json", json.dumps(data).encode())
 
         def do_GET(self) -> None:  # noqa: N802
             if self.path == "/v1/models":

@@ -11,7 +11,6 @@ A stage that did not run is None and shows "not run" or "—". Runs are grouped 
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from pydantic import BaseModel
 from suite.analysis.repro import PromptAnalysis, Sample, analyse, first_diff
 from suite.analysis.stats import Distribution, MeanSE, PairedDifference, paired_difference
 from suite.errors import SuiteError
-from suite.records import AnswerLine, LatencyLine, Summary, load_all, read_requests  # noqa: F401 - read_requests: the pages' reader
+from suite.records import AnswerLine, LatencyLine, Summary, load_all
 from suite.signature import flatten_signature
 from suite.stages.controls import ControlsResult
 from suite.stages.extraction import ExtractionResult

@@ -35,11 +35,11 @@ from suite.site import charts
 from suite.errors import SuiteError
 from suite.site.figures import (
     ModelRuns, PromptView, Run, analyse_requests, arm_comparisons, controls_view, extraction_pairs, extraction_view,
-    gate_prompts, itl_gaps, latency_level, latency_sweep, latency_table, load_runs, prompt_view, read_requests,
+    gate_prompts, itl_gaps, latency_level, latency_sweep, latency_table, load_runs, prompt_view,
     restarts_view, sessions_view, signature_rows, slug, watchdog_view, with_thousands,
 )
 from suite.paths import SITE_DIR, cache_dir
-from suite.records import AnswerLine, LatencyLine
+from suite.records import AnswerLine, LatencyLine, read_requests
 
 log = logging.getLogger(__name__)
 

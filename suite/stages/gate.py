@@ -34,8 +34,7 @@ from suite.definitions import load_validated
 from suite.stages.base import Stage
 from suite.errors import SuiteError
 from suite.paths import PROMPTS_DIR
-from suite.analysis.repro import (ColdWarm, DistinctAnswer, Divergence, LengthCount, Pattern, PromptAnalysis, Sample,
-                         analyse, unseen_share_bound)
+from suite.analysis.repro import PromptAnalysis, Sample, analyse, unseen_share_bound
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
