@@ -82,3 +82,32 @@ def results_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("results")
     os.environ.setdefault("RESULTS", str(path))
     return path
+
+
+# Fault injection: every test marked `fault` injects one fault and reports what it cost through
+# `fault_report`; the session ends with one line over all of them (tests/test_fault_injection.py
+# and `pytest -m fault` print it), e.g. "12 faults injected, 0 records lost or mixed, ...".
+FAULT_OUTCOMES: list[dict] = []
+
+
+@pytest.fixture
+def fault_report(request: pytest.FixtureRequest):
+    """Call `fault_report(records_lost=0, records_mixed=0, tracebacks=0, foreign_kills=0)` once the
+    fault was injected and its outcome measured; the counts are summed over the session."""
+    def report(*, records_lost: int = 0, records_mixed: int = 0, tracebacks: int = 0,
+               foreign_kills: int = 0) -> None:
+        FAULT_OUTCOMES.append({"fault": request.node.nodeid, "records_lost": records_lost,
+                               "records_mixed": records_mixed, "tracebacks": tracebacks,
+                               "foreign_kills": foreign_kills})
+    return report
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if not FAULT_OUTCOMES:
+        return
+    lost = sum(o["records_lost"] + o["records_mixed"] for o in FAULT_OUTCOMES)
+    tb = sum(o["tracebacks"] for o in FAULT_OUTCOMES)
+    kills = sum(o["foreign_kills"] for o in FAULT_OUTCOMES)
+    terminalreporter.write_line(
+        f"{len(FAULT_OUTCOMES)} faults injected, {lost} records lost or mixed, {tb} tracebacks, "
+        f"{kills} processes killed that the suite did not start")
