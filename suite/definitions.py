@@ -42,6 +42,10 @@ class ServerSpec(Strict):
     version_field: str | None = None  # dotted key in that JSON holding the version string
     startup_timeout_s: float = 600.0
     container_port: int = 8000  # port the server listens on inside a container
+    # A regular expression over the runtime's log whose first group is the runtime's own feature
+    # line (llama.cpp: "CPU : SSE3 = 1 | AVX512 = 1 | AMX_INT8 = 1 | REPACK = 1 | ..."): the CPU
+    # kernel paths it chose, recorded in the signature since they change answers.
+    feature_pattern: str | None = None
 
 
 class LocalSpec(Strict):
@@ -52,6 +56,9 @@ class LocalSpec(Strict):
     command: list[str]
     env: dict[str, str] = Field(default_factory=dict)
     version_command: list[str] | None = None  # prints the version (first line kept)
+    # "CARD:FORMAT" of a model the install recipe smoke-tests its build on (its path in
+    # $SUITE_SMOKE_MODEL); the recipe decides what a failed smoke test means.
+    smoke_model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+:[A-Za-z0-9._-]+$")
 
 
 class DockerSpec(Strict):

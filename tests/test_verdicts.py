@@ -144,13 +144,14 @@ def test_answers_that_ended_on_their_own_are_not_truncated():
     assert g.prompts[0].truncated == 0 and "cut at" not in g.verdict
 
 
-def test_standard_profile_takes_each_prompt_files_cap():
+def test_full_profile_takes_each_prompt_files_cap_and_standard_caps_them():
     from suite.profiles import get_profile
     from suite.stages.gate import select_prompts
 
-    assert get_profile("standard").gate_max_tokens is None
+    assert get_profile("full").gate_max_tokens is None
     caps = {p.id: p.max_tokens for p in select_prompts(None)}
     assert caps["long-open"] == 1024
+    assert get_profile("standard").gate_max_tokens == 128 and get_profile("standard").gate_requests == 20
 
 
 def test_gate_requests_and_restarts_from_the_command_line():

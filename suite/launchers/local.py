@@ -269,6 +269,16 @@ def install_env(definition: RuntimeDefinition) -> dict[str, str]:
     return {spec.install_env: definition.pinned_version or spec.default}
 
 
+def smoke_env(definition: RuntimeDefinition) -> dict[str, str]:
+    """What the install recipe smoke-tests its build on: the path of the definition's `smoke_model`."""
+    if definition.local is None or definition.local.smoke_model is None:
+        return {}
+    from suite.catalog import get_card, prepare_format  # the catalog sits above the launchers
+
+    card, fmt = definition.local.smoke_model.split(":", 1)
+    return {"SUITE_SMOKE_MODEL": str(prepare_format(get_card(card), fmt))}
+
+
 def is_installed(definition: RuntimeDefinition) -> bool:
     if definition.local is None:
         return False
@@ -372,7 +382,7 @@ class LocalLauncher(Launcher):
             fcntl.flock(lock, fcntl.LOCK_EX)  # another suite process may be installing it
             if marker.exists():
                 return
-            pinned = install_env(runtime)
+            pinned = install_env(runtime) | smoke_env(runtime)
             log.info("installing %s%s into %s (log: %s)", runtime.name,
                      f" {runtime.pinned_version}" if runtime.pinned_version else "", prefix, install_log)
             t0 = time.monotonic()
