@@ -56,6 +56,9 @@ class LocalSpec(Strict):
     command: list[str]
     env: dict[str, str] = Field(default_factory=dict)
     version_command: list[str] | None = None  # prints the version (first line kept)
+    # prints the runtime's feature line (as `feature_pattern` finds in a log) from the installed
+    # libraries, for a runtime that logs it only at trace level (llama-server)
+    features_command: list[str] | None = None
     # "CARD:FORMAT" of a model the install recipe smoke-tests its build on (its path in
     # $SUITE_SMOKE_MODEL); the recipe decides what a failed smoke test means.
     smoke_model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+:[A-Za-z0-9._-]+$")

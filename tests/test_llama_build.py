@@ -135,6 +135,8 @@ def test_the_installed_build_has_no_amx_instructions_and_records_its_features(tm
 
 
 def test_the_live_server_records_its_feature_line(llamacpp_server, tmp_path: Path) -> None:
-    line = feature_line(llamacpp_server.log_path, get_definition("llamacpp").server.feature_pattern)
+    from suite.launchers.local import LocalLauncher
+
+    line = LocalLauncher().features(get_definition("llamacpp"), llamacpp_server)
     assert line is not None and line.startswith("CPU :") and "REPACK" in line
     assert "AMX_INT8 = 1" not in line

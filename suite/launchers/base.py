@@ -116,6 +116,13 @@ class Launcher(abc.ABC):
         """The runtime's version as this launch has it: what its server reports at `version_path`."""
         return server_version(runtime, rt)
 
+    def features(self, runtime: "RuntimeDefinition", rt: RunningRuntime) -> str | None:
+        """The runtime's own feature line (the CPU kernel paths it runs): its log's line that the
+        definition's `feature_pattern` finds, where it prints one."""
+        from suite.signature import feature_line
+
+        return feature_line(rt.log_path, runtime.server.feature_pattern)
+
     def env(self, runtime: "RuntimeDefinition", spec: LaunchSpec) -> dict[str, str]:
         """The env the runtime runs with, beyond the machine's own: the spec's (controls and arm)."""
         return dict(spec.env)

@@ -466,6 +466,16 @@ class LocalLauncher(Launcher):
                 return version
         return super().version(runtime, rt)
 
+    def features(self, runtime: RuntimeDefinition, rt: RunningRuntime) -> str | None:
+        """The install's own features command (the same libraries the server loaded), else the log's line."""
+        local = runtime.local
+        if local and local.features_command:
+            prefix = install_prefix(runtime)
+            line = command_version([p.format(prefix=prefix) for p in local.features_command])
+            if line:
+                return line
+        return super().features(runtime, rt)
+
     def env(self, runtime: RuntimeDefinition, spec: LaunchSpec) -> dict[str, str]:
         return {**(runtime.local.env if runtime.local else {}), **spec.env}
 
