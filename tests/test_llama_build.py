@@ -140,3 +140,21 @@ def test_the_live_server_records_its_feature_line(llamacpp_server, tmp_path: Pat
     line = LocalLauncher().features(get_definition("llamacpp"), llamacpp_server)
     assert line is not None and line.startswith("CPU :") and "REPACK" in line
     assert "AMX_INT8 = 1" not in line
+
+
+@pytest.mark.parametrize("runtime", ["llamacpp", "llamacpp-python"])
+def test_repacking_off_serves_and_is_recorded_by_the_runtime(runtime: str, tiny_gguf, tmp_path: Path) -> None:
+    """The no-repack control starts both real runtimes; llama-cpp-python's log says it took effect
+    and both still answer (the answer may differ: the kernels differ)."""
+    from tests.conftest import start_local
+    from tests.test_local_runtimes import seeded_completion
+
+    with start_local(runtime, tiny_gguf, tmp_path, controls=["no-repack"]) as rt:
+        text, prompt_tokens = seeded_completion(rt.base_url)
+        log = rt.log_path.read_text(errors="replace")
+    assert text.strip() and prompt_tokens == 6
+    if runtime == "llamacpp-python":
+        assert "weight repacking off (LLAMA_NO_REPACK=1)" in log
+        assert "system_info: CPU :" in log
+    else:
+        assert "--no-repack" in rt.command
