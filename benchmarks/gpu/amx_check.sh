@@ -19,6 +19,11 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=${OUT:-$REPO/amx-out}
 WORK=${AMX_WORK:-/tmp/suite-amx}
 JOBS=${JOBS:-$(nproc)}
+# The random model's shape (make_random_gguf.py model's options) and the servers' thread count;
+# the default is small; the tiny model's own shape is
+# "--hidden 640 --ffn 2048 --heads 4 --kv-heads 1 --head-dim 256 --layers 18" with 2 threads.
+MODEL_ARGS=${AMX_MODEL_ARGS:---hidden 512 --ffn 2048 --heads 8 --kv-heads 2 --head-dim 64}
+THREADS=${AMX_THREADS:-8}
 VERSION=0.3.36
 mkdir -p "$OUT" "$WORK/builds/src/llama_cpp_python-$VERSION/vendor"
 exec > >(tee -a "$OUT/amx-check.log") 2>&1
@@ -31,6 +36,9 @@ SRC=$WORK/builds/src/llama_cpp_python-$VERSION/vendor/llama.cpp
 [ -d "$SRC" ] || tar -xJf "$REPO/.gpu/llama.cpp-src.tar.xz" -C "$WORK/builds/src/llama_cpp_python-$VERSION/vendor"
 
 GEN=$(command -v ninja >/dev/null && echo "-G Ninja" || true)
+if [ -x "$WORK/old/bin/llama-server" ] && ls -d "$WORK"/builds/llama.cpp-$VERSION-native-*/.built >/dev/null 2>&1; then
+  say "== builds kept from an earlier run on this machine"
+else
 say "== build (1): the previous recipe's configuration (GGML_NATIVE=ON, AMX as the CPU has it)"
 ( cmake -S "$SRC" -B "$WORK/old" $GEN -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
@@ -42,10 +50,11 @@ NEW_PID=$!
 wait $OLD_PID; say "build (1): exit $?"
 wait $NEW_PID; say "build (2): exit $?"
 tail -n 3 "$OUT/build-new.log"
+fi
 
 say "== models"
 PYTHONPATH=$SRC/gguf-py python3 "$REPO/benchmarks/gpu/make_random_gguf.py" model --vocab "$REPO/.gpu/gemma3-vocab.gguf" \
-    --out "$WORK/random-f16.gguf" --hidden 512 --ffn 2048 --heads 8 --kv-heads 2 --head-dim 64 --ctx 4096
+    --out "$WORK/random-f16.gguf" $MODEL_ARGS --ctx 4096
 for q in Q4_K_M Q4_0; do
   "$WORK/old/bin/llama-quantize" "$WORK/random-f16.gguf" "$WORK/random-$q.gguf" "$q" > "$OUT/quantize-$q.log" 2>&1
   say "quantized $q: $(ls -la "$WORK/random-$q.gguf" 2>/dev/null | awk '{print $5}') bytes"
@@ -55,7 +64,7 @@ smoke() {  # NAME SERVER MODEL [extra args]
   local name=$1 server=$2 model=$3; shift 3
   local line
   line=$(python3 "$REPO/images/llamacpp/smoke.py" "$model" "$OUT/server-$name.log" -- "$server" --model '{model}' \
-         --host 127.0.0.1 --port '{port}' --ctx-size 512 --threads 8 --seed 42 "$@")
+         --host 127.0.0.1 --port '{port}' --ctx-size 512 --threads "$THREADS" --seed 42 "$@")
   local features
   features=$(grep -m1 -o 'system_info: .*' "$OUT/server-$name.log" | sed 's/.*| CPU/CPU/')
   say "$name: $line"
