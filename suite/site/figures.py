@@ -657,5 +657,5 @@ def sessions_view(r: SessionsResult | None) -> dict[str, Any] | None:
     if r is None:
         return None
     return {"sessions": r.sessions, "replicates": r.replicates, "launched": r.launched,
-            "configurations": r.configurations, "table": r.table,
+            "configurations": r.configurations, "table": r.table, "controls": r.controls,
             "outcomes": [o for o in r.outcomes if o.status != "ok"]}
