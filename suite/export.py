@@ -66,10 +66,12 @@ def runs_rows(runs: list[Run]) -> list[dict[str, Any]]:
             "model_sha256": sig.model_sha256 if sig else None,
             "controls": ", ".join(sig.controls) if sig else None,
             "suite_version": sig.suite_version if sig else None,
-            "distinct_answers_max": h.distinct, "gate_requests": h.n,
+            "distinct_answers_max": h.distinct, "gate_answered": h.answered, "gate_requests": h.n,
             "ttft_p50_ms": h.ttft_p50_ms, "output_tokens_per_s_p50": h.tokens_per_s,
             "extraction_clean_share": h.clean_share, "extraction_clean_share_se": h.clean_share_se,
             "extraction_identical_sections": ex.identical_sections if ex else None,
+            # the identical count's denominator, as on every page (None: an older record, over all sections)
+            "extraction_comparable_sections": ex.comparable_sections if ex else None,
             "extraction_sections": ex.sections if ex else None,
         })
     return rows

@@ -209,8 +209,9 @@ def gate_prompts(gate: GateResult | None) -> list[PromptView]:
 class Headline:
     """The figures the index and `suite results` show for one run."""
 
-    distinct: int | None = None
-    n: int | None = None
+    distinct: int | None = None  # the most distinct answers of any gate prompt ...
+    answered: int | None = None  # ... among how many answers of that prompt (the denominator)
+    n: int | None = None  # ... and how many requests it sent
     ttft_p50_ms: float | None = None
     tokens_per_s: float | None = None
     clean_share: float | None = None
@@ -222,9 +223,14 @@ class Headline:
 
     @property
     def distinct_text(self) -> str:
+        """`1 of 20`; `1 of 5 answered (20 requests)` where requests failed: distinct of answered."""
         if self.distinct is None:
             return "not run"
-        return f"{self.distinct} of {self.n}" if self.n else str(self.distinct)
+        if self.answered is None or not self.n:
+            return str(self.distinct)
+        if self.answered == self.n:
+            return f"{self.distinct} of {self.n}"
+        return f"{self.distinct} of {self.answered} answered ({self.n} requests)"
 
 
 @dataclass
@@ -290,8 +296,10 @@ def headline(s: Summary) -> Headline:
     h = Headline()
     prompts = gate_prompts(s.gate)
     if prompts:
-        h.distinct = max(p.distinct for p in prompts)
-        h.n = max(p.n for p in prompts) or None
+        # The prompt with the most distinct answers (of those, the fewest answered): its count
+        # and its own denominator, never another prompt's request count.
+        worst = max(prompts, key=lambda p: (p.distinct, -p.answered))
+        h.distinct, h.answered, h.n = worst.distinct, worst.answered, worst.n or None
     level = latency_level(s.latency)
     if level is not None:
         h.ttft_p50_ms = None if level.ttft_s.p50 is None else level.ttft_s.p50 * 1000.0
@@ -482,6 +490,8 @@ def extraction_view(ex: ExtractionResult | None) -> dict[str, Any] | None:
     for sec in ex.per_section:
         if (ex.repeats and sec.invalid_json >= ex.repeats) or sec.comparable is False:
             grid[sec.section] = "error"
+        elif sec.no_facts:
+            grid[sec.section] = "no facts"
         else:
             grid[sec.section] = "same" if sec.identical else "changed"
     judge = ex.judge
@@ -489,6 +499,7 @@ def extraction_view(ex: ExtractionResult | None) -> dict[str, Any] | None:
         "identical": ex.identical_sections,
         "total": ex.sections,
         "comparable": ex.comparable_sections,  # None: an older record (identical counted over all)
+        "no_facts": sum(1 for sec in ex.per_section if sec.no_facts),  # valid, nothing given: never identical
         "invalid_sections": ex.invalid_sections,
         "changed_sections": ex.changed_sections,
         "repeats": ex.repeats,
