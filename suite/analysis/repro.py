@@ -295,8 +295,11 @@ def series_pattern(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence
     changes = sum(1 for a, b in zip(keys, keys[1:]) if a != b)
     if changes == 1:
         at = next(i for i, (a, b) in enumerate(zip(keys, keys[1:])) if a != b) + 1
-        return "switch", (f"one switch: request {ordered_ok[at].index + 1} changed the answer "
-                          f"and it stayed ({at} before, {len(keys) - at} after)")
+        if len(keys) - at >= 2:  # "it stayed" needs a request after the one that changed it
+            return "switch", (f"one switch: request {ordered_ok[at].index + 1} changed the answer "
+                              f"and it stayed ({at} before, {len(keys) - at} after)")
+        return "varies", (f"only the last request ({ordered_ok[at].index + 1}) differs: too few requests after "
+                          "it to say whether the change stays")
     return "varies", f"answers vary in random order ({len(set(keys))} distinct, {changes} changes in {len(keys)})"
 
 
@@ -439,6 +442,27 @@ def bootstrap_over_launches(groups: Sequence[Sequence[Hashable]], resamples: int
     return lo, hi
 
 
+def launch_logprob_gaps(modal_samples: Sequence[Sample]) -> tuple[float | None, bool]:
+    """Logprob gaps between launches' modal answers, every pair of launches (not only against the first).
+
+    Returns the largest |logprob difference| over the tokens two launches' modal answers share,
+    over every pair, and whether some pair gave the same tokens with logprobs further apart than
+    `LOGPROB_TOLERANCE` (numerical drift without a changed answer).
+    """
+    diffs: list[float] = []
+    apart = False
+    for i in range(len(modal_samples)):
+        for j in range(i + 1, len(modal_samples)):
+            a, b = modal_samples[i], modal_samples[j]
+            d = prefix_logprob_diff(a, b)
+            if d is None:
+                continue
+            diffs.append(d)
+            if a.ids_or_empty() is not None and a.ids_or_empty() == b.ids_or_empty() and d > LOGPROB_TOLERANCE:
+                apart = True
+    return (max(diffs) if diffs else None), apart
+
+
 class LaunchFigures(BaseModel):
     """One launch's own figures (shown when there are too few launches for an interval)."""
 
@@ -522,12 +546,7 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
     same_sequence = all(seq == sequences[0] for seq in sequences) if enough else None
     same_answers = (len(set(modal_keys)) == 1 and all(set(k) == set(answering[0]) for k in answering)
                     if enough else None)
-    diffs = [d for m in modal_samples[1:] if (d := prefix_logprob_diff(modal_samples[0], m)) is not None] \
-        if len(modal_samples) >= 2 else []
-    apart = any(
-        m.ids_or_empty() is not None and m.ids_or_empty() == modal_samples[0].ids_or_empty()
-        and (d := prefix_logprob_diff(modal_samples[0], m)) is not None and d > LOGPROB_TOLERANCE
-        for m in modal_samples[1:])
+    across_diff, apart = launch_logprob_gaps(modal_samples)
     return LaunchesAnalysis(
         compared_by=by,
         launches=len(launches),
@@ -547,7 +566,7 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
         consistent_across=(bool(same_sequence or same_answers) if enough else None),
         stable_within=all(len(set(k)) <= 1 for k in answering) if answering else None,
         within_patterns=[p.pattern for p in per_launch],
-        across_logprob_diff=max(diffs) if diffs else None,
+        across_logprob_diff=across_diff,
         same_tokens_logprobs_apart=apart,
     )
 
