@@ -616,9 +616,12 @@ def restarts_view(r: RestartsResult | None) -> dict[str, Any] | None:
         "agreement": p.agreement, "ci": p.agreement_ci95, "lengths": p.lengths_text, "errors": p.errors,
         "ci_note": p.ci_note, "pairs": p.pairs, "logprob_diff": p.across_logprob_diff,
         "logprobs_apart": p.same_tokens_logprobs_apart,
+        "truncated": p.truncated, "answered": p.answered or sum(x.answered for x in p.per_launch),
+        "max_tokens": _max_tokens_of(r, p.prompt_id),
     } for p in r.prompts]
     outcomes = [{"index": o.index, "status": o.status, "reason": o.reason, "startup_s": o.startup_s,
-                 "cache_files_before": o.cache_files_before} for o in r.launch_outcomes]
+                 "cache_files_before": o.cache_files_before, "cache_files": o.cache_files,
+                 "cache_settings": o.cache_settings} for o in r.launch_outcomes]
     return {
         "launches": r.launches, "launched": r.launched, "per_launch": r.requests_per_launch,
         "stable_within": r.stable_within, "consistent_across": r.consistent_across, "verdict": r.verdict,
@@ -626,7 +629,16 @@ def restarts_view(r: RestartsResult | None) -> dict[str, Any] | None:
         "prompts": prompts, "outcomes": outcomes, "by_prompt": {p["prompt_id"]: p for p in prompts},
         "startup": [o.startup_s for o in r.launch_outcomes if o.startup_s is not None],
         "cache_mode": r.cache_mode, "kept": restarts_view(r.with_kept_caches),
+        "caches_text": r.caches_text, "controls": r.controls,
+        "cache_counts": [o.cache_files_before for o in r.launch_outcomes],
+        "cache_settings": next((o.cache_settings for o in r.launch_outcomes if o.cache_settings), {}),
     }
+
+
+def _max_tokens_of(r: RestartsResult, prompt_id: str) -> int | None:
+    """The token cap a launch's gate gave this prompt (the same in every launch)."""
+    return next((p.max_tokens for o in r.launch_outcomes if o.gate is not None for p in o.gate.prompts
+                 if p.prompt_id == prompt_id), None)
 
 
 def watchdog_view(wd: WatchdogReport | None) -> dict[str, Any] | None:
