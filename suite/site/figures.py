@@ -582,6 +582,11 @@ def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> lis
     return out
 
 
+def row_truncation(gate: GateResult | None) -> dict[str, tuple[int, int]]:
+    """Per prompt of a control row's gate: (answers cut at max_tokens, the cap); empty without a gate."""
+    return {p.prompt_id: (p.truncated, p.max_tokens) for p in gate.prompts} if gate is not None else {}
+
+
 def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, Any] | None:
     """The control matrix: one row per configuration, distinct answers per gate prompt."""
     if c is None:
@@ -589,8 +594,10 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
     prompts = list(c.prompts) or prompt_ids
     rows = []
     for r in c.rows:
+        cut = row_truncation(r.gate)
         cells = [None if pid not in r.distinct else {
-            "distinct": r.distinct[pid], "answered": r.answered.get(pid), "lengths": r.lengths.get(pid)}
+            "distinct": r.distinct[pid], "answered": r.answered.get(pid), "lengths": r.lengths.get(pid),
+            "truncated": cut.get(pid, (None, None))[0], "max_tokens": cut.get(pid, (None, None))[1]}
             for pid in prompts]
         rows.append({
             "configuration": r.configuration, "description": r.description, "status": r.status,
