@@ -678,7 +678,8 @@ def arm_comparisons(runs: list["Run"], arms: list[str]) -> list[dict[str, Any]]:
         prompts = compare_gates(base.s.gate, run.s.gate)
         if prompts:
             out.append({"base": arms[0], "arm": arm, "prompts": prompts,
-                        "agree": sum(1 for p in prompts if p.modal_agree), "n": len(prompts)})
+                        "agree": sum(1 for p in prompts if p.modal_agree and p.caveat is None), "n": len(prompts),
+                        "caveats": sum(1 for p in prompts if p.caveat is not None)})
     return out
 
 
