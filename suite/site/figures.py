@@ -102,6 +102,8 @@ class PromptView:
     counts_note: str | None = None  # the count by text beside the count by token ids, where they differ
     unseen_bound: float | None = None  # one answer in n: an answer this common would have been seen (95%)
     max_logprob_diff: float | None = None
+    modal_tied: bool = False  # the most common answers are tied: none of them is "modal"
+    process_cold: bool = True  # request 1 was the first the runtime served after its start
 
     @property
     def of_text(self) -> str:
@@ -194,8 +196,27 @@ def prompt_view(p: PromptAnalysis, prompt_id: str, max_tokens: int | None = None
         first_divergence=fd_txt, modal_share=p.modal_share, compared_by=p.compared_by, answers=answers,
         stopped_reason=stopped_reason, truncated=p.truncated, max_tokens=max_tokens,
         pattern_text=p.pattern_text, counts_note=counts_note, unseen_bound=p.unseen_share_bound,
-        max_logprob_diff=p.max_logprob_diff,
+        max_logprob_diff=p.max_logprob_diff, modal_tied=p.modal_tied,
+        process_cold=p.cold_warm.process_cold if p.cold_warm is not None else False,
     )
+
+
+def gate_settings_text(gates: "list[GateResult | None]", arms: list[str] | None = None) -> str | None:
+    """How the gate sent its requests, from the records: `one request at a time, temperature 0, seed 42`.
+
+    One phrase where every run's gate had the same settings, else one per arm; None without a gate.
+    """
+    def phrase(g: GateResult) -> str:
+        at_once = "one request at a time" if g.concurrency == 1 else f"{g.concurrency} requests at once"
+        seed = "no seed" if g.seed is None else f"seed {g.seed}"
+        return f"{at_once}, temperature {g.temperature:g}, {seed}"
+
+    named = [(arm, phrase(g)) for arm, g in zip(arms or [""] * len(gates), gates) if g is not None]
+    if not named:
+        return None
+    if len({p for _, p in named}) == 1:
+        return named[0][1]
+    return "; ".join(f"{arm}: {p}" if arm else p for arm, p in named)
 
 
 def gate_prompts(gate: GateResult | None) -> list[PromptView]:
