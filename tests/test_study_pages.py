@@ -90,6 +90,7 @@ def golden_site(tmp_path_factory) -> Path:
     (target,) = (root / "results" / "tiny" / "llamacpp-python").glob("*/summary.json")
     data = json.loads(target.read_text())
     data["extraction"].update(identical_sections=8, comparable_sections=10, invalid_sections=2)
+    data["restarts"]["prompts"][0]["truncated"] = 4  # of its 36 answers over six launches
     target.write_text(json.dumps(data))
     build_site(root / "results", root / "site")
     return root / "site"
@@ -119,3 +120,13 @@ def test_run_page_and_model_page_count_identical_sections_alike(golden_site: Pat
     # before: "8 of 12 sections identical" on the run page beside "8 of 10" on the model page
     assert "8 of 10 sections identical across repeats (of those with valid JSON in every repeat; 12 sections asked)" \
         in run
+
+
+def test_truncation_in_restarts_is_shown_on_both_pages(golden_site: Path):
+    model = _text((golden_site / "models" / "tiny.html").read_text(encoding="utf-8"))
+    (page,) = (golden_site / "runs").glob("20261128T090500*-llamacpp-python.html")
+    run = _text(page.read_text(encoding="utf-8"))
+    # before: computed into the record, shown nowhere
+    assert re.search(r"4 of 36 cut at \d+ tokens: answers may differ past the cap", model)
+    assert re.search(r"\(4 of 36 cut at \d+ tokens\)", run)
+    assert "every launch started with empty compile caches" in run or "compile caches not recorded" in run
