@@ -608,14 +608,6 @@ class RunAgreement(BaseModel):
     within: float | None = None  # over pairs of runs of one session
     within_pairs: int = 0
 
-    @property
-    def text(self) -> str:
-        if self.across is None:
-            return f"{self.measure}: —"
-        ci = (f" [{self.across_ci95[0]:.3f}, {self.across_ci95[1]:.3f}]" if self.across_ci95 else "")
-        within = "" if self.within is None else f", within sessions {self.within:.3f}"
-        return f"{self.measure} {self.across:.3f}{ci}{within}"
-
 
 class RunsAnalysis(BaseModel):
     """A configuration's runs (one run = one pass over the prompt set), grouped by session."""
