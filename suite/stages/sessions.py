@@ -67,7 +67,8 @@ class SessionsPromptResult(BaseModel):
         if self.across_ci95 and self.across_ci95[0] < self.across_ci95[1]:
             ci = f" [{self.across_ci95[0]:.3f}, {self.across_ci95[1]:.3f}]"
         elif self.across_ci95:  # every resample alike: the interval would say nothing
-            ci = " (no interval: every pair alike)" if self.across_agreement == 1.0 else " (no interval)"
+            ci = (" (no interval: every pair alike)" if self.across_agreement == 1.0 else
+                  " (no interval: every pair differs)" if self.across_agreement == 0.0 else " (no interval)")
         across = "—" if self.across_agreement is None else f"{self.across_agreement:.3f}{ci}"
         within = "—" if self.within_agreement is None else f"{self.within_agreement:.3f}"
         cut = f"; {self.truncated} of {self.runs} cut at max_tokens" if self.truncated else ""
