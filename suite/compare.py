@@ -4,7 +4,11 @@
 prompt the two runs' modal answers (the most common answer of each run's N requests) are compared
 by token ids where both carry them, else by text; where they part, the first token and character,
 a few characters of each around it, and the largest logprob difference over the tokens they share
-before parting. `compare_runs` adds the configuration signature's fields that differ (runtime
+before parting. A run whose most common answer is tied has no modal answer: that prompt is
+"tied", not compared by modal (the answers the two runs share are still counted). An answer cut at
+max_tokens is compared only up to its cap: two cut answers alike are "the same up to the cap",
+and one cut answer that is the start of the other (the runs had different caps) is "the same up
+to the cap", never "parted". `compare_runs` adds the configuration signature's fields that differ (runtime
 version, image digest, controls, hardware, ...): how a user answers "did upgrading the runtime
 change the answers?" or "does this machine answer like that one?". Pure functions over records;
 the CLI prints, the site renders.
@@ -14,11 +18,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from suite.errors import SuiteError
 from suite.records import Summary, incomplete_summary, iter_run_dirs, load_summary
-from suite.analysis.repro import Sample, first_diff, prefix_logprob_diff
+from suite.analysis.repro import Sample, answer_key, first_diff, prefix_logprob_diff
 from suite.signature import flatten_signature
 from suite.stages.gate import GatePromptResult, GateResult
 
@@ -54,14 +60,34 @@ class PromptComparison(BaseModel):
     a_tokens: int | None = None
     b_tokens: int | None = None
     logprob_diff: float | None = None  # largest |Δ logprob| over the shared tokens (nats)
+    a_tied: bool = False  # run A's most common answer is tied: no modal answer
+    b_tied: bool = False
+    a_cut: bool = False  # run A's modal answer stopped at max_tokens
+    b_cut: bool = False
+    a_max_tokens: int | None = None
+    b_max_tokens: int | None = None
+    # "tied": a run has no modal answer; "cap": the modal answers agree up to the cap where one
+    # (or both) was cut, they may differ past it; None: compared in full.
+    caveat: Literal["tied", "cap"] | None = None
+    shared_answers: int | None = None  # distinct answers both runs gave (of each run's distinct answers)
 
     @property
     def summary(self) -> str:
-        if self.modal_agree is None:
+        if self.caveat == "tied":
+            which = " and ".join(r for r, t in (("A", self.a_tied), ("B", self.b_tied)) if t)
+            return (f"no modal answer in run {which} (its most common answers are tied): not compared by modal; "
+                    f"{self.shared_answers} answer(s) given in both runs")
+        if self.modal_agree is None and self.caveat is None:
             return "no answer in one run"
+        cut = ""
+        if self.a_cut or self.b_cut:
+            caps = sorted({c for c, x in ((self.a_max_tokens, self.a_cut), (self.b_max_tokens, self.b_cut)) if x and c})
+            cut = f"; cut at {' and '.join(map(str, caps)) or 'the'} tokens: they may differ past the cap"
+        if self.caveat == "cap":
+            return f"the same up to the cap ({min(self.a_tokens or 0, self.b_tokens or 0)} tokens){cut}"
         if self.modal_agree:
             lp = f"; logprobs within {self.logprob_diff:.3g} nats" if self.logprob_diff is not None else ""
-            return f"same modal answer ({self.a_tokens} tokens{lp})"
+            return f"same modal answer ({self.a_tokens} tokens{lp}){cut}"
         where = f"token {self.token_index}" if self.token_index is not None else f"character {self.char_index}"
         return f"modal answers part at {where}: {self.a_context!r} vs {self.b_context!r}"
 
@@ -80,6 +106,10 @@ class RunComparison(BaseModel):
     verdict: str
 
 
+def _as_sample(a) -> Sample:
+    return Sample(index=0, text=a.text, token_ids=a.token_ids, logprobs=a.logprobs)
+
+
 def _modal(p: GatePromptResult) -> Sample | None:
     if not p.answers:
         return None
@@ -96,12 +126,28 @@ def compare_prompt(pa: GatePromptResult, pb: GatePromptResult) -> PromptComparis
     out = PromptComparison(
         prompt_id=pa.prompt_id, same_prompt=pa.prompt_sha256 == pb.prompt_sha256,
         a_distinct=pa.distinct_answers, b_distinct=pb.distinct_answers,
-        a_answered=pa.answered, b_answered=pb.answered, compared_by=by, modal_agree=None)
+        a_answered=pa.answered, b_answered=pb.answered, compared_by=by, modal_agree=None,
+        a_tied=pa.modal_tied, b_tied=pb.modal_tied, a_max_tokens=pa.max_tokens, b_max_tokens=pb.max_tokens,
+        a_cut=bool(pa.answers and pa.answers[0].truncated), b_cut=bool(pb.answers and pb.answers[0].truncated))
     if ma is None or mb is None:
         return out
+    keys_a = {answer_key(_as_sample(a), by) for a in pa.answers}
+    out.shared_answers = sum(1 for a in pb.answers if answer_key(_as_sample(a), by) in keys_a)
     out.a_tokens, out.b_tokens = ma.n_tokens, mb.n_tokens
+    if out.a_tied or out.b_tied:  # no modal answer on one side: the first of the tied is arbitrary
+        out.caveat = "tied"
+        return out
     out.modal_agree = (ids_a == ids_b) if by == "token_ids" else (ma.text == mb.text)
     out.logprob_diff = prefix_logprob_diff(ma, mb)
+    if out.modal_agree and (out.a_cut or out.b_cut):
+        out.caveat = "cap"
+    elif not out.modal_agree and (out.a_cut or out.b_cut):
+        # One answer stopped at its cap and is the start of the other: they agree as far as both go.
+        x, y = (ids_a, ids_b) if by == "token_ids" and ids_a is not None and ids_b is not None else (ma.text, mb.text)
+        shared = first_diff(x, y)
+        if (out.a_cut and shared == len(x)) or (out.b_cut and shared == len(y)):
+            out.modal_agree, out.caveat = None, "cap"
+            return out
     if not out.modal_agree:
         ci = first_diff(ma.text, mb.text)
         out.char_index = ci
@@ -153,9 +199,14 @@ def compare_summaries(a: Summary, b: Summary) -> RunComparison:
     if not prompts:
         verdict = "no gate prompt answered in both runs"
     else:
-        agree = [p for p in prompts if p.modal_agree]
+        agree = [p for p in prompts if p.modal_agree and p.caveat is None]
         parted = [p for p in prompts if p.modal_agree is False]
+        to_cap = [p for p in prompts if p.caveat == "cap"]
+        tied = [p for p in prompts if p.caveat == "tied"]
         verdict = (f"the same modal answer on {len(agree)} of {len(prompts)} prompts"
+                   + (f"; the same up to the token cap (cut there, may differ past it) on "
+                      f"{', '.join(p.prompt_id for p in to_cap)}" if to_cap else "")
+                   + (f"; no modal answer (tied) on {', '.join(p.prompt_id for p in tied)}" if tied else "")
                    + (f"; they part on {', '.join(p.prompt_id for p in parted)}" if parted else ""))
         changed = [p.prompt_id for p in prompts if not p.same_prompt]
         if changed:

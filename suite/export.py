@@ -7,6 +7,10 @@ writes one file per table:
 - `gate`: one row per run and gate prompt: distinct answers, lengths, cold vs warm;
 - `controls`: one row per run, control configuration and gate prompt;
 - `restarts`: one row per run and gate prompt: within/across-launch figures, agreement interval;
+- `sessions`: one row per run, configuration and agreement measure (study 2's runs);
+
+Wherever answers are compared (gate, controls, restarts, sessions) the rows carry how many
+answers stopped at max_tokens (`truncated`) beside the count they are part of.
 - `latency`: one row per run, concurrency level and metric: n, mean, p50, p90, p99, min, max;
 - `extraction_sections`: one row per run and document section;
 - `watchdog`: one row per run: samples, peaks, trip;
@@ -26,7 +30,7 @@ import polars as pl
 
 from suite.errors import SuiteError
 from suite.records import read_requests
-from suite.site.figures import Run, distributions, load_runs
+from suite.site.figures import Run, distributions, load_runs, row_truncation
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +70,12 @@ def runs_rows(runs: list[Run]) -> list[dict[str, Any]]:
             "model_sha256": sig.model_sha256 if sig else None,
             "controls": ", ".join(sig.controls) if sig else None,
             "suite_version": sig.suite_version if sig else None,
-            "distinct_answers_max": h.distinct, "gate_requests": h.n,
+            "distinct_answers_max": h.distinct, "gate_answered": h.answered, "gate_requests": h.n,
             "ttft_p50_ms": h.ttft_p50_ms, "output_tokens_per_s_p50": h.tokens_per_s,
             "extraction_clean_share": h.clean_share, "extraction_clean_share_se": h.clean_share_se,
             "extraction_identical_sections": ex.identical_sections if ex else None,
+            # the identical count's denominator, as on every page (None: an older record, over all sections)
+            "extraction_comparable_sections": ex.comparable_sections if ex else None,
             "extraction_sections": ex.sections if ex else None,
         })
     return rows
@@ -84,6 +90,7 @@ def gate_rows(runs: list[Run]) -> list[dict[str, Any]]:
                 "prompt_id": p.prompt_id, "requests": p.requests, "answered": p.answered, "errors": p.errors,
                 "distinct_answers": p.distinct_answers, "modal_share": p.modal_share,
                 "lengths": p.lengths_text, "compared_by": p.compared_by,
+                "truncated": p.truncated, "max_tokens": p.max_tokens, "modal_tied": p.modal_tied,
                 "cold_is_modal": cw.cold_is_modal if cw else None, "warm_distinct": cw.warm_distinct if cw else None,
                 "warm_count": cw.warm_count if cw else None,
             })
@@ -95,12 +102,16 @@ def controls_rows(runs: list[Run]) -> list[dict[str, Any]]:
     for r in runs:
         for row in r.s.controls.rows if r.s.controls else []:
             base = _key(r) | {"configuration": row.configuration, "status": row.status, "reason": row.reason,
-                              "concurrency": row.concurrency, "startup_s": row.startup_s}
+                              "concurrency": row.concurrency, "startup_s": row.startup_s,
+                              "controls": ", ".join(row.ran_controls)}
+            cut = row_truncation(row.gate)
             if not row.distinct:
-                rows.append(base | {"prompt_id": None, "distinct_answers": None, "answered": None, "lengths": None})
+                rows.append(base | {"prompt_id": None, "distinct_answers": None, "answered": None, "lengths": None,
+                                    "truncated": None, "max_tokens": None})
             for pid, d in row.distinct.items():
                 rows.append(base | {"prompt_id": pid, "distinct_answers": d, "answered": row.answered.get(pid),
-                                    "lengths": row.lengths.get(pid)})
+                                    "lengths": row.lengths.get(pid), "truncated": cut.get(pid, (None, None))[0],
+                                    "max_tokens": cut.get(pid, (None, None))[1]})
     return rows
 
 
@@ -114,8 +125,35 @@ def restarts_rows(runs: list[Run]) -> list[dict[str, Any]]:
                 "launches": rs.launches, "launched": rs.launched, "prompt_id": p.prompt_id,
                 "within_distinct": _scalar(p.within_distinct), "across_distinct": p.across_distinct,
                 "agreement": p.agreement, "agreement_ci95_low": low, "agreement_ci95_high": high,
-                "lengths": p.lengths_text,
+                "lengths": p.lengths_text, "answered": p.answered or sum(x.answered for x in p.per_launch),
+                "truncated": p.truncated, "cache_mode": rs.cache_mode, "controls": ", ".join(rs.controls),
+                "cache_files_before": _scalar([o.cache_files_before for o in rs.launch_outcomes]),
             })
+    return rows
+
+
+def sessions_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    """Study 2's table: per configuration, each agreement measure between runs (one pass over the
+    prompt set) across sessions with its interval, and within sessions."""
+    rows = []
+    for r in runs:
+        ss = r.s.sessions
+        for c in ss.configurations if ss else []:
+            base = _key(r) | {"sessions": ss.sessions, "replicates": ss.replicates, "configuration": c.label,
+                              "status": c.status, "reason": c.reason, "controls": ", ".join(ss.controls)}
+            runs_ = c.runs
+            if runs_ is None:
+                rows.append(base)
+                continue
+            for a in runs_.agreements:
+                low, high = a.across_ci95 or (None, None)
+                rows.append(base | {
+                    "runs": runs_.runs, "distinct_runs": runs_.distinct_runs, "prompts": runs_.items,
+                    "incomplete_runs": runs_.incomplete_runs, "truncated": runs_.truncated,
+                    "measure": a.measure, "across": a.across, "across_ci95_low": low, "across_ci95_high": high,
+                    "across_pairs": a.across_pairs, "ci_note": a.ci_note, "within": a.within,
+                    "within_pairs": a.within_pairs, "first_run_only_difference": runs_.transient_only,
+                })
     return rows
 
 
@@ -169,6 +207,7 @@ TABLES = {
     "gate": gate_rows,
     "controls": controls_rows,
     "restarts": restarts_rows,
+    "sessions": sessions_rows,
     "latency": latency_rows,
     "extraction_sections": extraction_rows,
     "watchdog": watchdog_rows,

@@ -454,6 +454,9 @@ def make_signature(plan: "ArmPlan", rt: "RunningRuntime", spec: "LaunchSpec") ->
         log.warning("model %s format %s: revision %r of %s recorded as given, not resolved to a commit",
                     plan.card.name, plan.arm.format, fmt.revision, fmt.source)
     sampling: dict[str, Any] = plan.card.sampling.model_dump(mode="json")
+    # The profile's cap on every gate prompt's max_tokens (None: each prompt file's own): an answer
+    # cut at another cap is another answer, so two runs compared must say which they had.
+    sampling["gate_max_tokens"] = plan.profile.gate_max_tokens
     request_extra = _request_extra(plan, spec.controls)
     if request_extra:
         sampling["request_extra"] = request_extra

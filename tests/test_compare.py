@@ -83,3 +83,34 @@ def test_compare_command_prints_its_table():
     bad = subprocess.run([sys.executable, "-m", "suite.cli", "compare", "nope", str(runs[0]), "--results",
                           str(GOLDEN)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no such run" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _series(pid: str, answers: list[tuple[list[int], str]], cut: bool = False, cap: int = 16) -> GatePromptResult:
+    a = analyse([Sample(index=i, text=t, token_ids=ids, finish_reason="length" if cut else "stop")
+                 for i, (ids, t) in enumerate(answers)])
+    return GatePromptResult.from_analysis(a, prompt_id=pid, prompt_sha256="s", max_tokens=cap)
+
+
+def test_a_tied_run_has_no_modal_answer_to_compare():
+    # run A: two answers, twice each; its "modal" was whichever came first
+    a = _series("p", [([1], "x"), ([2], "y"), ([1], "x"), ([2], "y")])
+    b = _series("p", [([2], "y")] * 4)
+    c = compare_prompt(a, b)
+    assert c.modal_agree is None and c.caveat == "tied" and c.a_tied and c.shared_answers == 1
+    assert "no modal answer in run A" in c.summary and "part" not in c.summary
+
+
+def test_answers_cut_at_the_cap_agree_only_up_to_it():
+    # both cut at 4 tokens and alike: the same up to the cap, not simply "the same"
+    both = compare_prompt(_series("p", [([1, 2, 3, 4], "abcd")] * 3, cut=True, cap=4),
+                          _series("p", [([1, 2, 3, 4], "abcd")] * 3, cut=True, cap=4))
+    assert both.modal_agree is True and both.caveat == "cap" and "may differ past the cap" in both.summary
+    # A cut at 4 tokens, B ran on to 6 (a larger cap) with the same start: not "parted"
+    short = compare_prompt(_series("p", [([1, 2, 3, 4], "abcd")] * 3, cut=True, cap=4),
+                           _series("p", [([1, 2, 3, 4, 5, 6], "abcdef")] * 3, cap=8))
+    assert short.modal_agree is None and short.caveat == "cap"
+    assert short.summary.startswith("the same up to the cap (4 tokens)")
+    a, b = gate(_series("p", [([1, 2, 3, 4], "abcd")] * 3, cut=True, cap=4)), \
+        gate(_series("p", [([1, 2, 3, 4, 5, 6], "abcdef")] * 3, cap=8))
+    prompts = compare_gates(a, b)
+    assert [p.caveat for p in prompts] == ["cap"]

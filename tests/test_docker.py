@@ -279,6 +279,16 @@ def toy_images(tmp_path_factory, docker_launcher) -> dict[str, RuntimeDefinition
         command = ["python3 -m http.server 8000 & sleep 2; python3 -c 'import time\\nhoard = []\\nwhile True: hoard.append(b\\"x\\" * (50 * 2**20)); time.sleep(0.1)'"]
         gpu = "none"
         """))
+    write_runtime(images, "toy-compiles", textwrap.dedent("""\
+        description = "writes a compile-cache file where TRITON_CACHE_DIR points, then serves"
+        base = "toy"
+        [server]
+        ready_path = "/"
+        container_port = 8000
+        [docker]
+        command = ["mkdir -p \\"$TRITON_CACHE_DIR\\" && date +%s%N > \\"$TRITON_CACHE_DIR/kernel-$HOSTNAME\\" && python3 -m http.server 8000"]
+        gpu = "none"
+        """))
     write_runtime(images, "broken", textwrap.dedent("""\
         description = "its image does not build"
         [docker]
@@ -293,6 +303,22 @@ def one_line(exc: BaseException) -> str:
     message = str(exc)
     assert message and "\n" not in message and "Traceback" not in message
     return message
+
+
+def test_kept_compile_caches_reach_the_next_container(docker_launcher, toy_images, tiny_gguf, tmp_path):
+    """The cache root is mounted: what the first container compiled, the second finds (before the
+    fix every container started with its own empty folder while the page said "kept")."""
+    from suite.stages.restarts import _files_in, cache_env
+
+    root = tmp_path / "caches" / "kept"
+    spec = spec_for(toy_images["toy-compiles"], tiny_gguf, tmp_path, env=cache_env(root), startup_timeout_s=60.0)
+    assert _files_in(root) == 0
+    with docker_launcher.start(spec):
+        pass
+    assert _files_in(root / "triton") == 1  # written inside the container, kept on the host
+    with docker_launcher.start(spec):
+        pass
+    assert _files_in(root / "triton") == 2
 
 
 def test_build_failure_is_one_line(docker_launcher, toy_images):

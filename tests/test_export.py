@@ -26,7 +26,8 @@ def read(path: Path) -> pl.DataFrame:
 def test_export_tables(tmp_path: Path, fmt: str) -> None:
     paths = export_tables(GOLDEN, fmt, tmp_path)
     names = {p.stem for p in paths}
-    assert names == {"runs", "gate", "controls", "restarts", "latency", "extraction_sections", "watchdog", "requests"}
+    assert names == {"runs", "gate", "controls", "restarts", "sessions", "latency", "extraction_sections", "watchdog",
+                     "requests"}
     assert all(p.suffix == f".{fmt}" for p in paths)
     tables = {p.stem: read(p) for p in paths}
     summaries = load_all(GOLDEN)
@@ -53,6 +54,16 @@ def test_export_tables(tmp_path: Path, fmt: str) -> None:
     assert set(tables["latency"]["metric"].to_list()) >= {"ttft_s", "itl_s", "output_tokens_per_s"}
     restarts = tables["restarts"]
     assert restarts["agreement_ci95_low"].drop_nulls().len() > 0
+    # truncation beside every comparison of answers, and study 2's measures with their intervals
+    assert {"truncated", "max_tokens"} <= set(gate.columns) and {"truncated", "answered"} <= set(restarts.columns)
+    assert "truncated" in tables["controls"].columns
+    sessions = tables["sessions"]
+    adapter = sessions.filter(pl.col("configuration") == "adapter")
+    assert sorted(adapter["measure"].to_list()) == ["identical runs", "items", "tokens"]
+    items = adapter.filter(pl.col("measure") == "items").row(0, named=True)
+    assert items["distinct_runs"] == 24 and 0 < items["across"] < 1
+    assert items["across_ci95_low"] < items["across"] < items["across_ci95_high"]
+    assert {"gate_answered", "gate_requests", "extraction_comparable_sections"} <= set(runs.columns)
     wd = tables["watchdog"]
     assert wd.filter(pl.col("tripped")).height == 1
 

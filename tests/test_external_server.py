@@ -268,6 +268,11 @@ def test_the_tokenizer_is_in_the_external_signature(bare_server: str, tokenizer_
     assert flatten_signature(sig)["tokenizer"] == sig.tokenizer
     without = make_signature(plan_external(bare_server, "m", None, None, "quick"), rt, spec)
     assert without.tokenizer is None and without.digest != sig.digest
+    # the profile's gate cap is part of the configuration (quick caps every gate prompt at 48 tokens)
+    assert sig.sampling is not None and sig.sampling["gate_max_tokens"] == 48
+    standard = make_signature(plan_external(bare_server, "m", None, None, "standard"), rt, spec)
+    assert standard.sampling is not None and standard.sampling["gate_max_tokens"] is None
+    assert standard.digest != without.digest
 
 
 def test_tokenizer_bad_input_on_the_command_line(bare_server: str, tmp_path: Path) -> None:

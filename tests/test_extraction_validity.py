@@ -74,8 +74,9 @@ def test_all_null_answers_are_clean_but_not_complete():
     assert out["clean_share"].mean == 1.0  # the old headline: 100 % "clean" with nothing extracted
     assert out["complete_share"].n == 2 and out["complete_share"].mean == pytest.approx(0.25)
     assert [r.complete_share for r in out["per_repeat"]] == [0.5, 0.0]
-    # identical all-null answers are real (valid) answers: identical, and comparable
-    assert out["identical_sections"] == 1 and out["comparable_sections"] == 2
+    # all-null answers are valid (comparable) but agree on nothing: never "identical"
+    assert out["identical_sections"] == 0 and out["comparable_sections"] == 2
+    assert rows[s1.uid].no_facts and not rows[s1.uid].identical
     h = figures.headline(_summary({"extraction": _dump(out, 2, 2)}))
     assert (h.complete_share, h.complete_n) == (pytest.approx(0.25), 2) and h.clean_share == 1.0
 
@@ -171,7 +172,8 @@ def test_site_shows_the_honest_figures(tmp_path):
     assert "extraction clean and complete" in index
     assert f"{100 / 3:.1f} %" in index and "clean only" in index  # the new arm, and the older ones marked
     page = site.joinpath("models", "tiny.html").read_text()
-    assert "<b>2</b> of 2 <span class=\"muted\">with valid JSON in every repeat" in page
+    # s3's all-null repeats agree on nothing: comparable, not identical
+    assert "<b>1</b> of 2 <span class=\"muted\">with valid JSON in every repeat" in page
     assert "1 of 3 <span class=\"muted\">(left out of the identical count)" in page
     assert "Arms compared section by section" in page and "paired section" in page
 

@@ -206,3 +206,23 @@ def test_launch_with_only_errors():
     assert r.errors == 1
     assert r.agreement is None and r.agreement_ci95 is None
     assert not math.isnan(r.within_distinct[1])
+
+
+def test_logprob_gaps_are_checked_for_every_pair_of_launches():
+    # Launches 1 and 2 give the same tokens with logprobs 0.5 apart; each is within 1e-4 of...
+    # nothing: launch 0 has other tokens (no shared prefix), so comparing only against launch 0
+    # never saw the gap.
+    launch0 = [s(0, ids(9, 9), logprobs=[-0.1, -0.1])]
+    launch1 = [s(0, ids(1, 2), logprobs=[-0.1, -0.2])]
+    launch2 = [s(0, ids(1, 2), logprobs=[-0.1, -0.7])]
+    a = analyse_launches([launch0, launch1, launch2])
+    assert a.same_tokens_logprobs_apart
+    assert a.across_logprob_diff == pytest.approx(0.5)
+
+
+def test_one_change_at_the_last_request_is_not_a_switch_that_stayed():
+    last = analyse([s(i, ids(1)) for i in range(4)] + [s(4, ids(2))])
+    assert last.pattern == "varies" and "it stayed" not in last.pattern_text
+    assert "only the last request (5) differs" in last.pattern_text
+    stayed = analyse([s(i, ids(1)) for i in range(3)] + [s(3, ids(2)), s(4, ids(2))])
+    assert stayed.pattern == "switch" and "it stayed (3 before, 2 after)" in stayed.pattern_text

@@ -74,3 +74,38 @@ def test_restarts_on_real_llama_servers(tmp_path):
     assert [x.agreement for x in p.pairs] == [p.agreement]
     logs = list(tmp_path.glob("tiny/llamacpp/*/logs/runtime-default-*.log"))
     assert len(logs) == 2, "each launch is a fresh process with its own log"
+
+
+def _gate_two(first: list[list[int]], second: list[list[int]], cut: bool = False) -> GateResult:
+    prompts = []
+    for pid, answers, cold in (("short-open", first, True), ("long-open", second, False)):
+        samples = [Sample(index=i, text=str(a), token_ids=a, finish_reason="length" if cut else "stop")
+                   for i, a in enumerate(answers)]
+        prompts.append(GatePromptResult.from_analysis(analyse(samples, process_cold=cold), prompt_id=pid,
+                                                      prompt_sha256="x", max_tokens=8))
+    return GateResult(n_requests=len(first), seed=42, temperature=0.0, logprobs=False, prompts=prompts,
+                      reproducible=False, verdict="", wall_s=0.0, http_s=0.0)
+
+
+def test_only_the_process_cold_prompt_is_called_first_after_the_start():
+    # long-open's first request came after short-open's: the runtime was not fresh for it
+    outcomes = [LaunchOutcome(index=i, status="ok", gate=_gate_two([[1]] * 3, [[9], [2], [2]])) for i in range(2)]
+    r = summarise(outcomes, ["short-open", "long-open"], 2, 3)
+    assert [p.process_cold for p in r.prompts] == [True, False]
+    assert "cold-start transient within launches (long-open" in r.within_verdict
+    assert "only the prompt's first request differs (the runtime had served other prompts before it)" \
+        in r.within_verdict
+    assert "first request after the start" not in r.within_verdict
+
+
+def test_truncation_and_controls_reach_the_restarts_page_figures():
+    from suite.site.figures import restarts_view
+
+    outcomes = [LaunchOutcome(index=i, status="ok", gate=_gate_two([[1]] * 3, [[2]] * 3, cut=True))
+                for i in range(2)]
+    r = summarise(outcomes, ["short-open", "long-open"], 2, 3)
+    r.controls = ["no-prompt-cache"]
+    v = restarts_view(r)
+    assert v is not None and v["controls"] == ["no-prompt-cache"]
+    p = v["by_prompt"]["short-open"]
+    assert (p["truncated"], p["answered"], p["max_tokens"]) == (6, 6, 8)

@@ -165,4 +165,9 @@ def test_make_signature_without_a_python_runtime_has_no_stack(tmp_path: Path, mo
     sig = bench.make_signature(plan, rt, plan.spec([], tmp_path / "r.log"))  # type: ignore[arg-type]
     assert sig.runtime_stack is None and sig.compile_cache is None
     assert sig.model_revision == "1.0.0" and sig.model_revision_resolved is None  # pypi: as given
-    assert sig.sampling == {"temperature": 0.0, "seed": 42, "top_p": None, "request_extra": {"return_tokens": True}}
+    assert sig.sampling == {"temperature": 0.0, "seed": 42, "top_p": None, "gate_max_tokens": None,
+                            "request_extra": {"return_tokens": True}}
+    quick = bench.plan_arms("tiny", ["llamacpp"], "local", "quick")[0]
+    capped = bench.make_signature(quick, rt, quick.spec([], tmp_path / "r.log"))  # type: ignore[arg-type]
+    assert capped.sampling is not None and capped.sampling["gate_max_tokens"] == 48  # the profile's gate cap
+    assert capped.digest != sig.digest

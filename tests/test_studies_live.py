@@ -64,6 +64,11 @@ def test_reload_and_kept_caches_on_llama_server(tmp_path: Path, tiny_gguf: Path)
     kept = restarts.with_kept_caches.launch_outcomes
     assert {o.cache_dir for o in kept} == {"kept/kept"}
     assert [o.cache_files_before for o in kept][0] == 0  # the first kept launch found it empty
+    assert all(o.cache_settings == {"TRITON_CACHE_AUTOTUNING": "1"} for o in kept)
+    # llama-server compiles no Triton/Inductor kernels: the page says nothing was kept, not "kept"
+    later = [o.cache_files_before for o in kept][1:]
+    text = restarts.with_kept_caches.caches_text
+    assert ("nothing was kept" in text) if not all(later) else text.startswith("launches after the first found")
     run_dir = next(tmp_path.glob("tiny/llamacpp/*"))
     assert not (run_dir / "caches").exists()  # compile caches never bloat the record
     lines = (run_dir / "requests.jsonl").read_text().splitlines()

@@ -295,8 +295,11 @@ def series_pattern(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence
     changes = sum(1 for a, b in zip(keys, keys[1:]) if a != b)
     if changes == 1:
         at = next(i for i, (a, b) in enumerate(zip(keys, keys[1:])) if a != b) + 1
-        return "switch", (f"one switch: request {ordered_ok[at].index + 1} changed the answer "
-                          f"and it stayed ({at} before, {len(keys) - at} after)")
+        if len(keys) - at >= 2:  # "it stayed" needs a request after the one that changed it
+            return "switch", (f"one switch: request {ordered_ok[at].index + 1} changed the answer "
+                              f"and it stayed ({at} before, {len(keys) - at} after)")
+        return "varies", (f"only the last request ({ordered_ok[at].index + 1}) differs: too few requests after "
+                          "it to say whether the change stays")
     return "varies", f"answers vary in random order ({len(set(keys))} distinct, {changes} changes in {len(keys)})"
 
 
@@ -439,6 +442,27 @@ def bootstrap_over_launches(groups: Sequence[Sequence[Hashable]], resamples: int
     return lo, hi
 
 
+def launch_logprob_gaps(modal_samples: Sequence[Sample]) -> tuple[float | None, bool]:
+    """Logprob gaps between launches' modal answers, every pair of launches (not only against the first).
+
+    Returns the largest |logprob difference| over the tokens two launches' modal answers share,
+    over every pair, and whether some pair gave the same tokens with logprobs further apart than
+    `LOGPROB_TOLERANCE` (numerical drift without a changed answer).
+    """
+    diffs: list[float] = []
+    apart = False
+    for i in range(len(modal_samples)):
+        for j in range(i + 1, len(modal_samples)):
+            a, b = modal_samples[i], modal_samples[j]
+            d = prefix_logprob_diff(a, b)
+            if d is None:
+                continue
+            diffs.append(d)
+            if a.ids_or_empty() is not None and a.ids_or_empty() == b.ids_or_empty() and d > LOGPROB_TOLERANCE:
+                apart = True
+    return (max(diffs) if diffs else None), apart
+
+
 class LaunchFigures(BaseModel):
     """One launch's own figures (shown when there are too few launches for an interval)."""
 
@@ -522,12 +546,7 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
     same_sequence = all(seq == sequences[0] for seq in sequences) if enough else None
     same_answers = (len(set(modal_keys)) == 1 and all(set(k) == set(answering[0]) for k in answering)
                     if enough else None)
-    diffs = [d for m in modal_samples[1:] if (d := prefix_logprob_diff(modal_samples[0], m)) is not None] \
-        if len(modal_samples) >= 2 else []
-    apart = any(
-        m.ids_or_empty() is not None and m.ids_or_empty() == modal_samples[0].ids_or_empty()
-        and (d := prefix_logprob_diff(modal_samples[0], m)) is not None and d > LOGPROB_TOLERANCE
-        for m in modal_samples[1:])
+    across_diff, apart = launch_logprob_gaps(modal_samples)
     return LaunchesAnalysis(
         compared_by=by,
         launches=len(launches),
@@ -547,6 +566,200 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
         consistent_across=(bool(same_sequence or same_answers) if enough else None),
         stable_within=all(len(set(k)) <= 1 for k in answering) if answering else None,
         within_patterns=[p.pattern for p in per_launch],
-        across_logprob_diff=max(diffs) if diffs else None,
+        across_logprob_diff=across_diff,
         same_tokens_logprobs_apart=apart,
     )
+
+
+# -- runs over a prompt set, sessions x replicates (study 2) ------------------------------------
+
+RunMeasure = Literal["identical runs", "items", "tokens"]
+# What each measure is, as the pages name it.
+RUN_MEASURE_LABELS: dict[str, str] = {
+    "identical runs": "identical runs (share of run pairs whose output hash, over every prompt, is the same)",
+    "items": "item-level (share of prompts answered identically in a pair of runs)",
+    "tokens": ("token-level (share of token positions before the first difference, of the longer answer, "
+               "averaged over prompts)"),
+}
+
+
+def token_agreement(a: Sample, b: Sample, compared_by: str) -> float:
+    """Share of positions two answers share before they part, of the longer one (1.0: identical).
+
+    By token ids where `compared_by` is token_ids and both carry them, else by characters. Two
+    empty answers are identical (1.0).
+    """
+    ia, ib = a.ids_or_empty(), b.ids_or_empty()
+    x: Sequence = ia if compared_by == "token_ids" and ia is not None and ib is not None else a.text
+    y: Sequence = ib if compared_by == "token_ids" and ia is not None and ib is not None else b.text
+    longest = max(len(x), len(y))
+    return 1.0 if longest == 0 else first_diff(x, y) / longest
+
+
+class RunAgreement(BaseModel):
+    """One agreement measure between runs: across sessions (with its interval) and within them."""
+
+    measure: RunMeasure
+    label: str  # what the figure is, for the page
+    across: float | None  # over pairs of runs from two different sessions
+    across_ci95: tuple[float, float] | None = None  # percentile bootstrap over sessions
+    ci_note: str | None = None  # why there is no interval
+    across_pairs: int = 0
+    within: float | None = None  # over pairs of runs of one session
+    within_pairs: int = 0
+
+
+class RunsAnalysis(BaseModel):
+    """A configuration's runs (one run = one pass over the prompt set), grouped by session."""
+
+    compared_by: str
+    items: int  # prompts in the set
+    sessions: int  # sessions with at least one complete run
+    runs: int  # complete runs (every prompt answered)
+    incomplete_runs: int = 0  # runs with a failed prompt: no output hash, compared item by item only
+    distinct_runs: int  # distinct output hashes over the complete runs
+    truncated: int = 0  # answers over all runs that stopped at max_tokens
+    agreements: list[RunAgreement] = Field(default_factory=list)
+    first_run_differs: int = 0  # sessions whose first run's hash differs from all of its later runs
+    distinct_after_first: int | None = None  # distinct hashes once each session's first run is left out
+    # The first run of a session is the only difference: leaving each session's first run out
+    # leaves one output hash (the caching transient the study separates).
+    transient_only: bool = False
+
+    def agreement(self, measure: RunMeasure) -> RunAgreement | None:
+        return next((a for a in self.agreements if a.measure == measure), None)
+
+
+def run_hash(run: dict[str, Sample], items: Sequence[str], compared_by: str) -> str | None:
+    """The output hash of one run: every prompt's answer, in prompt order (None: a prompt failed)."""
+    import hashlib
+
+    if any(pid not in run or not run[pid].ok for pid in items):
+        return None
+    h = hashlib.sha256()
+    for pid in items:
+        h.update(repr((pid, answer_key(run[pid], compared_by))).encode())
+    return h.hexdigest()
+
+
+def _pair_measures(a: dict[str, Sample], b: dict[str, Sample], items: Sequence[str], by: str,
+                   ha: str | None, hb: str | None) -> dict[str, float | None]:
+    both = [pid for pid in items if pid in a and pid in b and a[pid].ok and b[pid].ok]
+    return {
+        "identical runs": None if ha is None or hb is None else float(ha == hb),
+        "items": (sum(answer_key(a[p], by) == answer_key(b[p], by) for p in both) / len(both)) if both else None,
+        "tokens": (sum(token_agreement(a[p], b[p], by) for p in both) / len(both)) if both else None,
+    }
+
+
+def bootstrap_pair_sums(sums: list[list[float]], counts: list[list[int]], resamples: int = 2000,
+                        level: float = 0.95, seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap of a pooled between-group mean, resampling whole groups (sessions).
+
+    `sums[i][j]` / `counts[i][j]` (i != j): the measure summed over the pairs of units of groups
+    i and j, and how many pairs. Each resample draws K groups with replacement and pools the
+    pairs of draws that are different groups (a group drawn twice is never compared with
+    itself). Deterministic (fixed seed); None with fewer than two groups.
+    """
+    k = len(sums)
+    if k < 2:
+        return None
+    rng = random.Random(seed)
+    values: list[float] = []
+    for _ in range(resamples):
+        draw = [rng.randrange(k) for _ in range(k)]
+        s = 0.0
+        t = 0
+        for x in range(k):
+            for y in range(x + 1, k):
+                i, j = draw[x], draw[y]
+                if i != j:
+                    s += sums[i][j]
+                    t += counts[i][j]
+        if t:
+            values.append(s / t)
+    if not values:
+        return None
+    alpha = (1.0 - level) / 2.0
+    lo, hi = percentile(values, 100 * alpha), percentile(values, 100 * (1 - alpha))
+    assert lo is not None and hi is not None
+    return lo, hi
+
+
+def analyse_runs(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequence[str] | None = None,
+                 resamples: int = 2000, seed: int = 0) -> RunsAnalysis:
+    """Study 2's unit: a run is one pass over the prompt set; its output hash covers every answer.
+
+    `sessions[s][r]` is run r (replicate order) of session s: prompt id -> that run's answer.
+    Between runs of different sessions: identical-run agreement (same output hash),
+    item-level agreement (share of prompts answered identically, over prompts both runs
+    answered) and token-level agreement (share of positions before the first difference, of
+    the longer answer, averaged over prompts); each pooled over run pairs, with a percentile
+    bootstrap that resamples sessions, from `MIN_LAUNCHES_FOR_CI` answering sessions on. Within
+    sessions the same three measures over pairs of runs of one session. A run with a failed
+    prompt has no output hash (counted apart); it still enters the item and token measures.
+    """
+    items = list(items) if items is not None else sorted({pid for s in sessions for run in s for pid in run})
+    flat = [run[pid] for s in sessions for run in s for pid in items if pid in run]
+    by = _compared_by(flat)
+    answering = [list(s) for s in sessions if any(any(x.ok for x in run.values()) for run in s)]
+    hashes = [[run_hash(run, items, by) for run in s] for s in answering]
+    complete = [h for hs in hashes for h in hs if h is not None]
+    k = len(answering)
+    measures: list[RunMeasure] = ["identical runs", "items", "tokens"]
+    sums = {m: [[0.0] * k for _ in range(k)] for m in measures}
+    counts = {m: [[0] * k for _ in range(k)] for m in measures}
+    within_sum = {m: 0.0 for m in measures}
+    within_n = {m: 0 for m in measures}
+    for i in range(k):
+        for ri, a in enumerate(answering[i]):
+            for rj in range(ri + 1, len(answering[i])):
+                for m, v in _pair_measures(a, answering[i][rj], items, by, hashes[i][ri], hashes[i][rj]).items():
+                    if v is not None:
+                        within_sum[m] += v
+                        within_n[m] += 1
+        for j in range(i + 1, k):
+            for ri, a in enumerate(answering[i]):
+                for rj, b in enumerate(answering[j]):
+                    for m, v in _pair_measures(a, b, items, by, hashes[i][ri], hashes[j][rj]).items():
+                        if v is not None:
+                            sums[m][i][j] += v
+                            sums[m][j][i] += v
+                            counts[m][i][j] += 1
+                            counts[m][j][i] += 1
+    agreements: list[RunAgreement] = []
+    for m in measures:
+        total = sum(counts[m][i][j] for i in range(k) for j in range(i + 1, k))
+        across = (sum(sums[m][i][j] for i in range(k) for j in range(i + 1, k)) / total) if total else None
+        ci, note = None, None
+        if across is None:
+            note = f"no pair of runs from two sessions to compare ({k} session(s) answered)"
+        elif k < MIN_LAUNCHES_FOR_CI:
+            note = (f"no interval: {k} sessions answered, a bootstrap over sessions needs at least "
+                    f"{MIN_LAUNCHES_FOR_CI}")
+        else:
+            ci = bootstrap_pair_sums(sums[m], counts[m], resamples=resamples, seed=seed)
+            if ci is not None and ci[0] == ci[1] == across and across in (0.0, 1.0):
+                # Every pair alike: resampling sessions cannot vary it, so the interval says nothing.
+                ci, note = None, (f"no interval: every one of the {total} pairs of runs from two sessions "
+                                  f"{'agrees' if across == 1.0 else 'differs'}, a bootstrap over sessions "
+                                  "cannot vary that")
+        agreements.append(RunAgreement(
+            measure=m, label=RUN_MEASURE_LABELS[m], across=across, across_ci95=ci, ci_note=note,
+            across_pairs=total, within=(within_sum[m] / within_n[m]) if within_n[m] else None,
+            within_pairs=within_n[m]))
+    # The first run of each session apart from its later runs (a transient confined to it).
+    first_differs = 0
+    later: set[str] = set()
+    for hs in hashes:
+        rest = {h for h in hs[1:] if h is not None}
+        later |= rest
+        if hs and hs[0] is not None and rest and hs[0] not in rest:
+            first_differs += 1
+    return RunsAnalysis(
+        compared_by=by, items=len(items), sessions=sum(1 for hs in hashes if any(h is not None for h in hs)),
+        runs=len(complete), incomplete_runs=sum(1 for hs in hashes for h in hs if h is None),
+        distinct_runs=len(set(complete)), truncated=sum(1 for s in flat if s.ok and s.truncated),
+        agreements=agreements, first_run_differs=first_differs,
+        distinct_after_first=len(later) if later else None,
+        transient_only=first_differs > 0 and len(later) == 1 and len(set(complete)) > 1)

@@ -55,7 +55,7 @@ from urllib.parse import quote, unquote, urlparse, urlsplit, urlunsplit
 from suite import progress
 from suite.definitions import DockerSpec, RuntimeDefinition, get_definition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers.base import (LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
+from suite.launchers.base import (COMPILE_CACHE_DIRS, LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
                                  wait_until_ready)
 from suite.lifetime import REGISTRY
 from suite.paths import cache_dir
@@ -558,6 +558,36 @@ def nvidia_runtime_present(client: "docker.DockerClient") -> bool:
     return "nvidia" in runtimes or info.get("DefaultRuntime") == "nvidia" or "nvidia" in cdi
 
 
+# Where a launch's compile-cache root is mounted inside the container.
+CACHE_MOUNT = "/suite-caches"
+
+
+def cache_mounts(env: dict[str, str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """The compile-cache folders of `env` as read-write mounts, and the env rewritten to them.
+
+    Each compile-cache variable (COMPILE_CACHE_DIRS) whose value is an absolute host path has
+    that path's parent (the launch's cache root) mounted under `CACHE_MOUNT` and its value
+    rewritten to the same folder inside the container; the host folders are made first. Without
+    this a container starts with its own empty caches whatever the host keeps: "kept" caches
+    would not be kept. Other values are left as they are.
+    """
+    volumes: dict[str, dict[str, str]] = {}
+    inner_of: dict[str, str] = {}
+    rewritten = dict(env)
+    for var in COMPILE_CACHE_DIRS:
+        value = env.get(var)
+        if not value or not os.path.isabs(value):
+            continue
+        host = Path(value)
+        root = str(host.parent.resolve())
+        if root not in inner_of:
+            inner_of[root] = f"{CACHE_MOUNT}/{len(inner_of)}" if inner_of else CACHE_MOUNT
+            volumes[root] = {"bind": inner_of[root], "mode": "rw"}
+        host.mkdir(parents=True, exist_ok=True)
+        rewritten[var] = f"{inner_of[root]}/{host.name}"
+    return volumes, rewritten
+
+
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
@@ -649,6 +679,8 @@ class DockerLauncher(Launcher):
                   "port": runtime.server.container_port, "seed": spec.seed, "context_length": spec.context_length}
         args = render(dspec.command, values, runtime.capabilities.lora_args, loras) + list(spec.args)
         env = {**dspec.env, **spec.env}
+        caches, env = cache_mounts(env)  # kept compile caches: the host folders, mounted
+        volumes.update(caches)
         image = client.images.get(tag)
         entrypoint = list(image.attrs.get("Config", {}).get("Entrypoint") or [])
         repo_digests = image.attrs.get("RepoDigests") or []

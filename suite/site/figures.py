@@ -102,6 +102,8 @@ class PromptView:
     counts_note: str | None = None  # the count by text beside the count by token ids, where they differ
     unseen_bound: float | None = None  # one answer in n: an answer this common would have been seen (95%)
     max_logprob_diff: float | None = None
+    modal_tied: bool = False  # the most common answers are tied: none of them is "modal"
+    process_cold: bool = True  # request 1 was the first the runtime served after its start
 
     @property
     def of_text(self) -> str:
@@ -194,8 +196,27 @@ def prompt_view(p: PromptAnalysis, prompt_id: str, max_tokens: int | None = None
         first_divergence=fd_txt, modal_share=p.modal_share, compared_by=p.compared_by, answers=answers,
         stopped_reason=stopped_reason, truncated=p.truncated, max_tokens=max_tokens,
         pattern_text=p.pattern_text, counts_note=counts_note, unseen_bound=p.unseen_share_bound,
-        max_logprob_diff=p.max_logprob_diff,
+        max_logprob_diff=p.max_logprob_diff, modal_tied=p.modal_tied,
+        process_cold=p.cold_warm.process_cold if p.cold_warm is not None else False,
     )
+
+
+def gate_settings_text(gates: "list[GateResult | None]", arms: list[str] | None = None) -> str | None:
+    """How the gate sent its requests, from the records: `one request at a time, temperature 0, seed 42`.
+
+    One phrase where every run's gate had the same settings, else one per arm; None without a gate.
+    """
+    def phrase(g: GateResult) -> str:
+        at_once = "one request at a time" if g.concurrency == 1 else f"{g.concurrency} requests at once"
+        seed = "no seed" if g.seed is None else f"seed {g.seed}"
+        return f"{at_once}, temperature {g.temperature:g}, {seed}"
+
+    named = [(arm, phrase(g)) for arm, g in zip(arms or [""] * len(gates), gates) if g is not None]
+    if not named:
+        return None
+    if len({p for _, p in named}) == 1:
+        return named[0][1]
+    return "; ".join(f"{arm}: {p}" if arm else p for arm, p in named)
 
 
 def gate_prompts(gate: GateResult | None) -> list[PromptView]:
@@ -209,8 +230,9 @@ def gate_prompts(gate: GateResult | None) -> list[PromptView]:
 class Headline:
     """The figures the index and `suite results` show for one run."""
 
-    distinct: int | None = None
-    n: int | None = None
+    distinct: int | None = None  # the most distinct answers of any gate prompt ...
+    answered: int | None = None  # ... among how many answers of that prompt (the denominator)
+    n: int | None = None  # ... and how many requests it sent
     ttft_p50_ms: float | None = None
     tokens_per_s: float | None = None
     clean_share: float | None = None
@@ -222,9 +244,14 @@ class Headline:
 
     @property
     def distinct_text(self) -> str:
+        """`1 of 20`; `1 of 5 answered (20 requests)` where requests failed: distinct of answered."""
         if self.distinct is None:
             return "not run"
-        return f"{self.distinct} of {self.n}" if self.n else str(self.distinct)
+        if self.answered is None or not self.n:
+            return str(self.distinct)
+        if self.answered == self.n:
+            return f"{self.distinct} of {self.n}"
+        return f"{self.distinct} of {self.answered} answered ({self.n} requests)"
 
 
 @dataclass
@@ -290,8 +317,10 @@ def headline(s: Summary) -> Headline:
     h = Headline()
     prompts = gate_prompts(s.gate)
     if prompts:
-        h.distinct = max(p.distinct for p in prompts)
-        h.n = max(p.n for p in prompts) or None
+        # The prompt with the most distinct answers (of those, the fewest answered): its count
+        # and its own denominator, never another prompt's request count.
+        worst = max(prompts, key=lambda p: (p.distinct, -p.answered))
+        h.distinct, h.answered, h.n = worst.distinct, worst.answered, worst.n or None
     level = latency_level(s.latency)
     if level is not None:
         h.ttft_p50_ms = None if level.ttft_s.p50 is None else level.ttft_s.p50 * 1000.0
@@ -482,6 +511,8 @@ def extraction_view(ex: ExtractionResult | None) -> dict[str, Any] | None:
     for sec in ex.per_section:
         if (ex.repeats and sec.invalid_json >= ex.repeats) or sec.comparable is False:
             grid[sec.section] = "error"
+        elif sec.no_facts:
+            grid[sec.section] = "no facts"
         else:
             grid[sec.section] = "same" if sec.identical else "changed"
     judge = ex.judge
@@ -489,6 +520,7 @@ def extraction_view(ex: ExtractionResult | None) -> dict[str, Any] | None:
         "identical": ex.identical_sections,
         "total": ex.sections,
         "comparable": ex.comparable_sections,  # None: an older record (identical counted over all)
+        "no_facts": sum(1 for sec in ex.per_section if sec.no_facts),  # valid, nothing given: never identical
         "invalid_sections": ex.invalid_sections,
         "changed_sections": ex.changed_sections,
         "repeats": ex.repeats,
@@ -571,6 +603,11 @@ def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> lis
     return out
 
 
+def row_truncation(gate: GateResult | None) -> dict[str, tuple[int, int]]:
+    """Per prompt of a control row's gate: (answers cut at max_tokens, the cap); empty without a gate."""
+    return {p.prompt_id: (p.truncated, p.max_tokens) for p in gate.prompts} if gate is not None else {}
+
+
 def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, Any] | None:
     """The control matrix: one row per configuration, distinct answers per gate prompt."""
     if c is None:
@@ -578,8 +615,10 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
     prompts = list(c.prompts) or prompt_ids
     rows = []
     for r in c.rows:
+        cut = row_truncation(r.gate)
         cells = [None if pid not in r.distinct else {
-            "distinct": r.distinct[pid], "answered": r.answered.get(pid), "lengths": r.lengths.get(pid)}
+            "distinct": r.distinct[pid], "answered": r.answered.get(pid), "lengths": r.lengths.get(pid),
+            "truncated": cut.get(pid, (None, None))[0], "max_tokens": cut.get(pid, (None, None))[1]}
             for pid in prompts]
         rows.append({
             "configuration": r.configuration, "description": r.description, "status": r.status,
@@ -605,9 +644,12 @@ def restarts_view(r: RestartsResult | None) -> dict[str, Any] | None:
         "agreement": p.agreement, "ci": p.agreement_ci95, "lengths": p.lengths_text, "errors": p.errors,
         "ci_note": p.ci_note, "pairs": p.pairs, "logprob_diff": p.across_logprob_diff,
         "logprobs_apart": p.same_tokens_logprobs_apart,
+        "truncated": p.truncated, "answered": p.answered or sum(x.answered for x in p.per_launch),
+        "max_tokens": _max_tokens_of(r, p.prompt_id),
     } for p in r.prompts]
     outcomes = [{"index": o.index, "status": o.status, "reason": o.reason, "startup_s": o.startup_s,
-                 "cache_files_before": o.cache_files_before} for o in r.launch_outcomes]
+                 "cache_files_before": o.cache_files_before, "cache_files": o.cache_files,
+                 "cache_settings": o.cache_settings} for o in r.launch_outcomes]
     return {
         "launches": r.launches, "launched": r.launched, "per_launch": r.requests_per_launch,
         "stable_within": r.stable_within, "consistent_across": r.consistent_across, "verdict": r.verdict,
@@ -615,7 +657,16 @@ def restarts_view(r: RestartsResult | None) -> dict[str, Any] | None:
         "prompts": prompts, "outcomes": outcomes, "by_prompt": {p["prompt_id"]: p for p in prompts},
         "startup": [o.startup_s for o in r.launch_outcomes if o.startup_s is not None],
         "cache_mode": r.cache_mode, "kept": restarts_view(r.with_kept_caches),
+        "caches_text": r.caches_text, "controls": r.controls,
+        "cache_counts": [o.cache_files_before for o in r.launch_outcomes],
+        "cache_settings": next((o.cache_settings for o in r.launch_outcomes if o.cache_settings), {}),
     }
+
+
+def _max_tokens_of(r: RestartsResult, prompt_id: str) -> int | None:
+    """The token cap a launch's gate gave this prompt (the same in every launch)."""
+    return next((p.max_tokens for o in r.launch_outcomes if o.gate is not None for p in o.gate.prompts
+                 if p.prompt_id == prompt_id), None)
 
 
 def watchdog_view(wd: WatchdogReport | None) -> dict[str, Any] | None:
@@ -648,7 +699,8 @@ def arm_comparisons(runs: list["Run"], arms: list[str]) -> list[dict[str, Any]]:
         prompts = compare_gates(base.s.gate, run.s.gate)
         if prompts:
             out.append({"base": arms[0], "arm": arm, "prompts": prompts,
-                        "agree": sum(1 for p in prompts if p.modal_agree), "n": len(prompts)})
+                        "agree": sum(1 for p in prompts if p.modal_agree and p.caveat is None), "n": len(prompts),
+                        "caveats": sum(1 for p in prompts if p.caveat is not None)})
     return out
 
 
@@ -657,5 +709,5 @@ def sessions_view(r: SessionsResult | None) -> dict[str, Any] | None:
     if r is None:
         return None
     return {"sessions": r.sessions, "replicates": r.replicates, "launched": r.launched,
-            "configurations": r.configurations, "table": r.table,
+            "configurations": r.configurations, "table": r.table, "controls": r.controls,
             "outcomes": [o for o in r.outcomes if o.status != "ok"]}

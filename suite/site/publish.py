@@ -35,7 +35,7 @@ from suite.site import charts
 from suite.errors import SuiteError
 from suite.site.figures import (
     ModelRuns, PromptView, Run, analyse_requests, arm_comparisons, controls_view, extraction_pairs, extraction_view,
-    gate_prompts, itl_gaps, latency_level, latency_sweep, latency_table, load_runs, prompt_view,
+    gate_prompts, gate_settings_text, itl_gaps, latency_level, latency_sweep, latency_table, load_runs, prompt_view,
     restarts_view, sessions_view, signature_rows, slug, watchdog_view, with_thousands,
 )
 from suite.paths import SITE_DIR, cache_dir
@@ -305,6 +305,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         latency_sweeps=[latency_sweep(r.s.latency) for r in runs], sweep_svg=drawn["sweep"].result(),
         restarts=restarts, restart_prompts=restart_prompts, control_configs=control_configs,
         arm_comparisons=arm_comparisons(runs, arms), sessions=[sessions_view(r.s.sessions) for r in runs],
+        gate_settings=gate_settings_text([r.s.gate for r in runs], arms),
     )
 
 
@@ -330,8 +331,10 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     try:
         engine.join()
         drawn = {name: _model_charts(site, model) for name, model in models.items()}
+        current = [r for m in models.values() for r in m.current]
         site.write("index.html", "index.html", models=models, generated=generated,
-                   n_runs=len(all_runs))
+                   n_runs=len(all_runs), gate_settings=gate_settings_text([r.s.gate for r in current],
+                                                                          [f"{r.s.model} {r.s.arm}" for r in current]))
         for run in all_runs:  # written while the charts are drawn
             site.write(run.page, "run.html", model=models[run.s.model], run=run, generated=generated,
                        gate=gate_prompts(run.s.gate),

@@ -271,6 +271,8 @@ class SectionSummary(BaseModel):
                                         "(records before `comparable` existed counted all-invalid sections too)")
     distinct_answers: int = Field(description="distinct extracted-fact sets over the repeats (all invalid ones as one)")
     comparable: bool | None = Field(default=None, description="every repeat gave valid JSON (None: older record)")
+    no_facts: bool = Field(default=False, description="every repeat was valid JSON that gave no fact (all null): "
+                                                      "never counted as identical")
     clean_rate: float = Field(description="share of repeats that were clean")
     complete_rate: float | None = Field(default=None, description="share of repeats that were clean and complete")
     recall: float = Field(description="mean recall over repeats")
@@ -343,6 +345,17 @@ def _answered_facts(section: Section, extracted: dict[str, Any] | None) -> str:
     lower = {str(k).strip().lower(): v for k, v in extracted.items()}
     values = {f.key: extracted.get(f.key, lower.get(f.key.lower())) for f in section.facts}
     return json.dumps(values, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def no_facts(section: Section, extracted: dict[str, Any] | None) -> bool:
+    """A valid answer that gives no asked fact (every value null, empty or absent): agreeing on
+    nothing is not the same answer, so such answers are never "identical" nor "the same after
+    a reload"."""
+    if extracted is None:
+        return False
+    lower = {str(k).strip().lower(): v for k, v in extracted.items()}
+    values = [extracted.get(f.key, lower.get(f.key.lower())) for f in section.facts]
+    return all(v is None or (isinstance(v, (str, list, dict)) and not v) for v in values)
 
 
 def _repeat_key(section: Section, answer: Answer) -> str:
@@ -444,9 +457,11 @@ def summarise(sections: list[Section], answers: dict[str, list[Answer]], repeats
         distinct = {_answered_facts(section, a.extracted) for a in got}
         precisions = [a.score.precision for a in got if a.score.precision is not None]
         comparable = bool(got) and all(a.extracted is not None for a in got)
+        empty = comparable and all(no_facts(section, a.extracted) for a in got)
         per_section.append(SectionSummary(
             section=section.uid, kind=section.kind, facts=len(section.facts),
-            identical=comparable and len(distinct) == 1, distinct_answers=len(distinct), comparable=comparable,
+            identical=comparable and len(distinct) == 1 and not empty, distinct_answers=len(distinct),
+            comparable=comparable, no_facts=empty,
             clean_rate=sum(a.score.clean for a in got) / len(got) if got else 0.0,
             complete_rate=sum(a.score.complete for a in got) / len(got) if got else 0.0,
             recall=mean([a.score.recall for a in got]) or 0.0,

@@ -2,11 +2,12 @@
 
 After the extraction stage, with the profile's `reloads` (or `suite bench --reloads N`) above 0,
 the arm's runtime is stopped and started again N times; each fresh launch answers every section
-of the extraction once more. A section's facts are compared with the extraction's own answer to
-it: the page reads like the study, "43 of 48 within, 46 of 46 after the reload" (sections whose
-facts were identical across the repeats of the first launch, of those with valid JSON in every
-repeat; then sections whose facts after the reload were the same as before, of those with valid
-JSON on both sides).
+of the extraction once more. The page reads like the study, "43 of 48 within, 43 of 43 after the
+reload": first the sections whose facts were identical across the repeats of the first launch,
+of those with valid JSON in every repeat; then, over those stable sections only (a section that
+already varied within the launch cannot say what the reload changed), the sections whose facts
+after the reload equal every repeat's, of those answered with valid JSON after it. An answer that
+gives no fact (all null) is never "identical" nor "the same after the reload".
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from pydantic import BaseModel, Field
 
 from suite.stages.base import FreshLaunch, Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.stages.extraction import (ANSWERS_KEY, JsonChat, _answered_facts, _fact_signature, ask_section,
-                                     load_prompt, select_sections)
+from suite.stages.extraction import (ANSWERS_KEY, Answer, JsonChat, Section, _answered_facts, _fact_signature,
+                                     ask_section, load_prompt, no_facts, select_sections)
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
@@ -29,9 +30,11 @@ log = logging.getLogger(__name__)
 
 
 class ReloadOutcome(FreshLaunch):
-    compared: int = 0  # sections with valid JSON before (first repeat) and after the reload
-    same: int = 0  # of those, the same facts
+    compared: int = 0  # sections stable within the first launch, answered with valid JSON after the reload
+    same: int = 0  # of those, the facts of every repeat before
     changed: list[str] = Field(default_factory=list)  # section ids whose facts changed
+    no_facts: int = 0  # of `compared`, answered with no fact after the reload (not "same")
+    invalid: int = 0  # stable sections answered without valid JSON after the reload (left out of `compared`)
 
 
 class ReloadsResult(BaseModel):
@@ -40,7 +43,51 @@ class ReloadsResult(BaseModel):
     within_identical: int  # sections identical across the first launch's repeats ...
     within_comparable: int  # ... of those with valid JSON in every repeat
     outcomes: list[ReloadOutcome]
-    line: str  # "43 of 48 within, 46 of 46 after the reload"
+    line: str  # "43 of 48 within, 43 of 43 after reload 1"
+    within_no_facts: int = 0  # comparable sections whose every repeat gave no fact (not identical)
+
+
+def stable_sections(sections: list[Section], answers: dict[str, list[Answer]]) -> tuple[list[Section], list[Section]]:
+    """(comparable, stable): sections with valid JSON in every repeat, and of those the ones whose
+    repeats gave the same facts, at least one of them not null."""
+    comparable = [s for s in sections if answers.get(s.uid) and all(a.extracted is not None for a in answers[s.uid])]
+    stable = [s for s in comparable
+              if len({_answered_facts(s, a.extracted) for a in answers[s.uid]}) == 1
+              and not no_facts(s, answers[s.uid][0].extracted)]
+    return comparable, stable
+
+
+def compare_after(outcome: ReloadOutcome, section: Section, before: list[Answer], after: Answer) -> None:
+    """One stable section's answer after the reload against every repeat before it."""
+    if after.extracted is None:
+        outcome.invalid += 1
+        return
+    outcome.compared += 1
+    if no_facts(section, after.extracted):
+        outcome.no_facts += 1
+        outcome.changed.append(section.uid)
+        return
+    facts = _answered_facts(section, after.extracted)
+    if all(_answered_facts(section, b.extracted) == facts for b in before):
+        outcome.same += 1
+    else:
+        outcome.changed.append(section.uid)
+
+
+def reloads_line(within_identical: int, within_comparable: int, outcomes: list[ReloadOutcome]) -> str:
+    within = f"{within_identical} of {within_comparable} within"
+    parts = []
+    for o in outcomes:
+        if o.status != "ok":
+            parts.append(f"reload {o.index + 1} {o.status}: {o.reason}")
+            continue
+        extra = []
+        if o.no_facts:
+            extra.append(f"{o.no_facts} with no fact")
+        if o.invalid:
+            extra.append(f"{o.invalid} without JSON, left out")
+        parts.append(f"{o.same} of {o.compared} after reload {o.index + 1}" + (f" ({'; '.join(extra)})" if extra else ""))
+    return f"{within}, {'; '.join(parts)}" if parts else within
 
 
 def run(ctx: "StageContext") -> ReloadsResult:
@@ -51,8 +98,7 @@ def run(ctx: "StageContext") -> ReloadsResult:
     sections = [s for s in select_sections(ctx.profile.extraction_sections) if s.uid in answers]
     prompt = load_prompt()
     signature = _fact_signature(ctx)
-    comparable = [s for s in sections if answers[s.uid] and all(a.extracted is not None for a in answers[s.uid])]
-    identical = [s for s in comparable if len({_answered_facts(s, a.extracted) for a in answers[s.uid]}) == 1]
+    comparable, identical = stable_sections(sections, answers)
     outcomes: list[ReloadOutcome] = []
     for i in range(ctx.profile.reloads):
         outcome = ReloadOutcome(index=i, status="ok")
@@ -61,25 +107,20 @@ def run(ctx: "StageContext") -> ReloadsResult:
                 outcome.startup_s = running.startup_s
                 caps = ctx.runtime.capabilities
                 chat = JsonChat(client, supports_schema=bool(caps.json_schema), chat=bool(caps.chat))
-                for section in sections:
+                stable = {s.uid for s in identical}
+                for section in sections:  # every section is asked again (the record keeps them all) ...
                     after = ask_section(ctx, chat, section, prompt, 0, signature, reload=i)
-                    before = answers[section.uid][0]
-                    if after.extracted is None or before.extracted is None:
-                        continue
-                    outcome.compared += 1
-                    if _answered_facts(section, after.extracted) == _answered_facts(section, before.extracted):
-                        outcome.same += 1
-                    else:
-                        outcome.changed.append(section.uid)
+                    if section.uid in stable:  # ... and the stable ones are compared
+                        compare_after(outcome, section, answers[section.uid], after)
         except (RuntimeStartError, EnvironmentUnavailable) as exc:
             outcome.did_not_start(exc, refused=isinstance(exc, RuntimeStartError))
         outcomes.append(outcome)
-    after = "; ".join(f"{o.same} of {o.compared} after reload {o.index + 1}" if o.status == "ok"
-                      else f"reload {o.index + 1} {o.status}: {o.reason}" for o in outcomes)
-    line = f"{len(identical)} of {len(comparable)} within, {after}" if outcomes else f"{len(identical)} of {len(comparable)} within"
+    line = reloads_line(len(identical), len(comparable), outcomes)
     log.info("reloads %s: %s", ctx.arm_name, line)
     return ReloadsResult(reloads=ctx.profile.reloads, sections=len(sections), within_identical=len(identical),
-                         within_comparable=len(comparable), outcomes=outcomes, line=line)
+                         within_comparable=len(comparable), outcomes=outcomes, line=line,
+                         within_no_facts=sum(1 for s in comparable if all(no_facts(s, a.extracted)
+                                                                          for a in answers[s.uid])))
 
 
 STAGE = Stage(name="reloads", result=ReloadsResult, run=run, fresh_runtimes=True, in_bench=False,

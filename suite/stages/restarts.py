@@ -10,9 +10,14 @@ interval over launches once there are enough of them) are two verdicts: a runtim
 still change its answer from one start to the next. A launch that fails to start is recorded
 with its error line and the stage goes on with the next one.
 
-Compile caches (study 3): each launch's Triton, TorchInductor and vLLM caches point at a folder in
-the run; `fresh` gives every launch an empty one (a kernel that autotunes by timing chooses anew),
-`kept` lets every launch after the first reuse the first's, `both` runs the two passes.
+Compile caches (study 3): each launch's Triton, TorchInductor, vLLM, FlashInfer JIT and CUDA
+ComputeCache folders point under one cache root (the Docker launcher mounts it into the
+container), and Triton keeps its autotuning choices there too (`TRITON_CACHE_AUTOTUNING=1`,
+recorded): without it a kept cache keeps kernels but not the configuration autotuning chose.
+`fresh` gives every launch an empty root (a kernel that autotunes by timing chooses anew), `kept`
+lets every launch after the first reuse the first's, `both` runs the two passes. Each launch
+records how many cache files it found before it started, so "kept" is a count on the page, not
+a promise.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from suite.stages.base import FreshLaunch, Stage
+from suite.launchers.base import COMPILE_CACHE_DIRS, COMPILE_CACHE_SETTINGS
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.analysis.repro import LaunchFigures, LaunchPair, Pattern, analyse_launches
 from suite.stages.gate import (GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, samples_of,
@@ -42,6 +48,8 @@ class LaunchOutcome(FreshLaunch):
     gate: GateResult | None = None
     cache_dir: str | None = None  # the compile/autotune cache root this launch was pointed at
     cache_files_before: int | None = None  # files already in it when the launch started (0: empty)
+    cache_files: dict[str, int] = Field(default_factory=dict)  # per cache (triton, inductor, ...), before the start
+    cache_settings: dict[str, str] = Field(default_factory=dict)  # e.g. TRITON_CACHE_AUTOTUNING=1
 
 
 class RestartPromptResult(BaseModel):
@@ -56,6 +64,10 @@ class RestartPromptResult(BaseModel):
     lengths_text: str
     errors: int
     truncated: int = 0  # answers over all launches that stopped at max_tokens
+    answered: int = 0  # answers over all launches (the denominator of `truncated`)
+    # This prompt's first request in each launch was the first the runtime served after its start
+    # (every cache empty); False: the runtime had answered other prompts before it.
+    process_cold: bool = True
     # Every launch gave the same answer at the same request position (request i of one launch
     # equals request i of every other): a cold/warm split that repeats identically in each
     # launch lowers `agreement` but keeps this true.
@@ -86,6 +98,25 @@ class RestartsResult(BaseModel):
     # the first launch's caches. With both, the kept pass is nested here.
     cache_mode: Literal["fresh", "kept"] = "fresh"
     with_kept_caches: "RestartsResult | None" = None
+    controls: list[str] = Field(default_factory=list)  # the controls every launch ran with
+
+    @property
+    def caches_text(self) -> str:
+        """What the launches found in their compile caches: counted, not assumed."""
+        counts = [o.cache_files_before for o in self.launch_outcomes if o.cache_files_before is not None]
+        if not counts:
+            return "compile caches not recorded"
+        if self.cache_mode == "fresh":
+            found = [c for c in counts if c]
+            return ("every launch started with empty compile caches" if not found else
+                    f"every launch was to start with empty compile caches, but {len(found)} found files")
+        later = counts[1:]
+        if later and all(later):
+            return (f"launches after the first found the first's compile caches ({', '.join(map(str, later))} "
+                    "files at their start)")
+        return (f"launches after the first were to reuse the first's compile caches but found "
+                f"{', '.join(map(str, later)) or 'none'} files at their start: the runtime wrote no cache there, "
+                "nothing was kept")
 
 
 def within_verdict_of(prompts: list[RestartPromptResult]) -> str:
@@ -98,9 +129,13 @@ def within_verdict_of(prompts: list[RestartPromptResult]) -> str:
         return "stable within every launch (one answer per prompt)"
     n_launches = max((len(p.within_patterns) for p in prompts), default=0)
     if all(pat == "cold-transient" for _, pat in unstable):
+        cold = {p.prompt_id: p.process_cold for p in prompts}
         where = ", ".join(sorted({pid for pid, _ in unstable}))
+        whats = {("only the first request after the start differs" if cold.get(pid, True) else
+                  "only the prompt's first request differs (the runtime had served other prompts before it)")
+                 for pid, _ in unstable}
         return (f"cold-start transient within launches ({where}: in {len(unstable)} launch-prompt series of "
-                f"{len(patterns)}, only the first request after the start differs; the rest agree)")
+                f"{len(patterns)}, {'; '.join(sorted(whats))}; the rest agree)")
     kinds = ", ".join(f"{pid}: {'/'.join(p.within_patterns)}" for p in prompts
                       for pid in [p.prompt_id] if any(x not in ("stable", "undetermined") for x in p.within_patterns))
     return f"NOT stable within launches ({kinds}; {n_launches} launches)"
@@ -146,13 +181,17 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
         launches = [l for l in launches if l]
         if not launches:
             continue
+        cold_flags = [p.cold_warm.process_cold for o in answered if o.gate is not None
+                      for p in o.gate.prompts if p.prompt_id == pid and p.cold_warm is not None]
         a = analyse_launches(launches)
         prompts.append(RestartPromptResult(
             prompt_id=pid, compared_by=a.compared_by, within_distinct=a.within_distinct,
             across_distinct=a.across_distinct, modal_per_launch_distinct=a.modal_per_launch_distinct,
             agreement=a.agreement, agreement_ci95=a.agreement_ci95, ci_note=a.ci_note,
             lengths_text=a.lengths_text, errors=a.errors,
-            truncated=sum(1 for l in launches for s in l if s.truncated),
+            truncated=sum(1 for l in launches for s in l if s.ok and s.truncated),
+            answered=sum(1 for l in launches for s in l if s.ok),
+            process_cold=any(cold_flags) if cold_flags else pid == prompt_ids[0],
             same_sequence=a.same_sequence, same_answers=a.same_answers, consistent_across=a.consistent_across,
             stable_within=a.stable_within, within_patterns=a.within_patterns, per_launch=a.per_launch,
             pairs=a.pairs, across_logprob_diff=a.across_logprob_diff,
@@ -172,17 +211,23 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
                           within_verdict=within, across_verdict=across, verdict=verdict)
 
 
-# The folders where the runtimes that compile kernels keep them (Triton, TorchInductor, vLLM).
-CACHE_ENV = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "VLLM_CACHE_ROOT": "vllm"}
+# The folders where the runtimes that compile kernels keep them (suite.launchers.base).
+CACHE_ENV = COMPILE_CACHE_DIRS
 
 
 def cache_env(root: Path) -> dict[str, str]:
-    """The env that points every compile/autotune cache of a launch under `root`."""
-    return {var: str(root / sub) for var, sub in CACHE_ENV.items()}
+    """The env that points every compile/autotune cache of a launch under `root`, and keeps
+    Triton's autotuning choices with its kernels."""
+    return {var: str(root / sub) for var, sub in CACHE_ENV.items()} | COMPILE_CACHE_SETTINGS
 
 
 def _files_in(root: Path) -> int:
     return sum(1 for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+
+
+def cache_counts(root: Path) -> dict[str, int]:
+    """Files in each compile cache under `root` (triton, inductor, ...), before a launch starts."""
+    return {sub: _files_in(root / sub) for sub in CACHE_ENV.values()}
 
 
 def run_launches(ctx: "StageContext", mode: Literal["fresh", "kept"]) -> RestartsResult:
@@ -204,6 +249,7 @@ def run_launches(ctx: "StageContext", mode: Literal["fresh", "kept"]) -> Restart
         shutil.rmtree(caches, ignore_errors=True)
     result = summarise(outcomes, [p.id for p in prompts], k, n)
     result.cache_mode = mode
+    result.controls = list(ctx.controls)
     log.info("restarts %s (%s caches): %s", ctx.arm_name, mode, result.verdict)
     return result
 
@@ -213,7 +259,8 @@ def _one_launch(ctx: "StageContext", i: int, mode: Literal["fresh", "kept"], cac
     """Launch i of the restarts: a fresh runtime, its short gate, stopped."""
     label = f"launch-{i}" if mode == "fresh" else "kept"
     root = caches / label
-    outcome = LaunchOutcome(index=i, status="ok", cache_dir=f"{mode}/{label}", cache_files_before=_files_in(root))
+    outcome = LaunchOutcome(index=i, status="ok", cache_dir=f"{mode}/{label}", cache_files_before=_files_in(root),
+                            cache_files=cache_counts(root), cache_settings=dict(COMPILE_CACHE_SETTINGS))
     try:
         with ctx.launch(env=cache_env(root)) as (running, client):
             outcome.startup_s = running.startup_s

@@ -8,11 +8,15 @@ each prompt twice, to the base model and to the adapter, so base and adapter sha
 (where the runtime cannot select the adapter per request, the adapter configuration is skipped
 with that reason).
 
-Per configuration (base, adapter) and prompt the result gives: distinct answers ("output
-hashes") over the K*R runs; within-session agreement (pairs of runs of one session that are
-identical); across-session agreement with a bootstrap that resamples sessions; and the first
-run of each session apart from the rest (the caching transient: distinct answers once each
-session's first run is left out). The three mechanisms the study separates show as three
+The unit is the study's: a run is one pass over the prompt set, and its output hash covers every
+answer of that pass. Per configuration (base, adapter) the result gives distinct output hashes
+over the K*R runs and, between runs of different sessions, three agreements, each named on the
+page and each with a percentile bootstrap that resamples sessions: identical runs (same output
+hash), item-level (share of prompts answered identically) and token-level (share of token
+positions before the first difference). The same three within sessions go beside them. The
+first run of each session is set apart (the caching transient) only where it is the only
+difference: leaving it out leaves one output hash. Per prompt the same figures follow, with
+answers cut at max_tokens counted. The three mechanisms the study separates show as three
 figures: a transient confined to the first run, disagreement within sessions, disagreement
 between sessions.
 """
@@ -28,7 +32,7 @@ from pydantic import BaseModel, Field
 from suite.stages.base import FreshLaunch, Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
-from suite.analysis.repro import Sample, analyse_launches, answer_key
+from suite.analysis.repro import RunsAnalysis, Sample, analyse_launches, analyse_runs, answer_key
 from suite.stages.gate import (GateResult, death_reason_of, logprobs_for, run_gate, samples_of,
                                select_prompts)
 
@@ -45,19 +49,32 @@ class SessionsPromptResult(BaseModel):
     runs: int  # answered runs over all sessions (K*R when none failed)
     failed: int
     distinct: int  # distinct answers over all runs
-    within_agreement: float | None  # pairs of runs inside one session that are identical
-    across_agreement: float | None  # pairs of runs from two different sessions that are identical
+    within_agreement: float | None  # share of pairs of runs inside one session that are identical
+    across_agreement: float | None  # share of pairs of runs from two different sessions that are identical
     across_ci95: tuple[float, float] | None  # bootstrap over sessions
     ci_note: str | None = None
     distinct_after_first: int | None  # distinct answers once each session's first run is left out
     first_run_differs: int  # sessions whose first run differs from that session's later runs
     sessions_with_answers: int
+    truncated: int = 0  # answers that stopped at max_tokens (they may differ past the cap)
+    # The first run of a session is the only difference: leaving each session's first run out
+    # leaves one answer. Only then is the transient named.
+    transient_only: bool = False
 
     @property
     def line(self) -> str:
-        ci = f" [{self.across_ci95[0]:.3f}, {self.across_ci95[1]:.3f}]" if self.across_ci95 else ""
-        agree = "—" if self.across_agreement is None else f"{self.across_agreement:.3f}{ci}"
-        return f"{self.distinct} distinct in {self.runs} runs; agreement {agree}"
+        ci = ""
+        if self.across_ci95 and self.across_ci95[0] < self.across_ci95[1]:
+            ci = f" [{self.across_ci95[0]:.3f}, {self.across_ci95[1]:.3f}]"
+        elif self.across_ci95:  # every resample alike: the interval would say nothing
+            ci = (" (no interval: every pair alike)" if self.across_agreement == 1.0 else
+                  " (no interval: every pair differs)" if self.across_agreement == 0.0 else " (no interval)")
+        across = "—" if self.across_agreement is None else f"{self.across_agreement:.3f}{ci}"
+        within = "—" if self.within_agreement is None else f"{self.within_agreement:.3f}"
+        cut = f"; {self.truncated} of {self.runs} cut at max_tokens" if self.truncated else ""
+        failed = f" ({self.failed} failed)" if self.failed else ""
+        return (f"{self.distinct} distinct in {self.runs} runs{failed}; identical answer pairs across sessions "
+                f"{across}, within sessions {within}{cut}")
 
 
 class SessionsConfiguration(BaseModel):
@@ -65,6 +82,38 @@ class SessionsConfiguration(BaseModel):
     status: Literal["ok", "skipped"] = "ok"
     reason: str | None = None
     prompts: list[SessionsPromptResult] = Field(default_factory=list)
+    runs: RunsAnalysis | None = None  # the study's unit: one run = one pass over the prompt set
+
+    @property
+    def line(self) -> str:
+        """`adapter: 24 distinct output hashes in 24 runs; across sessions ...; within sessions ...`."""
+        if self.status != "ok":
+            return f"{self.label}: skipped ({self.reason})"
+        r = self.runs
+        if r is None or not r.agreements:
+            return f"{self.label}: no run answered"
+        head = f"{self.label}: {r.distinct_runs} distinct output hash{'es' if r.distinct_runs != 1 else ''} in {r.runs} runs"
+        head += f" ({r.items} prompt{'s' if r.items != 1 else ''} each, {r.sessions} sessions)"
+        if r.incomplete_runs:
+            head += f", {r.incomplete_runs} run(s) with a failed prompt left out of the hashes"
+        across = []
+        for a in r.agreements:
+            if a.across is None:
+                across.append(f"{a.measure} —")
+                continue
+            ci = (f" [{a.across_ci95[0]:.3f}, {a.across_ci95[1]:.3f}]" if a.across_ci95
+                  else " (no interval)" if a.ci_note else "")
+            across.append(f"{a.measure} {a.across:.3f}{ci}")
+        within = [f"{a.measure} {a.within:.3f}" for a in r.agreements if a.within is not None]
+        line = f"{head}; across sessions (bootstrap over sessions): {', '.join(across)}"
+        if within:
+            line += f"; within sessions: {', '.join(within)}"
+        if r.truncated:
+            line += f"; {r.truncated} answers cut at max_tokens (they may differ past the cap)"
+        if r.transient_only and r.distinct_after_first is not None:
+            line += (f"; the first run differs in {r.first_run_differs} of {r.sessions} sessions and is the only "
+                     "difference: 1 output hash without it")
+        return line
 
 
 class SessionOutcome(FreshLaunch):
@@ -79,8 +128,9 @@ class SessionsResult(BaseModel):
     lora_select: str | None = None
     configurations: list[SessionsConfiguration]
     outcomes: list[SessionOutcome] = Field(default_factory=list)
-    table: list[str] = Field(default_factory=list)  # "base: 1 distinct in 24 runs; agreement 1.000 [...]"
+    table: list[str] = Field(default_factory=list)  # one line per configuration, then per configuration and prompt
     verdict: str
+    controls: list[str] = Field(default_factory=list)  # the controls every session ran with
 
 
 def _within_agreement(sessions: list[list[Sample]], by: str) -> float | None:
@@ -106,13 +156,31 @@ def summarise_prompt(prompt_id: str, sessions: list[list[Sample]]) -> SessionsPr
             rest = {answer_key(s, by) for s in ok[1:]}
             first_differs += answer_key(ok[0], by) not in rest
     answered = [s for runs in sessions for s in runs if s.ok]
+    all_keys = {answer_key(s, by) for s in answered}
     return SessionsPromptResult(
         prompt_id=prompt_id, compared_by=by, runs=len(answered),
         failed=sum(1 for runs in sessions for s in runs if not s.ok), distinct=a.across_distinct,
         within_agreement=_within_agreement(sessions, by), across_agreement=a.agreement,
         across_ci95=a.agreement_ci95, ci_note=a.ci_note,
         distinct_after_first=len(keys_later) if keys_later else None, first_run_differs=first_differs,
-        sessions_with_answers=sum(1 for runs in sessions if any(s.ok for s in runs)))
+        sessions_with_answers=sum(1 for runs in sessions if any(s.ok for s in runs)),
+        truncated=sum(1 for s in answered if s.truncated),
+        transient_only=first_differs > 0 and len(keys_later) == 1 and len(all_keys) > 1)
+
+
+def summarise_configuration(label: Literal["base", "adapter"], prompt_ids: list[str],
+                            sessions: list[dict[str, list[Sample]]]) -> SessionsConfiguration:
+    """One configuration's sessions (each: prompt id -> that session's samples in replicate order):
+    the run-level figures over the prompt set, then each prompt's own."""
+    config = SessionsConfiguration(label=label)
+    per_prompt = {pid: [s[pid] for s in sessions if s.get(pid)] for pid in prompt_ids}
+    config.prompts = [summarise_prompt(pid, ss) for pid, ss in per_prompt.items() if ss]
+    runs = [[{pid: s[pid][r] for pid in prompt_ids if r < len(s.get(pid, []))}
+             for r in range(max((len(v) for v in s.values()), default=0))] for s in sessions]
+    runs = [rs for rs in runs if rs]
+    if runs:
+        config.runs = analyse_runs(runs, prompt_ids)
+    return config
 
 
 def _replicate_sample(gate: GateResult, prompt_id: str, replicate: int) -> Sample | None:
@@ -145,22 +213,22 @@ def run(ctx: "StageContext") -> SessionsResult:
                 labels.append("adapter")
             except EnvironmentUnavailable as exc:
                 adapter.status, adapter.reason = "skipped", str(exc)
-    # runs[label][prompt_id] = one list of samples per session
-    runs: dict[str, dict[str, list[list[Sample]]]] = {lb: {p.id: [] for p in prompts} for lb in labels}
+    # per_session[label] = one dict per session: prompt id -> its samples in replicate order
+    per_session: dict[str, list[dict[str, list[Sample]]]] = {lb: [] for lb in labels}
     outcomes: list[SessionOutcome] = []
     for i in range(k):
         session: dict[str, dict[str, list[Sample]]] = {lb: {p.id: [] for p in prompts} for lb in labels}
         outcome = _run_session(ctx, i, r, labels, prompts, lora, session)
         outcomes.append(outcome)
         for lb in labels:
-            for pid, samples in session[lb].items():
-                if samples:
-                    runs[lb][pid].append(samples)
+            if any(session[lb].values()):
+                per_session[lb].append(session[lb])
     for lb in labels:
-        configs[lb].prompts = [summarise_prompt(pid, sessions) for pid, sessions in runs[lb].items() if sessions]
+        configs[lb] = summarise_configuration(lb, [p.id for p in prompts], per_session[lb])
     result = SessionsResult(sessions=k, replicates=r, launched=sum(1 for o in outcomes if o.status == "ok"),
                             lora=ctx.profile.sessions_lora, lora_select=caps.lora_select,
-                            configurations=list(configs.values()), outcomes=outcomes, verdict="")
+                            configurations=list(configs.values()), outcomes=outcomes, verdict="",
+                            controls=list(ctx.controls))
     result.table = table_lines(result)
     result.verdict = "; ".join(result.table) or "no session answered"
     log.info("sessions %s: %s", ctx.arm_name, result.verdict)
@@ -202,17 +270,17 @@ def _run_session(ctx: "StageContext", i: int, r: int, labels: list[Literal["base
 
 
 def table_lines(result: SessionsResult) -> list[str]:
-    """One line per configuration and prompt, as the study reports it."""
-    lines = []
+    """The study's table: one line per configuration over the prompt set (runs), then one per
+    configuration and prompt."""
+    lines = [c.line for c in result.configurations]
     for c in result.configurations:
         if c.status != "ok":
-            lines.append(f"{c.label}: skipped ({c.reason})")
             continue
         for p in c.prompts:
             transient = ""
-            if p.first_run_differs and p.distinct_after_first is not None:
-                transient = (f"; first run differs in {p.first_run_differs} of {p.sessions_with_answers} sessions, "
-                             f"{p.distinct_after_first} distinct without it")
+            if p.transient_only and p.distinct_after_first is not None:
+                transient = (f"; the first run differs in {p.first_run_differs} of {p.sessions_with_answers} "
+                             f"sessions and is the only difference: {p.distinct_after_first} distinct without it")
             lines.append(f"{c.label} {p.prompt_id}: {p.line}{transient}")
     return lines
 

@@ -32,7 +32,7 @@ from suite.analysis.repro import Sample, analyse, analyse_launches  # noqa: E402
 from suite.signature import Hardware, Signature  # noqa: E402
 from suite.stages.controls import ControlRow, ControlsResult, LoraOutcome, eliminate  # noqa: E402
 from suite.stages.reloads import ReloadOutcome, ReloadsResult  # noqa: E402
-from suite.stages.sessions import SessionsConfiguration, SessionsResult, summarise_prompt, table_lines  # noqa: E402
+from suite.stages.sessions import SessionsResult, summarise_configuration, table_lines  # noqa: E402
 from suite.stages.extraction import ExtractionResult, RepeatScore, SectionSummary, TypeScore  # noqa: E402
 from suite.stages.gate import GatePromptResult, GateResult, verdict_of  # noqa: E402
 from suite.judge import JudgeGate, JudgeResult  # noqa: E402
@@ -194,13 +194,18 @@ def controls_for(runtime: str, arm: str, answers: dict[str, list[str]], refused:
 
 
 def sessions_for(k: int, r: int, adapter_varies: bool) -> SessionsResult:
-    """Study 2's outcome, constructed: the base model stable, the adapter varying run to run."""
-    def runs(session: int, vary: bool) -> list[Sample]:
-        return [Sample(index=i, text=f"answer {session}.{i}" if vary else "the same answer",
-                       token_ids=[session, i] if vary else [7, 7]) for i in range(r)]
-    base = SessionsConfiguration(label="base", prompts=[summarise_prompt("short-open", [runs(s, False) for s in range(k)])])
-    adapter = SessionsConfiguration(label="adapter", prompts=[
-        summarise_prompt("short-open", [runs(s, adapter_varies) for s in range(k)])])
+    """Study 2's outcome, constructed: the base model stable (one output hash in K*R runs), the
+    adapter's every run its own (short-open differs run to run, long-open follows the session's
+    parity), so runs agree in part."""
+    def session(s: int, vary: bool) -> dict[str, list[Sample]]:
+        short = [Sample(index=i, text=f"answer {s}.{i}" if vary else "the same answer",
+                        token_ids=[7, s, i] if vary else [7, 7]) for i in range(r)]
+        long_ = [Sample(index=i, text=f"long answer {s % 2 if vary else 0}", token_ids=[3, 3, s % 2 if vary else 0])
+                 for i in range(r)]
+        return {"short-open": short, "long-open": long_}
+    prompts = ["short-open", "long-open"]
+    base = summarise_configuration("base", prompts, [session(s, False) for s in range(k)])
+    adapter = summarise_configuration("adapter", prompts, [session(s, adapter_varies) for s in range(k)])
     result = SessionsResult(sessions=k, replicates=r, launched=k, lora=True, lora_select="scale",
                             configurations=[base, adapter], verdict="")
     result.table = table_lines(result)
@@ -322,8 +327,8 @@ def write_run(results: Path, model: str, arm: str, started: datetime, rng: rando
             record.write_stage("sessions", sessions_for(8, 3, adapter_varies=True))
             record.write_stage("reloads", ReloadsResult(
                 reloads=1, sections=12, within_identical=10, within_comparable=12,
-                outcomes=[ReloadOutcome(index=0, status="ok", startup_s=1.1, compared=12, same=12)],
-                line="10 of 12 within, 12 of 12 after reload 1"))
+                outcomes=[ReloadOutcome(index=0, status="ok", startup_s=1.1, compared=10, same=10)],
+                line="10 of 12 within, 10 of 10 after reload 1"))
     record.write_stage("watchdog", watchdog_for(rng, 1.1 if vllm else 0.35, 95.0, trip_at=40.0 if trip else None))
     wall = 180.0 if vllm else 62.0
     finished = (started + timedelta(seconds=wall)).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,55 @@
+"""Kept compile caches are kept, and said truthfully: the env each launch gets, the Docker mounts
+that carry it into a container, and the page's sentence counted from what each launch found.
+
+The Docker end to end (a container's cache file found by the next container) is in test_docker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from suite.launchers.docker import CACHE_MOUNT, cache_mounts
+from suite.stages.restarts import LaunchOutcome, RestartsResult, cache_counts, cache_env
+
+
+def test_every_compile_cache_points_under_the_root_and_autotuning_is_kept(tmp_path: Path):
+    env = cache_env(tmp_path / "kept")
+    assert env["TRITON_CACHE_AUTOTUNING"] == "1"
+    for var, sub in (("TRITON_CACHE_DIR", "triton"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+                     ("VLLM_CACHE_ROOT", "vllm"), ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
+                     ("CUDA_CACHE_PATH", "cuda-compute")):
+        assert env[var] == str(tmp_path / "kept" / sub)
+    (tmp_path / "kept" / "triton" / "abc").mkdir(parents=True)
+    (tmp_path / "kept" / "triton" / "abc" / "k.cubin").write_bytes(b"x")
+    assert cache_counts(tmp_path / "kept") == {"triton": 1, "inductor": 0, "vllm": 0, "flashinfer": 0,
+                                               "cuda-compute": 0}
+
+
+def test_the_docker_launcher_mounts_the_cache_root_and_rewrites_the_env(tmp_path: Path):
+    env = cache_env(tmp_path / "kept") | {"OTHER": "/x", "HF_HOME": "relative"}
+    volumes, inner = cache_mounts(env)
+    # before: no mount at all, the container's TRITON_CACHE_DIR a host path that did not exist in it
+    assert volumes == {str((tmp_path / "kept").resolve()): {"bind": CACHE_MOUNT, "mode": "rw"}}
+    assert inner["TRITON_CACHE_DIR"] == f"{CACHE_MOUNT}/triton"
+    assert inner["CUDA_CACHE_PATH"] == f"{CACHE_MOUNT}/cuda-compute"
+    assert inner["TRITON_CACHE_AUTOTUNING"] == "1" and inner["OTHER"] == "/x" and inner["HF_HOME"] == "relative"
+    assert (tmp_path / "kept" / "flashinfer").is_dir()  # made on the host, so the mount is the user's folder
+    assert cache_mounts({"PATH": "/usr/bin"}) == ({}, {"PATH": "/usr/bin"})
+
+
+def _result(mode: str, counts: list[int | None]) -> RestartsResult:
+    return RestartsResult(launches=len(counts), launched=len(counts), requests_per_launch=3, prompts=[],
+                          stable_within=True, consistent_across=True, verdict="", cache_mode=mode,
+                          launch_outcomes=[LaunchOutcome(index=i, status="ok", cache_files_before=c)
+                                           for i, c in enumerate(counts)])
+
+
+def test_the_page_says_what_the_launches_found():
+    assert _result("kept", [0, 143, 150]).caches_text == (
+        "launches after the first found the first's compile caches (143, 150 files at their start)")
+    # the runtime wrote nothing (llama.cpp compiles no kernels, or the folder never reached the
+    # container): before, the page still said "launches after the first kept its compile caches"
+    empty = _result("kept", [0, 0, 0]).caches_text
+    assert "found 0, 0 files at their start" in empty and "nothing was kept" in empty
+    assert _result("fresh", [0, 0]).caches_text == "every launch started with empty compile caches"
+    assert _result("fresh", [None]).caches_text == "compile caches not recorded"
