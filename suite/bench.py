@@ -466,6 +466,8 @@ class BenchSession:
         stages = list(stages)
         if plan.profile.reloads > 0 and "extraction" in stages and "reloads" not in stages:
             stages.insert(stages.index("extraction") + 1, "reloads")
+        if plan.profile.batch_composition and "batch" not in stages:
+            stages.insert(stages.index("gate") + 1 if "gate" in stages else 0, "batch")
         name = ""
         try:
             for name in stages:
@@ -538,7 +540,8 @@ class WatchdogTripped(SuiteError):
 def preflight(stages: list[str], profile: Profile, judge: JudgeChoice | None) -> None:
     """Every file the stages will read, loaded and checked before any runtime starts: a broken
     prompt file, document or judge rubric is one line now, not an hour into the bench."""
-    names = [*stages, *(["controls"] if profile.auto_controls else []), *(["reloads"] if profile.reloads > 0 else [])]
+    names = [*stages, *(["controls"] if profile.auto_controls else []), *(["reloads"] if profile.reloads > 0 else []),
+             *(["batch"] if profile.batch_composition else [])]
     for name in dict.fromkeys(names):
         stage = get_stage(name)
         if stage.inputs is not None:

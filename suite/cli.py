@@ -256,6 +256,9 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
           restart_caches: Optional[str] = typer.Option(None, "--restart-caches", help="fresh (every launch starts "
                                                        "with empty compile caches), kept, or both."),
           reloads: Optional[int] = typer.Option(None, "--reloads", help="Repeat the extraction in N fresh launches."),
+          batch_composition: bool = typer.Option(False, "--batch-composition", help="Also send the target "
+                                                 "prompt inside batches of other prompts and of shared prefixes "
+                                                 "(on in the full profile)."),
           auto_controls: Optional[bool] = typer.Option(None, "--auto-controls/--no-auto-controls",
                                                        help="Run the control matrix when the gate finds more than "
                                                        "one answer (default: the profile's)."),
@@ -282,6 +285,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
     out = (results_folder.expanduser().resolve() if results_folder else results_dir())
     overrides = {k: v for k, v in (("reloads", reloads), ("restart_caches", restart_caches),
                                    ("auto_controls", auto_controls)) if v is not None}
+    if batch_composition:
+        overrides["batch_composition"] = True
     if ray_address:
         if url is not None or resume:
             raise SuiteError(f"--ray runs the catalog's arms on the cluster's nodes; "
@@ -305,9 +310,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                           concurrency=_int_list("--concurrency", concurrency),
                           gate_requests=gate_requests, restarts=restarts, url=url, served_model=served_model,
                           tokenizer=tokenizer,
-                          overrides={k: v for k, v in (("reloads", reloads), ("restart_caches", restart_caches),
-                                                       ("auto_controls", auto_controls)) if v is not None},
-                          on_arm=_site_after_arm(out) if site else None)
+                          overrides=overrides, on_arm=_site_after_arm(out) if site else None)
     if any(s.status != "skipped" for s in summaries):
         _print_summaries(summaries)
     _honest_exit(summaries)

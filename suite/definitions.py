@@ -42,6 +42,9 @@ class ServerSpec(Strict):
     version_field: str | None = None  # dotted key in that JSON holding the version string
     startup_timeout_s: float = 600.0
     container_port: int = 8000  # port the server listens on inside a container
+    # POST here empties the runtime's prefix cache (vLLM: /reset_prefix_cache, served with
+    # VLLM_SERVER_DEV_MODE=1); the batch-composition stage resets it between trials. None: none offered.
+    reset_cache_path: str | None = None
 
 
 class LocalSpec(Strict):

@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +227,31 @@ def wait_for_baseline(baseline_bytes: int | None, timeout_s: float = 120.0,
         used = device_memory_used()
     return BaselineWait(reached=True, waited_s=time.monotonic() - t0, used_bytes=used,
                         baseline_bytes=baseline_bytes)
+
+
+def energy_mj() -> int | None:
+    """The GPUs' energy counters summed (millijoules since the driver loaded), from
+    `nvmlDeviceGetTotalEnergyConsumption`; None without a driver or where a GPU has no counter."""
+    lib, _ = nvml()
+    if lib is None:
+        return None
+    total = 0
+    try:
+        for h in _handles(lib):
+            total += int(lib.nvmlDeviceGetTotalEnergyConsumption(h))
+    except Exception as exc:  # noqa: BLE001 - NVMLError_NotSupported on GPUs older than Volta
+        log.debug("no energy counter: %s", exc)
+        return None
+    return total
+
+
+def energy_reader() -> "Callable[[], float | None] | None":
+    """A function that reads the GPUs' energy counter in joules, or None where there is none
+    (no NVIDIA driver, or a GPU without the counter): a stage then records no energy."""
+    if energy_mj() is None:
+        return None
+
+    def read() -> float | None:
+        mj = energy_mj()
+        return None if mj is None else mj / 1000.0
+    return read

@@ -139,6 +139,27 @@ class AnswerLine(_Line):
     ttft_s: float | None = None
 
 
+class BatchLine(_Line):
+    """One request of the batch-composition stage: the target prompt or one of the others in its batch."""
+
+    kind: Literal["batch"]
+    mode: Literal["single", "mixed", "prefix"]
+    trial: int
+    role: Literal["target", "other"]
+    position: int  # its place in the batch's sending order
+    batch_size: int
+    prompt_id: str | None = None  # the target's gate prompt (None for the others)
+    prompt_chars: int | None = None
+    shared_prefix_chars: int | None = None  # prefix mode: the characters it shares with the target
+    index: int = 0
+    seed: int | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    ttft_s: float | None = None
+
+
 class LatencyLine(_Line):
     kind: Literal["latency"]
     concurrency: int = 1
@@ -174,7 +195,7 @@ class JudgeLine(_Line):
     judge_model: str | None = None
 
 
-RequestLine = Annotated[Union[AnswerLine, LatencyLine, ExtractionLine, FactLine, JudgeLine], Field(discriminator="kind")]
+RequestLine = Annotated[Union[AnswerLine, BatchLine, LatencyLine, ExtractionLine, FactLine, JudgeLine], Field(discriminator="kind")]
 REQUEST_LINE: TypeAdapter[Any] = TypeAdapter(RequestLine)
 _KIND_PREFIX = re.compile(r'\{"kind": "([^"\\]*)"')
 
