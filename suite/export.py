@@ -7,6 +7,9 @@ writes one file per table:
 - `gate`: one row per run and gate prompt: distinct answers, lengths, cold vs warm;
 - `controls`: one row per run, control configuration and gate prompt;
 - `restarts`: one row per run and gate prompt: within/across-launch figures, agreement interval;
+- `batch`: one row per run and batch-composition mode: the target's distinct answers with n, how
+  many differ from its one-at-a-time answer, the first departure and the logprob gap there,
+  tokens/s and energy;
 - `latency`: one row per run, concurrency level and metric: n, mean, p50, p90, p99, min, max;
 - `extraction_sections`: one row per run and document section;
 - `watchdog`: one row per run: samples, peaks, trip;
@@ -33,7 +36,8 @@ log = logging.getLogger(__name__)
 Format = Literal["parquet", "csv"]
 REQUEST_FIELDS = ("kind", "at", "label", "prompt_id", "index", "seed", "temperature", "max_tokens",
                   "concurrency", "warmup", "text", "finish_reason", "prompt_tokens", "completion_tokens",
-                  "ttft_s", "e2e_s", "tpot_s", "error", "section", "repeat")
+                  "ttft_s", "e2e_s", "tpot_s", "error", "section", "repeat", "mode", "trial", "role", "position",
+                  "batch_size")
 
 
 def _key(run: Run) -> dict[str, Any]:
@@ -119,6 +123,27 @@ def restarts_rows(runs: list[Run]) -> list[dict[str, Any]]:
     return rows
 
 
+def batch_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    rows = []
+    for r in runs:
+        b = r.s.batch
+        for m in b.modes if b else []:
+            d = m.first_divergence
+            rows.append(_key(r) | {
+                "prompt_id": b.prompt_id, "mode": m.mode, "trials": m.trials, "batch_sizes": _scalar(m.batch_sizes),
+                "requests": m.requests, "failed": m.failed, "answered": m.target.answered,
+                "distinct_answers": m.target.distinct_answers, "same_as_single": m.same_as_single,
+                "differ_from_single": m.differ_from_single,
+                "first_divergence_token": d.token_index if d else None,
+                "logprob_reference": d.modal_logprob if d else None, "logprob_other": d.other_logprob if d else None,
+                "reference_margin": d.modal_margin if d else None,
+                "same_tokens_logprob_diff": m.same_tokens_logprob_diff, "output_tokens": m.output_tokens,
+                "wall_s": m.wall_s, "tokens_per_s": m.tokens_per_s, "energy_j": m.energy_j,
+                "j_per_token": m.j_per_token, "cache_reset": b.cache_reset, "varies_with_batch": b.varies_with_batch,
+            })
+    return rows
+
+
 def latency_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for r in runs:
@@ -157,7 +182,7 @@ def watchdog_rows(runs: list[Run]) -> list[dict[str, Any]]:
 
 def requests_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
-    kinds = ("gate", "latency", "controls", "restarts", "extraction", "extraction-fact", "judge")
+    kinds = ("gate", "batch", "latency", "controls", "restarts", "extraction", "extraction-fact", "judge")
     for r in runs:
         for q in read_requests(r.run_dir, kinds):
             rows.append(_key(r) | {f: _scalar(getattr(q, f, None)) for f in REQUEST_FIELDS})
@@ -169,6 +194,7 @@ TABLES = {
     "gate": gate_rows,
     "controls": controls_rows,
     "restarts": restarts_rows,
+    "batch": batch_rows,
     "latency": latency_rows,
     "extraction_sections": extraction_rows,
     "watchdog": watchdog_rows,

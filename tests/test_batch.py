@@ -102,7 +102,8 @@ class StandIn:
             lp_obj: dict[str, Any] = {"tokens": [f"t{i}"], "token_logprobs": [lp]}
             if self.top:
                 lp_obj["top_logprobs"] = [{f"t{i}": lp, "alt": lp - (0.01 if k == 3 else 1.0)}]
-            choice = {"index": 0, "text": f" t{i}", "token_ids": [i], "logprobs": lp_obj,
+            text = " <script>alert(9)</script>" if i == 99 else f" t{i}"  # a hostile answer: escaped on every page
+            choice = {"index": 0, "text": text, "token_ids": [i], "logprobs": lp_obj,
                       "finish_reason": "length" if k == len(ids) - 1 else None}
             chunk(b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n")
         chunk(b"data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": 5,
@@ -270,3 +271,36 @@ def test_live_llamacpp_batches(llamacpp_server: Any, tmp_path: Path) -> None:
     assert r.varies_with_batch is not None and len(lines) == 2 + 2 * 7
     assert all(m.target.answers[0].logprobs for m in r.modes)
     print(r.verdict)
+
+
+@pytest.mark.parametrize("stand_in", [{"variant": True}], indirect=True)
+def test_the_page_shows_the_modes_beside_the_gate_and_the_export_has_rows(stand_in: StandIn, tmp_path: Path) -> None:
+    import shutil
+
+    from suite.export import batch_rows
+    from suite.site.figures import load_runs
+    from suite.site.publish import build_site
+
+    golden = Path(__file__).resolve().parent / "golden" / "results"
+    results = tmp_path / "results"
+    shutil.copytree(golden, results)
+    r, _ = _run(stand_in, reset_path="/reset_prefix_cache", trials=2)
+    for summary in results.glob("tiny/llamacpp/*/summary.json"):  # whichever run the page shows
+        data = json.loads(summary.read_text())
+        data["batch"] = r.model_dump(mode="json")
+        summary.chmod(0o644)
+        summary.write_text(json.dumps(data))
+    report = build_site(results, tmp_path / "public")
+    assert report.stage_problems == []
+    html = (tmp_path / "public" / "models" / "tiny.html").read_text()
+    section = html[html.index('<section id="batch">'):html.index('<section id="arms-compared">')]
+    assert html.index('<section id="gate">') < html.index('<section id="batch">')
+    assert "varies with its batch" in section
+    assert "2 of 2 differ from the one-at-a-time answer" in section
+    assert "first departure: token 3, logprob gap 0.62 nats" in section
+    assert "emptied before every trial" in section
+    assert "<script>alert(9)" not in html and "&lt;script&gt;alert(9)" in section
+    rows = [x for m in load_runs(results).values() for a in m.arms.values() for run in a.runs
+            for x in batch_rows([run])]
+    assert [x["mode"] for x in rows] == ["single", "mixed", "prefix"] * 2
+    assert rows[1]["first_divergence_token"] == 3 and rows[1]["differ_from_single"] == 2

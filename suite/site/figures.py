@@ -5,7 +5,7 @@ suite.records). The readers here turn them into the figures a person compares: p
 the distinct answers, their lengths with counts and where each departs from the modal one; the
 headline of a run (distinct answers of N, median TTFT, output tokens/s, extraction clean share);
 latency percentiles with units; the extraction grid; the control matrix; restarts with their
-agreement interval; the watchdog's peaks and trip; the configuration signatures side by side.
+agreement interval; the batch-composition modes; the watchdog's peaks and trip; the configuration signatures side by side.
 A stage that did not run is None and shows "not run" or "—". Runs are grouped by model and arm.
 """
 
@@ -27,6 +27,7 @@ from suite.records import AnswerLine, LatencyLine, Summary, load_all
 from suite.signature import flatten_signature
 from suite.stages.controls import ControlsResult
 from suite.stages.extraction import ExtractionResult
+from suite.stages.batch import BatchResult, gap_text
 from suite.stages.gate import GateResult
 from suite.stages.latency import LatencyLevel, LatencyResult
 from suite.stages.restarts import RestartsResult
@@ -616,6 +617,33 @@ def restarts_view(r: RestartsResult | None) -> dict[str, Any] | None:
         "startup": [o.startup_s for o in r.launch_outcomes if o.startup_s is not None],
         "cache_mode": r.cache_mode, "kept": restarts_view(r.with_kept_caches),
     }
+
+
+def batch_view(b: BatchResult | None) -> dict[str, Any] | None:
+    """The batch-composition stage: per mode, the target's distinct answers with n, departures
+    from its one-at-a-time answer, the first one's token and logprob gap, tokens/s and J/token."""
+    if b is None:
+        return None
+    single = b.mode("single")
+    base_tps = single.tokens_per_s if single else None
+    modes = []
+    for m in b.modes:
+        d = m.first_divergence
+        modes.append({
+            "mode": m.mode, "trials": m.trials, "sizes": sorted(set(m.batch_sizes)), "distinct": m.target.distinct_answers,
+            "answered": m.target.answered, "failed": m.failed, "requests": m.requests,
+            "differ": m.differ_from_single, "same": m.same_as_single,
+            "first": gap_text(d) if d is not None and m.differ_from_single else None,
+            "context": (d.modal_context, d.other_context) if d is not None and m.differ_from_single else None,
+            "drift": m.same_tokens_logprob_diff, "tokens_per_s": m.tokens_per_s, "j_per_token": m.j_per_token,
+            "prefix_chars": m.prefix_chars, "pattern": m.target.pattern_text,
+        })
+    return {"prompt_id": b.prompt_id, "max_tokens": b.max_tokens, "trials": b.trials, "verdict": b.verdict,
+            "varies": b.varies_with_batch, "modes": modes, "by_mode": {x["mode"]: x for x in modes},
+            "cache_reset": b.cache_reset, "cache_reset_note": b.cache_reset_note, "cache_reset_path": b.cache_reset_path,
+            "reference_tied": b.reference_tied, "distinct_overall": b.distinct_overall,
+            "answered_overall": b.answered_overall, "stopped": b.stopped_reason, "base_tps": base_tps,
+            "j_per_token": b.j_per_token}
 
 
 def watchdog_view(wd: WatchdogReport | None) -> dict[str, Any] | None:
