@@ -496,8 +496,14 @@ class BenchSession:
                 t0 = time.monotonic()
                 ctx.stage = name
                 # a bar with the stage's requests (count, rate, time left) or plain lines in a log
-                with progress.stage(f"{name} {plan.arm_name}", total=stage.requests_for(ctx.profile)):
+                with progress.stage(f"{name} {plan.arm_name}", total=stage.requests_for(ctx.profile)), \
+                        gpu.EnergyMeter() as meter:
                     result = stage.run(ctx)
+                energy = meter.result(ctx.output_tokens.get(name))
+                if energy is not None:
+                    self.summary.energy[name] = energy
+                    log.info("arm %s: stage %s used %.1f J (%s J/token)", plan.arm_name, name, energy.joules,
+                             energy.j_per_token)
                 log.info("arm %s: stage %s done in %.1f s", plan.arm_name, name, time.monotonic() - t0)
                 record.write_stage(name, result)
                 ctx.results[name] = result

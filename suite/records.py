@@ -26,6 +26,7 @@ from memwatch.report import WatchdogReport
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from suite.errors import SuiteError
+from suite.gpu import Energy
 from suite.signature import Signature
 from suite.stages import STAGES
 
@@ -89,6 +90,10 @@ class SummaryBase(RunIdentity):
     startup_s: float | None = None
     determinism: DeterminismOutcome = Field(default_factory=DeterminismOutcome)
     signature: Signature | None = None
+    # Per stage, the GPUs' energy while it ran and its joules per output token (NVML's energy
+    # counter; empty where no NVIDIA driver answers). A stage that starts runtimes of its own
+    # (restarts, sessions, controls) includes their start-ups.
+    energy: dict[str, Energy] = Field(default_factory=dict)
 
 
 # summary.json: one arm's run, and one typed field per stage of the registry (and the watchdog),

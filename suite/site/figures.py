@@ -572,6 +572,24 @@ def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> lis
     return out
 
 
+def control_row_line(row: dict[str, Any]) -> str:
+    """`batch-invariant: 1 distinct of 200, 0.74x the tokens/s, 1.30x the J/token`: one row of the
+    control matrix against the default row, in one line (a ratio only where both figures exist)."""
+    cells = [c for c in row["cells"] if c is not None]
+    if row["status"] != "ok" or not cells:
+        return f"{row['configuration']}: {row['status']}" + (f" ({row['reason']})" if row.get("reason") else "")
+    distinct = "; ".join(f"{c['distinct']} distinct of {c['answered']}" for c in cells)
+    parts = [distinct]
+    if row["configuration"] != "default":
+        if row.get("cost") is not None:
+            parts.append(f"{row['cost']:.2f}x the tokens/s")
+        if row.get("energy_cost") is not None:
+            parts.append(f"{row['energy_cost']:.2f}x the J/token")
+    elif row.get("j_per_token") is not None:
+        parts.append(f"{row['j_per_token']:.3g} J/token")
+    return f"{row['configuration']}: " + ", ".join(parts)
+
+
 def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, Any] | None:
     """The control matrix: one row per configuration, distinct answers per gate prompt."""
     if c is None:
@@ -587,11 +605,17 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
             "reason": r.reason, "concurrency": r.concurrency, "startup_s": r.startup_s,
             "reproducible": r.reproducible, "cells": cells, "ran_controls": r.ran_controls,
             "env": r.env, "args": r.args, "tokens_per_s": r.tokens_per_s,
+            "j_per_token": r.energy.j_per_token if r.energy else None,
+            "energy_j": r.energy.joules if r.energy else None,
+            "mean_power_w": r.energy.mean_power_w if r.energy else None,
         })
     default_tps = next((row["tokens_per_s"] for row in rows if row["configuration"] == "default"), None)
+    default_jpt = next((row["j_per_token"] for row in rows if row["configuration"] == "default"), None)
     for row in rows:
-        tps = row["tokens_per_s"]
+        tps, jpt = row["tokens_per_s"], row["j_per_token"]
         row["cost"] = tps / default_tps if tps is not None and default_tps else None
+        row["energy_cost"] = jpt / default_jpt if jpt is not None and default_jpt else None
+        row["line"] = control_row_line(row)
     return {"prompts": prompts, "rows": rows, "n": c.n_requests, "elimination": c.elimination,
             "automatic": c.automatic, "restoring": c.restoring, "spread_prompts": c.spread_prompts,
             "by_conf": {row["configuration"]: row for row in rows}, "lora": c.lora}
