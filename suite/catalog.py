@@ -507,8 +507,11 @@ def arm_runtime(card: ModelCard, arm_name: str, images_dir: Path | None = None) 
         releases = registry_releases(spec.package)
         if releases is None:
             from suite.launchers.local import is_installed
+            from suite.launchers.pyenv import wheelhouse_has
 
-            if not is_installed(pinned):
+            # offline: a release installed here, an existing environment (checked at start), or
+            # one the wheelhouse holds
+            if not is_installed(pinned) and not wheelhouse_has(pinned):
                 raise SuiteError(f"{where}.version {arm.version!r}: cannot check the releases of {spec.package} "
                                  "(the package registry does not answer) and it is not installed here")
         elif arm.version not in releases:

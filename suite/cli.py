@@ -11,7 +11,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import rich.markup
 from rich.markup import escape
@@ -125,9 +125,27 @@ def doctor() -> None:
                 table.add_row(f"arm {card.name}/{arm_name}", f"unknown runtime {arm.runtime!r}")
                 continue
             chosen = launcher_for(definition, "auto", card.gpu_memory_gb)
-            table.add_row(f"arm {card.name}/{arm_name}", f"launcher {chosen.name}" if chosen.name != "none"
-                          else f"cannot run here: {getattr(chosen, 'reason', '')}".replace(": see `suite doctor`", ""))
+            state = (f"launcher {chosen.name}" if chosen.name != "none"
+                     else f"cannot run here: {getattr(chosen, 'reason', '')}".replace(": see `suite doctor`", ""))
+            way = _python_way_line(definition, arm.version)
+            table.add_row(f"arm {card.name}/{arm_name}", state + (f"; {way}" if way else ""))
     console.print(table)
+
+
+def _python_way_line(definition: Any, version: str | None) -> str | None:
+    """Which way a Python runtime's arm would get its interpreter (its venv, a wheelhouse, an existing
+    environment), for `suite doctor`."""
+    from suite.definitions import with_version
+    from suite.launchers import pyenv
+    from suite.launchers.local import install_prefix
+
+    if definition.local is None or not definition.local.python_env:
+        return None
+    try:
+        pinned = with_version(definition, version)
+    except SuiteError as exc:
+        return str(exc)
+    return pyenv.describe(pinned, install_prefix(pinned) / definition.local.installed_marker)
 
 
 @app.command()

@@ -5,7 +5,8 @@ with a `runtime.toml` (this schema) and a `Dockerfile`. Unknown keys, missing fi
 types are errors that name the file and the key.
 
 Command templates take the placeholders `{prefix}` (local install folder), `{model_path}`,
-`{served_name}`, `{host}`, `{port}`, `{seed}`, `{context_length}`, `{lora_args}` (expanded into
+`{served_name}`, `{host}`, `{port}`, `{seed}`, `{context_length}`, `{python}` (a Python runtime's
+interpreter: suite.launchers.pyenv), `{lora_args}` (expanded into
 the `lora_args` template once per adapter, with `{lora_name}` and `{lora_path}`).
 """
 
@@ -55,6 +56,10 @@ class LocalSpec(Strict):
     command: list[str]
     env: dict[str, str] = Field(default_factory=dict)
     version_command: list[str] | None = None  # prints the version (first line kept)
+    # A Python runtime's interpreter, `{python}` in the commands: its own venv (`{prefix}/venv/bin/python`,
+    # from the package index or from $SUITE_WHEELHOUSE), or an existing environment named by
+    # `<python_env>_PYTHON` and `<python_env>_PYTHONPATH` (suite.launchers.pyenv). None: no such knob.
+    python_env: str | None = Field(default=None, pattern=r"^[A-Z][A-Z0-9_]*$")
 
 
 class DockerSpec(Strict):

@@ -365,10 +365,10 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def command_version(command: list[str]) -> str | None:
-    """First non-empty output line of a version command, or None."""
+def command_version(command: list[str], env: dict[str, str] | None = None) -> str | None:
+    """First non-empty output line of a version command, or None (`env`: its whole environment)."""
     try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        out = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return None
     for line in (out.stdout + "\n" + out.stderr).splitlines():
