@@ -196,6 +196,9 @@ def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_req
 def start_with_determinism(plan: ArmPlan, log_dir: Path, extra_controls: list[str]) -> tuple[RunningRuntime, LaunchSpec, DeterminismOutcome]:
     """Start in the runtime's determinism mode; on refusal, record it and start in default mode."""
     control = plan.runtime.determinism_control
+    if control and not plan.arm.determinism_mode:  # the arm measures the default mode
+        spec = plan.spec(extra_controls, log_dir / "runtime.log")
+        return plan.launcher.start(spec), spec, DeterminismOutcome(control=control, outcome="off")
     if control and control not in extra_controls:
         spec = plan.spec([control, *extra_controls], log_dir / f"runtime-{control}.log")
         try:

@@ -59,7 +59,8 @@ class DeterminismOutcome(BaseModel):
     control: str | None = None  # the control tried (e.g. batch-invariant); None: none offered
     # refused: the runtime's log matched a refusal pattern of the control; failed: it did not
     # start in that mode for another reason (a crash, a timeout). Either way the arm ran in default mode.
-    outcome: Literal["on", "refused", "failed", "not-offered"] = "not-offered"
+    # off: offered, and the card's arm asked for the default mode (`determinism_mode = false`).
+    outcome: Literal["on", "refused", "failed", "not-offered", "off"] = "not-offered"
     error_line: str | None = None  # the log line that says why it was refused or failed
 
 

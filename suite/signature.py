@@ -214,6 +214,9 @@ class Signature(BaseModel):
     tokenizer: str | None = Field(
         default=None, description="launcher external: the tokenizer that counted the tokens the server did not "
         "(--tokenizer), with its file's SHA-256")
+    model_random_weights: bool | None = Field(
+        default=None, description="True: the model's weights are random (generated from a seed, the card says "
+        "random_weights = true); None: trained weights, or a record from before this was recorded")
     digest: str = ""
 
     def with_digest(self) -> "Signature":
@@ -449,5 +452,6 @@ def make_signature(plan: "ArmPlan", rt: "RunningRuntime", spec: "LaunchSpec") ->
         runtime=runtime.name, runtime_pin=runtime.pinned_version, runtime_version=launcher.version(runtime, rt),
         runtime_stack=stack, image_digest=rt.image_digest, launcher=launcher.name, command=redact_args(rt.command),
         env=redact_env(env), controls=list(spec.controls), sampling=sampling, prompt_set_hash=prompt_set_hash(),
-        hardware=launcher.hardware(), compile_cache=caches, node=current_node(), **launcher.reports(),
+        hardware=launcher.hardware(), compile_cache=caches, node=current_node(),
+        model_random_weights=True if getattr(plan.card, "random_weights", False) else None, **launcher.reports(),
     ).with_digest()

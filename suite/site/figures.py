@@ -351,6 +351,12 @@ class ModelRuns:
         return [a.current for a in self.arms.values()]
 
     @property
+    def random_weights(self) -> bool:
+        """Any run of this model served random weights (its signature says so): every page marks it."""
+        return any(r.s.signature is not None and r.s.signature.model_random_weights
+                   for a in self.arms.values() for r in a.runs)
+
+    @property
     def all_runs(self) -> list[Run]:
         return sorted((r for a in self.arms.values() for r in a.runs),
                       key=lambda r: (r.s.started_at, r.s.run_id), reverse=True)
