@@ -223,7 +223,7 @@ class Signature(BaseModel):
         # Fields added later are hashed only when set, so an old record's digest still verifies.
         body = self.model_dump(mode="json", exclude={"digest", "compile_cache"})
         for key in ("model_commit", "model_revision_resolved", "runtime_stack", "sampling", "endpoint",
-                    "server_reports", "node", "runtime_pin", "tokenizer"):
+                    "server_reports", "node", "runtime_pin", "tokenizer", "model_random_weights"):
             if body.get(key) is None:
                 body.pop(key, None)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
