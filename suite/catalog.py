@@ -598,7 +598,10 @@ def arm_runtime(card: ModelCard, arm_name: str, images_dir: Path | None = None) 
         raise SuiteError(f"{where}.version {arm.version!r}: {exc}") from None
     spec = version_spec(definition)
     assert spec is not None
-    if spec.package and arm.version != spec.default:
+    from suite.launchers.pyenv import uses_existing
+
+    # An existing environment is checked against the arm's release when the arm starts (no registry asked).
+    if spec.package and arm.version != spec.default and not uses_existing(pinned):
         releases = registry_releases(spec.package)
         if releases is None:
             from suite.launchers.local import is_installed

@@ -277,6 +277,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
           batch_composition: bool = typer.Option(False, "--batch-composition", help="Also send the target "
                                                  "prompt inside batches of other prompts and of shared prefixes "
                                                  "(on in the full profile)."),
+          batch_prompt: Optional[str] = typer.Option(None, "--batch-prompt", help="The gate prompt the "
+                                                     "batch-composition stage sends (default: short-open)."),
           auto_controls: Optional[bool] = typer.Option(None, "--auto-controls/--no-auto-controls",
                                                        help="Run the control matrix when the gate finds more than "
                                                        "one answer (default: the profile's)."),
@@ -305,6 +307,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                    ("auto_controls", auto_controls)) if v is not None}
     if batch_composition:
         overrides["batch_composition"] = True
+    if batch_prompt is not None:
+        overrides["batch_prompt"] = batch_prompt
     if ray_address:
         if url is not None or resume:
             raise SuiteError(f"--ray runs the catalog's arms on the cluster's nodes; "

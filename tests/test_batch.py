@@ -304,3 +304,15 @@ def test_the_page_shows_the_modes_beside_the_gate_and_the_export_has_rows(stand_
             for x in batch_rows([run])]
     assert [x["mode"] for x in rows] == ["single", "mixed", "prefix"] * 2
     assert rows[1]["first_divergence_token"] == 3 and rows[1]["differ_from_single"] == 2
+
+
+def test_the_target_prompt_defaults_to_short_open_and_a_bad_one_is_one_line() -> None:
+    from suite.errors import SuiteError
+    from suite.profiles import get_profile
+
+    full = get_profile("full")
+    assert full.gate_prompts is None and bt.batch_prompt(full).id == "short-open"  # not the 4K document
+    assert bt.batch_prompt(full.model_copy(update={"gate_prompts": ["long-open"]})).id == "long-open"
+    assert bt.batch_prompt(full.model_copy(update={"batch_prompt": "long-open"})).id == "long-open"
+    with pytest.raises(SuiteError, match="unknown gate prompt 'nope'"):
+        bt.batch_prompt(full.model_copy(update={"batch_prompt": "nope"}))

@@ -1,8 +1,8 @@
 """The batch-composition stage: one target prompt alone, then inside concurrent batches of others.
 
 The design of vLLM's online batch-invariance test (tests/v1/determinism) and SGLang's
-`test_deterministic` modes. One target prompt (the profile's `batch_prompt`, else its first gate
-prompt) is sent at the card's seed and sampling in three modes, `batch_trials` trials each:
+`test_deterministic` modes. One target prompt (the profile's `batch_prompt`, `--batch-prompt`, else
+short-open) is sent at the card's seed and sampling in three modes, `batch_trials` trials each:
 
 - `single`: the target alone, one request in flight. Its most common answer is the reference the
   other modes are compared with (a runtime whose answer varies even alone is reported as such).
@@ -53,7 +53,7 @@ Mode = Literal["single", "mixed", "prefix"]
 MODES: tuple[Mode, ...] = ("single", "mixed", "prefix")
 # The other prompts' lengths in characters, from a few words to a few pages: a batch mixes
 # prefill-heavy and decode-heavy requests (cycled, then shuffled per trial).
-OTHER_LENGTHS = (40, 160, 600, 1500, 3000)
+OTHER_LENGTHS = (40, 160, 600, 1400, 2400)
 MAX_CONSECUTIVE_FAILED_TRIALS = 3
 
 
@@ -380,11 +380,17 @@ def run_batch(client: OpenAIClient, prompt: GatePrompt, *, trials: int, batch_si
     return result
 
 
+DEFAULT_TARGET = "short-open"
+
+
 def batch_prompt(profile: "Profile") -> GatePrompt:
-    """The target: the profile's `batch_prompt`, else its first gate prompt."""
-    wanted = profile.batch_prompt or (profile.gate_prompts or [None])[0]
-    prompts = select_prompts([wanted] if wanted else None)
-    return prompts[0]
+    """The target: the profile's `batch_prompt`, else short-open where it is one of its gate prompts,
+    else its first gate prompt (a gate prompt id that does not exist is one line)."""
+    wanted = profile.batch_prompt
+    if wanted is None:
+        ids = profile.gate_prompts
+        wanted = DEFAULT_TARGET if ids is None or DEFAULT_TARGET in ids else ids[0]
+    return select_prompts([wanted])[0]
 
 
 def planned(profile: "Profile") -> int:
