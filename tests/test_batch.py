@@ -32,13 +32,13 @@ BASE_IDS = [11, 12, 13, 14, 15, 16]
 
 class StandIn:
     """Streams six tokens per request. `variant`: the target's token 3 becomes 99 when another
-    request was in flight beside it; `fail_target`: the target's requests answer HTTP 500;
+    prompt came in its trial (since the last cache reset); `fail_target`: the target's requests answer HTTP 500;
     `reset_code`: the reply to POST /reset_prefix_cache (None: 404, no such endpoint)."""
 
     def __init__(self, variant: bool, fail_target: bool = False, reset_code: int | None = 200,
                  top: bool = True):
         self.variant, self.fail_target, self.reset_code, self.top = variant, fail_target, reset_code, top
-        self.in_flight = 0
+        self.others = threading.Event()  # another prompt arrived since the last cache reset (this trial)
         self.lock = threading.Lock()
         self.resets = 0
         self.bodies: list[dict[str, Any]] = []
@@ -63,6 +63,7 @@ class StandIn:
         raw = h.rfile.read(length) if length else b""
         if h.path == "/reset_prefix_cache":
             self.resets += 1
+            self.others = threading.Event()  # a new trial
             code = self.reset_code or 404
             h.send_response(code)
             h.send_header("Content-Length", "0")
@@ -71,13 +72,13 @@ class StandIn:
         body = json.loads(raw)
         with self.lock:
             self.bodies.append(body)
-            self.in_flight += 1
-            crowd = self.in_flight
-        time.sleep(0.15)  # every request of a batch overlaps every other
-        with self.lock:
-            crowd = max(crowd, self.in_flight)
-            self.in_flight -= 1
         is_target = body["prompt"] == TARGET
+        others = self.others
+        if not is_target:
+            others.set()
+            time.sleep(0.2)
+        # The target waits (up to 1 s) for another prompt of its trial: the client sends a batch at once.
+        crowd = 2 if is_target and others.wait(1.0) else 1
         if is_target and self.fail_target:
             msg = b'{"error": "boom"}'
             h.send_response(500)
@@ -260,8 +261,10 @@ def test_live_llamacpp_batches(llamacpp_server: Any, tmp_path: Path) -> None:
         pytest.skip("llama-server is not installed here")
     rt = llamacpp_server
     lines: list[dict[str, Any]] = []
+    from suite.definitions import get_definition
+
     client = OpenAIClient(rt.base_url, "tiny", params=GenerationParams(
-        seed=42, temperature=0.0, extra_body=dict(rt.spec.runtime.request.extra_body)))
+        seed=42, temperature=0.0, extra_body=dict(get_definition("llamacpp").request.extra_body)))
     with client:
         r = bt.run_batch(client, PROMPT.model_copy(update={"max_tokens": 16}), trials=2, batch_sizes=[3, 4],
                          reset_path=None, record=lambda kind, **f: lines.append({"kind": kind, "at": "t", **f}))
@@ -316,3 +319,29 @@ def test_the_target_prompt_defaults_to_short_open_and_a_bad_one_is_one_line() ->
     assert bt.batch_prompt(full.model_copy(update={"batch_prompt": "long-open"})).id == "long-open"
     with pytest.raises(SuiteError, match="unknown gate prompt 'nope'"):
         bt.batch_prompt(full.model_copy(update={"batch_prompt": "nope"}))
+
+
+def test_an_answer_that_varies_alone_is_not_blamed_on_the_batch() -> None:
+    """Degenerate case: the target gives two answers alone (a prompt cache), the batches only those two."""
+    from suite.analysis.repro import analyse
+
+    a, b = Sample_(0, [1, 2, 3]), Sample_(1, [1, 2, 4])
+    single = bt.BatchMode(mode="single", trials=2, batch_sizes=[1, 1], requests=2, failed=0, target=analyse([a, b]))
+    bt.compare_to_reference(single, [a, b], a, [a, b])
+    mixed_s = [Sample_(0, [1, 2, 4]), Sample_(1, [1, 2, 4])]
+    mixed = bt.BatchMode(mode="mixed", trials=2, batch_sizes=[3, 3], requests=6, failed=0, target=analyse(mixed_s))
+    bt.compare_to_reference(mixed, mixed_s, a, [a, b])
+    assert mixed.differ_from_single == 2 and mixed.unseen_alone == 0
+    varies, verdict = bt.verdict_of([single, mixed], True, None)
+    assert varies is None and verdict.startswith("undetermined: the answer varies alone")
+    new_s = [Sample_(0, [1, 9, 9])]
+    new = bt.BatchMode(mode="prefix", trials=1, batch_sizes=[3], requests=3, failed=0, target=analyse(new_s))
+    bt.compare_to_reference(new, new_s, a, [a, b])
+    varies, verdict = bt.verdict_of([single, mixed, new], True, None)
+    assert varies is True and "1 never given alone" in verdict
+
+
+def Sample_(i: int, ids: list[int]):  # noqa: N802 - a sample with token ids
+    from suite.analysis.repro import Sample
+
+    return Sample(index=i, text=" ".join(map(str, ids)), token_ids=ids, completion_tokens=len(ids))

@@ -236,3 +236,18 @@ def test_the_bench_records_each_stage_joules_per_output_token(nvml_fake, server:
     # the record on disk has the same figures, typed
     again = next(iter(load_all(tmp_path / "results")))
     assert again.energy["gate"].joules == gate_e.joules
+
+
+def test_batch_modes_read_against_the_first_arm_in_time_and_energy() -> None:
+    from suite.site.figures import batch_ratios
+
+    def view(tps: float | None, jpt: float | None) -> dict:
+        x = {"mode": "mixed", "tokens_per_s": tps, "j_per_token": jpt, "against": None}
+        return {"modes": [x], "by_mode": {"mixed": x}}
+
+    views = [None, view(1000.0, 0.10), view(740.0, 0.13), view(500.0, None)]
+    batch_ratios(views, ["cpu", "vllm-gpu", "vllm-gpu-batch-invariant", "other"])
+    assert views[1]["modes"][0]["against"] is None  # the base itself
+    assert views[2]["modes"][0]["against"] == "0.74x the tokens/s, 1.30x the J/token of vllm-gpu"
+    assert views[3]["modes"][0]["against"] == "0.50x the tokens/s of vllm-gpu"  # no energy: the time ratio alone
+    batch_ratios([None, None], ["a", "b"])  # nothing ran: nothing to say

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from suite.analysis.repro import PromptAnalysis, Sample, analyse, first_diff
 from suite.analysis.stats import Distribution, MeanSE, PairedDifference, paired_difference
 from suite.errors import SuiteError
+from suite.gpu import ratio_text
 from suite.records import AnswerLine, LatencyLine, Summary, load_all
 from suite.signature import flatten_signature
 from suite.stages.controls import ControlsResult
@@ -666,7 +667,7 @@ def batch_view(b: BatchResult | None) -> dict[str, Any] | None:
             "first": gap_text(d) if d is not None and m.differ_from_single else None,
             "context": (d.modal_context, d.other_context) if d is not None and m.differ_from_single else None,
             "drift": m.same_tokens_logprob_diff, "tokens_per_s": m.tokens_per_s, "j_per_token": m.j_per_token,
-            "prefix_chars": m.prefix_chars, "pattern": m.target.pattern_text,
+            "prefix_chars": m.prefix_chars, "pattern": m.target.pattern_text, "against": None,
         })
     return {"prompt_id": b.prompt_id, "max_tokens": b.max_tokens, "trials": b.trials, "verdict": b.verdict,
             "varies": b.varies_with_batch, "modes": modes, "by_mode": {x["mode"]: x for x in modes},
@@ -674,6 +675,24 @@ def batch_view(b: BatchResult | None) -> dict[str, Any] | None:
             "reference_tied": b.reference_tied, "distinct_overall": b.distinct_overall,
             "answered_overall": b.answered_overall, "stopped": b.stopped_reason, "base_tps": base_tps,
             "j_per_token": b.j_per_token}
+
+
+def batch_ratios(views: list[dict[str, Any] | None], arms: list[str]) -> None:
+    """Each arm's batch modes against the first arm's that ran the stage: `0.74x the tokens/s,
+    1.30x the J/token of vllm-gpu` (default mode against batch-invariant mode, on one page)."""
+    base_i = next((i for i, v in enumerate(views) if v), None)
+    if base_i is None:
+        return
+    base = views[base_i]
+    assert base is not None
+    for v in views[base_i + 1:]:
+        if not v:
+            continue
+        for x in v["modes"]:
+            b = base["by_mode"].get(x["mode"])
+            parts = [t for t in (ratio_text(x["tokens_per_s"], b and b["tokens_per_s"], "tokens/s"),
+                                 ratio_text(x["j_per_token"], b and b["j_per_token"], "J/token")) if t]
+            x["against"] = f"{', '.join(parts)} of {arms[base_i]}" if parts else None
 
 
 def watchdog_view(wd: WatchdogReport | None) -> dict[str, Any] | None:

@@ -70,6 +70,9 @@ class BatchMode(BaseModel):
     target: PromptAnalysis  # the target's answers in this mode (distinct, n answered, lengths, pattern)
     same_as_single: int | None = None  # target answers with the reference's tokens (None: no reference)
     differ_from_single: int | None = None
+    # Target answers that the target never gave alone (none of the single mode's answers): what
+    # only a batch brought about; differs from `differ_from_single` where the answer varies alone.
+    unseen_alone: int | None = None
     # The earliest departure of any target answer from the reference, and per distinct answer
     # that differs from it (`rank` is the answer's rank within this mode, 0 = the mode's modal).
     first_divergence: Divergence | None = None
@@ -114,7 +117,10 @@ class BatchResult(BaseModel):
     modes: list[BatchMode]
     reference: DistinctAnswer | None = None  # the single mode's most common answer
     reference_tied: bool = False  # single mode had no one most common answer: the first seen is the reference
-    varies_with_batch: bool | None  # True: a batch mode gave an answer the target never gave alone
+    # True: a batch mode gave an answer the target never gave alone; False: every batched answer is
+    # the one-at-a-time answer; None: too few answers, or the answer varies alone and the batches
+    # gave only answers also seen alone.
+    varies_with_batch: bool | None
     distinct_overall: int  # distinct target answers over every mode
     answered_overall: int
     verdict: str
@@ -216,8 +222,9 @@ def _sample(index: int, c: Completion) -> Sample:
                   finish_reason=c.finish_reason, error=c.error)
 
 
-def compare_to_reference(mode: BatchMode, samples: list[Sample], reference: Sample | None) -> BatchMode:
-    """Fill the mode's comparison with the single-mode reference."""
+def compare_to_reference(mode: BatchMode, samples: list[Sample], reference: Sample | None,
+                         alone: list[Sample] | None = None) -> BatchMode:
+    """Fill the mode's comparison with the single-mode reference (and every answer given alone)."""
     ok = [s for s in samples if s.ok]
     if reference is None or not ok:
         return mode
@@ -225,6 +232,8 @@ def compare_to_reference(mode: BatchMode, samples: list[Sample], reference: Samp
     ref_key = answer_key(reference, by)
     same = [s for s in ok if answer_key(s, by) == ref_key]
     mode.same_as_single, mode.differ_from_single = len(same), len(ok) - len(same)
+    alone_keys = {answer_key(s, by) for s in (alone or [reference]) if s.ok}
+    mode.unseen_alone = sum(1 for s in ok if answer_key(s, by) not in alone_keys)
     diffs = [d for s in same if (d := prefix_logprob_diff(reference, s)) is not None]
     mode.same_tokens_logprob_diff = max(diffs) if diffs else None
     seen: dict[Any, Divergence] = {}
@@ -249,11 +258,17 @@ def verdict_of(modes: list[BatchMode], reference_tied: bool, stopped: str | None
         return None, f"undetermined: the target never answered alone{f' ({stopped})' if stopped else ''}"
     alone = (f"alone {single.target.distinct_answers} distinct of {single.target.answered}"
              + (" (tied: the first answer seen is the reference)" if reference_tied else ""))
+    new = [m for m in batched if m.unseen_alone]
     varied = [m for m in batched if m.differ_from_single]
     answered = [m for m in batched if m.target.answered]
-    if varied:
-        parts = "; ".join(m.line for m in varied)
+    if new:
+        parts = "; ".join(m.line + (f", {m.unseen_alone} never given alone" if single.target.distinct_answers > 1
+                                    else "") for m in varied)
         return True, f"varies with batch composition: {parts}; {alone}"
+    if varied:  # every batched answer was also given alone: the answer varies alone, not with the batch
+        parts = "; ".join(m.line for m in varied)
+        return None, (f"undetermined: the answer varies alone ({single.target.pattern_text or alone}); "
+                      f"every batched answer was also given alone: {parts}")
     if not answered:
         why = stopped or "no batched target request answered"
         return None, f"undetermined: {why}; {alone}"
@@ -288,6 +303,7 @@ def run_batch(client: OpenAIClient, prompt: GatePrompt, *, trials: int, batch_si
     stopped: str | None = None
     reference: Sample | None = None
     reference_tied = False
+    alone_samples: list[Sample] = []
     results: list[BatchMode] = []
     all_target: list[Sample] = []
     for mode in modes:
@@ -352,7 +368,8 @@ def run_batch(client: OpenAIClient, prompt: GatePrompt, *, trials: int, batch_si
             first = a.answers[0]
             reference_tied = a.modal_tied
             reference = next(s for s in samples if s.index == first.first_index)
-        compare_to_reference(m, samples, reference)
+            alone_samples = list(samples)
+        compare_to_reference(m, samples, reference, alone_samples)
         results.append(m)
         all_target.extend(s.model_copy(update={"index": len(all_target) + i}) for i, s in enumerate(samples))
         log.info("batch %s: %s", mode, m.line)
