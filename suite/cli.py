@@ -449,12 +449,14 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
 @app.command()
 def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix of one) or a run folder."),
             run_b: str = typer.Argument(..., help="The run to compare it with (same model)."),
-            results: Optional[Path] = typer.Option(None, help="Results folder (default: results/ or $RESULTS).")) -> None:
+            results: Optional[Path] = typer.Option(None, help="Results folder (default: results/ or $RESULTS)."),
+            across_models: bool = typer.Option(False, "--across-models", help="Two cards of the same weights "
+                                               "(e.g. tiny on CPU arms, tiny-gpu on GPU vLLM).")) -> None:
     """Do two runs of one model answer alike? Per gate prompt, and the configuration fields that differ."""
     from suite.compare import compare_runs
     from suite.paths import results_dir
 
-    cmp = compare_runs(run_a, run_b, results or results_dir())
+    cmp = compare_runs(run_a, run_b, results or results_dir(), across_models)
     console.print(f"A: {cmp.a.model}/{cmp.a.arm} {cmp.a.run_id}\nB: {cmp.b.model}/{cmp.b.arm} {cmp.b.run_id}")
     table = Table(title="gate prompts: modal answers")
     for col in ("prompt", "A distinct", "B distinct", "modal answers", "logprob Δ (nats)"):
