@@ -10,6 +10,8 @@ writes one file per table:
 - `batch`: one row per run and batch-composition mode: the target's distinct answers with n, how
   many differ from its one-at-a-time answer, the first departure and the logprob gap there,
   tokens/s and energy;
+- `energy`: one row per run and stage measured on an NVIDIA GPU: joules, mean power, output tokens,
+  joules per output token;
 - `latency`: one row per run, concurrency level and metric: n, mean, p50, p90, p99, min, max;
 - `extraction_sections`: one row per run and document section;
 - `watchdog`: one row per run: samples, peaks, trip;
@@ -98,8 +100,12 @@ def controls_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for r in runs:
         for row in r.s.controls.rows if r.s.controls else []:
+            e = row.energy
             base = _key(r) | {"configuration": row.configuration, "status": row.status, "reason": row.reason,
-                              "concurrency": row.concurrency, "startup_s": row.startup_s}
+                              "concurrency": row.concurrency, "startup_s": row.startup_s,
+                              "tokens_per_s": row.tokens_per_s, "energy_j": e.joules if e else None,
+                              "j_per_token": e.j_per_token if e else None,
+                              "mean_power_w": e.mean_power_w if e else None}
             if not row.distinct:
                 rows.append(base | {"prompt_id": None, "distinct_answers": None, "answered": None, "lengths": None})
             for pid, d in row.distinct.items():
@@ -142,6 +148,11 @@ def batch_rows(runs: list[Run]) -> list[dict[str, Any]]:
                 "j_per_token": m.j_per_token, "cache_reset": b.cache_reset, "varies_with_batch": b.varies_with_batch,
             })
     return rows
+
+
+def energy_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    """One row per run and stage that has an energy figure (an NVIDIA GPU's energy counter)."""
+    return [_key(r) | {"stage": name} | e.model_dump() for r in runs for name, e in r.s.energy.items()]
 
 
 def latency_rows(runs: list[Run]) -> list[dict[str, Any]]:
@@ -195,6 +206,7 @@ TABLES = {
     "controls": controls_rows,
     "restarts": restarts_rows,
     "batch": batch_rows,
+    "energy": energy_rows,
     "latency": latency_rows,
     "extraction_sections": extraction_rows,
     "watchdog": watchdog_rows,

@@ -251,3 +251,27 @@ def test_batch_modes_read_against_the_first_arm_in_time_and_energy() -> None:
     assert views[2]["modes"][0]["against"] == "0.74x the tokens/s, 1.30x the J/token of vllm-gpu"
     assert views[3]["modes"][0]["against"] == "0.50x the tokens/s of vllm-gpu"  # no energy: the time ratio alone
     batch_ratios([None, None], ["a", "b"])  # nothing ran: nothing to say
+
+
+def test_the_export_has_energy_rows_per_stage_and_control_row(tmp_path: Path) -> None:
+    import shutil
+
+    from suite.export import controls_rows, energy_rows
+    from suite.site.figures import load_runs
+
+    golden = Path(__file__).resolve().parent / "golden" / "results"
+    results = tmp_path / "results"
+    shutil.copytree(golden, results)
+    e = gpu.Energy(joules=120.0, wall_s=2.0, mean_power_w=60.0).with_tokens(400)
+    for summary in results.glob("tiny/llamacpp/*/summary.json"):
+        data = json.loads(summary.read_text())
+        data["energy"] = {"gate": e.model_dump()}
+        for row in (data.get("controls") or {}).get("rows", []):
+            row["energy"] = e.model_dump()
+        summary.chmod(0o644)
+        summary.write_text(json.dumps(data))
+    runs = [run for m in load_runs(results).values() for a in m.arms.values() for run in a.runs]
+    rows = energy_rows(runs)
+    assert rows and all(r["stage"] == "gate" and r["j_per_token"] == 0.3 for r in rows)
+    with_controls = [r for r in controls_rows(runs) if r["energy_j"] is not None]
+    assert all(r["j_per_token"] == 0.3 for r in with_controls)
