@@ -322,6 +322,15 @@ class OpenAIClient:
         except ValueError:
             raise ClientError(f"GET {self.base_url}{path}: reply is not JSON: {r.text[:200]!r}") from None
 
+    def post_empty(self, path: str) -> tuple[int, str]:
+        """POST with no body to one of the runtime's own endpoints (vLLM's /reset_prefix_cache):
+        the status and the start of the reply; ClientError when the runtime does not answer."""
+        try:
+            r = self._http.post(path)
+        except httpx.HTTPError as exc:
+            raise ClientError(f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+        return r.status_code, r.text[:300]
+
     def models(self) -> list[dict[str, Any]]:
         data = self.get_json("/v1/models")
         return list(data.get("data", [])) if isinstance(data, dict) else []

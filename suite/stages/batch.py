@@ -32,7 +32,7 @@ import asyncio
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pydantic import BaseModel, Field
 
@@ -208,11 +208,11 @@ def reset_cache(client: OpenAIClient, path: str | None) -> str | None:
     if path is None:
         return "not offered"
     try:
-        r = client._http.post(path)
-    except Exception as exc:  # noqa: BLE001 - an HTTP failure of the reset is recorded, the trial goes on
-        return f"POST {path}: {type(exc).__name__}: {exc}"
-    if r.status_code >= 300:
-        return f"POST {path}: HTTP {r.status_code}: {r.text[:160]}"
+        status, text = client.post_empty(path)
+    except ClientError as exc:  # recorded; the trial goes on
+        return str(exc)
+    if status >= 300:
+        return f"POST {path}: HTTP {status}: {text[:160]}"
     return None
 
 
@@ -283,8 +283,9 @@ def verdict_of(modes: list[BatchMode], reference_tied: bool, stopped: str | None
 
 def run_batch(client: OpenAIClient, prompt: GatePrompt, *, trials: int, batch_sizes: list[int],
               max_tokens_cap: int | None = None, logprobs: bool = True, reset_path: str | None = None,
-              record: Any = None, alive: Any = None, death_reason: Any = None,
-              energy: Any = None, modes: tuple[Mode, ...] = MODES) -> BatchResult:
+              record: Callable[..., None] | None = None, alive: Callable[[], bool] | None = None,
+              death_reason: Callable[[], str | None] | None = None,
+              energy: Callable[[], float | None] | None = None, modes: tuple[Mode, ...] = MODES) -> BatchResult:
     """The three modes on a running runtime; each request recorded as it finishes its batch.
 
     `energy()`, where given, reads the GPU's energy counter in joules (None where it cannot):
