@@ -192,3 +192,30 @@ def test_an_arm_in_default_mode_starts_without_the_determinism_control() -> None
         rt, spec, det = bench.start_with_determinism(plan, Path("/tmp"), [])  # type: ignore[arg-type]
         assert spec.controls == want and det.outcome == outcome and det.control == "batch-invariant"
     assert started == [[], ["batch-invariant"]]
+
+
+def test_prepare_builds_a_random_format_once_with_the_tools_interpreter_named(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`source = "random:llama"` through prepare_format, with SUITE_TOOLS_PYTHON naming an interpreter
+    that has torch and transformers (what an offline GPU machine does): built once, checksummed, marked."""
+    from suite.catalog import format_path, is_prepared, prepare_format, prepared_checksum
+
+    python = _tools_python()
+    monkeypatch.setenv("SUITE_TOOLS_PYTHON", str(python))
+    monkeypatch.setenv("SUITE_CACHE", str(tmp_path / "cache"))
+    shape = SHAPE.replace("vocab_size = 1024", "vocab_size = 2048")
+    card = load_card(_card(tmp_path, mark="random_weights = true", shape=shape))
+    path = prepare_format(card, "hf")
+    assert path == format_path(card, "hf") and is_prepared(card, "hf") and is_random_checkpoint(path)
+    cfg = json.loads((path / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["hidden_size"] == 64
+    digest = prepared_checksum(card, "hf")
+    assert digest and len(digest) == 64
+    mtime = (path / "model.safetensors").stat().st_mtime_ns
+    assert prepare_format(card, "hf") == path and (path / "model.safetensors").stat().st_mtime_ns == mtime
+    assert not (tmp_path / "cache" / "tools").exists()  # nothing installed: the named interpreter was used
+    monkeypatch.setenv("SUITE_TOOLS_PYTHON", "/nonexistent/python3")
+    from suite.catalog import ensure_tools
+
+    with pytest.raises(SuiteError, match="SUITE_TOOLS_PYTHON=/nonexistent/python3: no such interpreter"):
+        ensure_tools()
