@@ -188,7 +188,7 @@ def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_req
             profile = Profile.model_validate({**profile.model_dump(), **overrides})
         except ValidationError as exc:
             err = exc.errors()[0]
-            key = ".".join(str(x) for x in err["loc"])
+            key = str(err["loc"][0])  # the setting (a list's item: its list)
             raise SuiteError(f"--{key.replace('_', '-')} {overrides.get(key)!r}: {err['msg']}") from None
     return profile
 

@@ -279,6 +279,10 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                                  "(on in the full profile)."),
           batch_prompt: Optional[str] = typer.Option(None, "--batch-prompt", help="The gate prompt the "
                                                      "batch-composition stage sends (default: short-open)."),
+          batch_trials: Optional[int] = typer.Option(None, "--batch-trials", help="Trials per batch-composition "
+                                                     "mode (default: the profile's)."),
+          batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Batch sizes the trials cycle "
+                                                    "through, e.g. 8,16,32 (default: the profile's)."),
           auto_controls: Optional[bool] = typer.Option(None, "--auto-controls/--no-auto-controls",
                                                        help="Run the control matrix when the gate finds more than "
                                                        "one answer (default: the profile's)."),
@@ -309,6 +313,10 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
         overrides["batch_composition"] = True
     if batch_prompt is not None:
         overrides["batch_prompt"] = batch_prompt
+    if batch_trials is not None:
+        overrides["batch_trials"] = batch_trials
+    if batch_sizes is not None:
+        overrides["batch_sizes"] = _int_list("--batch-sizes", batch_sizes)
     if ray_address:
         if url is not None or resume:
             raise SuiteError(f"--ray runs the catalog's arms on the cluster's nodes; "

@@ -345,3 +345,18 @@ def Sample_(i: int, ids: list[int]):  # noqa: N802 - a sample with token ids
     from suite.analysis.repro import Sample
 
     return Sample(index=i, text=" ".join(map(str, ids)), token_ids=ids, completion_tokens=len(ids))
+
+
+def test_bad_batch_flags_on_the_command_line_are_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "suite.cli", "bench", "--model", "tiny", "--arms", "llamacpp",
+                        "--batch-composition", "--batch-sizes", "1,8", "--results", str(tmp_path / "r")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == "error: --batch-sizes [1, 8]: Input should be greater than or equal to 2"
+    r = subprocess.run([sys.executable, "-m", "suite.cli", "bench", "--model", "tiny", "--batch-trials", "0",
+                        "--results", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--batch-trials 0: Input should be greater than or equal to 1" in r.stderr
+    assert not (tmp_path / "r").exists()
