@@ -257,6 +257,9 @@ def prepare_format(card: ModelCard, fmt_name: str) -> Path:
         else:
             digest = _prepare_hf(ref, fmt, target)
         (target / ".prepared").write_text(digest + "\n")
+    if not card.random_weights and is_random_checkpoint(path):  # e.g. an hf: repo of random weights
+        raise SuiteError(f"{card.file}: formats.{fmt_name}: {path} holds random weights (its config.json says "
+                         f"{RANDOM_MARK}); the card must say random_weights = true")
     return path
 
 

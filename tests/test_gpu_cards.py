@@ -219,3 +219,20 @@ def test_prepare_builds_a_random_format_once_with_the_tools_interpreter_named(tm
 
     with pytest.raises(SuiteError, match="SUITE_TOOLS_PYTHON=/nonexistent/python3: no such interpreter"):
         ensure_tools()
+
+
+def test_a_downloaded_checkpoint_of_random_weights_not_marked_is_one_line(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from suite import catalog
+
+    monkeypatch.setenv("SUITE_CACHE", str(tmp_path / "cache"))
+
+    def fake_download(ref: str, fmt, target: Path) -> str:
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "config.json").write_text(json.dumps({"suite_random_weights": {"seed": 0}}))
+        return "0" * 64
+
+    monkeypatch.setattr(catalog, "_prepare_hf", fake_download)
+    card = load_card(_card(tmp_path, source="hf:org/random-model", shape=""))
+    with pytest.raises(SuiteError, match="holds random weights .*the card must say random_weights = true"):
+        catalog.prepare_format(card, "hf")
