@@ -176,6 +176,8 @@ def test_a_batch_invariant_server_gives_one_answer_and_says_what_n_bounds(stand_
     assert all(m.same_tokens_logprob_diff == 0.0 for m in r.modes if m.mode != "single")
     assert "mixed 4, prefix 4 target answers equal the one-at-a-time answer" in r.verdict
     assert "more than 31% of batches could still be missed" in r.verdict  # 1 - 0.05^(1/8)
+    # the stand-in ends every answer with finish_reason "length": the verdict says what the cap may hide
+    assert r.verdict.endswith("12 of 12 target answers cut at 8 tokens: they may differ past the cap")
     # no reset endpoint: 404, recorded as failed with its reason, the trials still ran
     assert r.cache_reset == "failed" and "HTTP 404" in (r.cache_reset_note or "")
     assert r.distinct_overall == 1

@@ -250,7 +250,8 @@ def compare_to_reference(mode: BatchMode, samples: list[Sample], reference: Samp
     return mode
 
 
-def verdict_of(modes: list[BatchMode], reference_tied: bool, stopped: str | None) -> tuple[bool | None, str]:
+def verdict_of(modes: list[BatchMode], reference_tied: bool, stopped: str | None,
+               max_tokens: int | None = None) -> tuple[bool | None, str]:
     """Whether the target's answer depended on its batch, each figure with its n."""
     single = next((m for m in modes if m.mode == "single"), None)
     batched = [m for m in modes if m.mode != "single"]
@@ -274,7 +275,10 @@ def verdict_of(modes: list[BatchMode], reference_tied: bool, stopped: str | None
         return None, f"undetermined: {why}; {alone}"
     n = sum(m.target.answered for m in answered)
     bound = unseen_share_bound(n)
-    tail = f"; {stopped}" if stopped else ""
+    cut = sum(m.target.truncated for m in modes)
+    tail = (f"; {stopped}" if stopped else "") + (
+        f"; {cut} of {sum(m.target.answered for m in modes)} target answers cut at "
+        f"{f'{max_tokens} tokens' if max_tokens else 'the token cap'}: they may differ past the cap" if cut else "")
     return False, (f"the same answer in every batch: {', '.join(f'{m.mode} {m.target.answered}' for m in answered)} "
                    f"target answers equal the one-at-a-time answer ({alone})"
                    + (f"; with {n} batched answers, a batch effect on more than {bound:.0%} of batches "
@@ -374,7 +378,7 @@ def run_batch(client: OpenAIClient, prompt: GatePrompt, *, trials: int, batch_si
         results.append(m)
         all_target.extend(s.model_copy(update={"index": len(all_target) + i}) for i, s in enumerate(samples))
         log.info("batch %s: %s", mode, m.line)
-    varies, verdict = verdict_of(results, reference_tied, stopped)
+    varies, verdict = verdict_of(results, reference_tied, stopped, max_tokens)
     overall = analyse(all_target) if all_target else None
     ref_answer = None
     single = next((m for m in results if m.mode == "single"), None)
