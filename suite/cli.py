@@ -11,7 +11,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import rich.markup
 from rich.markup import escape
@@ -125,9 +125,27 @@ def doctor() -> None:
                 table.add_row(f"arm {card.name}/{arm_name}", f"unknown runtime {arm.runtime!r}")
                 continue
             chosen = launcher_for(definition, "auto", card.gpu_memory_gb)
-            table.add_row(f"arm {card.name}/{arm_name}", f"launcher {chosen.name}" if chosen.name != "none"
-                          else f"cannot run here: {getattr(chosen, 'reason', '')}".replace(": see `suite doctor`", ""))
+            state = (f"launcher {chosen.name}" if chosen.name != "none"
+                     else f"cannot run here: {getattr(chosen, 'reason', '')}".replace(": see `suite doctor`", ""))
+            way = _python_way_line(definition, arm.version)
+            table.add_row(f"arm {card.name}/{arm_name}", state + (f"; {way}" if way else ""))
     console.print(table)
+
+
+def _python_way_line(definition: Any, version: str | None) -> str | None:
+    """Which way a Python runtime's arm would get its interpreter (its venv, a wheelhouse, an existing
+    environment), for `suite doctor`."""
+    from suite.definitions import with_version
+    from suite.launchers import pyenv
+    from suite.launchers.local import install_prefix
+
+    if definition.local is None or not definition.local.python_env:
+        return None
+    try:
+        pinned = with_version(definition, version)
+    except SuiteError as exc:
+        return str(exc)
+    return pyenv.describe(pinned, install_prefix(pinned) / definition.local.installed_marker)
 
 
 @app.command()
@@ -256,6 +274,15 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
           restart_caches: Optional[str] = typer.Option(None, "--restart-caches", help="fresh (every launch starts "
                                                        "with empty compile caches), kept, or both."),
           reloads: Optional[int] = typer.Option(None, "--reloads", help="Repeat the extraction in N fresh launches."),
+          batch_composition: bool = typer.Option(False, "--batch-composition", help="Also send the target "
+                                                 "prompt inside batches of other prompts and of shared prefixes "
+                                                 "(on in the full profile)."),
+          batch_prompt: Optional[str] = typer.Option(None, "--batch-prompt", help="The gate prompt the "
+                                                     "batch-composition stage sends (default: short-open)."),
+          batch_trials: Optional[int] = typer.Option(None, "--batch-trials", help="Trials per batch-composition "
+                                                     "mode (default: the profile's)."),
+          batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Batch sizes the trials cycle "
+                                                    "through, e.g. 8,16,32 (default: the profile's)."),
           auto_controls: Optional[bool] = typer.Option(None, "--auto-controls/--no-auto-controls",
                                                        help="Run the control matrix when the gate finds more than "
                                                        "one answer (default: the profile's)."),
@@ -282,6 +309,14 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
     out = (results_folder.expanduser().resolve() if results_folder else results_dir())
     overrides = {k: v for k, v in (("reloads", reloads), ("restart_caches", restart_caches),
                                    ("auto_controls", auto_controls)) if v is not None}
+    if batch_composition:
+        overrides["batch_composition"] = True
+    if batch_prompt is not None:
+        overrides["batch_prompt"] = batch_prompt
+    if batch_trials is not None:
+        overrides["batch_trials"] = batch_trials
+    if batch_sizes is not None:
+        overrides["batch_sizes"] = _int_list("--batch-sizes", batch_sizes)
     if ray_address:
         if url is not None or resume:
             raise SuiteError(f"--ray runs the catalog's arms on the cluster's nodes; "
@@ -305,9 +340,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                           concurrency=_int_list("--concurrency", concurrency),
                           gate_requests=gate_requests, restarts=restarts, url=url, served_model=served_model,
                           tokenizer=tokenizer,
-                          overrides={k: v for k, v in (("reloads", reloads), ("restart_caches", restart_caches),
-                                                       ("auto_controls", auto_controls)) if v is not None},
-                          on_arm=_site_after_arm(out) if site else None)
+                          overrides=overrides, on_arm=_site_after_arm(out) if site else None)
     if any(s.status != "skipped" for s in summaries):
         _print_summaries(summaries)
     _honest_exit(summaries)
@@ -424,12 +457,14 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
 @app.command()
 def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix of one) or a run folder."),
             run_b: str = typer.Argument(..., help="The run to compare it with (same model)."),
-            results: Optional[Path] = typer.Option(None, help="Results folder (default: results/ or $RESULTS).")) -> None:
+            results: Optional[Path] = typer.Option(None, help="Results folder (default: results/ or $RESULTS)."),
+            across_models: bool = typer.Option(False, "--across-models", help="Two cards of the same weights "
+                                               "(e.g. tiny on CPU arms, tiny-gpu on GPU vLLM).")) -> None:
     """Do two runs of one model answer alike? Per gate prompt, and the configuration fields that differ."""
     from suite.compare import compare_runs
     from suite.paths import results_dir
 
-    cmp = compare_runs(run_a, run_b, results or results_dir())
+    cmp = compare_runs(run_a, run_b, results or results_dir(), across_models)
     console.print(f"A: {cmp.a.model}/{cmp.a.arm} {cmp.a.run_id}\nB: {cmp.b.model}/{cmp.b.arm} {cmp.b.run_id}")
     table = Table(title="gate prompts: modal answers")
     for col in ("prompt", "A distinct", "B distinct", "modal answers", "logprob Δ (nats)"):

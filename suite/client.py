@@ -148,8 +148,8 @@ class StreamState:
     last one end-to-end. `finish` builds the `Completion`.
     """
 
-    __slots__ = ("where", "chat", "rest", "parts", "token_ids", "logprobs", "chunk_times", "finish_reason", "usage",
-                 "timings", "fingerprint", "parse_s")
+    __slots__ = ("where", "chat", "rest", "parts", "token_ids", "logprobs", "top_logprobs", "chunk_times",
+                 "finish_reason", "usage", "timings", "fingerprint", "parse_s")
 
     def __init__(self, where: str, chat: bool):
         self.where = where
@@ -158,6 +158,7 @@ class StreamState:
         self.parts: list[str] = []
         self.token_ids: list[int] = []
         self.logprobs: list[float] = []
+        self.top_logprobs: list[list[float]] = []
         self.chunk_times: list[float] = []
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] = {}
@@ -211,6 +212,9 @@ class StreamState:
             lps = _parse_logprobs(choice)
             if lps:
                 self.logprobs.extend(lps)
+                tops = _parse_top_logprobs(choice)
+                if tops:
+                    self.top_logprobs.extend(tops)
             token_chunk = token_chunk or _is_token(choice, chat, bool(ids or lps))
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
         if token_chunk:
@@ -226,6 +230,8 @@ class StreamState:
             text="".join(self.parts),
             token_ids=self.token_ids or None,
             logprobs=self.logprobs or None,
+            # only where every token came with its top-k (else the rows would not line up)
+            top_logprobs=self.top_logprobs if self.top_logprobs and len(self.top_logprobs) == len(self.logprobs) else None,
             finish_reason=self.finish_reason,
             prompt_tokens=self.usage.get("prompt_tokens"),
             completion_tokens=self.usage.get("completion_tokens"),
@@ -315,6 +321,15 @@ class OpenAIClient:
             return r.json()
         except ValueError:
             raise ClientError(f"GET {self.base_url}{path}: reply is not JSON: {r.text[:200]!r}") from None
+
+    def post_empty(self, path: str) -> tuple[int, str]:
+        """POST with no body to one of the runtime's own endpoints (vLLM's /reset_prefix_cache):
+        the status and the start of the reply; ClientError when the runtime does not answer."""
+        try:
+            r = self._http.post(path)
+        except httpx.HTTPError as exc:
+            raise ClientError(f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+        return r.status_code, r.text[:300]
 
     def models(self) -> list[dict[str, Any]]:
         data = self.get_json("/v1/models")

@@ -187,11 +187,13 @@ def _summary(run_dir: Path) -> Summary:
     return load_summary(path) if path.exists() else incomplete_summary(run_dir)
 
 
-def compare_summaries(a: Summary, b: Summary) -> RunComparison:
-    """Two runs of one model: answers prompt by prompt, and the signature fields that differ."""
-    if a.model != b.model:
+def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> RunComparison:
+    """Two runs of one model: answers prompt by prompt, and the signature fields that differ.
+
+    `across_models`: two cards of the same weights (the tiny model on CPU arms and on a GPU card)."""
+    if a.model != b.model and not across_models:
         raise SuiteError(f"runs {a.run_id} and {b.run_id} are of different models ({a.model!r}, {b.model!r}): "
-                         "compare runs of one model")
+                         "compare runs of one model (or, for two cards of the same weights, --across-models)")
     prompts = compare_gates(a.gate, b.gate)
     fa, fb = flatten_signature(a.signature), flatten_signature(b.signature)
     diff = [SignatureDiff(key=k, a=fa.get(k, "—"), b=fb.get(k, "—"))
@@ -214,5 +216,6 @@ def compare_summaries(a: Summary, b: Summary) -> RunComparison:
     return RunComparison(a=_ref(a), b=_ref(b), prompts=prompts, signature_diff=diff, verdict=verdict)
 
 
-def compare_runs(ref_a: str, ref_b: str, results: Path) -> RunComparison:
-    return compare_summaries(_summary(resolve_run(ref_a, results)), _summary(resolve_run(ref_b, results)))
+def compare_runs(ref_a: str, ref_b: str, results: Path, across_models: bool = False) -> RunComparison:
+    return compare_summaries(_summary(resolve_run(ref_a, results)), _summary(resolve_run(ref_b, results)),
+                             across_models)

@@ -5,7 +5,8 @@ with a `runtime.toml` (this schema) and a `Dockerfile`. Unknown keys, missing fi
 types are errors that name the file and the key.
 
 Command templates take the placeholders `{prefix}` (local install folder), `{model_path}`,
-`{served_name}`, `{host}`, `{port}`, `{seed}`, `{context_length}`, `{lora_args}` (expanded into
+`{served_name}`, `{host}`, `{port}`, `{seed}`, `{context_length}`, `{python}` (a Python runtime's
+interpreter: suite.launchers.pyenv), `{lora_args}` (expanded into
 the `lora_args` template once per adapter, with `{lora_name}` and `{lora_path}`).
 """
 
@@ -46,6 +47,9 @@ class ServerSpec(Strict):
     # line (llama.cpp: "CPU : SSE3 = 1 | AVX512 = 1 | AMX_INT8 = 1 | REPACK = 1 | ..."): the CPU
     # kernel paths it chose, recorded in the signature since they change answers.
     feature_pattern: str | None = None
+    # POST here empties the runtime's prefix cache (vLLM: /reset_prefix_cache, served with
+    # VLLM_SERVER_DEV_MODE=1); the batch-composition stage resets it between trials. None: none offered.
+    reset_cache_path: str | None = None
 
 
 class LocalSpec(Strict):
@@ -62,6 +66,10 @@ class LocalSpec(Strict):
     # "CARD:FORMAT" of a model the install recipe smoke-tests its build on (its path in
     # $SUITE_SMOKE_MODEL); the recipe decides what a failed smoke test means.
     smoke_model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+:[A-Za-z0-9._-]+$")
+    # A Python runtime's interpreter, `{python}` in the commands: its own venv (`{prefix}/venv/bin/python`,
+    # from the package index or from $SUITE_WHEELHOUSE), or an existing environment named by
+    # `<python_env>_PYTHON` and `<python_env>_PYTHONPATH` (suite.launchers.pyenv). None: no such knob.
+    python_env: str | None = Field(default=None, pattern=r"^[A-Z][A-Z0-9_]*$")
 
 
 class DockerSpec(Strict):

@@ -8,13 +8,18 @@ writes one file per table:
 - `controls`: one row per run, control configuration and gate prompt;
 - `restarts`: one row per run and gate prompt: within/across-launch figures, agreement interval;
 - `sessions`: one row per run, configuration and agreement measure (study 2's runs);
-
-Wherever answers are compared (gate, controls, restarts, sessions) the rows carry how many
-answers stopped at max_tokens (`truncated`) beside the count they are part of.
+- `batch`: one row per run and batch-composition mode: the target's distinct answers with n, how
+  many differ from its one-at-a-time answer, the first departure and the logprob gap there,
+  tokens/s and energy;
+- `energy`: one row per run and stage measured on an NVIDIA GPU: joules, mean power, output tokens,
+  joules per output token;
 - `latency`: one row per run, concurrency level and metric: n, mean, p50, p90, p99, min, max;
 - `extraction_sections`: one row per run and document section;
 - `watchdog`: one row per run: samples, peaks, trip;
 - `requests`: one row per recorded request (text, timings, errors; token ids left out).
+
+Wherever answers are compared (gate, controls, restarts, sessions) the rows carry how many
+answers stopped at max_tokens (`truncated`) beside the count they are part of.
 
 Every row carries `run_id`, `model`, `arm` and `signature_digest`, so any figure can be joined
 back to the configuration that produced it. Nothing is run again.
@@ -37,7 +42,8 @@ log = logging.getLogger(__name__)
 Format = Literal["parquet", "csv"]
 REQUEST_FIELDS = ("kind", "at", "label", "prompt_id", "index", "seed", "temperature", "max_tokens",
                   "concurrency", "warmup", "text", "finish_reason", "prompt_tokens", "completion_tokens",
-                  "ttft_s", "e2e_s", "tpot_s", "error", "section", "repeat")
+                  "ttft_s", "e2e_s", "tpot_s", "error", "section", "repeat", "mode", "trial", "role", "position",
+                  "batch_size")
 
 
 def _key(run: Run) -> dict[str, Any]:
@@ -101,9 +107,13 @@ def controls_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for r in runs:
         for row in r.s.controls.rows if r.s.controls else []:
+            e = row.energy
             base = _key(r) | {"configuration": row.configuration, "status": row.status, "reason": row.reason,
                               "concurrency": row.concurrency, "startup_s": row.startup_s,
-                              "controls": ", ".join(row.ran_controls)}
+                              "controls": ", ".join(row.ran_controls),
+                              "tokens_per_s": row.tokens_per_s, "energy_j": e.joules if e else None,
+                              "j_per_token": e.j_per_token if e else None,
+                              "mean_power_w": e.mean_power_w if e else None}
             cut = row_truncation(row.gate)
             if not row.distinct:
                 rows.append(base | {"prompt_id": None, "distinct_answers": None, "answered": None, "lengths": None,
@@ -157,6 +167,32 @@ def sessions_rows(runs: list[Run]) -> list[dict[str, Any]]:
     return rows
 
 
+def batch_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    rows = []
+    for r in runs:
+        b = r.s.batch
+        for m in b.modes if b else []:
+            d = m.first_divergence
+            rows.append(_key(r) | {
+                "prompt_id": b.prompt_id, "mode": m.mode, "trials": m.trials, "batch_sizes": _scalar(m.batch_sizes),
+                "requests": m.requests, "failed": m.failed, "answered": m.target.answered,
+                "distinct_answers": m.target.distinct_answers, "same_as_single": m.same_as_single,
+                "differ_from_single": m.differ_from_single,
+                "first_divergence_token": d.token_index if d else None,
+                "logprob_reference": d.modal_logprob if d else None, "logprob_other": d.other_logprob if d else None,
+                "reference_margin": d.modal_margin if d else None,
+                "same_tokens_logprob_diff": m.same_tokens_logprob_diff, "output_tokens": m.output_tokens,
+                "wall_s": m.wall_s, "tokens_per_s": m.tokens_per_s, "energy_j": m.energy_j,
+                "j_per_token": m.j_per_token, "cache_reset": b.cache_reset, "varies_with_batch": b.varies_with_batch,
+            })
+    return rows
+
+
+def energy_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    """One row per run and stage that has an energy figure (an NVIDIA GPU's energy counter)."""
+    return [_key(r) | {"stage": name} | e.model_dump() for r in runs for name, e in r.s.energy.items()]
+
+
 def latency_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for r in runs:
@@ -195,7 +231,7 @@ def watchdog_rows(runs: list[Run]) -> list[dict[str, Any]]:
 
 def requests_rows(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
-    kinds = ("gate", "latency", "controls", "restarts", "extraction", "extraction-fact", "judge")
+    kinds = ("gate", "batch", "latency", "controls", "restarts", "extraction", "extraction-fact", "judge")
     for r in runs:
         for q in read_requests(r.run_dir, kinds):
             rows.append(_key(r) | {f: _scalar(getattr(q, f, None)) for f in REQUEST_FIELDS})
@@ -208,6 +244,8 @@ TABLES = {
     "controls": controls_rows,
     "restarts": restarts_rows,
     "sessions": sessions_rows,
+    "batch": batch_rows,
+    "energy": energy_rows,
     "latency": latency_rows,
     "extraction_sections": extraction_rows,
     "watchdog": watchdog_rows,

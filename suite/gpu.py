@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +227,97 @@ def wait_for_baseline(baseline_bytes: int | None, timeout_s: float = 120.0,
         used = device_memory_used()
     return BaselineWait(reached=True, waited_s=time.monotonic() - t0, used_bytes=used,
                         baseline_bytes=baseline_bytes)
+
+
+# -- energy ---------------------------------------------------------------------------------------
+
+class Energy(BaseModel):
+    """The GPUs' energy over one measured span (a stage, a control row, a batch mode), from NVML's
+    energy counter (`nvmlDeviceGetTotalEnergyConsumption`, mJ since the driver loaded, summed over
+    the GPUs): joules, the mean power over the span, and joules per output token."""
+
+    joules: float
+    wall_s: float
+    mean_power_w: float | None
+    output_tokens: int | None = None
+    j_per_token: float | None = None  # None: no output token counted
+    source: str = "nvml-energy-counter"
+
+    def with_tokens(self, tokens: int | None) -> "Energy":
+        return self.model_copy(update={"output_tokens": tokens,
+                                       "j_per_token": round(self.joules / tokens, 6) if tokens else None})
+
+
+def energy_mj() -> int | None:
+    """The GPUs' energy counters summed (millijoules since the driver loaded), from
+    `nvmlDeviceGetTotalEnergyConsumption`; None without a driver or where a GPU has no counter."""
+    lib, _ = nvml()
+    if lib is None:
+        return None
+    total = 0
+    try:
+        for h in _handles(lib):
+            total += int(lib.nvmlDeviceGetTotalEnergyConsumption(h))
+    except Exception as exc:  # noqa: BLE001 - NVMLError_NotSupported on GPUs older than Volta
+        log.debug("no energy counter: %s", exc)
+        return None
+    return total
+
+
+def power_w() -> float | None:
+    """The GPUs' power draw now (watts, summed), from `nvmlDeviceGetPowerUsage` (mW); None without one."""
+    lib, _ = nvml()
+    if lib is None:
+        return None
+    try:
+        return sum(int(lib.nvmlDeviceGetPowerUsage(h)) for h in _handles(lib)) / 1000.0
+    except Exception as exc:  # noqa: BLE001 - not supported on this GPU
+        log.debug("no power reading: %s", exc)
+        return None
+
+
+def energy_reader() -> "Callable[[], float | None] | None":
+    """A function that reads the GPUs' energy counter in joules, or None where there is none
+    (no NVIDIA driver, or a GPU without the counter): a stage then records no energy."""
+    if energy_mj() is None:
+        return None
+
+    def read() -> float | None:
+        mj = energy_mj()
+        return None if mj is None else mj / 1000.0
+    return read
+
+
+class EnergyMeter:
+    """Reads the energy counter when started and when stopped: `with EnergyMeter() as m: ...`, then
+    `m.result(tokens)` is the span's `Energy` (None where no counter answers, or it went backwards:
+    a driver reload)."""
+
+    def __init__(self) -> None:
+        self._start_mj: int | None = None
+        self._stop_mj: int | None = None
+        self._t0 = self._t1 = 0.0
+
+    def __enter__(self) -> "EnergyMeter":
+        self._start_mj = energy_mj()
+        self._t0 = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop_mj = energy_mj() if self._start_mj is not None else None
+        self._t1 = time.monotonic()
+
+    def result(self, tokens: int | None = None) -> Energy | None:
+        if self._start_mj is None or self._stop_mj is None or self._stop_mj < self._start_mj:
+            return None
+        joules = (self._stop_mj - self._start_mj) / 1000.0
+        wall = self._t1 - self._t0
+        return Energy(joules=round(joules, 3), wall_s=round(wall, 4),
+                      mean_power_w=round(joules / wall, 2) if wall > 0 else None).with_tokens(tokens)
+
+
+def ratio_text(value: float | None, base: float | None, what: str) -> str | None:
+    """`0.74x the tokens/s`: a figure against the default's, None where either is missing."""
+    if value is None or not base:
+        return None
+    return f"{value / base:.2f}x the {what}"

@@ -13,9 +13,9 @@ tokens), 10 latency requests and 8 extraction sections. `full` restores the stud
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from suite.errors import SuiteError
 
@@ -43,6 +43,13 @@ class Profile(BaseModel):
     sessions_lora: bool = False  # ... to the base model and, in the same processes, to the test adapter
     restart_caches: Literal["fresh", "kept", "both"] = "fresh"  # compile/autotune caches per launch
     reloads: int = 0  # extraction repeated in this many fresh launches
+    # The batch-composition stage (suite.stages.batch): run in the bench after the gate when True
+    # (`--batch-composition`); trials per mode, the batch sizes they cycle through, the target prompt
+    # (None: the first gate prompt).
+    batch_composition: bool = False
+    batch_trials: int = Field(default=5, ge=1)
+    batch_sizes: list[Annotated[int, Field(ge=2)]] = Field(default_factory=lambda: [4, 8, 16], min_length=1)
+    batch_prompt: str | None = None
 
 
 PROFILES: dict[str, Profile] = {
@@ -50,7 +57,7 @@ PROFILES: dict[str, Profile] = {
                      restarts=2, restart_requests=3, latency_requests=4, latency_warmup=1,
                      latency_max_tokens=32, concurrency=[1], extraction_sections=3,
                      extraction_repeats=2, extraction_max_tokens=160, judge_repeats=3,
-                     auto_controls=False, sessions=2, replicates=3),
+                     auto_controls=False, sessions=2, replicates=3, batch_trials=2, batch_sizes=[3, 4]),
     "standard": Profile(name="standard", gate_requests=20, gate_max_tokens=128, gate_prompts=None,
                         restarts=3, restart_requests=5, latency_requests=10, latency_warmup=2,
                         latency_max_tokens=128, concurrency=[1], extraction_sections=8,
@@ -58,7 +65,8 @@ PROFILES: dict[str, Profile] = {
     "full": Profile(name="full", gate_requests=20, gate_max_tokens=None, gate_prompts=None,
                     restarts=3, restart_requests=5, latency_requests=50, latency_warmup=3,
                     latency_max_tokens=256, concurrency=[1, 2, 4], extraction_sections=48,
-                    extraction_repeats=3, extraction_max_tokens=384, judge_repeats=10),
+                    extraction_repeats=3, extraction_max_tokens=384, judge_repeats=10,
+                    batch_composition=True, batch_trials=8, batch_sizes=[8, 16, 32]),
 }
 
 

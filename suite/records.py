@@ -26,6 +26,7 @@ from memwatch.report import WatchdogReport
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from suite.errors import SuiteError
+from suite.gpu import Energy
 from suite.signature import Signature
 from suite.stages import STAGES
 
@@ -58,7 +59,8 @@ class DeterminismOutcome(BaseModel):
     control: str | None = None  # the control tried (e.g. batch-invariant); None: none offered
     # refused: the runtime's log matched a refusal pattern of the control; failed: it did not
     # start in that mode for another reason (a crash, a timeout). Either way the arm ran in default mode.
-    outcome: Literal["on", "refused", "failed", "not-offered"] = "not-offered"
+    # off: offered, and the card's arm asked for the default mode (`determinism_mode = false`).
+    outcome: Literal["on", "refused", "failed", "not-offered", "off"] = "not-offered"
     error_line: str | None = None  # the log line that says why it was refused or failed
 
 
@@ -89,6 +91,10 @@ class SummaryBase(RunIdentity):
     startup_s: float | None = None
     determinism: DeterminismOutcome = Field(default_factory=DeterminismOutcome)
     signature: Signature | None = None
+    # Per stage, the GPUs' energy while it ran and its joules per output token (NVML's energy
+    # counter; empty where no NVIDIA driver answers). A stage that starts runtimes of its own
+    # (restarts, sessions, controls) includes their start-ups.
+    energy: dict[str, Energy] = Field(default_factory=dict)
 
 
 # summary.json: one arm's run, and one typed field per stage of the registry (and the watchdog),
@@ -139,6 +145,27 @@ class AnswerLine(_Line):
     ttft_s: float | None = None
 
 
+class BatchLine(_Line):
+    """One request of the batch-composition stage: the target prompt or one of the others in its batch."""
+
+    kind: Literal["batch"]
+    mode: Literal["single", "mixed", "prefix"]
+    trial: int
+    role: Literal["target", "other"]
+    position: int  # its place in the batch's sending order
+    batch_size: int
+    prompt_id: str | None = None  # the target's gate prompt (None for the others)
+    prompt_chars: int | None = None
+    shared_prefix_chars: int | None = None  # prefix mode: the characters it shares with the target
+    index: int = 0
+    seed: int | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    ttft_s: float | None = None
+
+
 class LatencyLine(_Line):
     kind: Literal["latency"]
     concurrency: int = 1
@@ -174,7 +201,7 @@ class JudgeLine(_Line):
     judge_model: str | None = None
 
 
-RequestLine = Annotated[Union[AnswerLine, LatencyLine, ExtractionLine, FactLine, JudgeLine], Field(discriminator="kind")]
+RequestLine = Annotated[Union[AnswerLine, BatchLine, LatencyLine, ExtractionLine, FactLine, JudgeLine], Field(discriminator="kind")]
 REQUEST_LINE: TypeAdapter[Any] = TypeAdapter(RequestLine)
 _KIND_PREFIX = re.compile(r'\{"kind": "([^"\\]*)"')
 

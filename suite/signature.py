@@ -217,13 +217,17 @@ class Signature(BaseModel):
     tokenizer: str | None = Field(
         default=None, description="launcher external: the tokenizer that counted the tokens the server did not "
         "(--tokenizer), with its file's SHA-256")
+    model_random_weights: bool | None = Field(
+        default=None, description="True: the model's weights are random (generated from a seed, the card says "
+        "random_weights = true); None: trained weights, or a record from before this was recorded")
     digest: str = ""
 
     def with_digest(self) -> "Signature":
         # Fields added later are hashed only when set, so an old record's digest still verifies.
         body = self.model_dump(mode="json", exclude={"digest", "compile_cache"})
         for key in ("model_commit", "model_revision_resolved", "runtime_stack", "sampling", "endpoint",
-                    "server_reports", "node", "runtime_pin", "tokenizer", "runtime_features"):
+                    "server_reports", "node", "runtime_pin", "tokenizer", "runtime_features",
+                    "model_random_weights"):
             if body.get(key) is None:
                 body.pop(key, None)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -368,10 +372,10 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def command_version(command: list[str]) -> str | None:
-    """First non-empty output line of a version command, or None."""
+def command_version(command: list[str], env: dict[str, str] | None = None) -> str | None:
+    """First non-empty output line of a version command, or None (`env`: its whole environment)."""
     try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        out = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return None
     for line in (out.stdout + "\n" + out.stderr).splitlines():
@@ -470,5 +474,6 @@ def make_signature(plan: "ArmPlan", rt: "RunningRuntime", spec: "LaunchSpec") ->
         runtime_features=launcher.features(runtime, rt),
         runtime_stack=stack, image_digest=rt.image_digest, launcher=launcher.name, command=redact_args(rt.command),
         env=redact_env(env), controls=list(spec.controls), sampling=sampling, prompt_set_hash=prompt_set_hash(),
-        hardware=launcher.hardware(), compile_cache=caches, node=current_node(), **launcher.reports(),
+        hardware=launcher.hardware(), compile_cache=caches, node=current_node(),
+        model_random_weights=True if getattr(plan.card, "random_weights", False) else None, **launcher.reports(),
     ).with_digest()

@@ -48,9 +48,18 @@ def test_auto_prefers_a_local_recipe():
 
 
 def test_auto_takes_docker_for_a_gpu_arm_with_the_nvidia_runtime():
+    humming = get_definition("vllm-humming")
+    assert humming.local is None
+    assert launcher_for(humming, "auto", 32, m=FakeMachine(H200, DOCKER_NVIDIA)).name == "docker"
+
+
+def test_vllm_runs_locally_on_a_gpu_machine_without_docker():
     vllm = get_definition("vllm")
-    assert vllm.local is None
-    assert launcher_for(vllm, "auto", 32, m=FakeMachine(H200, DOCKER_NVIDIA)).name == "docker"
+    assert vllm.local is not None
+    assert launcher_for(vllm, "auto", 32, m=FakeMachine(H200)).name == "local"
+    chosen = launcher_for(vllm, "auto", 32, m=FakeMachine())
+    assert chosen.reason == ("needs an NVIDIA GPU (32 GB class); this machine has no NVIDIA driver: "  # type: ignore[attr-defined]
+                             "see `suite doctor`")
 
 
 @pytest.mark.parametrize("machine, lacks", [
@@ -61,14 +70,14 @@ def test_auto_takes_docker_for_a_gpu_arm_with_the_nvidia_runtime():
     (FakeMachine(("NVIDIA T4", 16.0, None), DOCKER_NVIDIA), "an NVIDIA GPU of 16 GB (NVIDIA T4)"),
 ])
 def test_gpu_arm_that_cannot_run_says_what_it_needs_and_lacks(machine, lacks):
-    chosen = launcher_for(get_definition("vllm"), "auto", 32, m=machine)
+    chosen = launcher_for(get_definition("vllm-humming"), "auto", 32, m=machine)
     assert isinstance(chosen, UnavailableLauncher)
     assert chosen.reason == (f"needs an NVIDIA GPU (32 GB class) and Docker with the NVIDIA runtime; "
                              f"this machine has {lacks}: see `suite doctor`")
 
 
 def test_forced_launchers():
-    vllm, llamacpp = get_definition("vllm"), get_definition("llamacpp")
+    vllm, llamacpp = get_definition("vllm-humming"), get_definition("llamacpp")
     forced_local = launcher_for(vllm, "local", m=FakeMachine(H200, DOCKER_NVIDIA))
     assert forced_local.name == "none" and "no local install recipe" in forced_local.reason  # type: ignore[attr-defined]
     assert launcher_for(llamacpp, "docker", m=FakeMachine(docker=DOCKER_PLAIN)).name == "docker"
@@ -90,9 +99,10 @@ def test_lightning_here_exits_nonzero_with_one_line_per_arm(tmp_path):
     r = run_cli("bench", "--model", "lightning", "--results", str(results), env=NO_DOCKER)
     assert r.returncode == 1, r.stdout + r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    docker = "and Docker with the NVIDIA runtime; this machine has no NVIDIA driver and no Docker engine"
     assert lines == [
-        f"error: lightning/{arm} needs an NVIDIA GPU (32 GB class) and Docker with the NVIDIA runtime; "
-        "this machine has no NVIDIA driver and no Docker engine: see `suite doctor`"
+        f"error: lightning/{arm} needs an NVIDIA GPU (32 GB class) "
+        f"{docker if arm != 'vllm-nvfp4' else '; this machine has no NVIDIA driver'}: see `suite doctor`".replace(" ;", ";")
         for arm in ("vllm-nvfp4", "lmstudio-gguf", "vllm-humming-w4a16")], r.stderr
     assert "Traceback" not in r.stderr + r.stdout
     assert not results.exists(), "nothing is written when no arm ran"
@@ -123,8 +133,8 @@ def test_partial_bench_exits_zero_and_lists_the_skipped_arm(tmp_path):
                 "--stages", "gate", "--results", str(results),
                 env={**NO_DOCKER, "SUITE_CARDS": str(cards), "COLUMNS": "250"}, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert ("skipped: tiny/vllm-gpu needs an NVIDIA GPU and Docker with the NVIDIA runtime; this machine "
-            "has no NVIDIA driver and no Docker engine: see `suite doctor`") in r.stderr
+    assert ("skipped: tiny/vllm-gpu needs an NVIDIA GPU; this machine has no NVIDIA driver: "
+            "see `suite doctor`") in r.stderr
     row = next(ln for ln in r.stdout.splitlines() if "llamacpp" in ln)
     assert "local" in row and "complete" in row, r.stdout  # the summary names the launcher per arm
     assert [p.name for p in (results / "tiny").iterdir()] == ["llamacpp"]

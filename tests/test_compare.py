@@ -70,6 +70,9 @@ def test_runs_of_different_models_are_refused_in_one_line():
     nano = next(d for d in iter_run_dirs(GOLDEN) if d.parent.parent.name == "nano")
     with pytest.raises(SuiteError, match="different models"):
         compare_runs(str(tiny), str(nano), GOLDEN)
+    # two cards of the same weights (the tiny model on CPU arms and on GPU vLLM): asked for, compared
+    cmp = compare_runs(str(tiny), str(nano), GOLDEN, across_models=True)
+    assert (cmp.a.model, cmp.b.model) == ("tiny", "nano") and cmp.verdict
     with pytest.raises(SuiteError, match="no such run"):
         resolve_run("nope", GOLDEN)
 

@@ -33,7 +33,7 @@ def test_shipped_definitions_and_cards_validate():
     assert {"llamacpp", "llamacpp-python", "vllm-cpu"} <= set(definitions)
     assert definitions["vllm-cpu"].determinism_control == "batch-invariant"
     catalog = load_catalog()
-    assert {"tiny", "lightning", "nano", "qwen-judge"} <= set(catalog)
+    assert {"tiny", "lightning", "nano", "qwen-judge", "tiny-gpu", "random-llama-1b", "random-qwen3"} <= set(catalog)
     tiny = catalog["tiny"]
     assert tiny.formats["gguf"].sha256 == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
     assert tiny.formats["hf-bf16"].source == "derive:gguf"
@@ -87,7 +87,7 @@ def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def test_cli_unknown_model_and_runtime_one_line():
     r = run_cli("bench", "--model", "nope")
     assert r.returncode == 2
-    assert "unknown model 'nope'; known: lightning, nano, qwen-judge, tiny" in r.stderr
+    assert "unknown model 'nope'; known: lightning, nano, qwen-judge, random-llama-1b, random-qwen3, tiny" in r.stderr
     assert "Traceback" not in r.stderr + r.stdout
     r = run_cli("up", "nope", "--model", "tiny")
     assert r.returncode == 2 and "has no arm or runtime 'nope'" in r.stderr and "Traceback" not in r.stderr

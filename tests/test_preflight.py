@@ -40,4 +40,4 @@ def test_the_restarts_stage_checks_the_same_prompt_files(tmp_path, monkeypatch) 
 
 def test_every_stage_that_reads_files_says_which() -> None:
     readers = {name for name, s in STAGES.items() if s.inputs is not None}
-    assert readers == {"gate", "restarts", "sessions", "controls", "extraction", "reloads"}
+    assert readers == {"gate", "restarts", "sessions", "controls", "extraction", "reloads", "batch"}

@@ -56,7 +56,7 @@ def test_the_headline_is_distinct_of_answered_with_the_requests_beside_it():
 
 def test_the_answers_page_tags_cold_and_modal_only_where_they_hold(tmp_path: Path):
     env = make_env()
-    model = SimpleNamespace(name="tiny", page="models/tiny.html")
+    model = SimpleNamespace(name="tiny", page="models/tiny.html", random_weights=False)
     run = SimpleNamespace(s=SimpleNamespace(arm="llamacpp", runtime="llamacpp", run_id="r1"))
     # a later prompt (not process-cold) whose two answers are tied 2 : 2
     tied = figures.prompt_view(_prompt("long-open", [1, 2, 1, 2], process_cold=False), "long-open")

@@ -64,3 +64,27 @@ def test_pytorch_process_over_device_ceiling_is_stopped(tmp_path: Path) -> None:
     assert trial["timeline_points"] >= 5
     assert result["children_left_running"] == []
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_nvml_power_and_energy_counter_on_the_device() -> None:
+    """The real path of the energy figures: the probe reads power and a counter that moves, and
+    the suite's meter turns a span into joules and a mean power near the probe's reading."""
+    import time
+
+    from suite import gpu
+
+    reason = nvml_reason()
+    if reason:
+        pytest.skip(reason)
+    probe = NvmlProbe()
+    assert probe.available() == (True, None)
+    first = probe.sample()
+    with gpu.EnergyMeter() as meter:
+        time.sleep(2.0)
+    last = probe.sample()
+    probe.close()
+    assert first.get("gpu0_power_w", 0) > 0, first
+    assert last["gpu0_energy_j"] > first["gpu0_energy_j"]  # the counter moves even at idle
+    e = meter.result(100)
+    assert e is not None and e.joules > 0 and e.j_per_token == pytest.approx(e.joules / 100)
+    assert 5 < (e.mean_power_w or 0) < 2000  # watts: an idle-to-busy GPU, not mW or kW

@@ -157,6 +157,10 @@ def launcher_for(runtime: "RuntimeDefinition", requested: str = "auto", gpu_memo
             return UnavailableLauncher(f"needs the Docker launcher: runtime {runtime.name!r} {why}", "local")
         return UnavailableLauncher(f"needs {_gpu_phrase(gpu_memory_gb)}; this machine has {gpu_lack}: "
                                    "see `suite doctor`", "local")
+    if requested == "auto" and runtime.local is not None and gpu_lack is not None:
+        # A local recipe needs the GPU alone (Docker would need it too): say only that.
+        return UnavailableLauncher(f"needs {_gpu_phrase(gpu_memory_gb)}; this machine has {gpu_lack}: "
+                                   "see `suite doctor`", requested)
     # Docker: auto without a local way, or forced.
     if not _has_docker_image(runtime):
         return UnavailableLauncher(f"needs a local install recipe or a Docker image; runtime {runtime.name!r} "

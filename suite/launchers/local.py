@@ -21,7 +21,13 @@ thread. Each start also leaves a lease, `$SUITE_CACHE/leases/<pid>-<ms>.json` (t
 process start time, process group, command, and the owning suite process's pid and start time),
 removed on a clean stop. The next start ends the runtimes of leases whose owner is gone: a
 process is ended only when both its pid and its start time match the lease (never by name), and
-the suite says so in one log line.
+the suite says so in one log line. The processes a runtime starts itself (vLLM's engine core and
+its workers) do not get that signal: a guard process beside each runtime (suite.launchers.guard)
+ends the runtime's whole process group as soon as the suite is gone.
+
+A Python runtime's interpreter (`{python}`: its own venv, one built from a wheelhouse, or an
+existing environment with its import path) is chosen by suite.launchers.pyenv; an existing
+environment is checked, not installed.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ import psutil
 from suite import progress
 from suite.definitions import RuntimeDefinition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
+from suite.launchers import pyenv
+from suite.launchers.guard import Guard, start_guard
 from suite.launchers.base import (LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
                                  wait_until_ready)
 from suite.lifetime import REGISTRY
@@ -236,6 +244,12 @@ def reap_stale_leases(directory: Path | None = None) -> list[str]:
     return ended
 
 
+def _python_env(runtime: RuntimeDefinition) -> dict[str, str]:
+    """An existing Python environment's import path and name (suite.launchers.pyenv), else nothing."""
+    way = pyenv.python_way(runtime)
+    return way.env() if way is not None else {}
+
+
 def _runtime_env(*layers: dict[str, str]) -> dict[str, str]:
     """The runtime's env: the suite's own minus secret-looking names (the judge key, tokens), then
     the definition's and the spec's env (which may name a secret on purpose)."""
@@ -282,6 +296,8 @@ def smoke_env(definition: RuntimeDefinition) -> dict[str, str]:
 def is_installed(definition: RuntimeDefinition) -> bool:
     if definition.local is None:
         return False
+    if pyenv.uses_existing(definition):  # an existing environment: nothing to install (checked in prepare)
+        return True
     return (install_prefix(definition) / definition.local.installed_marker).exists()
 
 
@@ -304,6 +320,7 @@ class LocalRuntime(RunningRuntime):
         self.command = command
         self.log_path = log_path
         self.lease = lease
+        self.guard: Guard | None = None
         self._stopped = False
         REGISTRY.add(self)  # stopped at exit and on a signal whatever else happens
 
@@ -353,6 +370,8 @@ class LocalRuntime(RunningRuntime):
             except psutil.Error:
                 pass
         psutil.wait_procs(descendants, timeout=5)
+        if self.guard is not None:
+            self.guard.stop()
         if self.lease is not None and self.proc.poll() is not None:
             self.lease.unlink(missing_ok=True)  # a clean stop: nothing left to end later
         self._stopped = True
@@ -369,6 +388,10 @@ class LocalLauncher(Launcher):
         if runtime.local is None:
             raise EnvironmentUnavailable(f"runtime {runtime.name!r} has no local install recipe "
                                          "(it runs only from its Docker image)")
+        if pyenv.uses_existing(runtime):
+            version = pyenv.check_existing(runtime)  # another version than the arm's: one line
+            log.info("%s %s from %s", runtime.name, version, pyenv.python_way(runtime).text)  # type: ignore[union-attr]
+            return
         prefix = install_prefix(runtime)
         marker = prefix / runtime.local.installed_marker
         if marker.exists():
@@ -403,7 +426,7 @@ class LocalLauncher(Launcher):
         values = {
             "prefix": str(install_prefix(runtime)), "model_path": str(spec.model_path),
             "served_name": spec.served_name, "host": "127.0.0.1", "port": port, "seed": spec.seed,
-            "context_length": spec.context_length,
+            "context_length": spec.context_length, "python": pyenv.interpreter(runtime, install_prefix(runtime)),
         }
         loras = [(a.name, str(a.path)) for a in spec.lora]
         return render(runtime.local.command, values, runtime.capabilities.lora_args, loras) + list(spec.args)
@@ -421,7 +444,7 @@ class LocalLauncher(Launcher):
         reap_stale_leases()
         port = spec.port or free_port()
         command = self.command_for(spec, port)
-        env = _runtime_env(runtime.local.env, spec.env)
+        env = _runtime_env(runtime.local.env, _python_env(runtime), spec.env)
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_fh = spec.log_path.open("wb")
         t0 = time.monotonic()
@@ -438,6 +461,7 @@ class LocalLauncher(Launcher):
             log.debug("no lease for %s: %s", runtime.name, exc)
             lease = None
         rt = LocalRuntime(proc, f"http://127.0.0.1:{port}", command, spec.log_path, lease)
+        rt.guard = start_guard(proc.pid, _SPAWNER.popen)  # the group (workers too) ends with the suite
         try:
             self._wait_ready(rt, spec, t0)
         except BaseException:
@@ -461,7 +485,9 @@ class LocalLauncher(Launcher):
         local = runtime.local
         if local and local.version_command:
             prefix = install_prefix(runtime)
-            version = command_version([p.format(prefix=prefix) for p in local.version_command])
+            python = pyenv.interpreter(runtime, prefix)
+            version = command_version([p.format(prefix=prefix, python=python) for p in local.version_command],
+                                      env=_runtime_env(_python_env(runtime)))
             if version:
                 return version
         return super().version(runtime, rt)
@@ -477,7 +503,7 @@ class LocalLauncher(Launcher):
         return super().features(runtime, rt)
 
     def env(self, runtime: RuntimeDefinition, spec: LaunchSpec) -> dict[str, str]:
-        return {**(runtime.local.env if runtime.local else {}), **spec.env}
+        return {**(runtime.local.env if runtime.local else {}), **_python_env(runtime), **spec.env}
 
     def stack(self, runtime: RuntimeDefinition, env: dict[str, str]) -> RuntimeStack | None:
         """torch / Triton / CUDA as a Python runtime's own interpreter (in its install folder) reports them."""
@@ -486,7 +512,7 @@ class LocalLauncher(Launcher):
         prefix = install_prefix(runtime)
         for template in runtime.local.command[:1] + (runtime.local.version_command or [])[:1]:
             try:
-                python = Path(template.format(prefix=prefix))
+                python = Path(template.format(prefix=prefix, python=pyenv.interpreter(runtime, prefix)))
             except (KeyError, IndexError, ValueError):
                 continue
             if python.name.startswith("python"):

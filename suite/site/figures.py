@@ -5,7 +5,7 @@ suite.records). The readers here turn them into the figures a person compares: p
 the distinct answers, their lengths with counts and where each departs from the modal one; the
 headline of a run (distinct answers of N, median TTFT, output tokens/s, extraction clean share);
 latency percentiles with units; the extraction grid; the control matrix; restarts with their
-agreement interval; the watchdog's peaks and trip; the configuration signatures side by side.
+agreement interval; the batch-composition modes; the watchdog's peaks and trip; the configuration signatures side by side.
 A stage that did not run is None and shows "not run" or "—". Runs are grouped by model and arm.
 """
 
@@ -23,10 +23,12 @@ from pydantic import BaseModel
 from suite.analysis.repro import PromptAnalysis, Sample, analyse, first_diff
 from suite.analysis.stats import Distribution, MeanSE, PairedDifference, paired_difference
 from suite.errors import SuiteError
+from suite.gpu import ratio_text
 from suite.records import AnswerLine, LatencyLine, Summary, load_all
 from suite.signature import flatten_signature
 from suite.stages.controls import ControlsResult
 from suite.stages.extraction import ExtractionResult
+from suite.stages.batch import BatchResult, gap_text
 from suite.stages.gate import GateResult
 from suite.stages.latency import LatencyLevel, LatencyResult
 from suite.stages.restarts import RestartsResult
@@ -379,6 +381,12 @@ class ModelRuns:
         return [a.current for a in self.arms.values()]
 
     @property
+    def random_weights(self) -> bool:
+        """Any run of this model served random weights (its signature says so): every page marks it."""
+        return any(r.s.signature is not None and r.s.signature.model_random_weights
+                   for a in self.arms.values() for r in a.runs)
+
+    @property
     def all_runs(self) -> list[Run]:
         return sorted((r for a in self.arms.values() for r in a.runs),
                       key=lambda r: (r.s.started_at, r.s.run_id), reverse=True)
@@ -608,6 +616,24 @@ def row_truncation(gate: GateResult | None) -> dict[str, tuple[int, int]]:
     return {p.prompt_id: (p.truncated, p.max_tokens) for p in gate.prompts} if gate is not None else {}
 
 
+def control_row_line(row: dict[str, Any]) -> str:
+    """`batch-invariant: 1 distinct of 200, 0.74x the tokens/s, 1.30x the J/token`: one row of the
+    control matrix against the default row, in one line (a ratio only where both figures exist)."""
+    cells = [c for c in row["cells"] if c is not None]
+    if row["status"] != "ok" or not cells:
+        return f"{row['configuration']}: {row['status']}" + (f" ({row['reason']})" if row.get("reason") else "")
+    distinct = "; ".join(f"{c['distinct']} distinct of {c['answered']}" for c in cells)
+    parts = [distinct]
+    if row["configuration"] != "default":
+        if row.get("cost") is not None:
+            parts.append(f"{row['cost']:.2f}x the tokens/s")
+        if row.get("energy_cost") is not None:
+            parts.append(f"{row['energy_cost']:.2f}x the J/token")
+    elif row.get("j_per_token") is not None:
+        parts.append(f"{row['j_per_token']:.3g} J/token")
+    return f"{row['configuration']}: " + ", ".join(parts)
+
+
 def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, Any] | None:
     """The control matrix: one row per configuration, distinct answers per gate prompt."""
     if c is None:
@@ -625,11 +651,17 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
             "reason": r.reason, "concurrency": r.concurrency, "startup_s": r.startup_s,
             "reproducible": r.reproducible, "cells": cells, "ran_controls": r.ran_controls,
             "env": r.env, "args": r.args, "tokens_per_s": r.tokens_per_s,
+            "j_per_token": r.energy.j_per_token if r.energy else None,
+            "energy_j": r.energy.joules if r.energy else None,
+            "mean_power_w": r.energy.mean_power_w if r.energy else None,
         })
     default_tps = next((row["tokens_per_s"] for row in rows if row["configuration"] == "default"), None)
+    default_jpt = next((row["j_per_token"] for row in rows if row["configuration"] == "default"), None)
     for row in rows:
-        tps = row["tokens_per_s"]
+        tps, jpt = row["tokens_per_s"], row["j_per_token"]
         row["cost"] = tps / default_tps if tps is not None and default_tps else None
+        row["energy_cost"] = jpt / default_jpt if jpt is not None and default_jpt else None
+        row["line"] = control_row_line(row)
     return {"prompts": prompts, "rows": rows, "n": c.n_requests, "elimination": c.elimination,
             "automatic": c.automatic, "restoring": c.restoring, "spread_prompts": c.spread_prompts,
             "by_conf": {row["configuration"]: row for row in rows}, "lora": c.lora}
@@ -667,6 +699,51 @@ def _max_tokens_of(r: RestartsResult, prompt_id: str) -> int | None:
     """The token cap a launch's gate gave this prompt (the same in every launch)."""
     return next((p.max_tokens for o in r.launch_outcomes if o.gate is not None for p in o.gate.prompts
                  if p.prompt_id == prompt_id), None)
+
+
+def batch_view(b: BatchResult | None) -> dict[str, Any] | None:
+    """The batch-composition stage: per mode, the target's distinct answers with n, departures
+    from its one-at-a-time answer, the first one's token and logprob gap, tokens/s and J/token."""
+    if b is None:
+        return None
+    single = b.mode("single")
+    base_tps = single.tokens_per_s if single else None
+    modes = []
+    for m in b.modes:
+        d = m.first_divergence
+        modes.append({
+            "mode": m.mode, "trials": m.trials, "sizes": sorted(set(m.batch_sizes)), "distinct": m.target.distinct_answers,
+            "answered": m.target.answered, "failed": m.failed, "requests": m.requests,
+            "differ": m.differ_from_single, "same": m.same_as_single,
+            "first": gap_text(d) if d is not None and m.differ_from_single else None,
+            "context": (d.modal_context, d.other_context) if d is not None and m.differ_from_single else None,
+            "drift": m.same_tokens_logprob_diff, "tokens_per_s": m.tokens_per_s, "j_per_token": m.j_per_token,
+            "prefix_chars": m.prefix_chars, "pattern": m.target.pattern_text, "against": None,
+        })
+    return {"prompt_id": b.prompt_id, "max_tokens": b.max_tokens, "trials": b.trials, "verdict": b.verdict,
+            "varies": b.varies_with_batch, "modes": modes, "by_mode": {x["mode"]: x for x in modes},
+            "cache_reset": b.cache_reset, "cache_reset_note": b.cache_reset_note, "cache_reset_path": b.cache_reset_path,
+            "reference_tied": b.reference_tied, "distinct_overall": b.distinct_overall,
+            "answered_overall": b.answered_overall, "stopped": b.stopped_reason, "base_tps": base_tps,
+            "j_per_token": b.j_per_token}
+
+
+def batch_ratios(views: list[dict[str, Any] | None], arms: list[str]) -> None:
+    """Each arm's batch modes against the first arm's that ran the stage: `0.74x the tokens/s,
+    1.30x the J/token of vllm-gpu` (default mode against batch-invariant mode, on one page)."""
+    base_i = next((i for i, v in enumerate(views) if v), None)
+    if base_i is None:
+        return
+    base = views[base_i]
+    assert base is not None
+    for v in views[base_i + 1:]:
+        if not v:
+            continue
+        for x in v["modes"]:
+            b = base["by_mode"].get(x["mode"])
+            parts = [t for t in (ratio_text(x["tokens_per_s"], b and b["tokens_per_s"], "tokens/s"),
+                                 ratio_text(x["j_per_token"], b and b["j_per_token"], "J/token")) if t]
+            x["against"] = f"{', '.join(parts)} of {arms[base_i]}" if parts else None
 
 
 def watchdog_view(wd: WatchdogReport | None) -> dict[str, Any] | None:

@@ -34,8 +34,9 @@ from pydantic import BaseModel
 from suite.site import charts
 from suite.errors import SuiteError
 from suite.site.figures import (
-    ModelRuns, PromptView, Run, analyse_requests, arm_comparisons, controls_view, extraction_pairs, extraction_view,
-    gate_prompts, gate_settings_text, itl_gaps, latency_level, latency_sweep, latency_table, load_runs, prompt_view,
+    ModelRuns, PromptView, Run, analyse_requests, arm_comparisons, batch_ratios, batch_view, controls_view,
+    extraction_pairs, extraction_view, gate_prompts, gate_settings_text, itl_gaps, latency_level, latency_sweep,
+    latency_table, load_runs, prompt_view,
     restarts_view, sessions_view, signature_rows, slug, watchdog_view, with_thousands,
 )
 from suite.paths import SITE_DIR, cache_dir
@@ -294,6 +295,8 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
             if p["prompt_id"] not in restart_prompts:
                 restart_prompts.append(p["prompt_id"])
 
+    batch = [batch_view(r.s.batch) for r in runs]
+    batch_ratios(batch, arms)
     site.write(
         model.page, "model.html", model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
         gate=gate, generated=generated, ttft_svg=drawn["ttft"].result(), itl_svg=drawn["itl"].result(),
@@ -306,6 +309,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         restarts=restarts, restart_prompts=restart_prompts, control_configs=control_configs,
         arm_comparisons=arm_comparisons(runs, arms), sessions=[sessions_view(r.s.sessions) for r in runs],
         gate_settings=gate_settings_text([r.s.gate for r in runs], arms),
+        batch=batch,
     )
 
 

@@ -59,6 +59,8 @@ class StageContext:
     judge: "OpenAIClient | None" = None
     stage: str = ""  # the stage now running: every request line says which stage sent it
     controls_request: list[str] = field(default_factory=lambda: ["all"])  # the control matrix's rows
+    # Output tokens of every answered request each stage recorded (the stage's J/token divides by it).
+    output_tokens: dict[str, int] = field(default_factory=dict)
 
     @property
     def run_dir(self) -> Path:
@@ -70,6 +72,12 @@ class StageContext:
 
     def record_request(self, kind: str, **fields: Any) -> None:
         self.record.record_request(kind, stage=self.stage, signature_digest=self.signature.digest, **fields)
+        if kind not in NOT_REQUESTS and not fields.get("error"):
+            from suite.analysis.tokens import token_count
+
+            n = token_count(fields.get("token_ids"), fields.get("completion_tokens"), fields.get("server_timings"),
+                            fields.get("logprobs"))
+            self.output_tokens[self.stage] = self.output_tokens.get(self.stage, 0) + (n or 0)
         if kind not in NOT_REQUESTS:
             progress.advance(failed=bool(fields.get("error")))
 

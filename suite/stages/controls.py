@@ -30,6 +30,7 @@ from rich.table import Table
 
 from suite.stages.base import Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
+from suite.gpu import Energy, EnergyMeter
 from suite.launchers.base import LoraAdapter
 from suite.stages.gate import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts
 
@@ -62,6 +63,9 @@ class ControlRow(BaseModel):
     args: list[str] = Field(default_factory=list)
     request_extra: dict[str, Any] = Field(default_factory=dict)
     tokens_per_s: float | None = None  # generated tokens per second of HTTP time, one request at a time
+    # The GPUs' energy over the row's gate (not its start-up) and its J per output token; None
+    # where NVML has no energy counter (a CPU machine).
+    energy: Energy | None = None
     distinct: dict[str, int] = Field(default_factory=dict)  # prompt id -> distinct answers
     answered: dict[str, int] = Field(default_factory=dict)
     lengths: dict[str, str] = Field(default_factory=dict)  # prompt id -> "973 ×9, 993 ×11"
@@ -142,6 +146,14 @@ def _row_from_gate(row: ControlRow, gate: GateResult) -> ControlRow:
     return row
 
 
+def _with_energy(row: ControlRow, meter: EnergyMeter) -> ControlRow:
+    """The row's energy over its gate, per output token of the gate's answers."""
+    gate = row.gate
+    tokens = sum((a.n_tokens or 0) * a.count for p in gate.prompts for a in p.answers) if gate else 0
+    row.energy = meter.result(tokens or None)
+    return row
+
+
 def _gate_on(ctx: "StageContext", running: Any, client: Any, label: str, controls: list[str],
              extra: dict[str, Any] | None = None, process_cold: bool = True) -> GateResult:
     # the client carries the row's controls' request fields (ctx.launch made it); `extra`: LoRA's
@@ -162,7 +174,9 @@ def run_configuration(ctx: "StageContext", name: str) -> ControlRow:
         with ctx.launch(controls=controls, inherit=False) as (running, client):
             row.startup_s = running.startup_s
             _ran_with(row, running)
-            return _row_from_gate(row, _gate_on(ctx, running, client, name, controls))
+            with EnergyMeter() as meter:
+                gate = _gate_on(ctx, running, client, name, controls)
+            return _with_energy(_row_from_gate(row, gate), meter)
     except RuntimeStartError as exc:
         # refused: the log said the runtime does not support it; failed: it did not start for another reason
         row.status, row.reason = ("refused" if exc.refused else "failed"), exc.error_line or str(exc)
@@ -254,8 +268,9 @@ def run_lora(ctx: "StageContext") -> tuple[list[ControlRow], LoraOutcome]:
                 _ran_with(row, running)
                 fields = lora_request_fields(caps.lora_select, ctx.card.served_name, is_adapter)
                 # The second label's requests reach a process that already served the first's.
-                rows.append(_row_from_gate(row, _gate_on(ctx, running, client, label, [LORA], fields,
-                                                         process_cold=n_label == 0)))
+                with EnergyMeter() as meter:
+                    gate = _gate_on(ctx, running, client, label, [LORA], fields, process_cold=n_label == 0)
+                rows.append(_with_energy(_row_from_gate(row, gate), meter))
                 if not running.alive():
                     break
     except RuntimeStartError as exc:

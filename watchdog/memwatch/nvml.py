@@ -1,7 +1,10 @@
 """NVIDIA GPUs through NVML (nvidia-ml-py): device memory, per-process memory, utilisation.
 
 Per device ``i``: ``gpu{i}_used_bytes`` and ``gpu{i}_total_bytes`` (``nvmlMemory_v2``: "used"
-excludes the driver's reserved memory), ``gpu{i}_util_pct``. Across devices: ``gpu_proc_bytes``,
+excludes the driver's reserved memory), ``gpu{i}_util_pct``, ``gpu{i}_power_w`` (``nvmlDeviceGetPowerUsage``)
+and ``gpu{i}_energy_j`` (``nvmlDeviceGetTotalEnergyConsumption``: joules since the driver loaded,
+so the difference of two samples is the energy between them; the details keep each device's first
+and last reading). Either is left out on a GPU that does not report it. Across devices: ``gpu_proc_bytes``,
 the device memory that NVML attributes to the runtime's processes (its pids, host pid numbers),
 and ``gpu_other_proc_bytes`` for every other process on the GPUs. The report's details keep each
 process's peak. ``gpu{i}_used_bytes`` carries the "device" role: the policy's device ceiling and
@@ -33,6 +36,10 @@ class NvmlProbe(Probe):
         self._driver: str | None = None
         self._mem_v2 = True
         self._util_ok: dict[int, bool] = {}
+        self._power_ok: dict[int, bool] = {}
+        self._energy_ok: dict[int, bool] = {}
+        self._energy_first_mj: dict[int, int] = {}
+        self._energy_last_mj: dict[int, int] = {}
         self._runtime_peak: dict[int, int] = {}
         self._runtime_last: dict[int, int] = {}
         self._other_peak: dict[int, int] = {}
@@ -122,6 +129,19 @@ class NvmlProbe(Probe):
                     values[f"gpu{i}_util_pct"] = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
                 except nv.NVMLError:
                     self._util_ok[i] = False
+            if self._power_ok.get(i, True):
+                try:
+                    values[f"gpu{i}_power_w"] = float(nv.nvmlDeviceGetPowerUsage(h)) / 1000.0
+                except nv.NVMLError:
+                    self._power_ok[i] = False
+            if self._energy_ok.get(i, True):
+                try:
+                    mj = int(nv.nvmlDeviceGetTotalEnergyConsumption(h))
+                    self._energy_first_mj.setdefault(i, mj)
+                    self._energy_last_mj[i] = mj
+                    values[f"gpu{i}_energy_j"] = mj / 1000.0
+                except nv.NVMLError:
+                    self._energy_ok[i] = False
             for pid, used in self._processes(h).items():
                 if pid in runtime_pids:
                     proc_total += used
@@ -148,6 +168,11 @@ class NvmlProbe(Probe):
             "runtime_process_peak_bytes": {str(k): v for k, v in sorted(self._runtime_peak.items())},
             "runtime_process_last_bytes": {str(k): v for k, v in sorted(self._runtime_last.items())},
             "other_process_peak_bytes": {str(k): v for k, v in sorted(self._other_peak.items())},
+            # per device: the energy counter's first and last reading (mJ) and the joules between them
+            "energy_mj_first": {str(k): v for k, v in sorted(self._energy_first_mj.items())},
+            "energy_mj_last": {str(k): v for k, v in sorted(self._energy_last_mj.items())},
+            "energy_j": (round(sum(self._energy_last_mj[k] - self._energy_first_mj[k]
+                                   for k in self._energy_last_mj) / 1000.0, 3) if self._energy_last_mj else None),
         }
 
     def close(self) -> None:

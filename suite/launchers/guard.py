@@ -1,0 +1,107 @@
+"""A guard beside each local runtime: its whole process group ends when the suite ends, kill -9 included.
+
+The runtime's leader gets the kernel's parent-death signal (SIGKILL, suite.launchers.local), but
+the processes it starts do not: vLLM's engine core and its GPU workers, orphaned, kept the GPU
+until the next start found their lease. The guard is a small process started with each runtime,
+outside its group, with its own parent-death signal (SIGTERM, set by itself: the kernel sends it
+when the thread that started the guard ends, the same thread that started the runtime). On that
+signal, on SIGHUP, or when it sees its parent gone, it SIGKILLs the runtime's process group and
+exits. It also ends the group when the leader has gone and members remain (a leader that crashed
+leaves no workers behind), and exits on its own once the group is empty. Linux only (prctl);
+elsewhere no guard is started and the leases still end what is left at the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.25
+
+# Standard library only: it runs in the suite's interpreter, before anything else is imported.
+GUARD_SOURCE = r"""
+import ctypes, os, signal, sys, time
+pgid, parent, poll = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+def end(*_):
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+    os._exit(0)
+signal.signal(signal.SIGTERM, end)
+signal.signal(signal.SIGHUP, end)
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the suite, which stops the runtime itself
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+except (OSError, AttributeError):
+    pass
+if os.getppid() != parent:
+    end()
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+while True:
+    time.sleep(poll)
+    if os.getppid() != parent:
+        end()
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        os._exit(0)  # the group is empty: the runtime was stopped
+    except PermissionError:
+        pass
+    try:
+        os.kill(pgid, 0)
+    except ProcessLookupError:
+        end()  # the leader is gone (and reaped) but members of its group remain
+    except PermissionError:
+        pass
+"""
+
+
+class Guard:
+    """The guard process of one runtime group; `stop()` ends it (the runtime is stopped apart)."""
+
+    def __init__(self, proc: subprocess.Popen[Any], pgid: int):
+        self.proc, self.pgid = proc, pgid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGKILL)  # not SIGTERM: that would end the group
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def start_guard(pgid: int, popen: Any = subprocess.Popen) -> Guard | None:
+    """A guard for the process group `pgid` (the runtime's leader pid), started through `popen`
+    (the launcher's spawner, so its parent-death signal follows the same thread); None off Linux
+    or when it cannot start (the leases still cover the runtime)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        proc = popen([sys.executable, "-S", "-c", GUARD_SOURCE, str(pgid), str(os.getpid()), str(POLL_S)],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                     start_new_session=True, close_fds=True)
+    except OSError as exc:
+        log.debug("no guard for process group %d: %s", pgid, exc)
+        return None
+    line = proc.stdout.readline() if proc.stdout is not None else b""
+    if proc.stdout is not None:
+        proc.stdout.close()
+    if not line.startswith(b"ready"):
+        log.debug("the guard of process group %d did not start", pgid)
+        return None
+    return Guard(proc, pgid)
