@@ -373,3 +373,76 @@ def test_url_credentials_become_a_header_and_never_an_error_message(raw_server: 
     assert isinstance(out, ClientError) and "HTTP 500" in str(out), repr(out)
     assert not leaked, str(out)
     assert srv.auth and all(a == "Basic anVkZ2UtdXNlcjpzM2NyZXQtcHc=" for a in srv.auth), srv.auth
+
+
+@pytest.mark.fault
+def test_judge_credentials_never_reach_requests_jsonl(raw_server: Any, fault_report: Any, tmp_path: Path) -> None:
+    """A judge URL with `user:pass@` whose endpoint fails: the recorded errors name it without them."""
+    from types import SimpleNamespace
+
+    from suite import judge
+    from suite.analysis.scoring import score_section
+    from suite.records import RunManifest, RunRecord
+    from suite.stages import extraction as ex
+
+    def script(c: _Counting, req: dict[str, Any]) -> None:
+        body = b'{"error": "scripted failure"}'
+        c.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    srv = raw_server(script)
+    record = RunRecord.create(tmp_path, RunManifest(run_id="r", model="m", arm="a", runtime="x", launcher="local",
+                                                    profile="quick", started_at="now"))
+    client = judge.client_for_url(srv.url.replace("http://", "http://judge-user:s3cret-pw@") + "/v1", "j")
+    section = ex.select_sections(1)[0]
+    obj = {f.key: None for f in section.facts}
+    answer = ex.Answer(section=section.uid, repeat=0, text="{}", extracted=obj, json_status="ok",
+                       score=score_section(section.facts, obj))
+    ctx = SimpleNamespace(judge=client, record_request=record.record_request, reproducible=True,
+                          profile=SimpleNamespace(judge_repeats=2))
+    result = judge.grade(ctx, [section], {section.uid: [answer]})
+    client.close()
+    text = record.requests_path.read_text()
+    lines = [json.loads(x) for x in text.splitlines()]
+    leaked = text.count("s3cret-pw") + text.count("judge-user")
+    fault_report(records_mixed=leaked, records_lost=3 - len(lines))
+    assert result.failed == 1 and result.gate is not None and result.gate.failed == 2
+    assert len(lines) == 3 and all("HTTP 503" in ln["error"] and srv.url in ln["error"] for ln in lines)
+    assert leaked == 0 and "s3cret" not in result.model_dump_json()
+
+
+def test_a_recorded_error_is_scrubbed_of_url_credentials(tmp_path: Path) -> None:
+    """Whatever raised it: an error line that quotes a URL with credentials is written without them."""
+    from suite.records import RunManifest, RunRecord
+
+    record = RunRecord.create(tmp_path, RunManifest(run_id="r", model="m", arm="a", runtime="x", launcher="local",
+                                                    profile="quick", started_at="now"))
+    record.record_request("gate", prompt_id="p", index=0, error="POST https://u:pw-secret@host:9/v1/x: boom")
+    line = json.loads(record.requests_path.read_text())
+    assert "pw-secret" not in line["error"] and line["error"].endswith("@host:9/v1/x: boom")
+
+
+# -- records that are not what they claim ----------------------------------------------------------------
+
+@pytest.mark.fault
+def test_request_lines_that_are_not_utf8_or_not_objects_are_skipped(tmp_path: Path, fault_report: Any,
+                                                                    caplog: Any) -> None:
+    from suite.records import read_requests
+
+    good = [{"kind": "gate", "prompt_id": "p", "index": i, "text": f"answer {i}", "at": "now"} for i in range(3)]
+    lines = [json.dumps(good[0]).encode(), b'{"kind": "gate", "text": "\xff\xfe"}', b"[1, 2, 3]", b'"a string"',
+             b'{"kind": ["gate"]}', json.dumps(good[1]).encode(), b"[" * 100_000, b"null",
+             json.dumps(good[2]).encode()]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "requests.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    try:
+        got = read_requests(run, ["gate"])
+    except Exception as exc:  # noqa: BLE001 - measured below
+        fault_report(tracebacks=1, records_lost=3)
+        raise AssertionError(f"reading raised {exc!r}") from exc
+    fault_report(records_lost=3 - len(got))
+    assert [q.text for q in got] == ["answer 0", "answer 1", "answer 2"]
+    warned = caplog.text
+    assert "requests.jsonl:2: request line skipped: not UTF-8" in warned
+    assert "requests.jsonl:3: request line skipped: a JSON list, not an object" in warned
+    assert "requests.jsonl:7: unreadable request line skipped" in warned
