@@ -362,9 +362,12 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
 def list_runs(results_dir: Path) -> "Any":
     """A rich Table of every run under the results folder, newest first (`suite results`)."""
     from rich.table import Table
+    from rich.text import Text
+
+    from suite.progress import cells
 
     models = load_runs(Path(results_dir))
-    table = Table(title=f"runs in {results_dir}", show_lines=False)
+    table = Table(title=Text(f"runs in {results_dir}"), show_lines=False)
     for col in ("started", "model", "arm", "status", "profile", "determinism", "distinct",
                 "TTFT p50 (ms)", "tok/s", "clean share", "signature", "run"):
         table.add_column(col, overflow="fold")
@@ -372,9 +375,9 @@ def list_runs(results_dir: Path) -> "Any":
         for run in model.all_runs:
             s, h = run.s, run.headline
             status = s.status + (f": {s.reason}" if s.reason and s.status != "complete" else "")
-            table.add_row(
+            table.add_row(*cells(
                 run.date, s.model, s.arm, status, s.profile, s.determinism.outcome, h.distinct_text,
                 fmt_num(h.ttft_p50_ms), fmt_num(h.tokens_per_s), fmt_pct_pm(h.clean_share, h.clean_share_se),
                 run.digest, s.run_id,
-            )
+            ))
     return table
