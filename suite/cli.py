@@ -346,8 +346,9 @@ def _site_after_arm(results: Path):
         out_dir = site_out_dir()
         try:
             build_site(results, out_dir)
-        except SuiteError as exc:
-            console.print(f"[yellow]site not rebuilt:[/yellow] {escape(str(exc))}")
+        except (SuiteError, OSError) as exc:  # a full disk, say: the next arm runs all the same
+            reason = str(exc) if isinstance(exc, SuiteError) else f"{out_dir}: {exc.strerror or exc}"
+            console.print(f"[yellow]site not rebuilt:[/yellow] {escape(reason)}")
             return
         from suite.site.figures import slug
 
