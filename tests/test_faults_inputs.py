@@ -446,3 +446,86 @@ def test_request_lines_that_are_not_utf8_or_not_objects_are_skipped(tmp_path: Pa
     assert "requests.jsonl:2: request line skipped: not UTF-8" in warned
     assert "requests.jsonl:3: request line skipped: a JSON list, not an object" in warned
     assert "requests.jsonl:7: unreadable request line skipped" in warned
+
+
+# -- definitions and cards --------------------------------------------------------------------------------
+
+RUNTIME = """
+name = "mine"
+description = "a test runtime"
+[local]
+install = "install.sh"
+command = ["{prefix}/bin/server", "--port", "PART"]
+"""
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("part, words", [
+    ("{0}", "unknown placeholder {0}"),
+    ("{}", "unknown placeholder {}"),
+    ("{port!z}", "placeholder {port!z}: write it bare"),
+    ("{port!r}", "placeholder {port!r}: write it bare"),
+    ("{port:>9}", "placeholder {port:>9}: write it bare"),
+    ("{port.real}", "unknown placeholder {port.real}"),
+    ("{port[0]}", "unknown placeholder {port[0]}"),
+    ("{nope}", "unknown placeholder {nope}"),
+    ("{port", "expected '}'"),
+    ("port}", "Single '}'"),
+])
+def test_a_bad_command_template_is_one_line_naming_the_file_and_key(tmp_path: Path, fault_report: Any,
+                                                                     part: str, words: str) -> None:
+    from suite.definitions import load_definition
+    from suite.errors import SuiteError
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    path = folder / "runtime.toml"
+    path.write_text(RUNTIME.replace("PART", part))
+    try:
+        load_definition(path)
+        outcome: BaseException | None = None
+    except BaseException as exc:  # noqa: BLE001 - measured below
+        outcome = exc
+    fault_report(tracebacks=int(outcome is not None and not isinstance(outcome, SuiteError)))
+    assert isinstance(outcome, SuiteError), repr(outcome)
+    message = str(outcome)
+    assert message.startswith(f"{path}: local.command[2]: ") and words in message and "\n" not in message, message
+
+
+def test_render_refuses_what_load_refuses() -> None:
+    """A template that came another way (an arm's args) fails as one line too, not IndexError."""
+    from suite.definitions import render
+    from suite.errors import SuiteError
+
+    with pytest.raises(SuiteError, match=r"command template '\{0\}': unknown placeholder"):
+        render(["{0}"], {"port": 1})
+    with pytest.raises(SuiteError, match=r"write it bare"):
+        render(["{lora_args}"], {}, ["{lora_path!z}"], [("a", "/p")])
+    assert render(["--port", "{port}", "{{literal}}"], {"port": 8}) == ["--port", "8", "{literal}"]
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("section, name", [("arms", "../../etc"), ("arms", "a/b"), ("formats", ".."),
+                                           ("formats", "x y"), ("arms", "")])
+def test_card_arm_and_format_names_that_are_not_folder_names_are_refused(tmp_path: Path, fault_report: Any,
+                                                                         section: str, name: str) -> None:
+    from suite.catalog import load_card
+    from suite.errors import SuiteError
+
+    card = (Path(__file__).parent.parent / "suite" / "cards" / "tiny.toml").read_text()
+    if section == "arms":
+        text = card.replace("[arms.llamacpp]", f"[arms.{json.dumps(name)}]")
+    else:
+        text = card.replace("[formats.gguf]", f"[formats.{json.dumps(name)}]").replace('format = "gguf"',
+                                                                                     f"format = {json.dumps(name)}")
+    assert text != card
+    path = tmp_path / "tiny.toml"
+    path.write_text(text)
+    try:
+        load_card(path)
+        outcome: BaseException | None = None
+    except BaseException as exc:  # noqa: BLE001 - measured below
+        outcome = exc
+    fault_report(tracebacks=int(outcome is not None and not isinstance(outcome, SuiteError)))
+    assert isinstance(outcome, SuiteError), repr(outcome)
+    assert str(path) in str(outcome) and "it names a folder" in str(outcome) and "\n" not in str(outcome)
