@@ -214,8 +214,9 @@ def _parse_top_logprobs(choice: dict[str, Any]) -> list[list[float]] | None:
     if isinstance(lp.get("top_logprobs"), list):  # completions format: [{token: logprob}, ...]
         rows = [list(r.values()) if isinstance(r, dict) else [] for r in lp["top_logprobs"]]
     elif isinstance(lp.get("content"), list):  # chat format: content[i].top_logprobs[j].logprob
-        rows = [[t.get("logprob") for t in (c.get("top_logprobs") or []) if isinstance(t, dict)]
-                for c in lp["content"] if isinstance(c, dict) and isinstance(c.get("top_logprobs") or [], list)]
+        rows = [[t.get("logprob") for t in c["top_logprobs"] if isinstance(t, dict)]
+                if isinstance(c.get("top_logprobs"), list) else []
+                for c in lp["content"] if isinstance(c, dict)]
     if rows is None or not any(rows):
         return None
     return [sorted((float(x) for x in r if isinstance(x, (int, float)) and not isinstance(x, bool)), reverse=True)
