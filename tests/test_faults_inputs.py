@@ -351,7 +351,7 @@ def test_a_trickled_reply_ends_at_the_request_deadline(raw_server: Any, fault_re
     fault_report(tracebacks=int(isinstance(out, BaseException) and not isinstance(out, ClientError)))
     assert isinstance(out, ClientError), repr(out)
     assert "after 2 s" in str(out), str(out)
-    assert 1.9 < took < 3.0, took  # the old client took 14 s for this on the non-streamed paths
+    assert 1.9 < took < 4.0, took  # the deadline and one gap (slack for a busy machine); the old client: 14 s
 
 
 # -- credentials ---------------------------------------------------------------------------------------
