@@ -47,7 +47,11 @@ BACKENDS = ("httptools", "aiohttp", "httpx")  # AsyncOpenAIClient's transports, 
 
 
 class ClientError(SuiteError):
-    """The runtime answered with an HTTP error, a malformed reply, or not at all."""
+    """The runtime answered with an HTTP error, a malformed reply, or not at all. Its message is one
+    line (a transport's own multi-line words are joined), as a request record holds it."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(line.strip() for line in str(message).splitlines() if line.strip()))
 
 
 class Completion(BaseModel):
