@@ -95,7 +95,9 @@ def _kind(value: Any) -> str:
 def _field(obj: dict[str, Any], key: str, types: tuple[type, ...], where: str) -> Any:
     """`obj[key]` when it is absent, null or of `types` (a boolean is no number); else `_Shape`."""
     value = obj.get(key)
-    if value is None or (isinstance(value, types) and not (isinstance(value, bool) and bool not in types)):
+    if value is None or type(value) in types:  # the common case, at one lookup
+        return value
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
         return value
     raise _Shape(f"{where}.{key} is {_kind(value)}")
 
@@ -344,7 +346,10 @@ class StreamState:
 
     def _chunk(self, data: dict[str, Any]) -> bool:
         """Take one chunk's fields; whether it carried a generated token."""
-        usage, timings, fingerprint = _reply_extras(data)
+        get = data.get
+        usage, timings, fingerprint = get("usage"), get("timings"), get("system_fingerprint")
+        if usage is not None or timings is not None or fingerprint is not None:  # most chunks have none
+            usage, timings, fingerprint = _reply_extras(data)
         self.usage = usage or self.usage
         self.timings = timings or self.timings
         self.fingerprint = fingerprint or self.fingerprint
