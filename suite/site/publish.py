@@ -147,8 +147,8 @@ def _check_out(out: Path, results: Path) -> None:
     out_r, res_r = out.resolve(), results.resolve()
     if out_r == res_r or out_r in res_r.parents or res_r in out_r.parents:
         raise SuiteError(f"{out}: the site's output folder must be apart from the results folder {results}")
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or out.is_symlink():
+    if out.exists():
+        if not out.is_dir():
             raise SuiteError(f"{out}: exists and is not a folder")
         if any(out.iterdir()) and not (out / MARKER).exists():
             raise SuiteError(f"{out}: not empty and not a site this suite built; choose another --out")
@@ -210,7 +210,10 @@ def _swap_in(tmp: Path, out: Path, results: Path) -> threading.Thread | None:
 
     def remove() -> None:
         for p in stale:
-            shutil.rmtree(p, ignore_errors=True)
+            if p.is_symlink():  # `out` was a link to a site folder: the link goes, the build stands in its place
+                p.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(p, ignore_errors=True)
 
     remover = threading.Thread(target=remove, name="site-old-output", daemon=False)
     remover.start()
