@@ -529,3 +529,26 @@ def test_card_arm_and_format_names_that_are_not_folder_names_are_refused(tmp_pat
     fault_report(tracebacks=int(outcome is not None and not isinstance(outcome, SuiteError)))
     assert isinstance(outcome, SuiteError), repr(outcome)
     assert str(path) in str(outcome) and "it names a folder" in str(outcome) and "\n" not in str(outcome)
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("reply", [b'{"tokens": "abc"}', b"[1, 2]", b'{"tokens": [{"x": 1}]}', b'{"tokens": [true]}',
+                                   b"not json", DEEP])
+def test_a_malformed_tokenize_or_models_reply_is_no_traceback(raw_server: Any, fault_report: Any,
+                                                              reply: bytes) -> None:
+    """The side requests read replies too: /tokenize gives None (no token ids), /v1/models an empty
+    list or a ClientError, never another exception."""
+    srv = raw_server(json_reply(reply))
+    client = OpenAIClient(srv.url, "m", timeout_s=10)
+    outcomes: list[Any] = []
+    for call in (lambda: client.tokenize("hello"), client.models, lambda: client.get_json("/props")):
+        try:
+            outcomes.append(call())
+        except BaseException as exc:  # noqa: BLE001 - measured below
+            outcomes.append(exc)
+    client.close()
+    fault_report(tracebacks=sum(isinstance(o, BaseException) and not isinstance(o, ClientError) for o in outcomes))
+    tokens, models, _ = outcomes
+    assert tokens is None, tokens
+    assert models == [] or isinstance(models, ClientError), models
+    assert not any(isinstance(o, BaseException) and not isinstance(o, ClientError) for o in outcomes), outcomes
