@@ -587,7 +587,8 @@ class OpenAIClient:
                     response.feed(data, t)
             except (ClientError, OSError) as exc:
                 sock.close()
-                if attempt == 0 and reused and not response.answered:
+                timed_out = isinstance(exc, TimeoutError) or time.perf_counter() >= deadline
+                if attempt == 0 and reused and not response.answered and not timed_out:
                     continue  # a kept-alive connection the server closed as the request went out: once more
                 if isinstance(exc, ClientError):
                     raise

@@ -552,3 +552,40 @@ def test_a_malformed_tokenize_or_models_reply_is_no_traceback(raw_server: Any, f
     assert tokens is None, tokens
     assert models == [] or isinstance(models, ClientError), models
     assert not any(isinstance(o, BaseException) and not isinstance(o, ClientError) for o in outcomes), outcomes
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("path", ["sync-complete", "sync-stream"])
+def test_a_silent_server_on_a_kept_connection_is_not_asked_twice(raw_server: Any, fault_report: Any,
+                                                                  path: str) -> None:
+    """The second request goes out on the first one's connection and gets no byte: it ends at its
+    deadline (non-streamed) or stall timeout (streamed), once, not again on a new connection."""
+    seen: list[int] = []
+    ok_reply = {"choices": [{"text": "a", "finish_reason": "length"}]}
+
+    def script(c: _Counting, req: dict[str, Any]) -> None:
+        seen.append(1)
+        if len(seen) == 1:
+            (json_reply(ok_reply) if path == "sync-complete" else sse_reply([json.dumps(ok_reply).encode()]))(c, req)
+            return
+        req["_close"] = True
+        while not c.stopped:
+            time.sleep(0.05)
+
+    srv = raw_server(script)
+    client = OpenAIClient(srv.url, "m", timeout_s=1.5, stall_timeout_s=1.0)
+    stream = path == "sync-stream"
+    try:
+        first = client.complete("p", max_tokens=1, stream=stream)
+        t0 = time.perf_counter()
+        try:
+            client.complete("p", max_tokens=1, stream=stream)
+            outcome: BaseException | None = None
+        except BaseException as exc:  # noqa: BLE001 - measured below
+            outcome = exc
+        took = time.perf_counter() - t0
+    finally:
+        client.close()
+    fault_report(tracebacks=int(outcome is not None and not isinstance(outcome, ClientError)))
+    assert first.text == "a" and isinstance(outcome, ClientError), repr(outcome)
+    assert len(seen) == 2 and took < 2.4, (len(seen), took)  # one wait, on the kept connection
