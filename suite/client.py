@@ -54,6 +54,10 @@ class ClientError(SuiteError):
         super().__init__(" ".join(line.strip() for line in str(message).splitlines() if line.strip()))
 
 
+class _Stalled(ClientError):
+    """No bytes for the stall timeout: never sent again."""
+
+
 class Completion(BaseModel):
     text: str = ""
     token_ids: list[int] | None = None
@@ -1063,7 +1067,7 @@ class AsyncOpenAIClient:
             for proto in list(self._open):
                 future, response = proto.future, proto.response
                 if future is not None and response is not None and not future.done() and now - proto.last_read > stall:
-                    proto.fail(ClientError(f"{response.state.where}: no data for {stall:g} s (stall timeout)"))
+                    proto.fail(_Stalled(f"{response.state.where}: no data for {stall:g} s (stall timeout)"))
 
     async def _connect(self, where: str) -> _SSEProtocol:
         if self._watchdog is None:
@@ -1097,9 +1101,10 @@ class AsyncOpenAIClient:
             try:
                 t_end = await asyncio.wait_for(future, self.timeout_s)
                 break
-            except ClientError:
-                # a kept-alive connection the server closed as the request went out: once more, on a new one
-                if attempt == 0 and reused and proto.closed and not proto.answered:
+            except ClientError as exc:
+                # a kept-alive connection the server closed as the request went out: once more, on a
+                # new one (not a stall: that one waited its time already)
+                if attempt == 0 and reused and proto.closed and not proto.answered and not isinstance(exc, _Stalled):
                     continue
                 raise
             except asyncio.TimeoutError:
