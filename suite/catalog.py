@@ -121,6 +121,10 @@ class Sampling(Strict):
     top_p: float | None = None
 
 
+# What an arm or format name may look like: it names a folder of the results and of the cache.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+
+
 class WatchdogThresholds(Strict):
     spill_gb: float = 1.5
     device_max_gb: float | None = None
@@ -167,6 +171,14 @@ class ModelCard(Strict):
 
     @model_validator(mode="after")
     def _check_refs(self) -> "ModelCard":
+        if not NAME_RE.match(self.name):
+            raise ValueError(f"name: {self.name!r} must be 1 to 64 letters, digits, '.', '_', '+' or '-', "
+                             "starting with a letter or digit (it names a folder)")
+        for section, names in (("arms", self.arms), ("formats", self.formats)):
+            for name in names:  # each names a folder (results/<model>/<arm>/, the cache's <model>/<format>/)
+                if not NAME_RE.match(name):
+                    raise ValueError(f"{section}.{name}: name {name!r} must be 1 to 64 letters, digits, '.', '_', "
+                                     "'+' or '-', starting with a letter or digit (it names a folder)")
         for arm_name, arm in self.arms.items():
             if arm.format not in self.formats:
                 raise ValueError(f"arms.{arm_name}.format: unknown format {arm.format!r}")

@@ -63,7 +63,7 @@ def models() -> None:
     for card in load_catalog().values():
         fmts = ", ".join(f"{n}{' ✓' if is_prepared(card, n) else ''}" for n in card.formats)
         arms = ", ".join(f"{n} ({a.runtime}: {a.format})" for n, a in card.arms.items())
-        table.add_row(card.name, card.title, fmts, arms)
+        table.add_row(*progress.cells(card.name, card.title, fmts, arms))
     console.print(table)
 
 
@@ -220,9 +220,9 @@ def _print_summaries(summaries) -> None:
         prompts = s.gate.prompts if s.gate else []
         distinct = ", ".join(f"{p.prompt_id}: {p.distinct_answers}/{p.requests}" for p in prompts) or "-"
         det = s.determinism.outcome + (f" ({s.determinism.control})" if s.determinism.control else "")
-        table.add_row(s.arm, s.launcher if s.status != "skipped" else "-",
-                      s.status + (f": {s.reason}" if s.reason else ""), det, distinct,
-                      f"{s.wall_s:.0f}" if s.wall_s else "-", s.run_id)
+        table.add_row(*progress.cells(s.arm, s.launcher if s.status != "skipped" else "-",
+                                      s.status + (f": {s.reason}" if s.reason else ""), det, distinct,
+                                      f"{s.wall_s:.0f}" if s.wall_s else "-", s.run_id))
     console.print(table)
 
 
@@ -379,8 +379,9 @@ def _site_after_arm(results: Path):
         out_dir = site_out_dir()
         try:
             build_site(results, out_dir)
-        except SuiteError as exc:
-            console.print(f"[yellow]site not rebuilt:[/yellow] {escape(str(exc))}")
+        except (SuiteError, OSError) as exc:  # a full disk, say: the next arm runs all the same
+            reason = str(exc) if isinstance(exc, SuiteError) else f"{out_dir}: {exc.strerror or exc}"
+            console.print(f"[yellow]site not rebuilt:[/yellow] {escape(reason)}")
             return
         from suite.site.figures import slug
 
@@ -465,19 +466,21 @@ def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix 
     from suite.paths import results_dir
 
     cmp = compare_runs(run_a, run_b, results or results_dir(), across_models)
-    console.print(f"A: {cmp.a.model}/{cmp.a.arm} {cmp.a.run_id}\nB: {cmp.b.model}/{cmp.b.arm} {cmp.b.run_id}")
+    console.print(f"A: {cmp.a.model}/{cmp.a.arm} {cmp.a.run_id}\nB: {cmp.b.model}/{cmp.b.arm} {cmp.b.run_id}",
+                  markup=False, highlight=False)
     table = Table(title="gate prompts: modal answers")
     for col in ("prompt", "A distinct", "B distinct", "modal answers", "logprob Δ (nats)"):
         table.add_column(col)
     for p in cmp.prompts:
-        table.add_row(p.prompt_id, f"{p.a_distinct} of {p.a_answered}", f"{p.b_distinct} of {p.b_answered}",
-                      escape(p.summary), "-" if p.logprob_diff is None else f"{p.logprob_diff:.3g}")
+        table.add_row(*progress.cells(p.prompt_id, f"{p.a_distinct} of {p.a_answered}",
+                                      f"{p.b_distinct} of {p.b_answered}", p.summary,
+                                      "-" if p.logprob_diff is None else f"{p.logprob_diff:.3g}"))
     console.print(table)
     sig = Table(title="configuration fields that differ")
     for col in ("field", "A", "B"):
         sig.add_column(col)
     for d in cmp.signature_diff:
-        sig.add_row(d.key, escape(d.a), escape(d.b))
+        sig.add_row(*progress.cells(d.key, d.a, d.b))
     console.print(sig if cmp.signature_diff else "configuration: no field differs")
     console.print(escape(cmp.verdict))
 

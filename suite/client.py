@@ -7,17 +7,27 @@ generated token ids where the runtime returns them, the chosen-token logprobs, t
 token counts, timings (TTFT, end to end, a timestamp per streamed chunk) and the suite's own
 overhead outside the HTTP exchange. HTTP and protocol errors raise `ClientError` with a clear
 message; `Completion.error` is never set by the client itself (stages use it to record failures).
+
+Every reply is untrusted: whatever its shape (valid JSON of the wrong types, a non-object, nesting
+too deep to parse), reading it ends in a `ClientError` that names the endpoint and the field, never
+another exception. A reply is bounded: its status line and headers at `MAX_HEAD_BYTES`, one line of
+an event stream at `MAX_LINE_BYTES`, its body at `MAX_BODY_BYTES`, and every generation request,
+streamed or not, at `timeout_s` in all (a server that trickles a byte at a time gets no longer).
+The URL's `user:password@` part, if any, becomes a Basic authorization header: the client's
+`base_url`, and so every message it raises, holds only the public URL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import socket
 import ssl
 import time
 from typing import Any, Callable
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httptools
 import httpx
@@ -29,12 +39,23 @@ from suite.errors import SuiteError
 log = logging.getLogger(__name__)
 
 _READ_SIZE = 1 << 16
+MAX_HEAD_BYTES = 64 * 1024  # a reply's status line and headers
+MAX_LINE_BYTES = 8 * 1024 * 1024  # one line of an event stream (one chunk's JSON)
+MAX_BODY_BYTES = 64 * 1024 * 1024  # a reply's body, streamed or not
 _SSE_HEADERS = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
 BACKENDS = ("httptools", "aiohttp", "httpx")  # AsyncOpenAIClient's transports, the default first
 
 
 class ClientError(SuiteError):
-    """The runtime answered with an HTTP error, a malformed reply, or not at all."""
+    """The runtime answered with an HTTP error, a malformed reply, or not at all. Its message is one
+    line (a transport's own multi-line words are joined), as a request record holds it."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(line.strip() for line in str(message).splitlines() if line.strip()))
+
+
+class _Stalled(ClientError):
+    """No bytes for the stall timeout: never sent again."""
 
 
 class Completion(BaseModel):
@@ -62,6 +83,74 @@ class Completion(BaseModel):
                            len(self.chunk_times_s))
 
 
+class _Shape(Exception):
+    """A reply field of the wrong shape: its place in the reply and what it holds."""
+
+
+_MALFORMED = (_Shape, ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError)
+_JSON_KIND = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+              float: "a number", type(None): "null"}
+
+
+def _kind(value: Any) -> str:
+    return _JSON_KIND.get(type(value), type(value).__name__)
+
+
+def _field(obj: dict[str, Any], key: str, types: tuple[type, ...], where: str) -> Any:
+    """`obj[key]` when it is absent, null or of `types` (a boolean is no number); else `_Shape`."""
+    value = obj.get(key)
+    if value is None or type(value) in types:  # the common case, at one lookup
+        return value
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
+        return value
+    raise _Shape(f"{where}.{key} is {_kind(value)}")
+
+
+def _number(value: Any, where: str, null_ok: bool = False) -> float:
+    if value is None and null_ok:
+        return float("nan")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise _Shape(f"{where} is {_kind(value)}, not a number")
+
+
+def _malformed(where: str, exc: BaseException, payload: bytes | str, what: str = "reply") -> "ClientError":
+    """The per-request error for a reply that cannot be read: its endpoint, the reason, its start."""
+    if isinstance(exc, _Shape):
+        reason = str(exc)
+    elif isinstance(exc, RecursionError):
+        reason = "nested too deep to read"
+    else:
+        reason = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+    return ClientError(f"{where}: malformed {what}: {reason[:200]}: {_text(payload)[:200]!r}")
+
+
+def _choices(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reply's choices, each an object (else `_Shape`)."""
+    choices = _field(data, "choices", (list,), "reply") or []
+    for i, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            raise _Shape(f"choices[{i}] is {_kind(choice)}")
+    return choices
+
+
+def _reply_extras(data: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None, str | None]:
+    """(usage, timings, system_fingerprint) of a reply or chunk, each checked."""
+    usage = _field(data, "usage", (dict,), "reply")
+    if usage is not None:
+        for key in ("prompt_tokens", "completion_tokens"):
+            _field(usage, key, (int,), "usage")
+    return usage, _field(data, "timings", (dict,), "reply"), _field(data, "system_fingerprint", (str,), "reply")
+
+
+def _piece(choice: dict[str, Any], chat: bool, key: str) -> str | None:
+    """A choice's text: `text` (completions), `message.content` or `delta.content` (chat)."""
+    if not chat:
+        return _field(choice, "text", (str,), "choice")
+    holder = _field(choice, key, (dict,), "choice") or {}
+    return _field(holder, "content", (str,), f"choice.{key}")
+
+
 def _parse_token_ids(choice: dict[str, Any]) -> list[int] | None:
     """Generated token ids, from whichever field the runtime uses."""
     ids = choice.get("token_ids")  # vLLM with return_token_ids
@@ -79,13 +168,21 @@ def _parse_token_ids(choice: dict[str, Any]) -> list[int] | None:
 
 
 def _parse_logprobs(choice: dict[str, Any]) -> list[float] | None:
-    lp = choice.get("logprobs")
-    if not isinstance(lp, dict):
+    """The chosen-token logprobs; `_Shape` when they are there in the wrong shape."""
+    lp = _field(choice, "logprobs", (dict,), "choice")
+    if lp is None:
         return None
-    if isinstance(lp.get("token_logprobs"), list):  # completions format
-        return [float(x) if x is not None else float("nan") for x in lp["token_logprobs"]]
-    if isinstance(lp.get("content"), list):  # chat format (and llama-server completions)
-        return [float(c.get("logprob", float("nan"))) for c in lp["content"] if isinstance(c, dict)]
+    rows = _field(lp, "token_logprobs", (list,), "choice.logprobs")
+    if rows is not None:  # completions format (a null: a token without one, as OpenAI's echo)
+        return [_number(x, f"choice.logprobs.token_logprobs[{i}]", null_ok=True) for i, x in enumerate(rows)]
+    content = _field(lp, "content", (list,), "choice.logprobs")
+    if content is not None:  # chat format (and llama-server completions)
+        out = []
+        for i, c in enumerate(content):
+            if not isinstance(c, dict):
+                raise _Shape(f"choice.logprobs.content[{i}] is {_kind(c)}")
+            out.append(_number(c.get("logprob"), f"choice.logprobs.content[{i}].logprob"))
+        return out
     return None
 
 
@@ -120,18 +217,44 @@ def _is_token(choice: dict[str, Any], chat: bool, has_ids_or_logprobs: bool) -> 
 
 def _parse_top_logprobs(choice: dict[str, Any]) -> list[list[float]] | None:
     """Per generated token, the logprobs of the runtime's top-k candidates, best first."""
-    lp = choice.get("logprobs")
-    if not isinstance(lp, dict):
+    lp = _field(choice, "logprobs", (dict,), "choice")
+    if lp is None:
         return None
     rows: list[Any] | None = None
     if isinstance(lp.get("top_logprobs"), list):  # completions format: [{token: logprob}, ...]
         rows = [list(r.values()) if isinstance(r, dict) else [] for r in lp["top_logprobs"]]
     elif isinstance(lp.get("content"), list):  # chat format: content[i].top_logprobs[j].logprob
-        rows = [[t.get("logprob") for t in (c.get("top_logprobs") or []) if isinstance(t, dict)]
+        rows = [[t.get("logprob") for t in c["top_logprobs"] if isinstance(t, dict)]
+                if isinstance(c.get("top_logprobs"), list) else []
                 for c in lp["content"] if isinstance(c, dict)]
     if rows is None or not any(rows):
         return None
-    return [sorted((float(x) for x in r if isinstance(x, (int, float))), reverse=True) for r in rows]
+    return [sorted((float(x) for x in r if isinstance(x, (int, float)) and not isinstance(x, bool)), reverse=True)
+            for r in rows]
+
+
+def _completion_from_reply(content: bytes, chat: bool) -> Completion:
+    """A non-streamed reply's completion (timings left for the caller); `_Shape` or another
+    `_MALFORMED` error when the reply is not what the API says."""
+    data = json.loads(content)
+    if not isinstance(data, dict):
+        raise _Shape(f"the reply is {_kind(data)}, not an object")
+    choices = _choices(data)
+    if not choices:
+        raise _Shape("the reply has no choices")
+    choice = choices[0]
+    usage, timings, fingerprint = _reply_extras(data)
+    return Completion(
+        text=_piece(choice, chat, "message") or "",
+        token_ids=_parse_token_ids(choice),
+        logprobs=_parse_logprobs(choice),
+        top_logprobs=_parse_top_logprobs(choice),
+        finish_reason=_field(choice, "finish_reason", (str,), "choice"),
+        prompt_tokens=(usage or {}).get("prompt_tokens"),
+        completion_tokens=(usage or {}).get("completion_tokens"),
+        server_timings=timings,
+        system_fingerprint=fingerprint,
+    )
 
 
 def _text(payload: bytes | str) -> str:
@@ -148,13 +271,15 @@ class StreamState:
     last one end-to-end. `finish` builds the `Completion`.
     """
 
-    __slots__ = ("where", "chat", "rest", "parts", "token_ids", "logprobs", "top_logprobs", "chunk_times",
+    __slots__ = ("where", "chat", "pending", "pending_len", "parts", "token_ids", "logprobs", "top_logprobs",
+                 "chunk_times",
                  "finish_reason", "usage", "timings", "fingerprint", "parse_s")
 
     def __init__(self, where: str, chat: bool):
         self.where = where
         self.chat = chat
-        self.rest = b""  # the stream's bytes after its last newline
+        self.pending: list[bytes] = []  # the stream's bytes after its last newline, as they came
+        self.pending_len = 0
         self.parts: list[str] = []
         self.token_ids: list[int] = []
         self.logprobs: list[float] = []
@@ -167,43 +292,77 @@ class StreamState:
         self.parse_s = 0.0
 
     def feed(self, data: bytes, t: float) -> bool:
-        """Bytes of the event stream as they came, cut anywhere, received at offset `t`; True at `[DONE]`."""
-        *lines, self.rest = (self.rest + data).split(b"\n") if self.rest else data.split(b"\n")
+        """Bytes of the event stream as they came, cut anywhere, received at offset `t`; True at `[DONE]`.
+
+        A line is joined once, when its newline comes (not on every read); one longer than
+        `MAX_LINE_BYTES` is an error."""
+        if b"\n" not in data:
+            self._hold(data)
+            return False
+        if self.pending:
+            data = b"".join(self.pending) + data
+            self.pending, self.pending_len = [], 0
+        *lines, rest = data.split(b"\n")
         for line in lines:
+            if len(line) > MAX_LINE_BYTES:
+                raise ClientError(f"{self.where}: a stream line longer than {MAX_LINE_BYTES >> 20} MiB")
             if line[:5] == b"data:" and self.event(line[5:], t):
                 return True
+        if rest:
+            self._hold(rest)
         return False
+
+    def _hold(self, data: bytes) -> None:
+        self.pending.append(data)
+        self.pending_len += len(data)
+        if self.pending_len > MAX_LINE_BYTES:
+            raise ClientError(f"{self.where}: a stream line longer than {MAX_LINE_BYTES >> 20} MiB")
 
     def end(self, t: float) -> None:
         """The body ended without `[DONE]`: its last line may lack its newline."""
-        rest, self.rest = self.rest, b""
+        rest = b"".join(self.pending)
+        self.pending, self.pending_len = [], 0
         if rest[:5] == b"data:":
             self.event(rest[5:], t)
 
     def event(self, payload: bytes | str, t: float) -> bool:
-        """One `data:` line's payload (what follows `data:`), received at offset `t`; True at `[DONE]`."""
+        """One `data:` line's payload (what follows `data:`), received at offset `t`; True at `[DONE]`.
+
+        A chunk of any other shape than the API's is a `ClientError` naming the field."""
         t0 = time.perf_counter()
         payload = payload.strip()
         if payload == b"[DONE]" or payload == "[DONE]":
             return True
         try:
             data = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ClientError(f"{self.where}: malformed stream chunk: {_text(payload)[:200]!r}") from None
         if not isinstance(data, dict):
             raise ClientError(f"{self.where}: malformed stream chunk: {_text(payload)[:200]!r}")
         if "error" in data and not data.get("choices"):
             raise ClientError(f"{self.where}: error in stream: {str(data['error'])[:200]}")
+        try:
+            token_chunk = self._chunk(data)
+        except _MALFORMED as exc:
+            raise _malformed(self.where, exc, payload, "stream chunk") from None
+        if token_chunk:
+            self.chunk_times.append(t)
+        self.parse_s += time.perf_counter() - t0
+        return False
+
+    def _chunk(self, data: dict[str, Any]) -> bool:
+        """Take one chunk's fields; whether it carried a generated token."""
         get = data.get
-        self.usage = get("usage") or self.usage
-        self.timings = get("timings") or self.timings
-        self.fingerprint = get("system_fingerprint") or self.fingerprint
+        usage, timings, fingerprint = get("usage"), get("timings"), get("system_fingerprint")
+        if usage is not None or timings is not None or fingerprint is not None:  # most chunks have none
+            usage, timings, fingerprint = _reply_extras(data)
+        self.usage = usage or self.usage
+        self.timings = timings or self.timings
+        self.fingerprint = fingerprint or self.fingerprint
         token_chunk = False
         chat = self.chat
-        for choice in get("choices") or ():
-            if not isinstance(choice, dict):
-                continue
-            piece = ((choice.get("delta") or {}).get("content") if chat else choice.get("text")) or ""
+        for choice in _choices(data):
+            piece = _piece(choice, chat, "delta")
             if piece:
                 self.parts.append(piece)
             ids = _parse_token_ids(choice)
@@ -216,11 +375,8 @@ class StreamState:
                 if tops:
                     self.top_logprobs.extend(tops)
             token_chunk = token_chunk or _is_token(choice, chat, bool(ids or lps))
-            self.finish_reason = choice.get("finish_reason") or self.finish_reason
-        if token_chunk:
-            self.chunk_times.append(t)
-        self.parse_s += time.perf_counter() - t0
-        return False
+            self.finish_reason = _field(choice, "finish_reason", (str,), "choice") or self.finish_reason
+        return token_chunk
 
     def finish(self, t_close: float, t_enter: float, t_send: float) -> Completion:
         """The completion; `t_close` is the stream's end as an offset from the send."""
@@ -282,10 +438,12 @@ class OpenAIClient:
                  params: GenerationParams | None = None, api_key: str | None = None,
                  stall_timeout_s: float = 120.0):
         """`timeout_s`: a whole request; `stall_timeout_s`: a streamed request's longest wait for its next bytes."""
-        self.base_url = base_url.rstrip("/")
+        self.base_url, auth = split_credentials(base_url.rstrip("/"))
         self.model = model
         self.params = params or GenerationParams()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        if auth and not api_key:
+            headers["Authorization"] = auth
         self.timeout_s = timeout_s
         self.stall_timeout_s = stall_timeout_s
         self._headers = headers
@@ -296,7 +454,7 @@ class OpenAIClient:
         self._port = url.port or (443 if url.scheme == "https" else 80)
         self._prefix = url.raw_path.decode().rstrip("/")
         self._host_header = url.netloc.decode()
-        self._idle_socks: list[socket.socket] = []  # streaming connections kept alive
+        self._idle_socks: list[socket.socket] = []  # connections kept alive for the next request
 
     def close(self) -> None:
         self._http.close()
@@ -311,16 +469,28 @@ class OpenAIClient:
 
     # -- plain GETs -----------------------------------------------------------------------------
     def get_json(self, path: str) -> Any:
+        """A GET's JSON reply (its body bounded by `MAX_BODY_BYTES`, the request by `timeout_s`)."""
+        where = f"GET {self.base_url}{path}"
+        deadline = time.perf_counter() + self.timeout_s
         try:
-            r = self._http.get(path)
+            with self._http.stream("GET", path) as r:
+                pieces, size = [], 0
+                for piece in r.iter_bytes():
+                    size += len(piece)
+                    if size > MAX_BODY_BYTES:
+                        raise ClientError(f"{where}: a reply body longer than {MAX_BODY_BYTES >> 20} MiB")
+                    if time.perf_counter() > deadline:
+                        raise ClientError(f"{where}: no end of the reply after {self.timeout_s:g} s")
+                    pieces.append(piece)
         except httpx.HTTPError as exc:
-            raise ClientError(f"GET {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+            raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
+        content = b"".join(pieces)
         if r.status_code != 200:
-            raise ClientError(f"GET {self.base_url}{path}: HTTP {r.status_code}: {r.text[:200]}")
+            raise ClientError(f"{where}: HTTP {r.status_code}: {_text(content[:200])}")
         try:
-            return r.json()
-        except ValueError:
-            raise ClientError(f"GET {self.base_url}{path}: reply is not JSON: {r.text[:200]!r}") from None
+            return json.loads(content)
+        except (ValueError, RecursionError):
+            raise ClientError(f"{where}: reply is not JSON: {_text(content)[:200]!r}") from None
 
     def post_empty(self, path: str) -> tuple[int, str]:
         """POST with no body to one of the runtime's own endpoints (vLLM's /reset_prefix_cache):
@@ -333,7 +503,8 @@ class OpenAIClient:
 
     def models(self) -> list[dict[str, Any]]:
         data = self.get_json("/v1/models")
-        return list(data.get("data", [])) if isinstance(data, dict) else []
+        listed = data.get("data") if isinstance(data, dict) else None
+        return [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
 
     # -- generation -----------------------------------------------------------------------------
     def complete(self, prompt: str, *, max_tokens: int, logprobs: int | None = None, stream: bool = False,
@@ -364,56 +535,52 @@ class OpenAIClient:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
             return self._stream(path, body, chat, t_enter)
-        request = self._http.build_request("POST", path, json=body)
-        t_send = time.perf_counter()
+        where = f"POST {self.base_url}{path}"
+        reply = _Body(where)
+        response, t_send = self._exchange(path, body, reply, stream=False)
+        t_recv = response.done_at
+        assert t_recv is not None
+        content = reply.content()
         try:
-            r = self._http.send(request)
-            content = r.content
-        except httpx.HTTPError as exc:
-            raise ClientError(f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
-        t_recv = time.perf_counter()
-        if r.status_code != 200:
-            raise ClientError(f"POST {self.base_url}{path}: HTTP {r.status_code}: {content[:300]!r}")
-        try:
-            data = json.loads(content)
-            choice = data["choices"][0]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise ClientError(f"POST {self.base_url}{path}: malformed reply: {content[:300]!r}") from None
-        text = (choice.get("message") or {}).get("content") if chat else choice.get("text")
-        usage = data.get("usage") or {}
-        out = Completion(
-            text=text or "",
-            token_ids=_parse_token_ids(choice),
-            logprobs=_parse_logprobs(choice),
-            top_logprobs=_parse_top_logprobs(choice),
-            finish_reason=choice.get("finish_reason"),
-            prompt_tokens=usage.get("prompt_tokens"),
-            completion_tokens=usage.get("completion_tokens"),
-            e2e_s=t_recv - t_send,
-            server_timings=data.get("timings"),
-            system_fingerprint=data.get("system_fingerprint"),
-        )
+            out = _completion_from_reply(content, chat)
+        except _MALFORMED as exc:
+            raise _malformed(where, exc, content) from None
+        out.e2e_s = t_recv - t_send
         out.overhead_s = (t_send - t_enter) + (time.perf_counter() - t_recv)
         return out
 
     def _stream(self, path: str, body: dict[str, Any], chat: bool, t_enter: float) -> Completion:
-        """A streamed request on a blocking socket, its response read by `_Response` (httptools).
+        """A streamed request, its response read by `_Response` (httptools) and a `StreamState`."""
+        state = StreamState(f"POST {self.base_url}{path}", chat)
+        response, t_send = self._exchange(path, body, state, stream=True)
+        assert response.done_at is not None
+        try:
+            return state.finish(response.done_at - t_send, t_enter, t_send)
+        except _MALFORMED as exc:
+            raise _malformed(state.where, exc, b"", "stream") from None
 
-        Each read waits at most `stall_timeout_s`, the whole stream `timeout_s`; a connection is
-        kept for the next stream when its response ended with keep-alive (one per thread that
-        streams at once). No proxies on this path.
+    def _exchange(self, path: str, body: dict[str, Any], state: "StreamState | _Body",
+                  stream: bool) -> tuple["_Response", float]:
+        """One POST on a blocking socket, its response read by `_Response` (httptools) into `state`;
+        (the response, when the request was sent).
+
+        The whole request takes at most `timeout_s`, however the bytes come; a streamed one waits
+        at most `stall_timeout_s` for its next bytes. A connection is kept for the next request
+        when its response ended with keep-alive (one per thread that sends at once). No proxies
+        on this path.
         """
-        where = f"POST {self.base_url}{path}"
-        state = StreamState(where, chat)
-        request = _request(self._prefix, self._host_header, path, json.dumps(body).encode(), self._headers)
-        stall = min(self.stall_timeout_s, self.timeout_s)
+        where = state.where
+        request = _request(self._prefix, self._host_header, path, json.dumps(body).encode(), self._headers,
+                           stream=stream)
+        stall = min(self.stall_timeout_s, self.timeout_s) if stream else self.timeout_s
         for attempt in (0, 1):
             try:
                 sock: socket.socket | None = self._idle_socks.pop()
             except IndexError:
                 sock = None
             t_send = time.perf_counter()  # before connecting, as the concurrent path (and vllm bench) time it
-            reused = sock is not None
+            deadline = t_send + self.timeout_s
+            reused = sock is not None  # a retry comes only before any byte of the reply: `state` is untouched
             response = _Response(state, t_send)
             if sock is None:
                 try:
@@ -423,17 +590,25 @@ class OpenAIClient:
             try:
                 sock.sendall(request)
                 while response.done_at is None:
-                    data = sock.recv(_READ_SIZE)
+                    left = deadline - time.perf_counter()
+                    if left <= 0:
+                        raise ClientError(f"{where}: no end of the reply after {self.timeout_s:g} s")
+                    sock.settimeout(min(stall, left))
+                    try:
+                        data = sock.recv(_READ_SIZE)
+                    except TimeoutError:
+                        if time.perf_counter() >= deadline:
+                            raise ClientError(f"{where}: no end of the reply after {self.timeout_s:g} s") from None
+                        raise
                     t = time.perf_counter()
                     if not data:
                         response.eof(t)
                         break
                     response.feed(data, t)
-                    if t - t_send > self.timeout_s:
-                        raise ClientError(f"{where}: no end of the stream after {self.timeout_s:g} s")
             except (ClientError, OSError) as exc:
                 sock.close()
-                if attempt == 0 and reused and not response.answered:
+                timed_out = isinstance(exc, TimeoutError) or time.perf_counter() >= deadline
+                if attempt == 0 and reused and not response.answered and not timed_out:
                     continue  # a kept-alive connection the server closed as the request went out: once more
                 if isinstance(exc, ClientError):
                     raise
@@ -441,9 +616,8 @@ class OpenAIClient:
                     raise ClientError(f"{where}: no data for {stall:g} s (stall timeout)") from None
                 raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
             break
-        out = state.finish(response.done_at - t_send, t_enter, t_send)
         self._keep(sock, response)
-        return out
+        return response, t_send
 
     def _connect_stream(self) -> socket.socket:
         sock = socket.create_connection((self._host, self._port), timeout=10.0)
@@ -457,7 +631,8 @@ class OpenAIClient:
         """Read the rest of an ended stream's response (as a rule, the chunked terminator) and keep its connection."""
         try:
             sock.settimeout(1.0)  # a server that holds the body open after [DONE]: not reused
-            while not response.ended and response.keep_alive:
+            give_up = time.perf_counter() + 1.0  # nor one that trickles it
+            while not response.ended and response.keep_alive and time.perf_counter() < give_up:
                 data = sock.recv(_READ_SIZE)
                 if not data:
                     break
@@ -475,7 +650,9 @@ class OpenAIClient:
         return AsyncOpenAIClient(self, max_connections=max_connections, backend=backend)
 
     def tokenize(self, text: str) -> list[int] | None:
-        """Token ids of a prompt via the runtime's /tokenize endpoint (llama-server, vLLM), if any."""
+        """Token ids of a prompt via the runtime's /tokenize endpoint (llama-server, vLLM), if any.
+
+        None where there is none, or where its reply is not a list of token ids (logged)."""
         for path, body in (("/tokenize", {"content": text, "add_special": True}),
                            ("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": True})):
             try:
@@ -483,12 +660,18 @@ class OpenAIClient:
             except httpx.HTTPError:
                 return None
             if r.status_code == 200:
-                data = r.json()
-                tokens = data.get("tokens")
-                if isinstance(tokens, list):
-                    return [t if isinstance(t, int) else t.get("id") for t in tokens]
+                try:
+                    tokens = r.json().get("tokens")
+                    if not isinstance(tokens, list):
+                        continue
+                    ids = [t if isinstance(t, int) else t.get("id") for t in tokens]
+                except (ValueError, RecursionError, AttributeError):
+                    ids = None
+                if ids is None or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                    log.warning("POST %s%s: malformed /tokenize reply: %r", self.base_url, path, r.text[:200])
+                    return None
+                return ids
         return None
-
 
 class _Response:
     """One HTTP/1.1 response, read by httptools, whose body is an event stream for a `StreamState`.
@@ -504,9 +687,9 @@ class _Response:
     """
 
     __slots__ = ("parser", "state", "t_send", "t_read", "status", "framed", "in_body", "keep_alive", "ended",
-                 "done_at", "answered", "error_body")
+                 "done_at", "answered", "error_body", "head_bytes", "body_bytes")
 
-    def __init__(self, state: StreamState, t_send: float):
+    def __init__(self, state: "StreamState | _Body", t_send: float):
         self.parser = httptools.HttpResponseParser(self)
         self.state = state
         self.t_send = t_send
@@ -519,10 +702,17 @@ class _Response:
         self.done_at: float | None = None
         self.answered = False  # any byte of the response came
         self.error_body = b""
+        self.head_bytes = 0  # bytes read before the head ended
+        self.body_bytes = 0
 
     def feed(self, data: bytes, t: float) -> None:
         self.answered = True
         self.t_read = t
+        if not self.in_body:
+            if self.head_bytes > MAX_HEAD_BYTES:  # what came before this read was all head
+                raise ClientError(f"{self.state.where}: a reply head (status line and headers) longer than "
+                                  f"{MAX_HEAD_BYTES >> 10} KiB")
+            self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:  # raised in one of the callbacks below
@@ -556,10 +746,14 @@ class _Response:
             self.keep_alive = self.parser.should_keep_alive()
 
     def on_body(self, body: bytes) -> None:
+        self.body_bytes += len(body)
+        if self.body_bytes > MAX_BODY_BYTES:
+            raise ClientError(f"{self.state.where}: a reply body longer than {MAX_BODY_BYTES >> 20} MiB")
         if self.done_at is not None:
             return  # after [DONE]: drain the rest of the body
         if self.status != 200:
-            self.error_body += body
+            if len(self.error_body) < 4096:
+                self.error_body += body[:4096]
         elif self.state.feed(body, self.t_read - self.t_send):
             self.done_at = self.t_read
 
@@ -576,11 +770,50 @@ class _Response:
             self.done_at = t
 
 
-def _request(prefix: str, host: str, path: str, payload: bytes, headers: dict[str, str]) -> bytes:
-    """A POST of a JSON body that asks for an event stream, as HTTP/1.1 bytes."""
+class _Body:
+    """A non-streamed reply's body, gathered as it comes (`_Response` hands it over; bounded there)."""
+
+    __slots__ = ("where", "pieces")
+
+    def __init__(self, where: str):
+        self.where = where
+        self.pieces: list[bytes] = []
+
+    def feed(self, data: bytes, t: float) -> bool:
+        self.pieces.append(data)
+        return False
+
+    def end(self, t: float) -> None:
+        pass
+
+    def content(self) -> bytes:
+        return b"".join(self.pieces)
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """(the URL without its `user:password@` part, the Basic authorization header it stood for or None).
+
+    The client speaks to the public URL with the credentials in a header, so that no message,
+    record or page that names the endpoint holds them."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user, password = unquote(parts.username or ""), unquote(parts.password or "")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), f"Basic {token}"
+
+
+def _request(prefix: str, host: str, path: str, payload: bytes, headers: dict[str, str], stream: bool = True) -> bytes:
+    """A POST of a JSON body that asks for an event stream (or, `stream=False`, for JSON), as HTTP/1.1 bytes."""
     head = [f"POST {prefix}{path} HTTP/1.1", f"Host: {host}", "Content-Type: application/json",
             f"Content-Length: {len(payload)}"]
-    head += [f"{k}: {v}" for k, v in {**_SSE_HEADERS, **headers}.items()]
+    accept = _SSE_HEADERS if stream else {"Accept": "application/json", "Accept-Encoding": "identity"}
+    head += [f"{k}: {v}" for k, v in {**accept, **headers}.items()]
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload
 
 
@@ -780,7 +1013,7 @@ class AsyncOpenAIClient:
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=30.0, sock_read=self.stall_timeout_s)
         headers = {**self._headers, **_SSE_HEADERS}
         return aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers,
-                                     read_bufsize=1 << 20)  # readline takes lines up to 2 MiB
+                                     read_bufsize=MAX_LINE_BYTES // 2)  # readline takes lines up to MAX_LINE_BYTES
 
     async def _stream_aiohttp(self, path: str, body: dict[str, Any], t_enter: float) -> Completion:
         """One stream on aiohttp: each SSE line timestamped as `resp.content` hands it over, then parsed.
@@ -804,16 +1037,23 @@ class AsyncOpenAIClient:
                     raise ClientError(f"{where}: HTTP {r.status}: {(await r.read())[:300]!r}")
                 content = r.content
                 t_close = None
+                size = 0
                 while True:
                     raw = await content.readline()
                     t = clock() - t_send
                     if not raw:  # the body ended without [DONE]
                         t_close = t
                         break
+                    size += len(raw)
+                    if size > MAX_BODY_BYTES:
+                        raise ClientError(f"{where}: a reply body longer than {MAX_BODY_BYTES >> 20} MiB")
                     if raw[:5] == b"data:" and state.event(raw[5:], t):
                         t_close = t
                         break
-                out = state.finish(t_close, t_enter, t_send)
+                try:
+                    out = state.finish(t_close, t_enter, t_send)
+                except _MALFORMED as exc:
+                    raise _malformed(where, exc, b"", "stream") from None
                 if not content.at_eof():
                     try:
                         async with asyncio.timeout(1.0):  # a server that holds the body open after [DONE]
@@ -831,6 +1071,8 @@ class AsyncOpenAIClient:
             raise ClientError(f"{where}: no end of the stream after {self.timeout_s:g} s") from None
         except aiohttp.http_exceptions.HttpProcessingError as exc:  # readline: LineTooLong
             raise ClientError(f"{where}: malformed stream: {type(exc).__name__}: {exc}") from None
+        except ValueError as exc:  # readline: "Chunk too big", a line past the read buffer's high-water mark
+            raise ClientError(f"{where}: a stream line longer than {MAX_LINE_BYTES >> 20} MiB ({exc})") from None
 
     async def _watch_stalls(self) -> None:
         """The httptools transport's stall timeout: one task for every stream, not a timer per read."""
@@ -841,7 +1083,7 @@ class AsyncOpenAIClient:
             for proto in list(self._open):
                 future, response = proto.future, proto.response
                 if future is not None and response is not None and not future.done() and now - proto.last_read > stall:
-                    proto.fail(ClientError(f"{response.state.where}: no data for {stall:g} s (stall timeout)"))
+                    proto.fail(_Stalled(f"{response.state.where}: no data for {stall:g} s (stall timeout)"))
 
     async def _connect(self, where: str) -> _SSEProtocol:
         if self._watchdog is None:
@@ -875,9 +1117,10 @@ class AsyncOpenAIClient:
             try:
                 t_end = await asyncio.wait_for(future, self.timeout_s)
                 break
-            except ClientError:
-                # a kept-alive connection the server closed as the request went out: once more, on a new one
-                if attempt == 0 and reused and proto.closed and not proto.answered:
+            except ClientError as exc:
+                # a kept-alive connection the server closed as the request went out: once more, on a
+                # new one (not a stall: that one waited its time already)
+                if attempt == 0 and reused and proto.closed and not proto.answered and not isinstance(exc, _Stalled):
                     continue
                 raise
             except asyncio.TimeoutError:
@@ -888,7 +1131,10 @@ class AsyncOpenAIClient:
                 if proto.transport is not None:
                     proto.transport.close()
                 raise
-        return state.finish(t_end - t_send, t_enter, t_send)
+        try:
+            return state.finish(t_end - t_send, t_enter, t_send)
+        except _MALFORMED as exc:
+            raise _malformed(where, exc, b"", "stream") from None
 
     async def _stream_httpx(self, path: str, body: dict[str, Any], t_enter: float) -> Completion:
         assert self._http is not None
@@ -897,10 +1143,15 @@ class AsyncOpenAIClient:
         clock = time.perf_counter
         t_send = clock()
         try:
-            async with self._http.stream("POST", path, json=body, headers=_SSE_HEADERS) as r:
+            async with asyncio.timeout(self.timeout_s), \
+                    self._http.stream("POST", path, json=body, headers=_SSE_HEADERS) as r:
                 if r.status_code != 200:
                     raise ClientError(f"{where}: HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+                size = 0
                 async for data in r.aiter_bytes():
+                    size += len(data)
+                    if size > MAX_BODY_BYTES:
+                        raise ClientError(f"{where}: a reply body longer than {MAX_BODY_BYTES >> 20} MiB")
                     if state.feed(data, clock() - t_send):
                         break
                 else:
@@ -909,4 +1160,9 @@ class AsyncOpenAIClient:
             raise ClientError(f"{where}: no data for {self.stall_timeout_s:g} s (stall timeout)") from None
         except httpx.HTTPError as exc:
             raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
-        return state.finish(clock() - t_send, t_enter, t_send)
+        except TimeoutError:
+            raise ClientError(f"{where}: no end of the stream after {self.timeout_s:g} s") from None
+        try:
+            return state.finish(clock() - t_send, t_enter, t_send)
+        except _MALFORMED as exc:
+            raise _malformed(where, exc, b"", "stream") from None

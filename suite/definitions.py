@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+import string
 import tomllib
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -248,6 +249,7 @@ def load_definition(path: Path) -> RuntimeDefinition:
         raise SuiteError(f"{path}: unknown key: pinned_version (an arm names a version in its card)")
     data.setdefault("name", path.parent.name)
     definition = load_validated(path, RuntimeDefinition, {**data, "folder": path.parent})
+    _check_templates(path, definition)
     if definition.name != path.parent.name:
         raise SuiteError(f"{path}: name {definition.name!r} differs from its folder {path.parent.name!r}")
     return definition
@@ -275,6 +277,30 @@ def get_definition(name: str, images_dir: Path | None = None) -> RuntimeDefiniti
     return definitions[name]
 
 
+COMMAND_PLACEHOLDERS = ("prefix", "model_path", "served_name", "host", "port", "seed", "context_length")
+LORA_PLACEHOLDERS = ("lora_name", "lora_path")
+
+
+def template_problem(part: str, allowed: tuple[str, ...]) -> str | None:
+    """Why `part` is not a template of `allowed` placeholders (None when it is one).
+
+    A placeholder is a bare name (`{port}`): not a position (`{0}`), an attribute or index
+    (`{port.real}`, `{port[0]}`), a conversion (`{port!r}`) or a format spec (`{port:>5}`)."""
+    try:
+        fields = list(string.Formatter().parse(part))
+    except ValueError as exc:  # a lone brace
+        return f"{exc} (write a brace as {{{{ or }}}})"
+    for _, name, spec, conversion in fields:
+        if name is None:
+            continue
+        shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        if name not in allowed:
+            return f"unknown placeholder {shown} (known: {', '.join('{' + a + '}' for a in allowed)})"
+        if conversion or spec:
+            return f"placeholder {shown}: write it bare, as {{{name}}}"
+    return None
+
+
 def render(template: list[str], values: dict[str, object], lora_args: list[str] | None = None,
            loras: list[tuple[str, str]] | None = None) -> list[str]:
     """Fill a command template; `{lora_args}` expands to lora_args once per adapter."""
@@ -282,10 +308,36 @@ def render(template: list[str], values: dict[str, object], lora_args: list[str] 
     for part in template:
         if part == "{lora_args}":
             for lora_name, lora_path in loras or []:
-                out.extend(a.format(lora_name=lora_name, lora_path=lora_path) for a in lora_args or [])
+                for a in lora_args or []:
+                    out.append(_fill(a, {"lora_name": lora_name, "lora_path": lora_path}))
             continue
-        try:
-            out.append(part.format(**values))
-        except KeyError as exc:
-            raise SuiteError(f"command template {part!r}: unknown placeholder {exc.args[0]!r}") from None
+        out.append(_fill(part, values))
     return out
+
+
+def _fill(part: str, values: dict[str, object]) -> str:
+    problem = template_problem(part, tuple(values))
+    if problem is not None:
+        raise SuiteError(f"command template {part!r}: {problem}")
+    return part.format(**values)
+
+
+def _check_templates(path: Path, definition: "RuntimeDefinition") -> None:
+    """Every template of a runtime.toml names only its placeholders; else one line naming the key."""
+    checks: list[tuple[str, list[str], tuple[str, ...]]] = []
+    if definition.local is not None:
+        checks.append(("local.command", definition.local.command, COMMAND_PLACEHOLDERS))
+        checks.append(("local.version_command", definition.local.version_command or [], ("prefix",)))
+    if definition.docker is not None:
+        checks.append(("docker.command", definition.docker.command, COMMAND_PLACEHOLDERS))
+    checks.append(("capabilities.lora_args", definition.capabilities.lora_args, LORA_PLACEHOLDERS))
+    if definition.version is not None:
+        checks.append(("version.build_arg_value", [definition.version.build_arg_value], ("version",)))
+    for key, parts, allowed in checks:
+        for i, part in enumerate(parts):
+            if key.endswith(".command") and part == "{lora_args}":
+                continue
+            problem = template_problem(part, allowed)
+            if problem is not None:
+                where = key if key == "version.build_arg_value" else f"{key}[{i}]"
+                raise SuiteError(f"{path}: {where}: {part!r}: {problem}")

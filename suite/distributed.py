@@ -313,9 +313,11 @@ class Progress:
     def _table(self) -> Any:
         from rich.table import Table
 
+        from suite.progress import cells
+
         table = Table("arm", "state", "node", "stage", "attempt", "detail")
         for s in self.arms.values():
-            table.add_row(s.arm, s.state, s.node or "-", s.stage or "-", str(s.attempt or "-"), s.detail or "")
+            table.add_row(*cells(s.arm, s.state, s.node or "-", s.stage or "-", str(s.attempt or "-"), s.detail or ""))
         return table
 
     def _print(self, s: _ArmState) -> None:

@@ -15,6 +15,14 @@ reproducible; the first repeat of each section otherwise. The judge is itself ga
 `judge_repeats` times and its distinct-answer count is reported, because an unstable judge's
 score means little. The judge's raw answers and reasoning go to `requests.jsonl` (kind `judge`);
 they are untrusted model output, stored and shown escaped, never acted upon.
+
+The answer under review is untrusted too, and it reaches the judge's prompt: it goes between
+`<answer>` and `</answer>` lines, cut at `JUDGE_ANSWER_CHARS`, its own answer tags defused
+(`delimit_answer`), under a rubric line that says it is never an instruction. That narrows what a
+hostile answer can do; it cannot stop a judge model that obeys text it was told to ignore. What
+such an answer can reach is the judge's score and reasoning for that answer (the gold-based recall
+beside it, and the agreement and kappa between the two, are out of its reach), never the suite:
+the judge's reply is read as data, only verdict words for the asked keys count.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -120,10 +129,26 @@ class JudgeResult(BaseModel):
     wall_s: float = Field(description="wall time of the judging")
 
 
+JUDGE_ANSWER_CHARS = 6000  # the most of one answer the judge is shown (the extraction's answers are far shorter)
+_ANSWER_TAG = re.compile(r"<(\s*/?\s*answer)", re.I)
+
+
+def delimit_answer(text: str, limit: int = JUDGE_ANSWER_CHARS) -> str:
+    """The answer under review as the judge sees it: between `<answer>` and `</answer>` lines, cut
+    at `limit` characters (saying how many more there were), and any answer tag of its own defused
+    (`<` written `&lt;`), so that the answer cannot close its block and speak as the prompt."""
+    more = len(text) - limit
+    if more > 0:
+        text = text[:limit]
+    text = _ANSWER_TAG.sub(r"&lt;\1", text)
+    note = f"\n[the answer goes on for {more} more characters, not shown]" if more > 0 else ""
+    return f"<answer>\n{text}{note}\n</answer>"
+
+
 def build_judge_prompt(rubric: Rubric, section: "Section", answer: "Answer") -> str:
     facts = "\n".join(f"- {f.key}: {f.ask}" for f in section.facts)
     shown = json.dumps(answer.extracted, ensure_ascii=False, indent=1) if answer.extracted is not None else answer.text
-    return rubric.template.format(text=section.text.strip(), facts=facts, answer=shown).strip()
+    return rubric.template.format(text=section.text.strip(), facts=facts, answer=delimit_answer(shown)).strip()
 
 
 def judge_schema(section: "Section") -> dict[str, Any]:

@@ -429,3 +429,9 @@ def console() -> Console:
 def interactive() -> bool:
     """Whether the display is live (a terminal), or prints plain lines (a CI log, a pipe)."""
     return DISPLAY.is_interactive()
+
+
+def cells(*values: object) -> list[Text]:
+    """Table cells that show their text as it is: a rich Table parses a plain string cell as markup,
+    so a failure reason holding `[/INST]` would raise MarkupError and `[bold]` would vanish."""
+    return [v if isinstance(v, Text) else Text("" if v is None else str(v)) for v in values]

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from suite.errors import SuiteError
 from suite.gpu import Energy
-from suite.signature import Signature
+from suite.signature import Signature, scrub
 from suite.stages import STAGES
 
 log = logging.getLogger(__name__)
@@ -204,6 +204,7 @@ class JudgeLine(_Line):
 RequestLine = Annotated[Union[AnswerLine, BatchLine, LatencyLine, ExtractionLine, FactLine, JudgeLine], Field(discriminator="kind")]
 REQUEST_LINE: TypeAdapter[Any] = TypeAdapter(RequestLine)
 _KIND_PREFIX = re.compile(r'\{"kind": "([^"\\]*)"')
+_ERROR_FIELDS = ("error", "reason", "error_line")  # a request line's fields that quote an error message
 
 
 def read_requests(run_dir: Path, kinds: Iterable[str]) -> list[Any]:
@@ -216,9 +217,17 @@ def read_requests(run_dir: Path, kinds: Iterable[str]) -> list[Any]:
     out: list[Any] = []
     if not path.exists():
         return out
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.strip()
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read the request records: {exc.strerror or exc}") from None
+    with fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as exc:
+                log.warning("%s:%d: request line skipped: not UTF-8 (byte %d)", path, lineno, exc.start)
+                continue
             if not line:
                 continue
             # lines are written kind first: lines of other kinds are skipped without parsing
@@ -227,10 +236,15 @@ def read_requests(run_dir: Path, kinds: Iterable[str]) -> list[Any]:
                 continue
             try:
                 data = json.loads(line)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
                 log.warning("%s:%d: unreadable request line skipped", path, lineno)
                 continue
-            if not isinstance(data, dict) or data.get("kind") not in wanted:
+            if not isinstance(data, dict):
+                log.warning("%s:%d: request line skipped: a JSON %s, not an object", path, lineno,
+                            type(data).__name__)
+                continue
+            kind = data.get("kind")
+            if not isinstance(kind, str) or kind not in wanted:
                 continue
             try:
                 out.append(REQUEST_LINE.validate_python(data))
@@ -344,6 +358,9 @@ class RunRecord:
 
         The line is checked against its kind's model (`RequestLine`) before it is written."""
         payload = {"kind": kind, "at": utcnow(), **fields}
+        for key in _ERROR_FIELDS:  # an error names the endpoint: never with its credentials
+            if isinstance(payload.get(key), str):
+                payload[key] = scrub(payload[key])
         REQUEST_LINE.validate_python(payload)
         line = (json.dumps(payload, default=str) + "\n").encode("utf-8")
         with self._lock:

@@ -11,6 +11,7 @@ A stage that did not run is None and shows "not run" or "—". Runs are grouped 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
@@ -38,9 +39,15 @@ log = logging.getLogger(__name__)
 
 
 def slug(text: str) -> str:
-    """A file-name-safe form of a model, arm, prompt or run name."""
-    s = re.sub(r"[^A-Za-z0-9._-]+", "-", str(text)).strip("-.")
-    return s[:120] or "x"
+    """A file-name-safe form of a model, arm, prompt or run name, one per name: a name that is
+    already safe is kept as it is; any other gets a short hash of the whole name after its safe
+    form, so `a/b` and `a-b` (or two long names alike in their first 120 characters) never share
+    a page."""
+    text = str(text)
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    if s == text and len(s) <= 120:
+        return s
+    return f"{s[:120] or 'x'}-{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
 
 
 def mean_se_of(v: MeanSE | None) -> tuple[float | None, float | None, int | None]:

@@ -18,6 +18,8 @@ The figures come from `suite.site.figures`; `list_runs(results)` is the table be
 
 from __future__ import annotations
 
+import fcntl
+import glob
 import logging
 import math
 import os
@@ -141,7 +143,8 @@ def make_env() -> Environment:
     return env
 
 
-def _empty_out(out: Path, results: Path) -> threading.Thread | None:
+def _check_out(out: Path, results: Path) -> None:
+    """`out` may take a site: apart from the results, a folder (or nothing), empty or one this suite built."""
     out_r, res_r = out.resolve(), results.resolve()
     if out_r == res_r or out_r in res_r.parents or res_r in out_r.parents:
         raise SuiteError(f"{out}: the site's output folder must be apart from the results folder {results}")
@@ -150,16 +153,71 @@ def _empty_out(out: Path, results: Path) -> threading.Thread | None:
             raise SuiteError(f"{out}: exists and is not a folder")
         if any(out.iterdir()) and not (out / MARKER).exists():
             raise SuiteError(f"{out}: not empty and not a site this suite built; choose another --out")
-        # moved aside at once, deleted while the new site is written
-        old = out.with_name(f".{out.name}.old-{os.getpid()}-{time.monotonic_ns()}")
-        out.rename(old)
-        remover = threading.Thread(target=shutil.rmtree, args=(old,), kwargs={"ignore_errors": True},
-                                   name="site-old-output", daemon=False)
-        remover.start()
-    else:
-        remover = None
-    out.mkdir(parents=True)
-    (out / MARKER).write_text("built by `suite site`; emptied on every build\n")
+
+
+def _new_build(out: Path, results: Path) -> Path:
+    """A fresh temporary sibling of `out` for one build to write into (`out` itself is not touched)."""
+    _check_out(out, results)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.build-{os.getpid()}-{time.monotonic_ns()}")
+        tmp.mkdir()  # as the umask says (a web server may read it), unlike mkdtemp's 0700
+        (tmp / MARKER).write_text("built by `suite site`; emptied on every build\n")
+    except OSError as exc:
+        raise SuiteError(f"{out}: cannot write the site beside it: {exc.strerror or exc}") from None
+    return tmp
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _swap_in(tmp: Path, out: Path, results: Path) -> threading.Thread | None:
+    """Put the finished build `tmp` in place of `out`, under a lock that other builds of `out` take too.
+
+    Two builds at once each write their own temporary sibling; the lock orders the swaps, so `out`
+    is always one whole site (the last to finish). The old site is moved aside at once and deleted
+    on a thread; leftovers of a killed build (its process gone) are deleted too."""
+    lock_path = out.with_name(f".{out.name}.lock")
+    try:
+        fh = open(lock_path, "a")
+    except OSError as exc:
+        raise SuiteError(f"{lock_path}: cannot lock the site folder: {exc.strerror or exc}") from None
+    with fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        _check_out(out, results)  # again: something else may have taken the folder meanwhile
+        stale = []
+        for p in out.parent.glob(f".{glob.escape(out.name)}.*"):
+            kind, _, rest = p.name[len(out.name) + 2:].partition("-")
+            if kind == "old" or (kind == "build" and p != tmp and rest.split("-")[0].isdigit()
+                                 and not _pid_alive(int(rest.split("-")[0]))):
+                stale.append(p)
+        try:
+            if out.exists():
+                old = out.with_name(f".{out.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+                out.rename(old)
+                stale.append(old)
+            tmp.rename(out)
+        except OSError as exc:
+            raise SuiteError(f"{out}: cannot put the new site in place: {exc.strerror or exc}") from None
+    if not stale:
+        return None
+
+    def remove() -> None:
+        for p in stale:
+            if p.is_symlink():  # `out` was a link to a site folder: the link goes, the build stands in its place
+                p.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(p, ignore_errors=True)
+
+    remover = threading.Thread(target=remove, name="site-old-output", daemon=False)
+    remover.start()
     return remover
 
 
@@ -174,9 +232,14 @@ class _Site:
         self.chart_s = 0.0
         self._requests: dict[str, list[AnswerLine | LatencyLine]] = {}
         self._lock = threading.Lock()
+        self._written: set[str] = set()
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="site-chart")
 
     def write(self, rel: str, template: str, **ctx: Any) -> None:
+        if rel.lower() in self._written:  # two names with one page (the lower case: a case-blind file system)
+            raise SuiteError(f"site: two pages would be written to {rel}; rename one of the models, arms or "
+                             "prompts that give it")
+        self._written.add(rel.lower())
         depth = rel.count("/")
         html = self.env.get_template(template).render(root="../" * depth, **ctx)
         path = self.out / rel
@@ -314,7 +377,8 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
 
 
 def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
-    """Empty `out_dir`, load every record of `results_dir`, and write the website."""
+    """Load every record of `results_dir`, write the website into a temporary sibling of `out_dir`,
+    and swap it in under a lock (`_swap_in`): a reader, or another build, never sees half a site."""
     t0 = time.perf_counter()
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     engine = threading.Thread(target=charts.warm_up, name="site-chart-engine", daemon=True)
@@ -324,9 +388,24 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     for line in problems:
         log.warning("stage result left out: it does not match this suite's stage models: %s", line)
     t_loaded = time.perf_counter()
-    remover = _empty_out(out_dir, results_dir)
-    site = _Site(out_dir)
-    shutil.copytree(STATIC_DIR, out_dir / "static")
+    build_dir = _new_build(out_dir, results_dir)
+    try:
+        report = _write_site(build_dir, out_dir, models, problems, engine, t0, t_loaded)
+        remover = _swap_in(build_dir, out_dir, results_dir)
+    except BaseException:
+        shutil.rmtree(build_dir, ignore_errors=True)
+        raise
+    if remover is not None:
+        remover.join()
+    log.debug(report.line())
+    return report
+
+
+def _write_site(build_dir: Path, out_dir: Path, models: dict[str, ModelRuns], problems: list[str],
+                engine: threading.Thread, t0: float, t_loaded: float) -> BuildReport:
+    """Write every page into `build_dir` (the site that will stand at `out_dir`)."""
+    site = _Site(build_dir)
+    shutil.copytree(STATIC_DIR, build_dir / "static")
     # the newest record's date, not the clock: the same results folder gives the same site
     stamps = [r.s.finished_at or r.s.started_at for m in models.values() for a in m.arms.values() for r in a.runs]
     generated = max(stamps).replace("T", " ").replace("Z", " UTC") if stamps else "no runs yet"
@@ -351,8 +430,6 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
             _model_page(site, model, generated, drawn[name])
     finally:
         site.close()
-    if remover is not None:
-        remover.join()
     complete = sum(1 for r in all_runs if r.s.status == "complete")
     total = time.perf_counter() - t0
     report = BuildReport(
@@ -362,16 +439,18 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
         load_s=round(t_loaded - t0, 3), chart_s=round(site.chart_s, 3),
         pages_s=round(total - (t_loaded - t0), 3),
     )
-    log.debug(report.line())
     return report
 
 
 def list_runs(results_dir: Path) -> "Any":
     """A rich Table of every run under the results folder, newest first (`suite results`)."""
     from rich.table import Table
+    from rich.text import Text
+
+    from suite.progress import cells
 
     models = load_runs(Path(results_dir))
-    table = Table(title=f"runs in {results_dir}", show_lines=False)
+    table = Table(title=Text(f"runs in {results_dir}"), show_lines=False)
     for col in ("started", "model", "arm", "status", "profile", "determinism", "distinct",
                 "TTFT p50 (ms)", "tok/s", "clean share", "signature", "run"):
         table.add_column(col, overflow="fold")
@@ -379,9 +458,9 @@ def list_runs(results_dir: Path) -> "Any":
         for run in model.all_runs:
             s, h = run.s, run.headline
             status = s.status + (f": {s.reason}" if s.reason and s.status != "complete" else "")
-            table.add_row(
+            table.add_row(*cells(
                 run.date, s.model, s.arm, status, s.profile, s.determinism.outcome, h.distinct_text,
                 fmt_num(h.ttft_p50_ms), fmt_num(h.tokens_per_s), fmt_pct_pm(h.clean_share, h.clean_share_se),
                 run.digest, s.run_id,
-            )
+            ))
     return table

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 from rich.table import Table
+from rich.text import Text
 
 from suite.stages.base import Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
@@ -353,12 +354,12 @@ def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
 
 def format_controls_table(result: ControlsResult) -> Table:
     """configuration -> distinct answers and lengths (count), per prompt, as a rich table."""
-    table = Table(title=f"{result.arm} ({result.runtime}): gate per configuration, {result.n_requests} requests")
+    table = Table(title=Text(f"{result.arm} ({result.runtime}): gate per configuration, {result.n_requests} requests"))
     table.add_column("configuration")
     table.add_column("status")
     for pid in result.prompts:
-        table.add_column(f"{pid}: distinct", justify="right")
-        table.add_column(f"{pid}: lengths (count)")
+        table.add_column(Text(f"{pid}: distinct"), justify="right")
+        table.add_column(Text(f"{pid}: lengths (count)"))
     table.add_column("cold = modal")
     for row in result.rows:
         cells = [row.configuration + (f" ×{row.concurrency}" if row.concurrency > 1 else ""),
@@ -370,11 +371,11 @@ def format_controls_table(result: ControlsResult) -> Table:
                 cells += ["-", "-"]
         colds = [v for v in row.cold_is_modal.values() if v is not None]
         cells.append("-" if not colds else ("yes" if all(colds) else "no"))
-        table.add_row(*cells)
+        table.add_row(*[Text(c) for c in cells])  # text as it is: never parsed as markup
     captions = [result.elimination] if result.elimination else []
     if result.lora is not None and result.lora.reason:
         captions.append(f"LoRA: {result.lora.reason}")
-    table.caption = "\n".join(captions) or None
+    table.caption = Text("\n".join(captions)) if captions else None
     return table
 
 
