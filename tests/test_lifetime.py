@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from suite import procid
 from suite.catalog import get_card, is_prepared
 from suite.definitions import get_definition
 from suite.launchers import docker as docker_launcher
@@ -172,10 +173,12 @@ def sleeper(*argv: str) -> tuple[subprocess.Popen, float]:
     return proc, psutil.Process(proc.pid).create_time()
 
 
-def dead_owner() -> tuple[int, float]:
-    proc, created = sleeper("true")
+def dead_owner() -> tuple[int, int]:
+    """(pid, start ticks) of a suite process that is gone."""
+    proc = subprocess.Popen(["true"])
+    ticks = procid.start_ticks(proc.pid) or 1
     proc.wait()
-    return proc.pid, created
+    return proc.pid, ticks
 
 
 def test_next_start_ends_only_the_runtime_of_a_dead_lease(suite_cache: Path, tmp_path: Path,
@@ -192,7 +195,8 @@ def test_next_start_ends_only_the_runtime_of_a_dead_lease(suite_cache: Path, tmp
     try:
         write_lease(stale.pid, ["sleep", "1000"], "fake", owner=owner, directory=leases)
         # The same pid, but a process that started later than the one the lease names: a reused pid.
-        write_lease(reused.pid, ["sleep", "1000"], "fake", owner=owner, start_time=reused_t - 100, directory=leases)
+        write_lease(reused.pid, ["sleep", "1000"], "fake", owner=owner,
+                    start_ticks=procid.start_ticks(reused.pid) - 10_000, directory=leases)
         kept_lease = write_lease(kept.pid, ["sleep", "1000"], "fake", directory=leases)  # owner: this process
         monkeypatch.setenv("SUITE_CACHE", str(suite_cache))
         with caplog.at_level(logging.WARNING, logger="suite.launchers.local"):
@@ -229,7 +233,7 @@ def test_stale_lease_ends_the_orphans_of_its_group(tmp_path: Path):
         time.sleep(0.05)
     worker = psutil.Process(group.pid).children()[0]
     worker_t = worker.create_time()
-    write_lease(group.pid, ["sh"], "fake", owner=dead_owner(), directory=leases)
+    write_lease(group.pid, ["sh", "-c", "sleep 1000 & wait"], "fake", owner=dead_owner(), directory=leases)
     group.kill()
     group.wait()
     try:

@@ -1,0 +1,228 @@
+"""Faults around processes the suite did not start, or started long ago (issue 23, points 1, 2, 9, 10).
+
+Every test here injects one fault with real processes (bystanders the test starts, a suite
+process killed with -9, a crafted lease, a reused pid) and reports what it cost through
+`fault_report`, measured: a bystander killed counts as a foreign kill, a traceback as a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from suite import procid
+from suite.launchers import local
+from suite.launchers.local import reap_stale_leases, write_lease
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bystander(*argv: str) -> subprocess.Popen:
+    """A process the suite did not start (its own session, like any other user program)."""
+    proc = subprocess.Popen(list(argv) or ["bash", "-c", "sleep 1000; exit 0"], start_new_session=True)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # until bash runs (its command line is bash's, not python's)
+        try:
+            if psutil.Process(proc.pid).cmdline()[:1] == (list(argv) or ["bash"])[:1]:
+                break
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+    return proc
+
+
+def alive(proc: subprocess.Popen) -> bool:
+    return proc.poll() is None
+
+
+def dead_owner() -> tuple[int, int]:
+    proc = subprocess.Popen(["true"])
+    ticks = procid.start_ticks(proc.pid) or 1
+    proc.wait()
+    return proc.pid, ticks
+
+
+def wait_dead(proc: subprocess.Popen, timeout_s: float = 5.0) -> bool:
+    try:
+        proc.wait(timeout=timeout_s)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+# ---------------------------------------------------------------- point 2: leases are proven
+
+
+def _lease_for(proc: subprocess.Popen, folder: Path, command: list[str] | None = None, **edit) -> Path:
+    path = write_lease(proc.pid, command or psutil.Process(proc.pid).cmdline(), "fake", owner=dead_owner(),
+                       directory=folder)
+    if edit:
+        data = json.loads(path.read_text())
+        for k, v in edit.items():
+            if v is None:
+                data.pop(k, None)
+            else:
+                data[k] = v
+        path.write_text(json.dumps(data))
+    return path
+
+
+CRAFTED = {
+    "command differs": dict(command=["llama-server", "-m", "model.gguf"]),
+    "no host": dict(host=None),
+    "no boot id": dict(boot_id=None),
+    "another boot": dict(boot_id="00000000-0000-0000-0000-000000000000"),
+    "another pid namespace": dict(pidns="pid:[1]"),
+    "writable by others": dict(mode=0o666),
+    "owned by another user": dict(uid=65534),
+    "folder writable by others": dict(folder_mode=0o777),
+}
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("case", list(CRAFTED))
+def test_a_crafted_lease_never_kills_a_bystander(tmp_path: Path, case: str, fault_report) -> None:
+    """A lease naming a live bash (pid and start read from /proc, as anyone can) ends nothing."""
+    folder = tmp_path / "leases"
+    spec = dict(CRAFTED[case])
+    victim = bystander()
+    child = psutil.Process(victim.pid).children()
+    try:
+        mode, uid, folder_mode = spec.pop("mode", None), spec.pop("uid", None), spec.pop("folder_mode", None)
+        command = spec.pop("command", None)
+        path = _lease_for(victim, folder, command, **spec)
+        if mode is not None:
+            path.chmod(mode)
+        if uid is not None:
+            if os.geteuid() != 0:
+                pytest.skip("changing a file's owner needs root")
+            os.chown(path, uid, uid)
+        if folder_mode is not None:
+            folder.chmod(folder_mode)
+        ended = reap_stale_leases(folder)
+        time.sleep(0.2)
+        kills = int(not alive(victim)) + sum(1 for c in child if not c.is_running())
+        fault_report(foreign_kills=kills)
+        assert ended == [] and alive(victim), f"{case}: an unrelated bash was killed"
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@pytest.mark.fault
+def test_a_true_lease_still_ends_its_runtime_and_files_are_private(tmp_path: Path, fault_report) -> None:
+    """The positive control: the same lease, unedited, ends the process it names (and only it)."""
+    folder = tmp_path / "leases"
+    runtime = bystander("bash", "-c", "sleep 1000; exit 0")
+    other = bystander("bash", "-c", "sleep 1001; exit 0")
+    try:
+        path = _lease_for(runtime, folder)
+        assert folder.stat().st_mode & 0o777 == 0o700 and path.stat().st_mode & 0o777 == 0o600
+        lease = json.loads(path.read_text())
+        assert {"host", "boot_id", "pidns", "start_ticks", "owner_start_ticks"} <= set(lease)
+        assert reap_stale_leases(folder) == [f"fake pid {runtime.pid}"]
+        assert wait_dead(runtime)
+        fault_report(foreign_kills=int(not alive(other)))
+        assert alive(other) and list(folder.glob("*.json")) == []
+    finally:
+        for p in (runtime, other):
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.fault
+def test_an_existing_open_leases_folder_is_closed_to_others(tmp_path: Path, fault_report) -> None:
+    """A leases folder left 0755 by an older suite is made 0700 by the next lease."""
+    folder = tmp_path / "leases"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    victim = bystander()
+    try:
+        _lease_for(victim, folder, command=["not-this"])
+        assert folder.stat().st_mode & 0o777 == 0o700
+        reap_stale_leases(folder)
+        fault_report(foreign_kills=int(not alive(victim)))
+        assert alive(victim)
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+# ---------------------------------------------------------------- point 10: no preexec_fn
+
+
+def test_runtimes_start_through_an_exec_shim_not_preexec_fn(monkeypatch: pytest.MonkeyPatch) -> None:
+    if local._prctl is None:
+        pytest.skip("no prctl here: runtimes start without a parent-death signal")
+    seen: list[dict] = []
+    real = subprocess.Popen
+
+    def spy(command, **kwargs):
+        seen.append({"command": list(command), **kwargs})
+        return real(command, **kwargs)
+
+    monkeypatch.setattr(local.subprocess, "Popen", spy)
+    proc = local._SPAWNER.popen(["sleep", "30"], stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert seen and "preexec_fn" not in seen[0], "Python code runs between fork and exec"
+        deadline = time.monotonic() + 5
+        while psutil.Process(proc.pid).cmdline() != ["sleep", "30"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert psutil.Process(proc.pid).cmdline() == ["sleep", "30"], "the shim execs the runtime under its pid"
+        with pytest.raises(FileNotFoundError):
+            local._SPAWNER.popen(["no-such-program-here"], stdin=subprocess.DEVNULL)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+SPAWN_AND_WAIT = textwrap.dedent("""
+    import subprocess, sys, threading, time
+    from suite.launchers.local import _SPAWNER
+    where = sys.argv[1]
+    def start():
+        p = _SPAWNER.popen(["sleep", "1000"], stdin=subprocess.DEVNULL, start_new_session=True)
+        print(p.pid, flush=True)
+    if where == "thread":
+        t = threading.Thread(target=start); t.start(); t.join()
+    else:
+        start()
+    time.sleep(1000)
+""")
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_a_runtime_dies_with_its_suite_through_the_shim(where: str, fault_report) -> None:
+    if local._prctl is None:
+        pytest.skip("no prctl here: runtimes start without a parent-death signal")
+    other = bystander("bash", "-c", "sleep 1002; exit 0")
+    suite_proc = subprocess.Popen([sys.executable, "-c", SPAWN_AND_WAIT, where], cwd=ROOT, stdout=subprocess.PIPE,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True)
+    try:
+        pid = int(suite_proc.stdout.readline())
+        ticks = procid.start_ticks(pid)
+        assert ticks is not None
+        suite_proc.kill()  # kill -9: no cleanup runs in the suite
+        suite_proc.wait()
+        deadline = time.monotonic() + 5
+        while procid.is_same(pid, ticks) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        survived = procid.is_same(pid, ticks) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        fault_report(foreign_kills=int(not alive(other)))
+        assert not survived, "the runtime outlived its suite process"
+        assert alive(other)
+    finally:
+        suite_proc.kill()
+        other.kill()
+        other.wait()
