@@ -140,18 +140,35 @@ def _scratch_root() -> Path:
     return cache_dir() / "ray-scratch"
 
 
-def _reap_scratch(root: Path) -> None:
-    """Remove scratch folders of task processes that are gone (a cancelled or killed task)."""
-    import psutil
+def _scratch_name(me: Any) -> str:
+    """A task's scratch folder: host, boot, pid namespace, pid and start tick of its worker process.
 
-    for d in root.glob("*-*") if root.is_dir() else []:
-        pid, _, start = d.name.partition("-")
-        try:
-            alive = abs(psutil.Process(int(pid)).create_time() * 1000 - int(start)) < 50
-        except (ValueError, psutil.Error):
-            alive = False
-        if not alive:
+    The cache may be shared by several nodes (an NFS home): the name says whose folder it is, so
+    a node's reaper judges only its own."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", me.host) or "_"
+    ns = re.sub(r"\D", "", me.pidns) or "0"
+    return f"{host}~{me.boot_id}~{ns}~{me.pid}~{me.start_ticks}"
+
+
+def _reap_scratch(root: Path) -> list[Path]:
+    """Remove scratch folders of task processes of this node that are gone (a cancelled or killed
+    task); returns what was removed. Folders of other hosts, boots or pid namespaces, and folders
+    of another form, are left alone."""
+    from suite import procid
+
+    me = procid.identity()
+    if me is None or not root.is_dir():
+        return []
+    host, boot, ns = _scratch_name(me).split("~")[:3]
+    removed = []
+    for d in root.iterdir():
+        parts = d.name.split("~")
+        if len(parts) != 5 or parts[:3] != [host, boot, ns] or not (parts[3].isdigit() and parts[4].isdigit()):
+            continue
+        if not procid.is_same(int(parts[3]), int(parts[4])):
             shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
 
 
 def _undo_ray_env() -> None:
@@ -169,10 +186,9 @@ def _undo_ray_env() -> None:
 
 def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
     """The Ray task: one arm on this node, as a local bench runs it; returns its run folder as a tar."""
-    import psutil
     import ray
 
-    from suite import gpu
+    from suite import gpu, procid
     from suite.bench import JudgeChoice, plan_arms, run_arm
     from suite.signature import on_node
 
@@ -187,7 +203,9 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
         attempt = None
     root = _scratch_root()
     _reap_scratch(root)
-    work = root / f"{os.getpid()}-{int(psutil.Process().create_time() * 1000)}"
+    me = procid.identity()
+    assert me is not None  # this process runs
+    work = root / _scratch_name(me)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:

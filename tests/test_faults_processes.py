@@ -226,3 +226,64 @@ def test_a_runtime_dies_with_its_suite_through_the_shim(where: str, fault_report
         suite_proc.kill()
         other.kill()
         other.wait()
+
+
+# ---------------------------------------------------------------- point 9: owner gone, judged safely
+
+
+@pytest.mark.fault
+def test_a_clock_step_does_not_orphan_a_live_suites_container(fault_report) -> None:
+    """After an NTP step the wall-clock start read now differs from the label by seconds: the
+    owner still runs, so its container stays."""
+    from suite.launchers import docker as docker_launcher
+
+    labels = docker_launcher._owner_labels()
+    stepped = float(labels[docker_launcher.LABEL_OWNER_START]) + 2.0  # the clock was stepped back 2 s since
+    labels[docker_launcher.LABEL_OWNER_START] = f"{stepped:.2f}"
+    removed = docker_launcher.owner_gone(labels)
+    fault_report(foreign_kills=int(removed))
+    assert not removed, "a live suite's container would be removed after a clock step"
+
+
+@pytest.mark.fault
+def test_a_suite_in_another_pid_namespace_is_never_judged(fault_report) -> None:
+    """Two suites with one host name and one Docker socket (CI runners): pids of the other
+    namespace mean nothing here, so its containers stay even when that pid is free here."""
+    from suite.launchers import docker as docker_launcher
+
+    pid, ticks = dead_owner()  # a pid that does not run here
+    labels = {**docker_launcher._owner_labels(), docker_launcher.LABEL_OWNER_PID: str(pid),
+              docker_launcher.LABEL_OWNER_TICKS: str(ticks)}
+    assert docker_launcher.owner_gone(labels), "control: the same labels from this namespace are gone"
+    foreign = {**labels, docker_launcher.LABEL_OWNER_PIDNS: "pid:[4026539999]"}
+    removed = docker_launcher.owner_gone(foreign)
+    other_boot = {**labels, docker_launcher.LABEL_OWNER_BOOT: "another-machine-same-hostname"}
+    removed_too = docker_launcher.owner_gone(other_boot)
+    fault_report(foreign_kills=int(removed) + int(removed_too))
+    assert not removed and not removed_too
+
+
+@pytest.mark.fault
+def test_the_ray_scratch_reaper_keeps_other_nodes_live_folders(tmp_path: Path, fault_report) -> None:
+    """A cache shared by nodes: another node's scratch folder (its pid is free here) is kept;
+    a folder of a dead task of this node is removed; a live one of this node is kept."""
+    from suite import distributed
+
+    me = procid.identity()
+    pid, ticks = dead_owner()
+    root = tmp_path / "ray-scratch"
+    other_node = root / distributed._scratch_name(me.model_copy(update={"host": "node-b", "pid": pid,
+                                                                        "start_ticks": ticks}))
+    other_boot = root / distributed._scratch_name(me.model_copy(update={"boot_id": "x" * 36, "pid": pid,
+                                                                        "start_ticks": ticks}))
+    dead_here = root / distributed._scratch_name(me.model_copy(update={"pid": pid, "start_ticks": ticks}))
+    live_here = root / distributed._scratch_name(me)
+    older = root / f"{pid}-{int(time.time() * 1000)}"  # an older suite's name: not judged
+    for d in (other_node, other_boot, dead_here, live_here, older):
+        (d / "m" / "a" / "run").mkdir(parents=True)
+        (d / "m" / "a" / "run" / "requests.jsonl").write_text('{"kind": "gate"}\n')
+    removed = distributed._reap_scratch(root)
+    lost = sum(1 for d in (other_node, other_boot, live_here, older) if not d.exists())
+    fault_report(records_lost=lost)
+    assert removed == [dead_here] and not dead_here.exists() and lost == 0
+    assert me.host.replace("/", "_") in live_here.name, "the host is in the scratch name"

@@ -258,19 +258,17 @@ def test_unreadable_lease_is_removed(tmp_path: Path):
 
 
 def test_container_owner_labels_decide_what_is_orphaned():
-    me = psutil.Process()
-    host = socket.gethostname()
-    labels = {docker_launcher.LABEL_OWNER_HOST: host, docker_launcher.LABEL_OWNER_PID: str(me.pid),
-              docker_launcher.LABEL_OWNER_START: f"{me.create_time():.2f}"}
+    labels = docker_launcher._owner_labels()
     assert not docker_launcher.owner_gone(labels)  # this process: alive
-    pid, created = dead_owner()
-    assert docker_launcher.owner_gone({**labels, docker_launcher.LABEL_OWNER_PID: str(pid),
-                                       docker_launcher.LABEL_OWNER_START: f"{created:.2f}"})
-    # A live pid with another start time is a reused pid: its owner is gone.
-    assert docker_launcher.owner_gone({**labels, docker_launcher.LABEL_OWNER_START: f"{me.create_time() - 100:.2f}"})
-    assert not docker_launcher.owner_gone({**labels, docker_launcher.LABEL_OWNER_HOST: host + "-other"})
+    pid, ticks = dead_owner()
+    dead = {**labels, docker_launcher.LABEL_OWNER_PID: str(pid), docker_launcher.LABEL_OWNER_TICKS: str(ticks)}
+    assert docker_launcher.owner_gone(dead)
+    # A live pid with another start tick is a reused pid: its owner is gone.
+    me_ticks = int(labels[docker_launcher.LABEL_OWNER_TICKS])
+    assert docker_launcher.owner_gone({**labels, docker_launcher.LABEL_OWNER_TICKS: str(me_ticks - 10_000)})
+    assert not docker_launcher.owner_gone({**dead, docker_launcher.LABEL_OWNER_HOST: socket.gethostname() + "-other"})
     assert not docker_launcher.owner_gone({})  # containers of older suites carry no owner
-    assert set(docker_launcher._owner_labels()) == set(labels)
+    assert not docker_launcher.owner_gone({k: v for k, v in dead.items() if k != docker_launcher.LABEL_OWNER_BOOT})
 
 
 def test_docker_containers_of_a_gone_owner_are_removed():
@@ -284,11 +282,11 @@ def test_docker_containers_of_a_gone_owner_are_removed():
     images = client.images.list()
     if not images:
         pytest.skip("the Docker engine has no image to create a container from (none can be pulled here)")
-    pid, created = dead_owner()
-    base = {docker_launcher.LABEL_RUN: "1", docker_launcher.LABEL_RUNTIME: "fake",
-            docker_launcher.LABEL_OWNER_HOST: socket.gethostname()}
+    pid, ticks = dead_owner()
+    base = {docker_launcher.LABEL_RUN: "1", docker_launcher.LABEL_RUNTIME: "fake"}
     orphan = client.containers.create(images[0].id, command=["true"], labels={
-        **base, docker_launcher.LABEL_OWNER_PID: str(pid), docker_launcher.LABEL_OWNER_START: f"{created:.2f}"})
+        **base, **docker_launcher._owner_labels(), docker_launcher.LABEL_OWNER_PID: str(pid),
+        docker_launcher.LABEL_OWNER_TICKS: str(ticks)})
     ours = client.containers.create(images[0].id, command=["true"], labels={**base, **docker_launcher._owner_labels()})
     try:
         assert docker_launcher.remove_orphan_containers(client) >= 1
