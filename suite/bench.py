@@ -7,6 +7,9 @@ record is created with the configuration signature; the stages run in order (gat
 extraction, restarts) with the watchdog sampling memory the whole time; a watchdog trip stops the
 arm (a result, not a crash) and the bench goes on with the next arm. Nothing already measured is
 lost: each stage's result is written as soon as it finishes, and an interrupted run is resumable.
+Before any arm takes the GPU, what a suite killed with -9 left behind (a container, a runtime's
+workers) is ended (`launchers.reap_orphans`): the GPU check would otherwise refuse and the
+orphan stay.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from suite.catalog import Arm, ModelCard, arm_runtime, format_path, get_card, pr
 from suite.client import GenerationParams, OpenAIClient
 from suite.definitions import RuntimeDefinition, get_definition
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers import launcher_for
+from suite.launchers import launcher_for, reap_orphans
 from suite.launchers.base import LaunchSpec, Launcher, LoraAdapter, RunningRuntime
 from suite.profiles import Profile, get_profile
 from suite.records import (RESULT_MODELS, DeterminismOutcome, RunManifest, RunRecord, Summary, find_incomplete, new_run_id,
@@ -582,6 +585,10 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
     for profile in {plan.profile.model_dump_json(): plan.profile for plan in plans}.values():  # the arms share one
         preflight(stages or list(ORDER), profile, judge)
+    if any(plan.launcher.name not in ("external", "none") for plan in plans):
+        # What a suite killed with -9 left (a container, a runtime's workers) may hold the GPU:
+        # end it before the GPU is checked, or the check refuses and the orphan stays.
+        reap_orphans()
     summaries = []
     for plan in plans:
         # One runtime on the GPU at a time: a machine-wide lock and no other compute process;

@@ -190,6 +190,7 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
 
     from suite import gpu, procid
     from suite.bench import JudgeChoice, plan_arms, run_arm
+    from suite.launchers import reap_orphans
     from suite.signature import on_node
 
     _undo_ray_env()
@@ -214,6 +215,7 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
                          request.get("overrides"))[0]
         judge = JudgeChoice(*request["judge"]) if request.get("judge") else None
         t0 = time.time()
+        reap_orphans()  # before the GPU check: an orphan of a killed task may hold the GPU
         with on_node(name), gpu.exclusive_device() as lease:
             summary = run_arm(plan, work, request["stages"], request.get("controls"), False, judge,
                               on_stage=lambda stage: board.report.remote(arm, "stage", stage=stage, node=name))

@@ -287,3 +287,213 @@ def test_the_ray_scratch_reaper_keeps_other_nodes_live_folders(tmp_path: Path, f
     fault_report(records_lost=lost)
     assert removed == [dead_here] and not dead_here.exists() and lost == 0
     assert me.host.replace("/", "_") in live_here.name, "the host is in the scratch name"
+
+
+# ---------------------------------------------------------------- point 1: an orphan never blocks the GPU
+
+
+class FakeNvml:
+    """NVML as `suite.gpu` queries it, answering that `holders` (while they run) hold GPU 0."""
+
+    nvmlMemory_v2 = 2
+
+    def __init__(self, holders: list[int]):
+        self.holders = holders
+        self.asked: list[list[int]] = []
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return "Fake H200"
+
+    def _live(self) -> list[int]:
+        out = []
+        for pid in self.holders:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    out.append(pid)
+            except psutil.Error:
+                pass
+        return out
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list:
+        live = self._live()
+        self.asked.append(live)
+        return [type("P", (), {"pid": pid, "usedGpuMemory": 40 << 30})() for pid in live]
+
+    def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None):
+        return type("M", (), {"used": (40 << 30) * len(self._live()), "total": 141 << 30})()
+
+
+ORPHAN_MAKER = textwrap.dedent("""
+    import subprocess, sys, time
+    import psutil
+    from suite.launchers.local import _SPAWNER, write_lease
+    command = ["bash", "-c", "sleep 1000 & wait"]
+    p = _SPAWNER.popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        kids = psutil.Process(p.pid).children()
+        if kids and psutil.Process(p.pid).cmdline() == command:
+            break
+        time.sleep(0.02)
+    write_lease(p.pid, command, "fake-gpu-runtime")
+    print(p.pid, kids[0].pid, flush=True)
+    time.sleep(1000)
+""")
+
+
+def _orphan_of_a_killed_suite(cache: Path) -> tuple[int, int]:
+    """A suite process starts a runtime whose worker holds the GPU, then is killed with -9: the
+    leader dies of its parent-death signal, the worker lives on (pid, start ticks)."""
+    suite_proc = subprocess.Popen([sys.executable, "-c", ORPHAN_MAKER], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT), "SUITE_CACHE": str(cache)})
+    leader, worker = map(int, suite_proc.stdout.readline().split())
+    worker_ticks = procid.start_ticks(worker)
+    suite_proc.kill()
+    suite_proc.wait()
+    deadline = time.monotonic() + 5
+    while procid.is_same(leader, procid.start_ticks(leader)) and time.monotonic() < deadline:
+        try:
+            if psutil.Process(leader).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.Error:
+            break
+        time.sleep(0.05)
+    assert procid.is_same(worker, worker_ticks), "the worker must outlive the killed suite for this fault"
+    return worker, worker_ticks
+
+
+@pytest.fixture
+def gpu_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from suite import gpu
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SUITE_CACHE", str(cache))
+    monkeypatch.setenv("SUITE_GPU_LOCK", str(tmp_path / "gpu.lock"))
+    fake = FakeNvml([])
+    monkeypatch.setattr(gpu, "nvml", lambda: (fake, None))
+    return cache, fake
+
+
+@pytest.mark.fault
+def test_a_kill_9_orphan_is_ended_before_the_gpu_is_checked(gpu_machine, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch, fault_report) -> None:
+    """The next bench ends the orphan of a killed suite first, then finds the GPU free."""
+    from suite import bench
+    from suite.records import Summary
+
+    cache, fake = gpu_machine
+    other = bystander("bash", "-c", "sleep 1003; exit 0")
+    worker, ticks = _orphan_of_a_killed_suite(cache)
+    fake.holders[:] = [worker]  # NVML: the orphan holds the GPU
+    ran: list[str] = []
+
+    def arm(plan, out, stages, *args, **kwargs):  # the arm itself is not the point: the GPU check is
+        ran.append(plan.arm_name)
+        return Summary(run_id="-", model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
+                       launcher=plan.launcher.name, profile=plan.profile.name, started_at="x", status="skipped")
+
+    monkeypatch.setattr(bench, "run_arm", arm)
+    tracebacks = 0
+    try:
+        bench.run_bench("tiny", ["llamacpp"], launcher="local", profile="quick", stages=["gate"],
+                        results=tmp_path / "results")
+    except Exception as exc:  # noqa: BLE001 - counted: the old order refused "the GPU is not free"
+        tracebacks, refusal = 1, str(exc)
+    else:
+        refusal = ""
+    try:
+        fault_report(tracebacks=tracebacks, foreign_kills=int(not alive(other)))
+        assert refusal == "", refusal
+        assert ran == ["llamacpp"] and fake.asked and fake.asked[-1] == []
+        assert not procid.is_same(worker, ticks) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
+        assert alive(other)
+    finally:
+        procid.signal_if_same(worker, ticks)
+        other.kill()
+        other.wait()
+
+
+@pytest.mark.fault
+def test_a_kill_9_orphan_is_ended_before_the_gpu_is_checked_on_a_ray_node(
+        gpu_machine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault_report) -> None:
+    """The same on the Ray path: the task ends the orphan before it takes the node's GPU."""
+    import types
+
+    from suite import bench, distributed
+    from suite.records import Summary
+
+    cache, fake = gpu_machine
+    worker, ticks = _orphan_of_a_killed_suite(cache)
+    fake.holders[:] = [worker]
+    ran: list[str] = []
+
+    def arm(plan, out, stages, *args, **kwargs):
+        ran.append(plan.arm_name)
+        return Summary(run_id="-", model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
+                       launcher=plan.launcher.name, profile=plan.profile.name, started_at="x", status="skipped")
+
+    class Remote:
+        def remote(self, *a, **k):
+            return 1
+
+    fake_ray = types.SimpleNamespace(get_runtime_context=lambda: types.SimpleNamespace(get_node_id=lambda: "n1"),
+                                     get=lambda ref, timeout=None: 1)
+    board = types.SimpleNamespace(started=Remote(), report=Remote())
+    monkeypatch.setitem(sys.modules, "ray", fake_ray)
+    monkeypatch.setattr(bench, "run_arm", arm)
+    request = {"arm": "llamacpp", "model": "tiny", "launcher": "local", "profile": "quick", "stages": ["gate"]}
+    tracebacks = 0
+    try:
+        distributed.run_arm_task(request, board)
+    except Exception as exc:  # noqa: BLE001 - counted
+        tracebacks, refusal = 1, str(exc)
+    else:
+        refusal = ""
+    try:
+        fault_report(tracebacks=tracebacks)
+        assert refusal == "", refusal
+        assert ran == ["llamacpp"]
+    finally:
+        procid.signal_if_same(worker, ticks)
+
+
+def test_a_docker_orphan_is_removed_before_the_gpu_is_checked(gpu_machine, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Docker: a container of a killed suite (it gets no parent-death signal) holding the GPU."""
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        pytest.skip("`docker info` fails: no Docker engine here for the container variant")
+    import docker
+
+    from suite import bench
+    from suite.launchers import docker as docker_launcher
+    from suite.records import Summary
+
+    client = docker.from_env(timeout=30)
+    images = client.images.list()
+    if not images:
+        pytest.skip("the Docker engine has no image to start a container from (none can be pulled here)")
+    cache, fake = gpu_machine
+    pid, ticks = dead_owner()
+    container = client.containers.run(images[0].id, command=["sleep", "1000"], detach=True, entrypoint=[], labels={
+        docker_launcher.LABEL_RUN: "1", docker_launcher.LABEL_RUNTIME: "fake", **docker_launcher._owner_labels(),
+        docker_launcher.LABEL_OWNER_PID: str(pid), docker_launcher.LABEL_OWNER_TICKS: str(ticks)})
+    try:
+        container.reload()
+        fake.holders[:] = [int(container.attrs["State"]["Pid"])]
+        monkeypatch.setattr(bench, "run_arm", lambda plan, *a, **k: Summary(
+            run_id="-", model="tiny", arm=plan.arm_name, runtime="x", launcher="local", profile="quick",
+            started_at="x", status="skipped"))
+        bench.run_bench("tiny", ["llamacpp"], launcher="local", profile="quick", stages=["gate"],
+                        results=tmp_path / "results")
+        assert container.id not in {c.id for c in client.containers.list(all=True)}
+    finally:
+        try:
+            container.remove(force=True)
+        except Exception:  # noqa: BLE001
+            pass

@@ -185,22 +185,24 @@ def _end_stale(lease: dict[str, Any]) -> bool:
     if not isinstance(pid, int) or not isinstance(ticks, int) or pid <= 1:
         return False
     leader: psutil.Process | None = None
-    if procid.is_same(pid, ticks):
+    same = procid.is_same(pid, ticks)  # the lease's process, running or a zombie not yet reaped
+    if same:
         with _suppress_psutil():
             candidate = psutil.Process(pid)
-            if _command_of(candidate) == lease.get("command"):
+            if _running(candidate):
+                if _command_of(candidate) != lease.get("command"):
+                    log.warning("lease of %s pid %d not acted on: that process's command line is not the "
+                                "lease's (%s)", lease.get("runtime") or "?", pid,
+                                " ".join(_command_of(candidate) or [])[:200])
+                    return False
                 leader = candidate
-            else:
-                log.warning("lease of %s pid %d not acted on: that process's command line is not the lease's "
-                            "(%s)", lease.get("runtime") or "?", pid, " ".join(_command_of(candidate) or [])[:200])
-                return False
     if leader is not None:
         with _suppress_psutil():
             victims += leader.children(recursive=True)
         victims.append(leader)
-    if isinstance(pgid, int) and pgid == pid and (leader is not None or not psutil.pid_exists(pgid)):
-        # Only a leaderless group is the runtime's when the leader is gone: a group whose id has a
-        # live leader belongs to a reused pid.
+    if isinstance(pgid, int) and pgid == pid and (same or not psutil.pid_exists(pgid)):
+        # The group is the runtime's while its leader is the lease's process (running or a zombie)
+        # or gone; a group whose id names another live process belongs to a reused pid.
         known = {v.pid for v in victims}
         for proc in psutil.process_iter():
             with _suppress_psutil():
