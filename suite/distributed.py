@@ -9,10 +9,16 @@ units of `suite_gpu_gb`, which a GPU machine advertises as its GPU memory in GB,
 32 GB-class card lands only on such machines.
 
 On its node the task runs the arm exactly as a local bench does (`bench.run_arm`: the node's own
-launcher choice, watchdog and GPU lease) into a scratch results folder, writes `ray.json` (node,
-attempt, wall-clock start and end) into the finished run folder and returns that folder as a tar.
+launcher choice, watchdog and GPU lease) into a scratch results folder (named by host, boot,
+pid namespace, pid and start: in a cache shared by nodes a node removes only its own dead tasks'
+folders), writes `ray.json` (node, attempt, wall-clock start and end) into the finished run
+folder and returns that folder as a tar.
 The driver unpacks it beside its results folder and renames it into place: a run folder appears
-whole or not at all, and one already there is never replaced. The node's name
+whole or not at all, and one already there is never replaced. A landing holds only folders and
+regular files under the run's own folder (no link of any kind: a relative symlink to a sibling
+run would make that run's lines this one's); a payload that breaks any rule, or the answer of a
+node on another suite version (the task refuses to run there, and the driver checks the answer),
+makes that arm a failed record with the reason, and the other arms go on. The node's name
 (`$SUITE_NODE_NAME` there, else its host name) goes into the signature; its hardware is detected
 on the node as always.
 
@@ -40,12 +46,16 @@ import socket
 import tarfile
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from suite import __version__ as SUITE_VERSION
 from suite.errors import SuiteError
-from suite.records import RunManifest, RunRecord, Summary, new_run_id, utcnow, write_once
+from suite.records import RunManifest, RunRecord, Summary, fsync_dir, new_run_id, utcnow, write_once
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +204,10 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
     from suite.signature import on_node
 
     _undo_ray_env()
+    wanted = request.get("suite_version")
+    if wanted is not None and wanted != SUITE_VERSION:
+        raise SuiteError(f"this node runs suite {SUITE_VERSION}, the driver {wanted}: install the driver's version "
+                         "on every node (records of two versions are never mixed)")
     arm = request["arm"]
     name = node_name()
     node_id = ray.get_runtime_context().get_node_id()
@@ -234,21 +248,44 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
             with tarfile.open(fileobj=buf, mode="w:gz") as tar:
                 tar.add(run_dir, arcname=summary.run_id)
             payload = buf.getvalue()
-        return {"summary": summary.model_dump(mode="json"), "tar": payload, "placement": placement}
+        return {"summary": summary.model_dump(mode="json"), "tar": payload, "placement": placement,
+                "suite_version": SUITE_VERSION}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- on the driver
 
+def _member_filter(run_id: str):
+    """The tar filter of a landing: only folders and regular files under `run_id/`, as tarfile's
+    "data" filter leaves them. A link of any kind is refused: a relative symlink to a sibling run
+    passes the data filter, and once landed it would show that run's lines as this one's."""
+    def only_files(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+        name = member.name.rstrip("/")
+        if name != run_id and not name.startswith(f"{run_id}/"):
+            raise SuiteError(f"a member outside the run folder ({member.name!r})")
+        if not (member.isreg() or member.isdir()):
+            kind = "a symlink" if member.issym() else "a hard link" if member.islnk() else "a special file"
+            raise SuiteError(f"{kind} ({member.name!r}); a run folder holds only folders and files")
+        return tarfile.data_filter(member, dest)
+
+    return only_files
+
+
 def land_run(results: Path, model: str, arm: str, run_id: str, payload: bytes) -> Path:
-    """Unpack a run folder shipped from a node and move it into `results` whole, never replacing one."""
+    """Unpack a run folder shipped from a node and move it into `results` whole, never replacing one.
+
+    Anything wrong with the payload (not a tar, cut short, a member outside the run folder, a
+    link, a special file) is one SuiteError and nothing is written."""
     for part in (model, arm, run_id):
-        if not _SAFE.match(part):
+        if not isinstance(part, str) or not _SAFE.match(part):
             raise SuiteError(f"a node sent a run folder named {part!r}: not a safe folder name")
     dest = results / model / arm / run_id
     if dest.exists():
         raise SuiteError(f"{dest}: a run folder with this id exists already; run records are never replaced")
+    if not isinstance(payload, (bytes, bytearray)):
+        raise SuiteError(f"the run folder {run_id} sent by the node is not an archive ({type(payload).__name__}); "
+                         "nothing written")
     incoming = results / ".incoming"
     incoming.mkdir(parents=True, exist_ok=True)
     # Nested two levels deeper than a run folder: the loaders' `*/*/*/run.json` never sees it.
@@ -256,8 +293,14 @@ def land_run(results: Path, model: str, arm: str, run_id: str, payload: bytes) -
     try:
         staged = tmp / model / arm
         staged.mkdir(parents=True)
-        with tarfile.open(fileobj=io.BytesIO(payload), mode="r:gz") as tar:
-            tar.extractall(staged, filter="data")
+        try:
+            with tarfile.open(fileobj=io.BytesIO(payload), mode="r:gz") as tar:
+                tar.extractall(staged, filter=_member_filter(run_id))
+        except SuiteError as exc:
+            raise SuiteError(f"the run folder {run_id} sent by the node holds {exc}; nothing written") from None
+        except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as exc:
+            raise SuiteError(f"the run folder {run_id} sent by the node cannot be unpacked ({_first_line(exc)}); "
+                             "nothing written") from None
         src = staged / run_id
         found = sorted(p.name for p in staged.iterdir())
         if found != [run_id] or not (src / "run.json").is_file() or not (src / "summary.json").is_file():
@@ -266,7 +309,12 @@ def land_run(results: Path, model: str, arm: str, run_id: str, payload: bytes) -
         dest.parent.mkdir(parents=True, exist_ok=True)
         if dest.exists():
             raise SuiteError(f"{dest}: a run folder with this id exists already; run records are never replaced")
-        os.rename(src, dest)  # fails on a non-empty folder of that name: never replaces a run
+        try:
+            os.rename(src, dest)  # fails on a non-empty folder of that name: never replaces a run
+        except OSError as exc:
+            raise SuiteError(f"{dest}: the run folder sent by the node could not be moved into place "
+                             f"({exc.strerror or exc}); nothing written") from None
+        fsync_dir(dest.parent)
         return dest
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -405,7 +453,7 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
     base = {"model": model, "launcher": launcher, "profile": profile, "stages": stages or list(ORDER),
             "controls": controls, "judge": (judge.url, judge.model) if judge else None,
             "concurrency": concurrency, "gate_requests": gate_requests, "restarts": restarts,
-            "overrides": overrides}
+            "overrides": overrides, "suite_version": SUITE_VERSION}
     t_bench = time.monotonic()
     _check_reachable(address)
     try:
@@ -497,20 +545,39 @@ def _collect(ray: Any, ref: Any, plan: Any, out: Path, progress: Progress, start
         reason = (f"the node running it was lost ({len(state.nodes)} attempt(s), {max_retries} retries "
                   f"allowed): {_first_line(exc)}")
     else:
-        summary = Summary.model_validate(result["summary"])
-        placement = result.get("placement") or {}
-        if result.get("tar"):
-            try:
+        try:
+            summary, placement = _read_result(result, state.node)
+            if result.get("tar"):
                 land_run(out, summary.model, summary.arm, summary.run_id, result["tar"])
-            except SuiteError as exc:
-                progress.update(arm, state="failed", detail=str(exc))
-                log.error("arm %s: %s", arm, exc)
-                return summary
-        progress.update(arm, state="done", node=placement.get("node") or state.node, stage=None,
-                        detail=f"{summary.status}{(' (' + summary.reason + ')') if summary.reason else ''}"
-                        f"{', record ' + summary.run_id if summary.run_id != '-' else ''}")
-        return summary
+        except SuiteError as exc:  # this arm's result is lost to a bad payload; the other arms go on
+            reason = str(exc)
+            log.error("arm %s: %s", arm, reason)
+        else:
+            progress.update(arm, state="done", node=placement.get("node") or state.node, stage=None,
+                            detail=f"{summary.status}{(' (' + summary.reason + ')') if summary.reason else ''}"
+                            f"{', record ' + summary.run_id if summary.run_id != '-' else ''}")
+            return summary
     summary = record_failed(out, plan.card.name, arm, plan.runtime.name, plan.launcher.name, plan.profile.name,
                             started, reason, placement)
     progress.update(arm, state="failed", stage=None, detail=reason)
     return summary
+
+
+def _read_result(result: Any, node: str | None) -> tuple[Summary, dict[str, Any]]:
+    """A task's answer as (summary, placement); SuiteError when it is not one this suite reads
+    (a node on another suite version, a broken answer)."""
+    where = f"node {node or '?'}"
+    if not isinstance(result, dict):
+        raise SuiteError(f"{where} answered with {type(result).__name__}, not an arm's result")
+    version = result.get("suite_version")
+    if version != SUITE_VERSION:
+        raise SuiteError(f"{where} runs suite {version or 'of an older version'}, the driver {SUITE_VERSION}: "
+                         "its record is not landed (install one version everywhere)")
+    try:
+        summary = Summary.model_validate(result.get("summary"))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise SuiteError(f"{where} sent a summary this suite does not read: "
+                         f"{'.'.join(str(x) for x in first['loc']) or '(top level)'}: {first['msg']}") from None
+    placement = result.get("placement")
+    return summary, placement if isinstance(placement, dict) else {}

@@ -5,8 +5,9 @@ Layout: `<results>/<model>/<arm>/<run-id>/` holding
 - `stages/<name>.json` : each stage's result, written once when the stage finishes;
 - `requests.jsonl`: one JSON line per request (appended as requests happen);
 - `summary.json`  : written once when the run ends; its presence means the run is complete.
-- `.owner`       : the writer's lock (`fcntl.flock`, held from creation until the summary is
-  written, released by the kernel when the writer dies) and who holds it.
+- `.owner`       : while the run is not finished, the writer's lock (`fcntl.flock`, held from
+  creation until the summary is written, released by the kernel when the writer dies) and who
+  holds it; removed with the summary.
 A run without `summary.json` is incomplete: `suite bench --resume` continues it, skipping the
 stages already written, but never while another process holds its owner lock (a live run is
 refused with one line naming the holder). Every file is written to a temporary name and linked
@@ -360,6 +361,8 @@ class RunRecord:
     @classmethod
     def open_incomplete(cls, run_dir: Path) -> "RunRecord":
         """Reopen an interrupted run to continue it; RunInUse when a live process still writes it."""
+        if (run_dir / "summary.json").exists():
+            raise SuiteError(f"{run_dir}: the run is finished; nothing to resume")
         owner = _take_owner(run_dir)
         try:
             if (run_dir / "summary.json").exists():
@@ -464,6 +467,9 @@ class RunRecord:
                 setattr(summary, key, self.read_stage(key))
         path = self.dir / "summary.json"
         write_once(path, summary.model_dump_json(indent=2))
+        # Finished: no one resumes it any more (open_incomplete checks for the summary under the
+        # lock), so the lock file goes and the record holds its own files only.
+        (self.dir / OWNER_FILE).unlink(missing_ok=True)
         self.release()
         return path
 

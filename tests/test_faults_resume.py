@@ -98,16 +98,18 @@ def test_a_second_resumer_in_this_process_is_refused_too(tmp_path: Path) -> None
     again.release()
 
 
-def test_a_finished_run_releases_its_owner_lock(tmp_path: Path) -> None:
+def test_a_finished_run_releases_its_owner_lock_and_leaves_no_lock_file(tmp_path: Path) -> None:
+    from suite.errors import SuiteError
     from suite.records import Summary
 
     m = golden_manifest().model_copy(update={"run_id": "r2"})
     rec = RunRecord.create(tmp_path, m)
+    assert (rec.dir / ".owner").is_file()
     rec.finish(Summary(**m.model_dump(exclude={"signature", "profile_settings"}), status="complete"))
-    import fcntl
-
-    with open(rec.dir / ".owner") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free
+    assert sorted(p.name for p in rec.dir.iterdir()) == ["run.json", "summary.json"]
+    with pytest.raises(SuiteError, match="finished"):
+        RunRecord.open_incomplete(rec.dir)
+    assert not (rec.dir / ".owner").exists()
 
 
 # ---------------------------------------------------------------- one configuration per record
