@@ -497,3 +497,77 @@ def test_a_docker_orphan_is_removed_before_the_gpu_is_checked(gpu_machine, tmp_p
             container.remove(force=True)
         except Exception:  # noqa: BLE001
             pass
+
+
+# ---------------------------------------------------------------- point 10: memwatch and reused pids
+
+
+def _start_under(pid: int, argv: list[str]) -> subprocess.Popen | None:
+    """A bystander started under a pid that was freed (the kernel's ns_last_pid); None where this
+    cannot be arranged (no privilege, or other processes took the pid first every time)."""
+    for _ in range(30):
+        try:
+            with open("/proc/sys/kernel/ns_last_pid", "w") as fh:
+                fh.write(str(pid - 1))
+        except OSError:
+            return None
+        proc = subprocess.Popen(argv, start_new_session=True)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    return None
+
+
+def _short_lived_child(root_pid: int, timeout_s: float = 5.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        kids = [c for c in psutil.Process(root_pid).children() if "0.5" in c.cmdline()]
+        if kids:
+            return kids[0].pid
+        time.sleep(0.01)
+    raise AssertionError("the watched tree's short-lived child never appeared")
+
+
+def _wait_freed(pid: int, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not psutil.pid_exists(pid)
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("kind", ["tree", "group"])
+def test_memwatch_never_kills_a_pid_it_saw_long_ago_that_now_names_another_process(kind: str, fault_report) -> None:
+    """A member of the watched tree ends and its pid goes to a bystander; stopping the target
+    kills the tree, not the bystander."""
+    from memwatch.targets import ProcessGroupTarget, ProcessTreeTarget
+
+    command = ["bash", "-c", "sleep 0.5 & sleep 1000; exit 0"]
+    if kind == "tree":
+        root = subprocess.Popen(command, start_new_session=True)
+        time.sleep(0.05)
+        target = ProcessTreeTarget(root.pid)
+        root_proc = root
+    else:
+        target = ProcessGroupTarget(command)
+        root_proc = target.proc
+    try:
+        child = _short_lived_child(root_proc.pid)
+        assert child in target.pids(), "the child was seen"
+        _wait_freed(child)
+        victim = _start_under(child, ["bash", "-c", "sleep 1004; exit 0"])
+        if victim is None:
+            pytest.skip("a freed pid cannot be handed to a new process here (ns_last_pid)")
+        try:
+            target.stop()
+            root_proc.wait(timeout=5)  # the watched tree itself was stopped
+            time.sleep(0.1)
+            fault_report(foreign_kills=int(not alive(victim)))
+            assert alive(victim), "memwatch killed the process that got a pid of its old tree"
+        finally:
+            victim.kill()
+            victim.wait()
+    finally:
+        root_proc.kill()
+        root_proc.wait()
