@@ -581,7 +581,8 @@ def configuration_differences(manifest: RunManifest, signature: Signature, profi
     """What differs between a run's recorded configuration and a new launch's, one phrase each
     (empty: the run may be continued). Compared: the profile (name and settings) and every field
     of the signature (the suite version, runtime, model, command, env, controls, sampling,
-    hardware...) but its digest, the compile-cache state and the port."""
+    hardware...) but its digest, the compile-cache state, an external server's self-reports and
+    the port."""
     out: list[str] = []
     if manifest.profile != profile.name:
         out.append(f"profile {manifest.profile} then, {profile.name} now")
@@ -593,8 +594,10 @@ def configuration_differences(manifest: RunManifest, signature: Signature, profi
     if manifest.signature is None:
         out.append("the run recorded no signature")
         return out
-    then = manifest.signature.model_dump(mode="json", exclude={"digest", "compile_cache"})
-    now_sig = signature.model_dump(mode="json", exclude={"digest", "compile_cache"})
+    volatile = {"digest", "compile_cache", "server_reports"}  # server_reports: an external server's
+    # self-reports, which hold the time of the request (/v1/models "created") and its load
+    then = manifest.signature.model_dump(mode="json", exclude=volatile)
+    now_sig = signature.model_dump(mode="json", exclude=volatile)
     then["command"], now_sig["command"] = _without_ports(then["command"]), _without_ports(now_sig["command"])
     for key in sorted({*then, *now_sig}):
         if then.get(key) != now_sig.get(key):

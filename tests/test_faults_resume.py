@@ -133,6 +133,8 @@ def test_configuration_differences_are_named_and_the_port_is_not_one() -> None:
     more = profile.model_copy(update={"gate_requests": profile.gate_requests + 1})
     assert configuration_differences(with_settings, same, more) == ["profile settings gate_requests"]
     assert configuration_differences(with_settings, same, profile) == []
+    reported = same.model_copy(update={"server_reports": {"/v1/models": {"created": 1767225600}}})
+    assert configuration_differences(then, reported, profile) == [], "a server's self-report is not configuration"
     assert configuration_differences(then.model_copy(update={"signature": None}), same, profile) == [
         "the run recorded no signature"]
 
