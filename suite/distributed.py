@@ -331,8 +331,8 @@ def record_failed(results: Path, model: str, arm: str, runtime: str, launcher: s
                            profile=profile, started_at=started)
     record = RunRecord.create(results, manifest)
     write_once(record.dir / "ray.json", json.dumps(placement, indent=2))
-    summary = Summary(**manifest.model_dump(exclude={"signature"}), finished_at=utcnow(), status="failed",
-                      reason=reason)
+    summary = Summary(**manifest.model_dump(exclude={"signature", "profile_settings"}), finished_at=utcnow(),
+                      status="failed", reason=reason)
     record.finish(summary)
     return summary
 

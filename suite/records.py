@@ -367,12 +367,7 @@ class RunRecord:
         try:
             if (run_dir / "summary.json").exists():
                 raise SuiteError(f"{run_dir}: the run finished meanwhile; nothing to resume")
-            path = run_dir / "run.json"
-            data = upgraded(path, _read_json(path))
-            try:
-                return cls(run_dir, RunManifest.model_validate(data), owner)
-            except ValidationError as exc:
-                raise _invalid(path, exc) from None
+            return cls(run_dir, read_manifest(run_dir), owner)
         except BaseException:
             owner.close()
             raise
@@ -509,13 +504,42 @@ def load_summary(path: Path, problems: list[str] | None = None) -> Summary:
     return summary
 
 
+def read_manifest(run_dir: Path) -> RunManifest:
+    """A run's run.json, read only (no lock taken, nothing written)."""
+    path = run_dir / "run.json"
+    data = upgraded(path, _read_json(path))
+    try:
+        return RunManifest.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid(path, exc) from None
+
+
+def run_in_progress(run_dir: Path) -> bool:
+    """Whether a live process holds the run's owner lock (reads only; a missing lock file: no)."""
+    try:
+        fd = os.open(run_dir / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # releases the shared lock at once
+    return False
+
+
 def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summary:
-    """A summary for a run that never finished, built from its manifest and stage files."""
-    rec = RunRecord.open_incomplete(run_dir)
-    m = rec.manifest
+    """A summary for a run that never finished, built from its manifest and stage files (read
+    only: listing a run never takes its lock or writes into it)."""
+    m = read_manifest(run_dir)
+    reason = ("the run is under way: a live suite process writes it" if run_in_progress(run_dir)
+              else "the run did not finish (interrupted); `suite bench --resume` continues it")
     summary = Summary(
-        **m.model_dump(exclude={"signature"}), signature=m.signature, status="incomplete",
-        reason="the run did not finish (interrupted); `suite bench --resume` continues it",
+        **m.model_dump(exclude={"signature", "profile_settings"}), signature=m.signature, status="incomplete",
+        reason=reason,
     )
     for key in RESULT_MODELS:
         p = run_dir / "stages" / f"{key}.json"

@@ -186,3 +186,21 @@ def test_the_run_folder_is_fsynced_after_a_record_is_linked(tmp_path: Path, monk
     linked = events.index(("link", path))
     assert ("fsync", (folder.st_dev, folder.st_ino)) in events[linked + 1:], \
         "the folder is not synced after the record's name was linked in"
+
+
+def test_listing_runs_takes_no_lock_and_writes_nothing(tmp_path: Path) -> None:
+    """`suite results` and the site read incomplete runs while a bench writes them: no lock is
+    taken (the writer is not refused), no file appears, and a live run says it is under way."""
+    from suite.records import load_all
+
+    before = sorted(p for p in GOLDEN.rglob("*"))
+    assert any(s.status == "incomplete" for s in load_all(GOLDEN))
+    assert sorted(p for p in GOLDEN.rglob("*")) == before, "reading the golden records wrote into them"
+
+    live = RunRecord.create(tmp_path, golden_manifest().model_copy(update={"run_id": "r3"}))
+    (summary,) = load_all(tmp_path)
+    assert summary.status == "incomplete" and "under way" in (summary.reason or "")
+    live.record_request("gate", stage="gate", prompt_id="p", index=0, text="still writing")  # not refused
+    live.release()
+    (summary,) = load_all(tmp_path)
+    assert "--resume" in (summary.reason or "")
