@@ -389,13 +389,18 @@ class BenchSession:
         assert self.record is not None
         if self.log_dir != self.record.log_dir:
             stamp = int(time.time() * 1000)
+            moved: dict[Path, Path] = {}
             for p in self.log_dir.iterdir():
                 target = self.record.log_dir / p.name
                 if target.exists():  # a resumed run's first launch wrote a log of this name
                     target = target.with_name(f"{p.stem}-resumed-{stamp}{p.suffix}")
                 p.rename(target)
+                moved[p] = target
             self.log_dir.rmdir()
             self.log_dir = self.record.log_dir
+            rt = getattr(self, "runtime", None)
+            if rt is not None and getattr(rt, "log_path", None) in moved:  # its death reason is read there
+                rt.log_path = moved[rt.log_path]
 
     def failed_start(self, exc: RuntimeStartError) -> Summary:
         """A runtime that never got ready: the record says so, with its error line and log."""
