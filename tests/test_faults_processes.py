@@ -39,6 +39,17 @@ def bystander(*argv: str) -> subprocess.Popen:
     return proc
 
 
+def end(proc: subprocess.Popen) -> None:
+    """Stop a process this test started and everything of its own process group (a bystander's
+    `sleep` child too), unless it was reaped already (its group id may then be someone else's)."""
+    if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    proc.wait()
+
+
 def alive(proc: subprocess.Popen) -> bool:
     return proc.poll() is None
 
@@ -113,8 +124,7 @@ def test_a_crafted_lease_never_kills_a_bystander(tmp_path: Path, case: str, faul
         fault_report(foreign_kills=kills)
         assert ended == [] and alive(victim), f"{case}: an unrelated bash was killed"
     finally:
-        victim.kill()
-        victim.wait()
+        end(victim)
 
 
 @pytest.mark.fault
@@ -134,8 +144,7 @@ def test_a_true_lease_still_ends_its_runtime_and_files_are_private(tmp_path: Pat
         assert alive(other) and list(folder.glob("*.json")) == []
     finally:
         for p in (runtime, other):
-            p.kill()
-            p.wait()
+            end(p)
 
 
 @pytest.mark.fault
@@ -152,8 +161,7 @@ def test_an_existing_open_leases_folder_is_closed_to_others(tmp_path: Path, faul
         fault_report(foreign_kills=int(not alive(victim)))
         assert alive(victim)
     finally:
-        victim.kill()
-        victim.wait()
+        end(victim)
 
 
 # ---------------------------------------------------------------- point 10: no preexec_fn
@@ -223,8 +231,7 @@ def test_a_runtime_dies_with_its_suite_through_the_shim(where: str, fault_report
         assert alive(other)
     finally:
         suite_proc.kill()
-        other.kill()
-        other.wait()
+        end(other)
 
 
 # ---------------------------------------------------------------- point 9: owner gone, judged safely
@@ -414,8 +421,7 @@ def test_a_kill_9_orphan_is_ended_before_the_gpu_is_checked(gpu_machine, tmp_pat
         assert alive(other)
     finally:
         procid.signal_if_same(worker, ticks)
-        other.kill()
-        other.wait()
+        end(other)
 
 
 @pytest.mark.fault
@@ -513,8 +519,7 @@ def _start_under(pid: int, argv: list[str]) -> subprocess.Popen | None:
         proc = subprocess.Popen(argv, start_new_session=True)
         if proc.pid == pid:
             return proc
-        proc.kill()
-        proc.wait()
+        end(proc)
     return None
 
 
@@ -565,8 +570,6 @@ def test_memwatch_never_kills_a_pid_it_saw_long_ago_that_now_names_another_proce
             fault_report(foreign_kills=int(not alive(victim)))
             assert alive(victim), "memwatch killed the process that got a pid of its old tree"
         finally:
-            victim.kill()
-            victim.wait()
+            end(victim)
     finally:
-        root_proc.kill()
-        root_proc.wait()
+        end(root_proc)
