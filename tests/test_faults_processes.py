@@ -147,6 +147,29 @@ def test_a_true_lease_still_ends_its_runtime_and_files_are_private(tmp_path: Pat
             end(p)
 
 
+def test_a_lease_of_a_script_runtime_matches_its_interpreted_command_line(tmp_path: Path) -> None:
+    """A runtime started as a `#!` script runs as `interpreter script args`: still its lease's."""
+    script = tmp_path / "bin" / "fake-server"
+    script.parent.mkdir()
+    script.write_text("#!/bin/bash\nsleep 1000\nexit 0\n")
+    script.chmod(0o755)
+    command = ["fake-server", "--port", "1234"]
+    proc = local._SPAWNER.popen(command, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, "PATH": f"{script.parent}:{os.environ['PATH']}"})
+    try:
+        deadline = time.monotonic() + 5
+        while "--port" not in psutil.Process(proc.pid).cmdline() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert psutil.Process(proc.pid).cmdline() != command  # the kernel put bash first
+        write_lease(proc.pid, command, "fake", owner=dead_owner(), directory=tmp_path / "leases")
+        assert reap_stale_leases(tmp_path / "leases") == [f"fake pid {proc.pid}"]
+        assert wait_dead(proc)
+        assert not local._same_command(["bash", "/x/other-server", "--port", "1234"], command)
+        assert not local._same_command(["bash", "/x/fake-server", "--port", "9"], command)
+    finally:
+        end(proc)
+
+
 @pytest.mark.fault
 def test_an_existing_open_leases_folder_is_closed_to_others(tmp_path: Path, fault_report) -> None:
     """A leases folder left 0755 by an older suite is made 0700 by the next lease."""

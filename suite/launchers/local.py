@@ -173,6 +173,20 @@ def _command_of(proc: psutil.Process) -> list[str] | None:
         return None
 
 
+def _same_command(live: list[str] | None, leased: Any) -> bool:
+    """Whether a live command line is the lease's: equal, or the lease's as the kernel runs a
+    script (`#!` interpreter and its argument first, the script's path as found on PATH)."""
+    if live is None or not isinstance(leased, list) or not leased:
+        return False
+    if live == leased:
+        return True
+    n = len(leased)
+    if len(live) <= n:
+        return False
+    script = live[len(live) - n]
+    return live[len(live) - n + 1:] == leased[1:] and os.path.basename(script) == os.path.basename(leased[0])
+
+
 def _end_stale(lease: dict[str, Any]) -> bool:
     """Kill the runtime of a stale lease and what is left of its group; True if anything was killed.
 
@@ -190,7 +204,7 @@ def _end_stale(lease: dict[str, Any]) -> bool:
         with _suppress_psutil():
             candidate = psutil.Process(pid)
             if _running(candidate):
-                if _command_of(candidate) != lease.get("command"):
+                if not _same_command(_command_of(candidate), lease.get("command")):
                     log.warning("lease of %s pid %d not acted on: that process's command line is not the "
                                 "lease's (%s)", lease.get("runtime") or "?", pid,
                                 " ".join(_command_of(candidate) or [])[:200])
