@@ -204,3 +204,43 @@ def test_listing_runs_takes_no_lock_and_writes_nothing(tmp_path: Path) -> None:
     live.release()
     (summary,) = load_all(tmp_path)
     assert "--resume" in (summary.reason or "")
+
+
+# ---------------------------------------------------------------- live: a real llama-server
+
+
+@pytest.mark.fault
+def test_live_resume_continues_only_the_same_configuration(tmp_path: Path, fault_report) -> None:
+    """llama-server on the tiny model: a run interrupted after its manifest is continued by a
+    resume of the same configuration, and left alone (a new run starts) by one with more gate
+    requests."""
+    import shutil
+
+    from conftest import installed_definition
+    from suite.bench import run_bench
+    from suite.catalog import get_card, is_prepared
+    from suite.records import load_summary
+
+    installed_definition("llamacpp")
+    if not is_prepared(get_card("tiny"), "gguf"):
+        pytest.skip("the tiny GGUF is not prepared here (run `suite setup`)")
+    results = tmp_path / "results"
+    common = dict(arms=["llamacpp"], launcher="local", profile="quick", stages=["gate"], results=results)
+    (done,) = run_bench("tiny", gate_requests=2, **common)
+    assert done.status == "complete", done.reason
+    first = results / "tiny" / "llamacpp" / done.run_id
+    # An interrupted twin: the same manifest, nothing else (a suite killed right after it began).
+    twin = first.with_name("20000101T000000000000Z-interrupt")
+    twin.mkdir()
+    manifest = json.loads((first / "run.json").read_text())
+    (twin / "run.json").write_text(json.dumps({**manifest, "run_id": twin.name}))
+    before = sorted(p.name for p in twin.iterdir())
+
+    (other,) = run_bench("tiny", gate_requests=3, resume=True, **common)  # another configuration
+    untouched = sorted(p.name for p in twin.iterdir()) == before
+    (same,) = run_bench("tiny", gate_requests=2, resume=True, **common)  # the twin's configuration
+    fault_report(records_mixed=int(not untouched) + int(other.run_id == twin.name))
+    assert untouched and other.run_id not in (twin.name, done.run_id) and other.status == "complete"
+    assert same.run_id == twin.name and same.status == "complete", same.reason
+    assert load_summary(twin / "summary.json").gate is not None
+    shutil.rmtree(results)
