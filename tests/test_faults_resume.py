@@ -234,10 +234,13 @@ def test_live_resume_continues_only_the_same_configuration(tmp_path: Path, fault
     twin.mkdir()
     manifest = json.loads((first / "run.json").read_text())
     (twin / "run.json").write_text(json.dumps({**manifest, "run_id": twin.name}))
-    before = sorted(p.name for p in twin.iterdir())
+    def files(d: Path) -> dict[str, bytes]:  # the record's files (the owner lock file aside)
+        return {str(p.relative_to(d)): p.read_bytes() for p in d.rglob("*") if p.is_file() and p.name != ".owner"}
+
+    before = files(twin)
 
     (other,) = run_bench("tiny", gate_requests=3, resume=True, **common)  # another configuration
-    untouched = sorted(p.name for p in twin.iterdir()) == before
+    untouched = files(twin) == before
     (same,) = run_bench("tiny", gate_requests=2, resume=True, **common)  # the twin's configuration
     fault_report(records_mixed=int(not untouched) + int(other.run_id == twin.name))
     assert untouched and other.run_id not in (twin.name, done.run_id) and other.status == "complete"
