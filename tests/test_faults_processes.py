@@ -158,12 +158,14 @@ def test_a_lease_of_a_script_runtime_matches_its_interpreted_command_line(tmp_pa
                                 env={**os.environ, "PATH": f"{script.parent}:{os.environ['PATH']}"})
     try:
         deadline = time.monotonic() + 5
-        while "--port" not in psutil.Process(proc.pid).cmdline() and time.monotonic() < deadline:
+        while ("--port" not in psutil.Process(proc.pid).cmdline() or not psutil.Process(proc.pid).children()) \
+                and time.monotonic() < deadline:
             time.sleep(0.02)
         assert psutil.Process(proc.pid).cmdline() != command  # the kernel put bash first
+        (child,) = psutil.Process(proc.pid).children()
         write_lease(proc.pid, command, "fake", owner=dead_owner(), directory=tmp_path / "leases")
         assert reap_stale_leases(tmp_path / "leases") == [f"fake pid {proc.pid}"]
-        assert wait_dead(proc)
+        assert wait_dead(proc) and not child.is_running()
         assert not local._same_command(["bash", "/x/other-server", "--port", "1234"], command)
         assert not local._same_command(["bash", "/x/fake-server", "--port", "9"], command)
     finally:

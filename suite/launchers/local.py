@@ -214,22 +214,38 @@ def _end_stale(lease: dict[str, Any]) -> bool:
         with _suppress_psutil():
             victims += leader.children(recursive=True)
         victims.append(leader)
-    if isinstance(pgid, int) and pgid == pid and (same or not psutil.pid_exists(pgid)):
-        # The group is the runtime's while its leader is the lease's process (running or a zombie)
-        # or gone; a group whose id names another live process belongs to a reused pid.
-        known = {v.pid for v in victims}
-        for proc in psutil.process_iter():
-            with _suppress_psutil():
-                member_ticks = procid.start_ticks(proc.pid)
-                if (proc.pid not in known and os.getpgid(proc.pid) == pgid and member_ticks is not None
-                        and member_ticks >= ticks):
-                    victims.append(proc)
-    victims = [v for v in victims if _running(v)]  # a zombie is already ended, awaiting its reaper
+    # The group is the runtime's while its leader is the lease's process (running or a zombie) or
+    # gone; a group whose id names another live process belongs to a reused pid.
+    group = pgid if isinstance(pgid, int) and pgid == pid and (same or not psutil.pid_exists(pgid)) else None
+    ended = _kill_all(victims)
+    # A member may fork between the listing and the kill: look again until a pass finds none.
+    for _ in range(5):
+        members = _group_members(group, ticks) if group is not None else []
+        if not members:
+            break
+        ended += _kill_all(members)
+    return bool(ended)
+
+
+def _group_members(pgid: int, since_ticks: int) -> list[psutil.Process]:
+    """Live members of process group `pgid` that started at or after `since_ticks`."""
+    found = []
+    for proc in psutil.process_iter():
+        with _suppress_psutil():
+            member_ticks = procid.start_ticks(proc.pid)
+            if os.getpgid(proc.pid) == pgid and member_ticks is not None and member_ticks >= since_ticks \
+                    and _running(proc):
+                found.append(proc)
+    return found
+
+
+def _kill_all(procs: list[psutil.Process]) -> list[psutil.Process]:
+    victims = [v for v in procs if _running(v)]  # a zombie is already ended, awaiting its reaper
     for proc in victims:
         with _suppress_psutil():
             proc.kill()  # psutil refuses a pid reused since it was listed
     psutil.wait_procs(victims, timeout=5)
-    return bool(victims)
+    return victims
 
 
 def _running(proc: psutil.Process) -> bool:
