@@ -328,10 +328,13 @@ def _take_owner(run_dir: Path) -> Any:
     except OSError as exc:
         fh.close()
         raise SuiteError(f"{path}: cannot take the run's owner lock: {exc.strerror or exc}") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"pid {os.getpid()} on {socket.gethostname()} since {utcnow()}\n")
-    fh.flush()
+    try:  # who holds it, for the refusal's message only: a full disk leaves it empty
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()} since {utcnow()}\n")
+        fh.flush()
+    except OSError:
+        pass
     return fh
 
 
