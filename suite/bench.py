@@ -7,6 +7,9 @@ record is created with the configuration signature; the stages run in order (gat
 extraction, restarts) with the watchdog sampling memory the whole time; a watchdog trip stops the
 arm (a result, not a crash) and the bench goes on with the next arm. Nothing already measured is
 lost: each stage's result is written as soon as it finishes, and an interrupted run is resumable.
+Before any arm takes the GPU, what a suite killed with -9 left behind (a container, a runtime's
+workers) is ended (`launchers.reap_orphans`): the GPU check would otherwise refuse and the
+orphan stay.
 """
 
 from __future__ import annotations
@@ -26,12 +29,12 @@ from suite.catalog import Arm, ModelCard, arm_runtime, format_path, get_card, pr
 from suite.client import GenerationParams, OpenAIClient
 from suite.definitions import RuntimeDefinition, get_definition
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers import launcher_for
+from suite.launchers import launcher_for, reap_orphans
 from suite.launchers.base import LaunchSpec, Launcher, LoraAdapter, RunningRuntime
 from suite.profiles import Profile, get_profile
-from suite.records import (RESULT_MODELS, DeterminismOutcome, RunManifest, RunRecord, Summary, find_incomplete, new_run_id,
-                           utcnow)
-from suite.signature import detect_hardware, redact_args, redact_env
+from suite.records import (RESULT_MODELS, DeterminismOutcome, RunInUse, RunManifest, RunRecord, Summary, find_incomplete,
+                           new_run_id, utcnow)
+from suite.signature import Signature, detect_hardware, redact_args, redact_env
 from suite.signature import make_signature, prompt_set_hash  # noqa: F401 - the arm's signature asks its launcher
 from suite.stages import ORDER, StageContext, get_stage
 from suite.stages.gate import death_reason_of
@@ -275,7 +278,13 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
         return Summary(run_id="-", model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
                        launcher=plan.launcher.name, profile=plan.profile.name, started_at=started,
                        status="skipped", reason=str(exc))
-    session = BenchSession(plan, results, resume=resume, judge=judge, controls_request=controls_request)
+    try:
+        session = BenchSession(plan, results, resume=resume, judge=judge, controls_request=controls_request)
+    except RunInUse as exc:  # a live run is never taken over; the other arms go on
+        log.error("arm %s not run: %s", plan.arm_name, exc)
+        return Summary(run_id="-", model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
+                       launcher=plan.launcher.name, profile=plan.profile.name, started_at=started,
+                       status="skipped", reason=str(exc))
     try:
         session.start()
     except RuntimeStartError as exc:
@@ -289,8 +298,10 @@ class BenchSession:
     """One arm's run, from its first start to its summary; a context manager.
 
     `start()` starts the runtime (its determinism mode first, then its default mode if refused),
-    makes the configuration signature, creates the run record (or reopens the interrupted one
-    with `resume`) and starts the memory watchdog. `launch()` gives the stages that need them
+    makes the configuration signature, creates the run record (or, with `resume`, continues the
+    interrupted one: never one a live process holds, RunInUse, and only when this launch's
+    configuration is the one it recorded, else a new run starts and a warning says what
+    differs) and starts the memory watchdog. `launch()` gives the stages that need them
     fresh runtimes of the same configuration, each under a watchdog of its own. `run()` runs the
     stages in order; a failure ends the arm with its status and reason in the summary. Leaving the
     block stops the clients, the watchdog and the runtime (Ctrl-C included: the run then stays
@@ -308,14 +319,11 @@ class BenchSession:
         self.reason: str | None = None
         self.not_run: list[str] = []  # stages that need a runtime the suite started
         self._stack = contextlib.ExitStack()
+        # The run to continue, if any: its owner lock is held from here (RunInUse: a live process
+        # writes it); it is continued only if this launch's configuration is the one it recorded.
         previous = find_incomplete(results, plan.card.name, plan.arm_name) if resume else None
-        if previous is not None:
-            self.record = RunRecord.open_incomplete(previous)
-            moved = self.record.set_aside_unfinished({n for n in RESULT_MODELS if self.record.stage_done(n)})
-            log.info("resuming %s%s", previous, f" ({moved} request lines of the interrupted stage set aside in "
-                     "requests-interrupted.jsonl)" if moved else "")
-        self.log_dir = self.record.log_dir if self.record else (
-            results / ".logs" / f"{plan.card.name}-{plan.arm_name}-{int(time.time() * 1000)}")
+        self.previous: RunRecord | None = RunRecord.open_incomplete(previous) if previous is not None else None
+        self.log_dir = results / ".logs" / f"{plan.card.name}-{plan.arm_name}-{int(time.time() * 1000)}"
         self.log_dir.mkdir(parents=True, exist_ok=True)
 
     # -- start and stop ---------------------------------------------------------------------------
@@ -334,12 +342,16 @@ class BenchSession:
     def _started(self, rt: RunningRuntime, spec: LaunchSpec, determinism: DeterminismOutcome) -> None:
         plan = self.plan
         signature = make_signature(plan, rt, spec)
+        if self.previous is not None:
+            self._resume_or_not(self.previous, signature)
+            self.previous = None
         if self.record is None:
             manifest = RunManifest(run_id=new_run_id(signature.digest), model=plan.card.name, arm=plan.arm_name,
                                    runtime=plan.runtime.name, launcher=plan.launcher.name,
-                                   profile=plan.profile.name, started_at=self.started, signature=signature)
+                                   profile=plan.profile.name, started_at=self.started, signature=signature,
+                                   profile_settings=plan.profile.model_dump(mode="json"))
             self.record = RunRecord.create(self.results, manifest)
-            self._move_logs()
+        self._move_logs()
         self.summary = Summary(run_id=self.record.manifest.run_id, model=plan.card.name, arm=plan.arm_name,
                                runtime=plan.runtime.name, launcher=plan.launcher.name, profile=plan.profile.name,
                                started_at=self.record.manifest.started_at, determinism=determinism,
@@ -361,19 +373,45 @@ class BenchSession:
                 seed=sampling.seed, temperature=sampling.temperature))
             self._stack.callback(self.ctx.judge.close)
 
+    def _resume_or_not(self, previous: RunRecord, signature: Signature) -> None:
+        """Continue `previous` if this launch has its configuration; else say why and leave it."""
+        differs = configuration_differences(previous.manifest, signature, self.plan.profile)
+        if differs:
+            log.warning("arm %s: %s not resumed: this launch's configuration differs from the run's (%s); "
+                        "a new run starts and the old one stays incomplete", self.plan.arm_name, previous.dir,
+                        "; ".join(differs))
+            previous.release()
+            return
+        self.record = previous
+        moved = previous.set_aside_unfinished({n for n in RESULT_MODELS if previous.stage_done(n)})
+        log.info("resuming %s%s", previous.dir, f" ({moved} request lines of the interrupted stage set aside in "
+                 "requests-interrupted.jsonl)" if moved else "")
+
     def _move_logs(self) -> None:
-        """Logs written before the record existed move into it."""
+        """Logs written before the record existed (or was reopened) move into it, never over a file."""
         assert self.record is not None
         if self.log_dir != self.record.log_dir:
+            stamp = int(time.time() * 1000)
+            moved: dict[Path, Path] = {}
             for p in self.log_dir.iterdir():
-                p.rename(self.record.log_dir / p.name)
+                target = self.record.log_dir / p.name
+                if target.exists():  # a resumed run's first launch wrote a log of this name
+                    target = target.with_name(f"{p.stem}-resumed-{stamp}{p.suffix}")
+                p.rename(target)
+                moved[p] = target
             self.log_dir.rmdir()
             self.log_dir = self.record.log_dir
+            rt = getattr(self, "runtime", None)
+            if rt is not None and getattr(rt, "log_path", None) in moved:  # its death reason is read there
+                rt.log_path = moved[rt.log_path]
 
     def failed_start(self, exc: RuntimeStartError) -> Summary:
         """A runtime that never got ready: the record says so, with its error line and log."""
         plan = self.plan
         self._stack.close()
+        if self.previous is not None:  # never launched: the interrupted run stays as it was
+            self.previous.release()
+            self.previous = None
         if self.record is None:
             self.record = RunRecord.create(self.results, RunManifest(
                 run_id=new_run_id(None), model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
@@ -394,6 +432,8 @@ class BenchSession:
         try:
             report = self.watchdog.stop()
             if exc_type is not None:  # Ctrl-C or a bug: everything stops; the run stays resumable
+                assert self.record is not None
+                self.record.release()
                 return
             if self.watchdog.tripped:
                 self.status, self.reason = "stopped-by-watchdog", self.reason or "stopped by the memory watchdog"
@@ -536,6 +576,54 @@ class BenchSession:
                 log.error("arm %s: %s", plan.arm_name, self.reason)
 
 
+_PORT_FLAG = re.compile(r"port", re.IGNORECASE)
+
+
+def _without_ports(command: list[str]) -> list[str]:
+    """A command line with the port it listened on replaced (a free port is picked per launch)."""
+    out: list[str] = []
+    for i, arg in enumerate(command):
+        flag, eq, _ = arg.partition("=")
+        if eq and flag.startswith("-") and _PORT_FLAG.search(flag):
+            out.append(f"{flag}=<port>")
+        elif i and command[i - 1].startswith("-") and _PORT_FLAG.search(command[i - 1]) and arg.isdigit():
+            out.append("<port>")
+        else:
+            out.append(arg)
+    return out
+
+
+def configuration_differences(manifest: RunManifest, signature: Signature, profile: Profile) -> list[str]:
+    """What differs between a run's recorded configuration and a new launch's, one phrase each
+    (empty: the run may be continued). Compared: the profile (name and settings) and every field
+    of the signature (the suite version, runtime, model, command, env, controls, sampling,
+    hardware...) but its digest, the compile-cache state, an external server's self-reports and
+    the port."""
+    out: list[str] = []
+    if manifest.profile != profile.name:
+        out.append(f"profile {manifest.profile} then, {profile.name} now")
+    elif manifest.profile_settings is not None:
+        now = profile.model_dump(mode="json")
+        keys = sorted(k for k in {*manifest.profile_settings, *now} if manifest.profile_settings.get(k) != now.get(k))
+        if keys:
+            out.append(f"profile settings {', '.join(keys)}")
+    if manifest.signature is None:
+        out.append("the run recorded no signature")
+        return out
+    volatile = {"digest", "compile_cache", "server_reports"}  # server_reports: an external server's
+    # self-reports, which hold the time of the request (/v1/models "created") and its load
+    then = manifest.signature.model_dump(mode="json", exclude=volatile)
+    now_sig = signature.model_dump(mode="json", exclude=volatile)
+    then["command"], now_sig["command"] = _without_ports(then["command"]), _without_ports(now_sig["command"])
+    for key in sorted({*then, *now_sig}):
+        if then.get(key) != now_sig.get(key):
+            if key == "suite_version":
+                out.append(f"suite version {then.get(key)} then, {now_sig.get(key)} now")
+            else:
+                out.append(f"signature field {key}")
+    return out
+
+
 class RuntimeDied(SuiteError):
     """The arm's runtime stopped on its own during a stage that needed it."""
 
@@ -594,6 +682,10 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
     for profile in {plan.profile.model_dump_json(): plan.profile for plan in plans}.values():  # the arms share one
         preflight(stages or list(ORDER), profile, judge)
+    if any(plan.launcher.name not in ("external", "none") for plan in plans):
+        # What a suite killed with -9 left (a container, a runtime's workers) may hold the GPU:
+        # end it before the GPU is checked, or the check refuses and the orphan stays.
+        reap_orphans()
     summaries = []
     for plan in plans:
         # One runtime on the GPU at a time: a machine-wide lock and no other compute process;

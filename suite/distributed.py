@@ -9,10 +9,16 @@ units of `suite_gpu_gb`, which a GPU machine advertises as its GPU memory in GB,
 32 GB-class card lands only on such machines.
 
 On its node the task runs the arm exactly as a local bench does (`bench.run_arm`: the node's own
-launcher choice, watchdog and GPU lease) into a scratch results folder, writes `ray.json` (node,
-attempt, wall-clock start and end) into the finished run folder and returns that folder as a tar.
+launcher choice, watchdog and GPU lease) into a scratch results folder (named by host, boot,
+pid namespace, pid and start: in a cache shared by nodes a node removes only its own dead tasks'
+folders), writes `ray.json` (node, attempt, wall-clock start and end) into the finished run
+folder and returns that folder as a tar.
 The driver unpacks it beside its results folder and renames it into place: a run folder appears
-whole or not at all, and one already there is never replaced. The node's name
+whole or not at all, and one already there is never replaced. A landing holds only folders and
+regular files under the run's own folder (no link of any kind: a relative symlink to a sibling
+run would make that run's lines this one's); a payload that breaks any rule, or the answer of a
+node on another suite version (the task refuses to run there, and the driver checks the answer),
+makes that arm a failed record with the reason, and the other arms go on. The node's name
 (`$SUITE_NODE_NAME` there, else its host name) goes into the signature; its hardware is detected
 on the node as always.
 
@@ -40,12 +46,16 @@ import socket
 import tarfile
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from suite import __version__ as SUITE_VERSION
 from suite.errors import SuiteError
-from suite.records import RunManifest, RunRecord, Summary, new_run_id, utcnow, write_once
+from suite.records import RunManifest, RunRecord, Summary, fsync_dir, new_run_id, utcnow, write_once
 
 log = logging.getLogger(__name__)
 
@@ -140,18 +150,35 @@ def _scratch_root() -> Path:
     return cache_dir() / "ray-scratch"
 
 
-def _reap_scratch(root: Path) -> None:
-    """Remove scratch folders of task processes that are gone (a cancelled or killed task)."""
-    import psutil
+def _scratch_name(me: Any) -> str:
+    """A task's scratch folder: host, boot, pid namespace, pid and start tick of its worker process.
 
-    for d in root.glob("*-*") if root.is_dir() else []:
-        pid, _, start = d.name.partition("-")
-        try:
-            alive = abs(psutil.Process(int(pid)).create_time() * 1000 - int(start)) < 50
-        except (ValueError, psutil.Error):
-            alive = False
-        if not alive:
+    The cache may be shared by several nodes (an NFS home): the name says whose folder it is, so
+    a node's reaper judges only its own."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", me.host) or "_"
+    ns = re.sub(r"\D", "", me.pidns) or "0"
+    return f"{host}~{me.boot_id}~{ns}~{me.pid}~{me.start_ticks}"
+
+
+def _reap_scratch(root: Path) -> list[Path]:
+    """Remove scratch folders of task processes of this node that are gone (a cancelled or killed
+    task); returns what was removed. Folders of other hosts, boots or pid namespaces, and folders
+    of another form, are left alone."""
+    from suite import procid
+
+    me = procid.identity()
+    if me is None or not root.is_dir():
+        return []
+    host, boot, ns = _scratch_name(me).split("~")[:3]
+    removed = []
+    for d in root.iterdir():
+        parts = d.name.split("~")
+        if len(parts) != 5 or parts[:3] != [host, boot, ns] or not (parts[3].isdigit() and parts[4].isdigit()):
+            continue
+        if not procid.is_same(int(parts[3]), int(parts[4])):
             shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
 
 
 def _undo_ray_env() -> None:
@@ -169,14 +196,18 @@ def _undo_ray_env() -> None:
 
 def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
     """The Ray task: one arm on this node, as a local bench runs it; returns its run folder as a tar."""
-    import psutil
     import ray
 
-    from suite import gpu
+    from suite import gpu, procid
     from suite.bench import JudgeChoice, plan_arms, run_arm
+    from suite.launchers import reap_orphans
     from suite.signature import on_node
 
     _undo_ray_env()
+    wanted = request.get("suite_version")
+    if wanted is not None and wanted != SUITE_VERSION:
+        raise SuiteError(f"this node runs suite {SUITE_VERSION}, the driver {wanted}: install the driver's version "
+                         "on every node (records of two versions are never mixed)")
     arm = request["arm"]
     name = node_name()
     node_id = ray.get_runtime_context().get_node_id()
@@ -187,7 +218,9 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
         attempt = None
     root = _scratch_root()
     _reap_scratch(root)
-    work = root / f"{os.getpid()}-{int(psutil.Process().create_time() * 1000)}"
+    me = procid.identity()
+    assert me is not None  # this process runs
+    work = root / _scratch_name(me)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
@@ -196,6 +229,7 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
                          request.get("overrides"))[0]
         judge = JudgeChoice(*request["judge"]) if request.get("judge") else None
         t0 = time.time()
+        reap_orphans()  # before the GPU check: an orphan of a killed task may hold the GPU
         with on_node(name), gpu.exclusive_device() as lease:
             summary = run_arm(plan, work, request["stages"], request.get("controls"), False, judge,
                               on_stage=lambda stage: board.report.remote(arm, "stage", stage=stage, node=name))
@@ -214,21 +248,44 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
             with tarfile.open(fileobj=buf, mode="w:gz") as tar:
                 tar.add(run_dir, arcname=summary.run_id)
             payload = buf.getvalue()
-        return {"summary": summary.model_dump(mode="json"), "tar": payload, "placement": placement}
+        return {"summary": summary.model_dump(mode="json"), "tar": payload, "placement": placement,
+                "suite_version": SUITE_VERSION}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- on the driver
 
+def _member_filter(run_id: str):
+    """The tar filter of a landing: only folders and regular files under `run_id/`, as tarfile's
+    "data" filter leaves them. A link of any kind is refused: a relative symlink to a sibling run
+    passes the data filter, and once landed it would show that run's lines as this one's."""
+    def only_files(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+        name = member.name.rstrip("/")
+        if name != run_id and not name.startswith(f"{run_id}/"):
+            raise SuiteError(f"a member outside the run folder ({member.name!r})")
+        if not (member.isreg() or member.isdir()):
+            kind = "a symlink" if member.issym() else "a hard link" if member.islnk() else "a special file"
+            raise SuiteError(f"{kind} ({member.name!r}); a run folder holds only folders and files")
+        return tarfile.data_filter(member, dest)
+
+    return only_files
+
+
 def land_run(results: Path, model: str, arm: str, run_id: str, payload: bytes) -> Path:
-    """Unpack a run folder shipped from a node and move it into `results` whole, never replacing one."""
+    """Unpack a run folder shipped from a node and move it into `results` whole, never replacing one.
+
+    Anything wrong with the payload (not a tar, cut short, a member outside the run folder, a
+    link, a special file) is one SuiteError and nothing is written."""
     for part in (model, arm, run_id):
-        if not _SAFE.match(part):
+        if not isinstance(part, str) or not _SAFE.match(part):
             raise SuiteError(f"a node sent a run folder named {part!r}: not a safe folder name")
     dest = results / model / arm / run_id
     if dest.exists():
         raise SuiteError(f"{dest}: a run folder with this id exists already; run records are never replaced")
+    if not isinstance(payload, (bytes, bytearray)):
+        raise SuiteError(f"the run folder {run_id} sent by the node is not an archive ({type(payload).__name__}); "
+                         "nothing written")
     incoming = results / ".incoming"
     incoming.mkdir(parents=True, exist_ok=True)
     # Nested two levels deeper than a run folder: the loaders' `*/*/*/run.json` never sees it.
@@ -236,8 +293,14 @@ def land_run(results: Path, model: str, arm: str, run_id: str, payload: bytes) -
     try:
         staged = tmp / model / arm
         staged.mkdir(parents=True)
-        with tarfile.open(fileobj=io.BytesIO(payload), mode="r:gz") as tar:
-            tar.extractall(staged, filter="data")
+        try:
+            with tarfile.open(fileobj=io.BytesIO(payload), mode="r:gz") as tar:
+                tar.extractall(staged, filter=_member_filter(run_id))
+        except SuiteError as exc:
+            raise SuiteError(f"the run folder {run_id} sent by the node holds {exc}; nothing written") from None
+        except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as exc:
+            raise SuiteError(f"the run folder {run_id} sent by the node cannot be unpacked ({_first_line(exc)}); "
+                             "nothing written") from None
         src = staged / run_id
         found = sorted(p.name for p in staged.iterdir())
         if found != [run_id] or not (src / "run.json").is_file() or not (src / "summary.json").is_file():
@@ -246,7 +309,12 @@ def land_run(results: Path, model: str, arm: str, run_id: str, payload: bytes) -
         dest.parent.mkdir(parents=True, exist_ok=True)
         if dest.exists():
             raise SuiteError(f"{dest}: a run folder with this id exists already; run records are never replaced")
-        os.rename(src, dest)  # fails on a non-empty folder of that name: never replaces a run
+        try:
+            os.rename(src, dest)  # fails on a non-empty folder of that name: never replaces a run
+        except OSError as exc:
+            raise SuiteError(f"{dest}: the run folder sent by the node could not be moved into place "
+                             f"({exc.strerror or exc}); nothing written") from None
+        fsync_dir(dest.parent)
         return dest
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -263,8 +331,8 @@ def record_failed(results: Path, model: str, arm: str, runtime: str, launcher: s
                            profile=profile, started_at=started)
     record = RunRecord.create(results, manifest)
     write_once(record.dir / "ray.json", json.dumps(placement, indent=2))
-    summary = Summary(**manifest.model_dump(exclude={"signature"}), finished_at=utcnow(), status="failed",
-                      reason=reason)
+    summary = Summary(**manifest.model_dump(exclude={"signature", "profile_settings"}), finished_at=utcnow(),
+                      status="failed", reason=reason)
     record.finish(summary)
     return summary
 
@@ -387,7 +455,7 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
     base = {"model": model, "launcher": launcher, "profile": profile, "stages": stages or list(ORDER),
             "controls": controls, "judge": (judge.url, judge.model) if judge else None,
             "concurrency": concurrency, "gate_requests": gate_requests, "restarts": restarts,
-            "overrides": overrides}
+            "overrides": overrides, "suite_version": SUITE_VERSION}
     t_bench = time.monotonic()
     _check_reachable(address)
     try:
@@ -479,20 +547,39 @@ def _collect(ray: Any, ref: Any, plan: Any, out: Path, progress: Progress, start
         reason = (f"the node running it was lost ({len(state.nodes)} attempt(s), {max_retries} retries "
                   f"allowed): {_first_line(exc)}")
     else:
-        summary = Summary.model_validate(result["summary"])
-        placement = result.get("placement") or {}
-        if result.get("tar"):
-            try:
+        try:
+            summary, placement = _read_result(result, state.node)
+            if result.get("tar"):
                 land_run(out, summary.model, summary.arm, summary.run_id, result["tar"])
-            except SuiteError as exc:
-                progress.update(arm, state="failed", detail=str(exc))
-                log.error("arm %s: %s", arm, exc)
-                return summary
-        progress.update(arm, state="done", node=placement.get("node") or state.node, stage=None,
-                        detail=f"{summary.status}{(' (' + summary.reason + ')') if summary.reason else ''}"
-                        f"{', record ' + summary.run_id if summary.run_id != '-' else ''}")
-        return summary
+        except SuiteError as exc:  # this arm's result is lost to a bad payload; the other arms go on
+            reason = str(exc)
+            log.error("arm %s: %s", arm, reason)
+        else:
+            progress.update(arm, state="done", node=placement.get("node") or state.node, stage=None,
+                            detail=f"{summary.status}{(' (' + summary.reason + ')') if summary.reason else ''}"
+                            f"{', record ' + summary.run_id if summary.run_id != '-' else ''}")
+            return summary
     summary = record_failed(out, plan.card.name, arm, plan.runtime.name, plan.launcher.name, plan.profile.name,
                             started, reason, placement)
     progress.update(arm, state="failed", stage=None, detail=reason)
     return summary
+
+
+def _read_result(result: Any, node: str | None) -> tuple[Summary, dict[str, Any]]:
+    """A task's answer as (summary, placement); SuiteError when it is not one this suite reads
+    (a node on another suite version, a broken answer)."""
+    where = f"node {node or '?'}"
+    if not isinstance(result, dict):
+        raise SuiteError(f"{where} answered with {type(result).__name__}, not an arm's result")
+    version = result.get("suite_version")
+    if version != SUITE_VERSION:
+        raise SuiteError(f"{where} runs suite {version or 'of an older version'}, the driver {SUITE_VERSION}: "
+                         "its record is not landed (install one version everywhere)")
+    try:
+        summary = Summary.model_validate(result.get("summary"))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise SuiteError(f"{where} sent a summary this suite does not read: "
+                         f"{'.'.join(str(x) for x in first['loc']) or '(top level)'}: {first['msg']}") from None
+    placement = result.get("placement")
+    return summary, placement if isinstance(placement, dict) else {}

@@ -5,16 +5,24 @@ Layout: `<results>/<model>/<arm>/<run-id>/` holding
 - `stages/<name>.json` : each stage's result, written once when the stage finishes;
 - `requests.jsonl`: one JSON line per request (appended as requests happen);
 - `summary.json`  : written once when the run ends; its presence means the run is complete.
+- `.owner`       : while the run is not finished, the writer's lock (`fcntl.flock`, held from
+  creation until the summary is written, released by the kernel when the writer dies) and who
+  holds it; removed with the summary.
 A run without `summary.json` is incomplete: `suite bench --resume` continues it, skipping the
-stages already written. Every file is written to a temporary name and renamed, never overwritten.
+stages already written, but never while another process holds its owner lock (a live run is
+refused with one line naming the holder). Every file is written to a temporary name and linked
+into place, never overwritten, and the folder is fsynced after the link so a crash right after
+cannot lose the name.
 The loader refuses a schema version other than this one with a sentence that says what to do.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import socket
 import tempfile
 import threading
 from datetime import datetime, timezone
@@ -79,6 +87,9 @@ class RunIdentity(BaseModel):
 
 class RunManifest(RunIdentity):
     signature: Signature | None = None
+    # the profile's settings after the command line's overrides (--gate-requests...): a resume
+    # compares them, since the profile's name alone does not say what ran (None: older records)
+    profile_settings: dict[str, Any] | None = None
 
 
 class SummaryBase(RunIdentity):
@@ -259,6 +270,21 @@ def utcnow() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def fsync_dir(folder: Path) -> None:
+    """Make a new name in `folder` (a link, a rename, a new file) durable; best effort where a
+    file system cannot sync folders."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def write_once(path: Path, data: str) -> None:
     """Write a file through a temporary name and a rename; refuse to replace an existing one."""
     if path.exists():
@@ -274,6 +300,7 @@ def write_once(path: Path, data: str) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.link(tmp, path)  # fails if path appeared meanwhile: never overwrite
+        fsync_dir(path.parent)  # the name itself survives a crash, not only the content
     except OSError as exc:
         # A full disk or a lost folder: the record file is never left half-written (only the
         # complete temporary file is ever linked into place).
@@ -317,13 +344,52 @@ def upgraded(path: Path, data: Any) -> dict[str, Any]:
     return data
 
 
-class RunRecord:
-    """A run folder being written: manifest, stage files, requests, then the summary."""
+class RunInUse(SuiteError):
+    """Another live process writes this run folder (it holds the owner lock)."""
 
-    def __init__(self, run_dir: Path, manifest: RunManifest):
+
+OWNER_FILE = ".owner"
+
+
+def _take_owner(run_dir: Path) -> Any:
+    """Hold the run folder's owner lock; RunInUse naming the holder when a live process has it."""
+    path = run_dir / OWNER_FILE
+    try:
+        fh = open(path, "a+", encoding="utf-8")
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot take the run's owner lock: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = " ".join(fh.read(300).split()) or "another process"
+        fh.close()
+        raise RunInUse(f"{run_dir}: the run is being written by a live suite process ({holder}); --resume never "
+                       "takes over a live run: wait for it to finish, or run without --resume") from None
+    except OSError as exc:
+        fh.close()
+        raise SuiteError(f"{path}: cannot take the run's owner lock: {exc.strerror or exc}") from None
+    try:  # who holds it, for the refusal's message only: a full disk leaves it empty
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()} since {utcnow()}\n")
+        fh.flush()
+    except OSError:
+        pass
+    return fh
+
+
+class RunRecord:
+    """A run folder being written: manifest, stage files, requests, then the summary.
+
+    The writer holds the folder's owner lock from `create` / `open_incomplete` until `finish`
+    (or `release`, or its death)."""
+
+    def __init__(self, run_dir: Path, manifest: RunManifest, owner: Any = None):
         self.dir = run_dir
         self.manifest = manifest
         self._lock = threading.Lock()
+        self._owner = owner
 
     @classmethod
     def create(cls, results: Path, manifest: RunManifest) -> "RunRecord":
@@ -331,17 +397,30 @@ class RunRecord:
         if run_dir.exists():
             raise SuiteError(f"{run_dir}: run folder exists already")
         run_dir.mkdir(parents=True)
+        fsync_dir(run_dir.parent)
+        owner = _take_owner(run_dir)  # before run.json: a resume never sees an unlocked new run
         write_once(run_dir / "run.json", manifest.model_dump_json(indent=2))
-        return cls(run_dir, manifest)
+        return cls(run_dir, manifest, owner)
 
     @classmethod
     def open_incomplete(cls, run_dir: Path) -> "RunRecord":
-        path = run_dir / "run.json"
-        data = upgraded(path, _read_json(path))
+        """Reopen an interrupted run to continue it; RunInUse when a live process still writes it."""
+        if (run_dir / "summary.json").exists():
+            raise SuiteError(f"{run_dir}: the run is finished; nothing to resume")
+        owner = _take_owner(run_dir)
         try:
-            return cls(run_dir, RunManifest.model_validate(data))
-        except ValidationError as exc:
-            raise _invalid(path, exc) from None
+            if (run_dir / "summary.json").exists():
+                raise SuiteError(f"{run_dir}: the run finished meanwhile; nothing to resume")
+            return cls(run_dir, read_manifest(run_dir), owner)
+        except BaseException:
+            owner.close()
+            raise
+
+    def release(self) -> None:
+        """Give up the owner lock (after the summary, or when the run is left to a later resume)."""
+        if self._owner is not None:
+            self._owner.close()
+            self._owner = None
 
     @property
     def requests_path(self) -> Path:
@@ -430,6 +509,10 @@ class RunRecord:
                 setattr(summary, key, self.read_stage(key))
         path = self.dir / "summary.json"
         write_once(path, summary.model_dump_json(indent=2))
+        # Finished: no one resumes it any more (open_incomplete checks for the summary under the
+        # lock), so the lock file goes and the record holds its own files only.
+        (self.dir / OWNER_FILE).unlink(missing_ok=True)
+        self.release()
         return path
 
 
@@ -468,13 +551,42 @@ def load_summary(path: Path, problems: list[str] | None = None) -> Summary:
     return summary
 
 
+def read_manifest(run_dir: Path) -> RunManifest:
+    """A run's run.json, read only (no lock taken, nothing written)."""
+    path = run_dir / "run.json"
+    data = upgraded(path, _read_json(path))
+    try:
+        return RunManifest.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid(path, exc) from None
+
+
+def run_in_progress(run_dir: Path) -> bool:
+    """Whether a live process holds the run's owner lock (reads only; a missing lock file: no)."""
+    try:
+        fd = os.open(run_dir / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # releases the shared lock at once
+    return False
+
+
 def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summary:
-    """A summary for a run that never finished, built from its manifest and stage files."""
-    rec = RunRecord.open_incomplete(run_dir)
-    m = rec.manifest
+    """A summary for a run that never finished, built from its manifest and stage files (read
+    only: listing a run never takes its lock or writes into it)."""
+    m = read_manifest(run_dir)
+    reason = ("the run is under way: a live suite process writes it" if run_in_progress(run_dir)
+              else "the run did not finish (interrupted); `suite bench --resume` continues it")
     summary = Summary(
-        **m.model_dump(exclude={"signature"}), signature=m.signature, status="incomplete",
-        reason="the run did not finish (interrupted); `suite bench --resume` continues it",
+        **m.model_dump(exclude={"signature", "profile_settings"}), signature=m.signature, status="incomplete",
+        reason=reason,
     )
     for key in RESULT_MODELS:
         p = run_dir / "stages" / f"{key}.json"

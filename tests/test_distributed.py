@@ -48,7 +48,7 @@ def test_land_run_moves_a_finished_folder_into_place_and_never_replaces_one(tmp_
 def test_land_run_writes_nothing_for_an_unfinished_or_strange_folder(tmp_path):
     with pytest.raises(SuiteError, match="not a finished run"):
         land_run(tmp_path, "tiny", "llamacpp", RUN, _tar({f"{RUN}/run.json": "{}"}))
-    with pytest.raises(SuiteError, match="not a finished run"):
+    with pytest.raises(SuiteError, match="outside the run folder"):
         land_run(tmp_path, "tiny", "llamacpp", RUN, _tar({"other/run.json": "{}", "other/summary.json": "{}"}))
     with pytest.raises(SuiteError, match="safe folder name"):
         land_run(tmp_path, "tiny", "..", RUN, _tar({f"{RUN}/run.json": "{}"}))

@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from suite import procid
 from suite.catalog import get_card, is_prepared
 from suite.definitions import get_definition
 from suite.launchers import docker as docker_launcher
@@ -172,10 +173,12 @@ def sleeper(*argv: str) -> tuple[subprocess.Popen, float]:
     return proc, psutil.Process(proc.pid).create_time()
 
 
-def dead_owner() -> tuple[int, float]:
-    proc, created = sleeper("true")
+def dead_owner() -> tuple[int, int]:
+    """(pid, start ticks) of a suite process that is gone."""
+    proc = subprocess.Popen(["true"])
+    ticks = procid.start_ticks(proc.pid) or 1
     proc.wait()
-    return proc.pid, created
+    return proc.pid, ticks
 
 
 def test_next_start_ends_only_the_runtime_of_a_dead_lease(suite_cache: Path, tmp_path: Path,
@@ -192,7 +195,8 @@ def test_next_start_ends_only_the_runtime_of_a_dead_lease(suite_cache: Path, tmp
     try:
         write_lease(stale.pid, ["sleep", "1000"], "fake", owner=owner, directory=leases)
         # The same pid, but a process that started later than the one the lease names: a reused pid.
-        write_lease(reused.pid, ["sleep", "1000"], "fake", owner=owner, start_time=reused_t - 100, directory=leases)
+        write_lease(reused.pid, ["sleep", "1000"], "fake", owner=owner,
+                    start_ticks=procid.start_ticks(reused.pid) - 10_000, directory=leases)
         kept_lease = write_lease(kept.pid, ["sleep", "1000"], "fake", directory=leases)  # owner: this process
         monkeypatch.setenv("SUITE_CACHE", str(suite_cache))
         with caplog.at_level(logging.WARNING, logger="suite.launchers.local"):
@@ -229,7 +233,7 @@ def test_stale_lease_ends_the_orphans_of_its_group(tmp_path: Path):
         time.sleep(0.05)
     worker = psutil.Process(group.pid).children()[0]
     worker_t = worker.create_time()
-    write_lease(group.pid, ["sh"], "fake", owner=dead_owner(), directory=leases)
+    write_lease(group.pid, ["sh", "-c", "sleep 1000 & wait"], "fake", owner=dead_owner(), directory=leases)
     group.kill()
     group.wait()
     try:
@@ -254,19 +258,17 @@ def test_unreadable_lease_is_removed(tmp_path: Path):
 
 
 def test_container_owner_labels_decide_what_is_orphaned():
-    me = psutil.Process()
-    host = socket.gethostname()
-    labels = {docker_launcher.LABEL_OWNER_HOST: host, docker_launcher.LABEL_OWNER_PID: str(me.pid),
-              docker_launcher.LABEL_OWNER_START: f"{me.create_time():.2f}"}
+    labels = docker_launcher._owner_labels()
     assert not docker_launcher.owner_gone(labels)  # this process: alive
-    pid, created = dead_owner()
-    assert docker_launcher.owner_gone({**labels, docker_launcher.LABEL_OWNER_PID: str(pid),
-                                       docker_launcher.LABEL_OWNER_START: f"{created:.2f}"})
-    # A live pid with another start time is a reused pid: its owner is gone.
-    assert docker_launcher.owner_gone({**labels, docker_launcher.LABEL_OWNER_START: f"{me.create_time() - 100:.2f}"})
-    assert not docker_launcher.owner_gone({**labels, docker_launcher.LABEL_OWNER_HOST: host + "-other"})
+    pid, ticks = dead_owner()
+    dead = {**labels, docker_launcher.LABEL_OWNER_PID: str(pid), docker_launcher.LABEL_OWNER_TICKS: str(ticks)}
+    assert docker_launcher.owner_gone(dead)
+    # A live pid with another start tick is a reused pid: its owner is gone.
+    me_ticks = int(labels[docker_launcher.LABEL_OWNER_TICKS])
+    assert docker_launcher.owner_gone({**labels, docker_launcher.LABEL_OWNER_TICKS: str(me_ticks - 10_000)})
+    assert not docker_launcher.owner_gone({**dead, docker_launcher.LABEL_OWNER_HOST: socket.gethostname() + "-other"})
     assert not docker_launcher.owner_gone({})  # containers of older suites carry no owner
-    assert set(docker_launcher._owner_labels()) == set(labels)
+    assert not docker_launcher.owner_gone({k: v for k, v in dead.items() if k != docker_launcher.LABEL_OWNER_BOOT})
 
 
 def test_docker_containers_of_a_gone_owner_are_removed():
@@ -280,11 +282,11 @@ def test_docker_containers_of_a_gone_owner_are_removed():
     images = client.images.list()
     if not images:
         pytest.skip("the Docker engine has no image to create a container from (none can be pulled here)")
-    pid, created = dead_owner()
-    base = {docker_launcher.LABEL_RUN: "1", docker_launcher.LABEL_RUNTIME: "fake",
-            docker_launcher.LABEL_OWNER_HOST: socket.gethostname()}
+    pid, ticks = dead_owner()
+    base = {docker_launcher.LABEL_RUN: "1", docker_launcher.LABEL_RUNTIME: "fake"}
     orphan = client.containers.create(images[0].id, command=["true"], labels={
-        **base, docker_launcher.LABEL_OWNER_PID: str(pid), docker_launcher.LABEL_OWNER_START: f"{created:.2f}"})
+        **base, **docker_launcher._owner_labels(), docker_launcher.LABEL_OWNER_PID: str(pid),
+        docker_launcher.LABEL_OWNER_TICKS: str(ticks)})
     ours = client.containers.create(images[0].id, command=["true"], labels={**base, **docker_launcher._owner_labels()})
     try:
         assert docker_launcher.remove_orphan_containers(client) >= 1

@@ -181,3 +181,40 @@ def launcher_for(runtime: "RuntimeDefinition", requested: str = "auto", gpu_memo
     return UnavailableLauncher(f"needs {needs}; this machine has {' and '.join(lacks)}: see `suite doctor`",
                                requested)
 
+
+
+# ---------------------------------------------------------------- what a dead suite left behind
+
+def reap_orphans(m: Machine | None = None) -> list[str]:
+    """End what suite processes that are gone left behind; returns one line per thing ended.
+
+    Runs before the bench takes the GPU (`gpu.exclusive_device` refuses while another process
+    holds it): the runtimes of stale leases (`local.reap_stale_leases`; a local runtime's workers
+    survive its leader's parent-death signal) and the containers of a gone owner
+    (`docker.remove_orphan_containers`, where an engine answers: a container gets no parent-death
+    signal at all). Best effort: a reaper that cannot run says why in the debug log.
+    """
+    from suite.launchers.local import reap_stale_leases
+
+    ended: list[str] = []
+    try:
+        ended += reap_stale_leases()
+    except OSError as exc:
+        log.debug("stale leases not reaped: %s", exc)
+    m = m or machine()
+    engine, _, _ = m.docker
+    if engine:
+        try:
+            import docker
+
+            from suite.launchers.docker import remove_orphan_containers
+
+            client = docker.from_env(timeout=max(m.docker_timeout_s, 30))
+            try:
+                count = remove_orphan_containers(client)
+            finally:
+                client.close()
+            ended += [f"{count} container(s)"] if count else []
+        except Exception as exc:  # noqa: BLE001 - best effort: the start reaps again
+            log.debug("orphan containers not reaped: %s", exc)
+    return ended

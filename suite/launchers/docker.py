@@ -16,12 +16,13 @@ arg, so another tag, built once and reused.
 definition's `gpu` is not "none", the server's port bound to 127.0.0.1 only, the model's folder
 mounted read-only under `model_mount` (the model path in the command rewritten to it), the env of
 the definition and the chosen controls, and the labels `suite.run=1`, `suite.session=<id>` and
-`suite.owner.{pid,start,host}` (the suite process's pid, start time and host).
+`suite.owner.{pid,start_ticks,boot_id,pidns,host}` (the suite process's identity, `suite.procid`).
 The container's log is streamed into the run folder; `start` returns once the ready endpoint
 answers 200. Every exit path removes the container: stop/kill, a failed start, Ctrl-C, SIGTERM,
 SIGHUP and SIGQUIT (suite.lifetime's signal handlers), and interpreter exit (the registry then
 removes every container with this process's session label). Where no cleanup could run (kill -9), the next `start` on the same
-host removes the containers whose owner process is gone (pid and start time checked). The model path must exist on the Docker host: with a remote engine
+host removes the containers whose owner process is gone (pid and start ticks since boot checked,
+on the same host, boot and pid namespace only: `owner_gone`). The model path must exist on the Docker host: with a remote engine
 (`DOCKER_HOST=ssh://...`) the model cache lives there.
 
 Environment: `SUITE_DOCKER_BASE` (the BASE build arg), `SUITE_DOCKER_GPUS` ("all", or GPU
@@ -52,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlparse, urlsplit, urlunsplit
 
 
-from suite import progress
+from suite import procid, progress
 from suite.definitions import DockerSpec, RuntimeDefinition, get_definition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import (COMPILE_CACHE_DIRS, LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
@@ -69,11 +70,16 @@ log = logging.getLogger(__name__)
 LABEL_RUN = "suite.run"
 LABEL_SESSION = "suite.session"
 LABEL_RUNTIME = "suite.runtime"
-# The owning suite process: pid, its start time (psutil) and host; a container whose owner is
-# gone (killed with -9: no cleanup ran) is removed by the next start on the same host.
+# The owning suite process (`suite.procid`): pid, start in clock ticks since boot, boot id, pid
+# namespace and host; a container whose owner is gone (killed with -9: no cleanup ran) is removed
+# by the next start of a suite on the same host, boot and pid namespace. `suite.owner.start` (the
+# wall-clock start) is for the reader only: a clock step moves it.
 LABEL_OWNER_PID = "suite.owner.pid"
 LABEL_OWNER_START = "suite.owner.start"
 LABEL_OWNER_HOST = "suite.owner.host"
+LABEL_OWNER_TICKS = "suite.owner.start_ticks"
+LABEL_OWNER_BOOT = "suite.owner.boot_id"
+LABEL_OWNER_PIDNS = "suite.owner.pidns"
 # Containers started by this process carry this label; `SUITE_DOCKER_SESSION` sets it (tests).
 SESSION = os.environ.get("SUITE_DOCKER_SESSION") or f"{os.getpid()}-{secrets.token_hex(4)}"
 _SESSION_PID = os.getpid()
@@ -129,24 +135,26 @@ def remove_session_containers() -> int:
 def _owner_labels() -> dict[str, str]:
     import psutil
 
+    me = procid.identity(_SESSION_PID)
     return {LABEL_OWNER_PID: str(_SESSION_PID), LABEL_OWNER_START: f"{psutil.Process(_SESSION_PID).create_time():.2f}",
-            LABEL_OWNER_HOST: socket.gethostname()}
+            LABEL_OWNER_HOST: socket.gethostname(), LABEL_OWNER_TICKS: str(me.start_ticks if me else -1),
+            LABEL_OWNER_BOOT: procid.boot_id(), LABEL_OWNER_PIDNS: procid.pid_namespace()}
 
 
 def owner_gone(labels: dict[str, str]) -> bool:
-    """Whether the suite process named by a container's owner labels has ended (same host only)."""
-    import psutil
+    """Whether the suite process named by a container's owner labels has ended.
 
-    if labels.get(LABEL_OWNER_HOST) != socket.gethostname():
-        return False  # another machine's container (remote engine), or no owner labels
+    Judged only for a container of this host, boot and pid namespace (another machine sharing the
+    engine, a suite in another container sharing the host name, or a container of an older suite
+    without these labels: not gone); the owner is gone when its pid no longer runs or now names a
+    process that started at another tick since boot (a reused pid). Clock steps change nothing."""
     try:
-        pid, start = int(labels[LABEL_OWNER_PID]), float(labels[LABEL_OWNER_START])
+        pid, ticks = int(labels[LABEL_OWNER_PID]), int(labels[LABEL_OWNER_TICKS])
     except (KeyError, ValueError):
         return False
-    try:
-        return abs(psutil.Process(pid).create_time() - start) >= 0.05  # a reused pid: gone too
-    except psutil.Error:
-        return True
+    gone = procid.owner_gone({"pid": pid, "start_ticks": ticks, "boot_id": labels.get(LABEL_OWNER_BOOT),
+                              "pidns": labels.get(LABEL_OWNER_PIDNS), "host": labels.get(LABEL_OWNER_HOST)})
+    return gone is True
 
 
 def remove_orphan_containers(client: "docker.DockerClient") -> int:

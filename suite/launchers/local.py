@@ -14,14 +14,19 @@ refusal pattern, or never gets ready is stopped and reported with its log's erro
 started group is killed on exit, on Ctrl-C and on exceptions (context manager + suite.lifetime's registry).
 
 Runtimes also die when the suite dies without running any cleanup (kill -9, a crash): on Linux
-the runtime is started with the parent-death signal set to SIGKILL (prctl PR_SET_PDEATHSIG in
-the child before exec). That signal fires when the *thread* that forked the child ends, so
-runtimes started from another thread than the main one are forked by one long-lived spawner
-thread. Each start also leaves a lease, `$SUITE_CACHE/leases/<pid>-<ms>.json` (the runtime's pid,
-process start time, process group, command, and the owning suite process's pid and start time),
-removed on a clean stop. The next start ends the runtimes of leases whose owner is gone: a
-process is ended only when both its pid and its start time match the lease (never by name), and
-the suite says so in one log line. The processes a runtime starts itself (vLLM's engine core and
+the runtime is started through a small exec shim (`_pdeathsig.py`, no `preexec_fn`: Python run
+between fork and exec may deadlock while threads hold locks) that sets the parent-death signal
+to SIGKILL (prctl PR_SET_PDEATHSIG) and then execs the runtime under the same pid. That signal
+fires when the *thread* that forked the child ends, so runtimes started from another thread than
+the main one are forked by one long-lived spawner thread. Each start also leaves a lease,
+`$SUITE_CACHE/leases/<pid>-<ticks>.json` (mode 0600, in a folder of mode 0700): the runtime's
+pid, start (clock ticks since boot, `suite.procid`), process group and command line, the owning
+suite process's pid and start, and the host, boot id and pid namespace they are valid in; it is
+removed on a clean stop. The next start ends the runtimes of leases whose owner is gone. A lease
+is trusted only as far as it can be proven: a file of another user, or one that others may
+write, is ignored; a lease of another host, boot or pid namespace is not judged; a process is
+ended only when its pid, start and command line all match the lease (never by name), and the
+suite says so in one log line. The processes a runtime starts itself (vLLM's engine core and
 its workers) do not get that signal: a guard process beside each runtime (suite.launchers.guard)
 ends the runtime's whole process group as soon as the suite is gone.
 
@@ -41,7 +46,9 @@ import os
 import queue
 import re
 import signal
+import shutil
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -52,7 +59,7 @@ from typing import Any
 
 import psutil
 
-from suite import progress
+from suite import procid, progress
 from suite.definitions import RuntimeDefinition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers import pyenv
@@ -69,26 +76,28 @@ log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------- dying with the suite
 
-_PR_SET_PDEATHSIG = 1
-_SIGKILL = int(signal.SIGKILL)
+_SHIM = Path(__file__).with_name("_pdeathsig.py")
 try:
     _prctl: Any = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 except (OSError, AttributeError):  # no libc prctl: leases still end stale runtimes
     _prctl = None
 
 
-def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
-    """A preexec_fn that makes the kernel SIGKILL the child when its parent (thread) ends."""
+def _with_parent_death(command: list[str], env: dict[str, str] | None) -> list[str]:
+    """The command behind the exec shim that sets the parent-death signal (Linux), else as it is.
+
+    No `preexec_fn`: Python code between fork and exec can deadlock while other threads hold
+    locks (the documented hazard; the suite runs HTTP, watchdog and progress threads). The shim
+    is a fresh interpreter (`-I -S`: no site, no PYTHON* variables) that calls prctl, checks
+    that its parent still runs, and execs the runtime under the same pid. A program that is not
+    found is refused here, as Popen refused it before.
+    """
     if _prctl is None:
-        return None
-    prctl = _prctl
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl: do not outlive it
-            os.kill(os.getpid(), _SIGKILL)
-
-    return preexec
+        return command
+    path = (env or os.environ).get("PATH", os.defpath)
+    if shutil.which(command[0], path=path) is None:
+        raise FileNotFoundError(2, "No such file or directory", command[0])
+    return [sys.executable, "-I", "-S", str(_SHIM), str(os.getpid()), *command]
 
 
 class _Spawner:
@@ -104,8 +113,9 @@ class _Spawner:
         self._lock = threading.Lock()
 
     def popen(self, command: list[str], **kwargs: Any) -> subprocess.Popen:
+        command = _with_parent_death(command, kwargs.get("env"))
         if threading.current_thread() is threading.main_thread():
-            return subprocess.Popen(command, preexec_fn=_die_with_parent(os.getpid()), **kwargs)
+            return subprocess.Popen(command, **kwargs)
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._serve, daemon=True, name="runtime-spawner")
@@ -118,7 +128,7 @@ class _Spawner:
         while True:
             command, kwargs, job = self._jobs.get()
             try:
-                job.set_result(subprocess.Popen(command, preexec_fn=_die_with_parent(os.getpid()), **kwargs))
+                job.set_result(subprocess.Popen(command, **kwargs))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 job.set_exception(exc)
 
@@ -126,73 +136,124 @@ class _Spawner:
 _SPAWNER = _Spawner()
 
 
-def _start_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
+# ---------------------------------------------------------------- leases
+
+def _lease_folder(folder: Path) -> Path:
+    """The leases folder, created 0700 (only this user may add a lease that ends a process)."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = folder.stat()
+    if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+        folder.chmod(0o700)
+    return folder
 
 
-def _same_process(pid: Any, start_time: Any) -> psutil.Process | None:
-    """The process with this pid if it is the one that started at start_time (not a reused pid)."""
-    if not isinstance(pid, int) or not isinstance(start_time, (int, float)) or pid <= 0:
-        return None
-    try:
-        proc = psutil.Process(pid)
-        if abs(proc.create_time() - start_time) < 0.05:
-            return proc
-    except psutil.Error:
-        pass
-    return None
+def write_lease(pid: int, command: list[str], runtime: str = "", *, owner: tuple[int, int] | None = None,
+                start_ticks: int | None = None, directory: Path | None = None) -> Path:
+    """Record a started runtime; `owner` (pid, start ticks since boot) defaults to this process.
 
-
-def write_lease(pid: int, command: list[str], runtime: str = "", *, owner: tuple[int, float] | None = None,
-                start_time: float | None = None, directory: Path | None = None) -> Path:
-    """Record a started runtime; `owner` (pid, start time) defaults to this process."""
-    folder = directory or leases_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    start = start_time if start_time is not None else _start_time(pid)
+    The lease names the runtime (pid, start ticks, process group, command line) and its owner, with
+    the host, boot id and pid namespace they are valid in (`suite.procid`); the file is 0600."""
+    folder = _lease_folder(directory or leases_dir())
+    start = start_ticks if start_ticks is not None else procid.start_ticks(pid)
     if owner is None:
-        owner = (os.getpid(), _start_time(os.getpid()) or 0.0)
+        me = procid.identity()
+        owner = (os.getpid(), me.start_ticks if me else -1)
     try:
         pgid = os.getpgid(pid)
     except OSError:
         pgid = None
-    lease = {"pid": pid, "start_time": start, "pgid": pgid, "runtime": runtime, "command": redact_args(command),
-             "owner_pid": owner[0], "owner_start_time": owner[1], "host": socket.gethostname()}
-    path = folder / f"{pid}-{int((start or 0) * 1000)}.json"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(lease))
+    lease = {"pid": pid, "start_ticks": start, "pgid": pgid, "runtime": runtime, "command": redact_args(command),
+             "owner_pid": owner[0], "owner_start_ticks": owner[1], "host": socket.gethostname(),
+             "boot_id": procid.boot_id(), "pidns": procid.pid_namespace()}
+    path = folder / f"{pid}-{start or 0}.json"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(lease))
     tmp.replace(path)
     return path
 
 
+def _command_of(proc: psutil.Process) -> list[str] | None:
+    try:
+        return redact_args(proc.cmdline())
+    except psutil.Error:
+        return None
+
+
+def _same_command(live: list[str] | None, leased: Any) -> bool:
+    """Whether a live command line is the lease's: equal, or the lease's as the kernel runs a
+    script (`#!` interpreter and its argument first, the script's path as found on PATH)."""
+    if live is None or not isinstance(leased, list) or not leased:
+        return False
+    if live == leased:
+        return True
+    n = len(leased)
+    if len(live) <= n:
+        return False
+    script = live[len(live) - n]
+    return live[len(live) - n + 1:] == leased[1:] and os.path.basename(script) == os.path.basename(leased[0])
+
+
 def _end_stale(lease: dict[str, Any]) -> bool:
-    """Kill the runtime of a stale lease (pid + start time must match) and what is left of its group."""
+    """Kill the runtime of a stale lease and what is left of its group; True if anything was killed.
+
+    The leader is ended only if its pid, start tick and command line all match the lease (a
+    process that differs in any is someone else's: left alone). When the leader is gone, the
+    members of its own process group that started after it are ended (workers orphaned when the
+    leader got the parent-death signal)."""
     victims: list[psutil.Process] = []
-    leader = _same_process(lease.get("pid"), lease.get("start_time"))
-    pgid = lease.get("pgid")
+    pid, ticks, pgid = lease.get("pid"), lease.get("start_ticks"), lease.get("pgid")
+    if not isinstance(pid, int) or not isinstance(ticks, int) or pid <= 1:
+        return False
+    leader: psutil.Process | None = None
+    same = procid.is_same(pid, ticks)  # the lease's process, running or a zombie not yet reaped
+    if same:
+        with _suppress_psutil():
+            candidate = psutil.Process(pid)
+            if _running(candidate):
+                if not _same_command(_command_of(candidate), lease.get("command")):
+                    log.warning("lease of %s pid %d not acted on: that process's command line is not the "
+                                "lease's (%s)", lease.get("runtime") or "?", pid,
+                                " ".join(_command_of(candidate) or [])[:200])
+                    return False
+                leader = candidate
     if leader is not None:
         with _suppress_psutil():
             victims += leader.children(recursive=True)
         victims.append(leader)
-    if isinstance(pgid, int) and pgid > 1 and pgid == lease.get("pid") and isinstance(lease.get("start_time"), (int, float)):
-        # Members of the runtime's own group started after it (e.g. workers orphaned when the
-        # leader got the parent-death signal). When the leader is gone, only a leaderless group
-        # is the runtime's: a group whose id has a live leader belongs to a reused pid.
-        if leader is not None or not psutil.pid_exists(pgid):
-            known = {v.pid for v in victims}
-            for proc in psutil.process_iter():
-                with _suppress_psutil():
-                    if (proc.pid not in known and os.getpgid(proc.pid) == pgid
-                            and proc.create_time() >= lease["start_time"] - 0.05):
-                        victims.append(proc)
-    victims = [v for v in victims if _running(v)]  # a zombie is already ended, awaiting its reaper
+    # The group is the runtime's while its leader is the lease's process (running or a zombie) or
+    # gone; a group whose id names another live process belongs to a reused pid.
+    group = pgid if isinstance(pgid, int) and pgid == pid and (same or not psutil.pid_exists(pgid)) else None
+    ended = _kill_all(victims)
+    # A member may fork between the listing and the kill: look again until a pass finds none.
+    for _ in range(5):
+        members = _group_members(group, ticks) if group is not None else []
+        if not members:
+            break
+        ended += _kill_all(members)
+    return bool(ended)
+
+
+def _group_members(pgid: int, since_ticks: int) -> list[psutil.Process]:
+    """Live members of process group `pgid` that started at or after `since_ticks`."""
+    found = []
+    for proc in psutil.process_iter():
+        with _suppress_psutil():
+            member_ticks = procid.start_ticks(proc.pid)
+            if os.getpgid(proc.pid) == pgid and member_ticks is not None and member_ticks >= since_ticks \
+                    and _running(proc):
+                found.append(proc)
+    return found
+
+
+def _kill_all(procs: list[psutil.Process]) -> list[psutil.Process]:
+    victims = [v for v in procs if _running(v)]  # a zombie is already ended, awaiting its reaper
     for proc in victims:
         with _suppress_psutil():
-            proc.kill()
+            proc.kill()  # psutil refuses a pid reused since it was listed
     psutil.wait_procs(victims, timeout=5)
-    return bool(victims)
+    return victims
 
 
 def _running(proc: psutil.Process) -> bool:
@@ -210,29 +271,62 @@ class _suppress_psutil:
         return kind is not None and issubclass(kind, (psutil.Error, OSError))
 
 
+def _trusted(st: os.stat_result) -> bool:
+    """A lease file or folder this user owns and no one else may write."""
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _read_lease(path: Path) -> dict[str, Any] | None:
+    """A lease file's content if it can be trusted (a regular file of this user, writable by no one
+    else); None (left alone, said in the log) otherwise. Raises ValueError for an unreadable one."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        log.warning("lease %s not read (%s): left alone", path, exc.strerror or exc)
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or not _trusted(st):
+            log.warning("lease %s ignored: not a file of this user that only it may write (uid %d, mode %o)",
+                        path, st.st_uid, stat.S_IMODE(st.st_mode))
+            return None
+        data = json.loads(fh.read(1 << 16).decode("utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+    return data
+
+
 def reap_stale_leases(directory: Path | None = None) -> list[str]:
     """End the runtimes whose owning suite process is gone; returns what was ended, one per runtime.
 
-    A lease whose owner still runs (another suite process) is left alone. A lease whose runtime
-    pid is gone, or now belongs to another process (start time differs), is only removed.
+    Only leases this user wrote, in a folder only it may write, are read; only those of this host,
+    boot and pid namespace are judged (a cache shared with another machine or container is left
+    alone). A lease whose owner still runs is left alone; one whose runtime is gone, or whose pid
+    now names another process (start or command line differ), is only removed.
     """
     folder = directory or leases_dir()
-    if not folder.is_dir():
+    try:
+        st = folder.lstat()
+    except OSError:
         return []
-    host = socket.gethostname()
+    if not stat.S_ISDIR(st.st_mode) or not _trusted(st):
+        log.warning("leases in %s ignored: not a folder of this user that only it may write (mode %o)",
+                    folder, stat.S_IMODE(st.st_mode))
+        return []
     ended: list[str] = []
     for path in sorted(folder.glob("*.json")):
         try:
-            lease = json.loads(path.read_text())
-            if not isinstance(lease, dict):
-                raise ValueError("not an object")
-        except (OSError, ValueError) as exc:
+            lease = _read_lease(path)
+        except (OSError, ValueError, RecursionError) as exc:
             log.debug("lease %s unreadable (%s): removed", path, exc)
             path.unlink(missing_ok=True)
             continue
-        if lease.get("host", host) != host:
-            continue  # a cache shared with another machine: not ours to judge
-        if _same_process(lease.get("owner_pid"), lease.get("owner_start_time")) is not None:
+        if lease is None:
+            continue
+        if not procid.same_machine(lease.get("boot_id"), lease.get("pidns"), lease.get("host")):
+            continue  # another machine, boot or container sharing the cache, or an older lease: not ours to judge
+        owner, owner_ticks = lease.get("owner_pid"), lease.get("owner_start_ticks")
+        if procid.is_same(owner, owner_ticks):
             continue  # its suite process still runs
         killed = _end_stale(lease)
         if killed:

@@ -2,6 +2,9 @@
 
 Each target gives the watchdog its two callables: ``stop()`` (kill at once) and ``pids()`` (the
 processes that must be gone). Launchers that manage their own processes pass their own instead.
+A target remembers every process of its tree as it saw it (pid and start time): a pid seen long
+ago is signalled only while it still names that process, never after the system gave the pid to
+another one.
 """
 
 from __future__ import annotations
@@ -18,28 +21,62 @@ import psutil
 log = logging.getLogger(__name__)
 
 
-def tree_pids(pid: int) -> list[int]:
-    """``pid`` and its descendants that still exist."""
+def _tree(pid: int) -> list[psutil.Process]:
+    """``pid`` and its descendants that still exist, as processes (each knows when it started)."""
     try:
         root = psutil.Process(pid)
-        return [pid] + [c.pid for c in root.children(recursive=True)]
-    except psutil.NoSuchProcess:
+        return [root] + root.children(recursive=True)
+    except psutil.Error:
         return []
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its descendants that still exist."""
+    return [p.pid for p in _tree(pid)]
+
+
+def _kill(proc: psutil.Process, sig: int) -> None:
+    """Signal ``proc`` if its pid still names it: psutil compares the start time and refuses a
+    pid reused by another process since it was seen."""
+    try:
+        proc.send_signal(sig)
+    except psutil.Error:
+        pass
 
 
 def kill_tree(pid: int, sig: int = signal.SIGKILL) -> None:
     """Signal ``pid``, its descendants, and its process group when it leads one."""
-    members = tree_pids(pid)
+    members = _tree(pid)
     try:
-        if os.getpgid(pid) == pid:
+        if members and members[0].is_running() and os.getpgid(pid) == pid:
             os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
     for p in members:
-        try:
-            os.kill(p, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill(p, sig)
+
+
+class _Members:
+    """Every process seen in a tree, with its start time: a pid seen long ago is signalled only
+    while it still names the same process (never a pid the system gave to someone else since)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, psutil.Process] = {}
+
+    def add(self, procs: list[psutil.Process]) -> None:
+        for p in procs:
+            known = self._seen.get(p.pid)
+            if known is None or not known.is_running():  # a new pid, or a reused one of the same tree
+                self._seen[p.pid] = p
+
+    def alive(self) -> list[int]:
+        from memwatch.monitor import pids_alive
+
+        return pids_alive(p.pid for p in self._seen.values() if p.is_running())
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        for p in list(self._seen.values()):
+            _kill(p, sig)
 
 
 class ProcessGroupTarget:
@@ -49,23 +86,22 @@ class ProcessGroupTarget:
         self.command = list(command)
         self.proc = subprocess.Popen(self.command, start_new_session=True, **popen_kwargs)
         self.pid = self.proc.pid
-        self._members: set[int] = {self.pid}
+        self._members = _Members()
+        self._members.add(_tree(self.pid))
 
     def pids(self) -> list[int]:
-        now = tree_pids(self.pid) if self.proc.poll() is None else []
-        self._members.update(now)
-        from memwatch.monitor import pids_alive
-
-        return pids_alive(self._members)
+        if self.proc.poll() is None:
+            self._members.add(_tree(self.pid))
+        return self._members.alive()
 
     def stop(self) -> None:
         self.pids()  # remember the tree before it is killed
-        kill_tree(self.pid)
-        for p in list(self._members):
+        if self.proc.returncode is None:  # not reaped: the group's id is still this child's
             try:
-                os.kill(p, signal.SIGKILL)
+                os.killpg(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        self._members.kill()
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -80,22 +116,25 @@ class ProcessTreeTarget:
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self._members: set[int] = set(tree_pids(pid))
+        tree = _tree(pid)
+        self._root = tree[0] if tree else None
+        self._members = _Members()
+        self._members.add(tree)
 
     def pids(self) -> list[int]:
-        from memwatch.monitor import pids_alive
-
-        self._members.update(tree_pids(self.pid))
-        return pids_alive(self._members)
+        if self._root is not None and self._root.is_running():
+            self._members.add(_tree(self.pid))
+        return self._members.alive()
 
     def stop(self) -> None:
         self.pids()
-        kill_tree(self.pid)
-        for p in list(self._members):
+        if self._root is not None and self._root.is_running():
             try:
-                os.kill(p, signal.SIGKILL)
+                if os.getpgid(self.pid) == self.pid:
+                    os.killpg(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        self._members.kill()
 
 
 class ContainerTarget:
