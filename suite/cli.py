@@ -7,22 +7,28 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Literal, Optional
 
+import click
 import rich.markup
 from rich.markup import escape
 import typer
+from typer._click.exceptions import UsageError as _TyperUsageError
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
+import suite
 from suite import progress
 from suite.errors import SuiteError
+from suite.launchers import CHOICES as LAUNCHER_CHOICES
 from suite.lifetime import REGISTRY
+from suite.profiles import PROFILES, Profile
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="A reproducibility-first benchmark suite for LLM inference runtimes.")
@@ -30,6 +36,13 @@ console = Console()
 log = logging.getLogger("suite")
 LAUNCHER_HELP = ("auto (per arm: local where the runtime has a local recipe for this platform, else "
                  "Docker), local or docker.")
+RESULTS_HELP = "Results folder (default: $RESULTS, else ./results)."
+JSON_HELP = "Print JSON on stdout instead of a table (progress and log lines stay on stderr)."
+# Choices shown as choices in --help and refused by the parser (exit 2) before anything starts.
+ProfileName = Literal[tuple(PROFILES)]  # type: ignore[valid-type]
+LauncherName = Literal[LAUNCHER_CHOICES]  # type: ignore[valid-type]
+RestartCaches = Profile.model_fields["restart_caches"].annotation
+ExportFormat = Literal["parquet", "csv"]
 
 
 def _split(value: Optional[str]) -> list[str] | None:
@@ -46,8 +59,16 @@ def _int_list(option: str, value: Optional[str]) -> list[int] | None:
         raise SuiteError(f"{option} {value!r}: give whole numbers separated by commas, e.g. 1,2,4") from None
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        console.print(f"suite {suite.__version__}", highlight=False)
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _setup_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
+def _setup_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+                   version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                                help="Print the suite's version and exit.")) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
                         handlers=[RichHandler(console=progress.console(), show_path=False, show_time=True)])
     for noisy in ("httpx", "httpcore", "docker", "urllib3"):
@@ -133,7 +154,7 @@ def doctor() -> None:
 @app.command()
 def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare."),
           runtime: Optional[str] = typer.Option(None, help="Only this runtime (comma-separated list)."),
-          launcher: str = typer.Option("auto", help=LAUNCHER_HELP)) -> None:
+          launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP)) -> None:
     """Install the runtimes and prepare the model formats of a model's arms (reused when present).
 
     An arm that cannot run here is left out with one line saying what it needs; when no arm can,
@@ -168,8 +189,8 @@ def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare.")
 @app.command()
 def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or runtime) of the model to serve."),
        model: str = typer.Option("tiny", help="Model card."),
-       launcher: str = typer.Option("auto", help=LAUNCHER_HELP),
-       port: Optional[int] = typer.Option(None, help="Port (default: a free one)."),
+       launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP),
+       port: Optional[int] = typer.Option(None, min=1, max=65535, help="Port (default: a free one)."),
        controls: Optional[str] = typer.Option(None, help="Controls to apply, comma-separated.")) -> None:
     """Serve one arm of a model until Ctrl-C."""
     import time
@@ -230,7 +251,7 @@ def _honest_exit(summaries) -> None:
 def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmark (default: $MODEL, else tiny; "
                                                "with --url: the name its records go under, default external)."),
           arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
-          launcher: str = typer.Option("auto", help=LAUNCHER_HELP),
+          launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP),
           url: Optional[str] = typer.Option(None, "--url", help="Benchmark a server the suite did not start: "
                                             "its OpenAI-compatible address, e.g. http://127.0.0.1:8080/v1 "
                                             "(key from SUITE_API_KEY)."),
@@ -239,9 +260,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
           tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="With --url: the model's tokenizer "
                                                   "(a tokenizer.json, a folder holding one, or hf:ORG/REPO[@REV]), "
                                                   "to count the tokens of a server that does not count them."),
-          results_folder: Optional[Path] = typer.Option(None, "--results", help="Results folder "
-                                                        "(default: $RESULTS, else ./results)."),
-          profile: str = typer.Option("standard", help="quick, standard or full."),
+          results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+          profile: ProfileName = typer.Option("standard", help="How many requests each stage makes."),
           stages: Optional[str] = typer.Option(None, help="Stages to run (default: gate,latency,extraction,restarts)."),
           resume: bool = typer.Option(False, help="Continue the newest incomplete run of each arm."),
           judge_url: Optional[str] = typer.Option(None, help="LLM judge: any OpenAI-compatible URL "
@@ -249,13 +269,13 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
           judge_model: Optional[str] = typer.Option(None, help="The judge's model name at that URL."),
           concurrency: Optional[str] = typer.Option(None, help="Latency concurrency sweep, e.g. 1,2,4 "
                                                     "(default: the profile's)."),
-          gate_requests: Optional[int] = typer.Option(None, "--gate-requests", help="Identical requests per gate "
+          gate_requests: Optional[int] = typer.Option(None, "--gate-requests", min=2, help="Identical requests per gate "
                                                       "prompt (default: the profile's; the studies used 200)."),
-          restarts: Optional[int] = typer.Option(None, "--restarts", help="Launches of the restarts stage "
+          restarts: Optional[int] = typer.Option(None, "--restarts", min=2, help="Launches of the restarts stage "
                                                  "(default: the profile's; 6 or more give an interval)."),
-          restart_caches: Optional[str] = typer.Option(None, "--restart-caches", help="fresh (every launch starts "
-                                                       "with empty compile caches), kept, or both."),
-          reloads: Optional[int] = typer.Option(None, "--reloads", help="Repeat the extraction in N fresh launches."),
+          restart_caches: Optional[RestartCaches] = typer.Option(None, "--restart-caches", help="fresh (every launch "
+                                                                 "starts with empty compile caches), kept, or both."),
+          reloads: Optional[int] = typer.Option(None, "--reloads", min=0, help="Repeat the extraction in N fresh launches."),
           auto_controls: Optional[bool] = typer.Option(None, "--auto-controls/--no-auto-controls",
                                                        help="Run the control matrix when the gate finds more than "
                                                        "one answer (default: the profile's)."),
@@ -318,8 +338,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
 def gate(model: str = typer.Option("tiny", help="Model card."),
          arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
          controls: Optional[str] = typer.Option(None, help="'all' or control names: run the gate once per control set."),
-         launcher: str = typer.Option("auto", help=LAUNCHER_HELP),
-         profile: str = typer.Option("standard", help="quick, standard or full.")) -> None:
+         launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP),
+         profile: ProfileName = typer.Option("standard", help="How many requests each stage makes.")) -> None:
     """Run the reproducibility gate (and, with --controls, the control matrix) for every arm."""
     from suite.bench import run_bench
 
@@ -402,11 +422,11 @@ app.add_typer(study_app, name="study")
 @study_app.command("sessions")
 def study_sessions(model: str = typer.Option("tiny", help="Model card."),
                    arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
-                   sessions: int = typer.Option(8, "--sessions", help="Independent server processes (K)."),
-                   replicates: int = typer.Option(3, "--replicates", help="Runs of each gate prompt per process (R)."),
+                   sessions: int = typer.Option(8, "--sessions", min=2, help="Independent server processes (K)."),
+                   replicates: int = typer.Option(3, "--replicates", min=2, help="Runs of each gate prompt per process (R)."),
                    lora: bool = typer.Option(False, "--lora", help="Also the test LoRA adapter, in the same processes."),
-                   launcher: str = typer.Option("local", help="local or docker."),
-                   profile: str = typer.Option("quick", help="Which gate prompts and token caps (quick, standard, full).")) -> None:
+                   launcher: Literal["local", "docker"] = typer.Option("local", help="Where the server processes run."),
+                   profile: ProfileName = typer.Option("quick", help="Which gate prompts and token caps.")) -> None:
     """Sessions x replicates (study 2): K server processes, R runs each, base and adapter compared."""
     from suite.bench import run_bench
     from suite.errors import SuiteError
@@ -470,7 +490,7 @@ def main() -> None:
     REGISTRY.install_signal_handlers()
     try:
         # Without standalone mode typer returns the exit code (130 after Ctrl-C) instead of exiting.
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="suite")
         if code == 130:
             raise KeyboardInterrupt
         if isinstance(code, int) and code:
@@ -485,16 +505,78 @@ def main() -> None:
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except Exception as exc:  # click's usage errors
-        import click
+    except (typer.Abort, click.exceptions.Abort):
+        Console(stderr=True).print("aborted")
+        sys.exit(130)
+    except (typer.TyperException, click.exceptions.ClickException) as exc:
+        # The parser's errors (typer 0.29 raises its vendored click's; a plugin may raise click's):
+        # help asked by giving no arguments is shown as help; every other is one line, exit 2.
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # type: ignore[union-attr]
+            sys.exit(getattr(exc, "exit_code", 2))
+        line = rich.markup.escape(usage_line(exc))
+        Console(stderr=True).print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
+        code = getattr(exc, "exit_code", 2)
+        sys.exit(2 if isinstance(exc, (_TyperUsageError, click.exceptions.UsageError)) else (code or 2))
 
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(130)
-        raise
 
+def _friendly(cause: BaseException | None) -> tuple[Any, str] | None:
+    """(the value given, what is wrong with it) from the validation error behind a bad parameter."""
+    errors = getattr(cause, "errors", None)
+    if not callable(errors):
+        return None
+    try:
+        first = errors()[0]
+    except Exception:  # noqa: BLE001 - not a pydantic error after all
+        return None
+    kind, ctx, msg = first.get("type", ""), first.get("ctx") or {}, str(first.get("msg", ""))
+    if kind == "int_parsing" or kind == "int_from_float":
+        msg = "not a whole number"
+    elif kind == "float_parsing":
+        msg = "not a number"
+    elif kind == "bool_parsing":
+        msg = "not true or false"
+    elif kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        words = {"greater_than_equal": ("ge", "or more"), "greater_than": ("gt", "exclusive: more than"),
+                 "less_than_equal": ("le", "or less"), "less_than": ("lt", "exclusive: less than")}[kind]
+        bound = ctx.get(words[0])
+        msg = f"must be {bound} {words[1]}" if words[1].startswith("or") else f"must be {words[1].split(': ')[1]} {bound}"
+    else:
+        msg = msg.removeprefix("Value error, ").rstrip(".")
+        choice = re.match(r".* is not one of (.*)$", msg)
+        if choice:  # a Literal's choices: listed plainly
+            msg = "not one of " + ", ".join(c.strip().strip("'") for c in choice[1].split(","))
+        else:
+            msg = msg[:1].lower() + msg[1:]
+    return first.get("input"), msg
+
+
+def usage_line(exc: BaseException) -> str:
+    """A parser error as one line naming the option (or argument, or command) and the value.
+
+    `--restarts 'x': not a whole number (suite bench --help)`; `No such option: --nope`;
+    `Missing argument 'RUN_B'`. Control characters and line breaks of the value are shown
+    escaped, never as new lines."""
+    param = getattr(exc, "param", None)
+    ctx = getattr(exc, "ctx", None)
+    where = f" ({ctx.command_path} --help)" if ctx is not None and getattr(ctx, "command_path", None) else ""
+    if param is not None and type(exc).__name__ != "MissingParameter":
+        opts = [o for o in (getattr(param, "opts", None) or []) if o.startswith("--")]
+        name = max(opts, key=len) if opts else str(getattr(param, "human_readable_name", None) or param.name).upper()
+        found = _friendly(exc.__cause__)
+        message = getattr(exc, "message", None) or str(exc)
+        if found is not None:
+            value, message = found
+            if repr(value) not in message and str(value) not in message:
+                return _one_line(f"{name} {value!r}: {message}{where}")
+        return _one_line(f"{name}: {message.rstrip('.')}{where}")
+    format_message = getattr(exc, "format_message", None)
+    message = format_message() if callable(format_message) else str(exc)
+    return _one_line(f"{message.rstrip('.')}{where}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines())
 
 if __name__ == "__main__":
     main()
