@@ -102,7 +102,7 @@ def runtimes() -> None:
 
 
 @app.command()
-def doctor() -> None:
+def doctor(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """What this machine has: Docker, NVIDIA driver/NVML, disk, caches, installed runtimes."""
     from suite.catalog import is_prepared, load_catalog
     from suite.definitions import load_definitions
@@ -148,6 +148,9 @@ def doctor() -> None:
             chosen = launcher_for(definition, "auto", card.gpu_memory_gb)
             table.add_row(f"arm {card.name}/{arm_name}", f"launcher {chosen.name}" if chosen.name != "none"
                           else f"cannot run here: {getattr(chosen, 'reason', '')}".replace(": see `suite doctor`", ""))
+    if as_json:
+        _print_json([{"check": check, "state": state} for check, state in zip(*(c.cells for c in table.columns))])
+        return
     console.print(table)
 
 
@@ -285,11 +288,18 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                                     "per node advertising suite_host; see docs/RAY.md."),
           ray_retries: int = typer.Option(2, "--ray-retries", min=0, help="With --ray: times an arm is retried "
                                           "on another node after its node (or worker) was lost."),
-          site: bool = typer.Option(False, "--site/--no-site", help="Build the site afterwards.")) -> None:
+          site: bool = typer.Option(False, "--site/--no-site", help="Build the site afterwards."),
+          fail_on_variance: bool = typer.Option(False, "--fail-on-variance", help="Exit 1 when any gate prompt "
+                                                "of any arm gave more than one distinct answer (for CI)."),
+          as_json: bool = typer.Option(False, "--json", help="Print the final table as JSON on stdout "
+                                       "(progress and log lines stay on stderr).")) -> None:
     """Benchmark every arm of a model: gate, latency, extraction, restarts; write the run records.
 
     Exits 1, with one line per arm saying what it needs and what this machine lacks, when no arm
-    could run here; a bench where some ran lists the skipped ones and exits 0.
+    could run here; a bench where some ran lists the skipped ones and exits 0 (1 with
+    --fail-on-variance when a gate prompt gave more than one answer). Bad input (a number, a
+    choice, an unknown control, a judge that does not answer) is one line and exit 2 before any
+    runtime starts.
     """
     from suite.bench import run_bench
     from suite.paths import results_dir
@@ -299,6 +309,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
         if tokenizer is not None:
             raise SuiteError("--tokenizer counts the tokens of a server given with --url; a started runtime "
                              "counts its own")
+    if as_json:
+        _stdout_for_json()
     out = (results_folder.expanduser().resolve() if results_folder else results_dir())
     overrides = {k: v for k, v in (("reloads", reloads), ("restart_caches", restart_caches),
                                    ("auto_controls", auto_controls)) if v is not None}
@@ -312,11 +324,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                   results=out, judge_url=judge_url, judge_model=judge_model,
                                   concurrency=_int_list("--concurrency", concurrency), gate_requests=gate_requests,
                                   restarts=restarts, overrides=overrides or None, max_retries=ray_retries,
-                                  console=console)
-        if any(s.status != "skipped" for s in summaries):
-            _print_summaries(summaries)
-        _honest_exit(summaries)
-        console.print(f"results: {out}", soft_wrap=True)
+                                  console=console, command=command_line())
+        _end_of_bench(summaries, out, as_json, fail_on_variance)
         if site:
             _build_site(out)
         return
@@ -324,14 +333,59 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                           judge_url=judge_url, judge_model=judge_model,
                           concurrency=_int_list("--concurrency", concurrency),
                           gate_requests=gate_requests, restarts=restarts, url=url, served_model=served_model,
-                          tokenizer=tokenizer,
-                          overrides={k: v for k, v in (("reloads", reloads), ("restart_caches", restart_caches),
-                                                       ("auto_controls", auto_controls)) if v is not None},
+                          tokenizer=tokenizer, overrides=overrides, command=command_line(),
                           on_arm=_site_after_arm(out) if site else None)
-    if any(s.status != "skipped" for s in summaries):
+    _end_of_bench(summaries, out, as_json, fail_on_variance)
+
+
+def command_line() -> list[str]:
+    """This process's command line as the user typed it (`suite ...`), secrets redacted: it goes into
+    the run records."""
+    from suite.signature import redact_args
+
+    return redact_args(["suite", *sys.argv[1:]])
+
+
+def _stdout_for_json() -> None:
+    """--json: stdout carries the JSON alone; every other line this command prints goes to stderr."""
+    global console
+    console = Console(stderr=True)
+
+
+def _summary_json(s: Any) -> dict[str, Any]:
+    """One arm of the bench's final table, as `--json` prints it."""
+    failure = getattr(s, "failure", None)
+    invocation = getattr(s, "invocation", None)
+    return {
+        "model": s.model, "arm": s.arm, "runtime": s.runtime, "launcher": s.launcher, "profile": s.profile,
+        "overrides": dict(invocation.overrides) if invocation else {}, "status": s.status, "reason": s.reason,
+        "failure": failure.model_dump(mode="json", exclude={"log_tail"}) if failure else None,
+        "determinism": s.determinism.model_dump(mode="json"),
+        "gate": [{"prompt_id": p.prompt_id, "distinct_answers": p.distinct_answers, "answered": p.answered,
+                  "requests": p.requests} for p in (s.gate.prompts if s.gate else [])],
+        "wall_s": s.wall_s, "run_id": s.run_id,
+    }
+
+
+def _varied(summaries: list[Any]) -> list[str]:
+    """`arm/prompt: N distinct of M` for every gate prompt that gave more than one answer."""
+    return [f"{s.arm}/{p.prompt_id}: {p.distinct_answers} distinct of {p.answered}"
+            for s in summaries for p in (s.gate.prompts if s.gate else []) if p.distinct_answers > 1]
+
+
+def _end_of_bench(summaries: list[Any], out: Path, as_json: bool, fail_on_variance: bool) -> None:
+    """The final table (or its JSON), the skipped arms, and the exit status a CI job reads."""
+    if as_json:
+        _print_json([_summary_json(s) for s in summaries])
+    elif any(s.status != "skipped" for s in summaries):
         _print_summaries(summaries)
     _honest_exit(summaries)
     console.print(f"results: {out}", soft_wrap=True)
+    varied = _varied(summaries)
+    if fail_on_variance and varied:
+        Console(stderr=True).print(f"[red]variance:[/red] {rich.markup.escape('; '.join(varied))}",
+                                   highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -339,18 +393,32 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
          arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
          controls: Optional[str] = typer.Option(None, help="'all' or control names: run the gate once per control set."),
          launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP),
-         profile: ProfileName = typer.Option("standard", help="How many requests each stage makes.")) -> None:
-    """Run the reproducibility gate (and, with --controls, the control matrix) for every arm."""
+         profile: ProfileName = typer.Option("standard", help="How many requests each stage makes."),
+         results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+         fail_on_variance: bool = typer.Option(False, "--fail-on-variance", help="Exit 1 when any gate prompt "
+                                               "gave more than one distinct answer (for CI).")) -> None:
+    """Run the reproducibility gate (and, with --controls, the control matrix) for every arm.
+
+    Control names are checked against each arm's runtime before anything starts (one line, exit 2).
+    """
     from suite.bench import run_bench
+    from suite.paths import results_dir
 
     stages = ["gate"] + (["controls"] if controls else [])
-    summaries = run_bench(model, _split(arms), launcher, profile, stages, controls=_split(controls))
+    out = results_folder.expanduser().resolve() if results_folder else results_dir()
+    summaries = run_bench(model, _split(arms), launcher, profile, stages, results=out, controls=_split(controls),
+                          command=command_line())
     _print_summaries(summaries)
     from suite.stages.controls import format_controls_table
 
     for s in summaries:
         if s.controls:
             console.print(format_controls_table(s.controls))
+    varied = _varied(summaries)
+    if fail_on_variance and varied:
+        Console(stderr=True).print(f"[red]variance:[/red] {rich.markup.escape('; '.join(varied))}",
+                                   highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 def _site_after_arm(results: Path):
@@ -388,30 +456,54 @@ def _build_site(results: Optional[Path] = None, out: Optional[Path] = None) -> N
 
 
 @app.command("site")
-def site_cmd(out: Optional[Path] = typer.Option(None, help="Output folder (default site/public).")) -> None:
-    """Build the static website from the results folder."""
-    _build_site(out=out)
+def site_cmd(out: Optional[Path] = typer.Option(None, help="Where the website is written (default: $SITE_OUT, "
+                                              "else site/public in the suite's folder): emptied and rebuilt on "
+                                              "every build, so it must be a folder this suite built (or a new "
+                                              "one) apart from the results; open its index.html."),
+             results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP)) -> None:
+    """Build the static website from the results folder (no server needed: the pages open from disk)."""
+    _build_site(results=_results(results_folder), out=out)
 
 
-@app.command()
-def results() -> None:
-    """List the run records in the results folder."""
+def _results(folder: Optional[Path]) -> Path:
+    """--results, else $RESULTS, else ./results; a folder that is not there is one line (exit 2)."""
     from suite.paths import results_dir
-    from suite.site.publish import list_runs
 
-    console.print(list_runs(results_dir()))
+    path = folder.expanduser().resolve() if folder else results_dir()
+    if folder is not None and not path.is_dir():
+        raise SuiteError(f"--results {folder}: no such folder")
+    return path
+
+
+def _print_json(data: Any) -> None:
+    """JSON on stdout, nothing else there (log and progress lines go to stderr)."""
+    import json
+
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
 
 
 @app.command()
-def export(format: str = typer.Option("parquet", "--format", help="parquet or csv."),
-           out: Path = typer.Option(Path("export"), help="Output folder.")) -> None:
+def results(results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """List the run records in the results folder, newest first."""
+    from suite.site.publish import list_runs, run_rows
+
+    folder = _results(results_folder)
+    if as_json:
+        _print_json([row.model_dump(mode="json") for row in run_rows(folder)])
+        return
+    console.print(list_runs(folder))
+
+
+@app.command()
+def export(format: ExportFormat = typer.Option("parquet", "--format", help="The files' format."),
+           out: Path = typer.Option(Path("export"), help="Output folder."),
+           results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP)) -> None:
     """Export the result tables (polars) as Parquet or CSV."""
     from suite.export import export_tables
-    from suite.paths import results_dir
 
-    if format not in ("parquet", "csv"):
-        raise SuiteError(f"unknown export format {format!r}; known: parquet, csv")
-    for path in export_tables(results_dir(), format, out):
+    for path in export_tables(_results(results_folder), format, out):
         console.print(str(path))
 
 
@@ -434,7 +526,8 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
     if sessions < 2 or replicates < 2:
         raise SuiteError(f"--sessions {sessions} --replicates {replicates}: each must be at least 2")
     summaries = run_bench(model, _split(arms), launcher, profile, ["sessions"],
-                          overrides={"sessions": sessions, "replicates": replicates, "sessions_lora": lora})
+                          overrides={"sessions": sessions, "replicates": replicates, "sessions_lora": lora},
+                          command=command_line())
     _print_summaries(summaries)
     for s in summaries:
         for line in (s.sessions.table if s.sessions else []):
@@ -444,12 +537,20 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
 @app.command()
 def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix of one) or a run folder."),
             run_b: str = typer.Argument(..., help="The run to compare it with (same model)."),
-            results: Optional[Path] = typer.Option(None, help="Results folder (default: results/ or $RESULTS).")) -> None:
-    """Do two runs of one model answer alike? Per gate prompt, and the configuration fields that differ."""
-    from suite.compare import compare_runs
-    from suite.paths import results_dir
+            results: Optional[Path] = typer.Option(None, help=RESULTS_HELP),
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Do two runs of one model answer alike? Per gate prompt, and the configuration fields that differ.
 
-    cmp = compare_runs(run_a, run_b, results or results_dir())
+    Exits 1 when the modal answers of a gate prompt differ between the two runs (0 when every
+    prompt answered in both agrees), so a CI job can fail on it.
+    """
+    from suite.compare import compare_runs
+
+    cmp = compare_runs(run_a, run_b, _results(results))
+    parted = any(p.modal_agree is False for p in cmp.prompts)
+    if as_json:
+        _print_json(cmp.model_dump(mode="json") | {"modal_answers_differ": parted})
+        raise typer.Exit(1 if parted else 0)
     console.print(f"A: {cmp.a.model}/{cmp.a.arm} {cmp.a.run_id}\nB: {cmp.b.model}/{cmp.b.arm} {cmp.b.run_id}")
     table = Table(title="gate prompts: modal answers")
     for col in ("prompt", "A distinct", "B distinct", "modal answers", "logprob Δ (nats)"):
@@ -465,6 +566,7 @@ def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix 
         sig.add_row(d.key, escape(d.a), escape(d.b))
     console.print(sig if cmp.signature_diff else "configuration: no field differs")
     console.print(escape(cmp.verdict))
+    raise typer.Exit(1 if parted else 0)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

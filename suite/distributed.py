@@ -198,7 +198,8 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
         t0 = time.time()
         with on_node(name), gpu.exclusive_device() as lease:
             summary = run_arm(plan, work, request["stages"], request.get("controls"), False, judge,
-                              on_stage=lambda stage: board.report.remote(arm, "stage", stage=stage, node=name))
+                              on_stage=lambda stage: board.report.remote(arm, "stage", stage=stage, node=name),
+                              command=request.get("command"))
             if lease.locked:
                 waited = gpu.wait_for_baseline(lease.baseline_bytes)
                 if not waited.reached:
@@ -369,7 +370,8 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
                   controls: list[str] | None = None, judge_url: str | None = None, judge_model: str | None = None,
                   concurrency: list[int] | None = None, gate_requests: int | None = None,
                   restarts: int | None = None, overrides: dict[str, Any] | None = None,
-                  max_retries: int = MAX_RETRIES, console: Any = None) -> list[Summary]:
+                  max_retries: int = MAX_RETRIES, console: Any = None,
+                  command: list[str] | None = None) -> list[Summary]:
     """Every arm of `model` as a Ray task on a `suite_host` node; run folders land in `results` write-once."""
     ray = import_ray()
     from rich.console import Console
@@ -385,7 +387,7 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
     base = {"model": model, "launcher": launcher, "profile": profile, "stages": stages or list(ORDER),
             "controls": controls, "judge": (judge.url, judge.model) if judge else None,
             "concurrency": concurrency, "gate_requests": gate_requests, "restarts": restarts,
-            "overrides": overrides}
+            "overrides": overrides, "command": command}
     t_bench = time.monotonic()
     _check_reachable(address)
     try:

@@ -300,6 +300,9 @@ class LocalRuntime(RunningRuntime):
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def exit_code(self) -> int | None:
+        return self.proc.poll()
+
     def _tree(self) -> list[psutil.Process]:
         try:
             return psutil.Process(self.proc.pid).children(recursive=True)
@@ -430,6 +433,10 @@ class LocalLauncher(Launcher):
         rt = LocalRuntime(proc, f"http://127.0.0.1:{port}", command, spec.log_path, lease)
         try:
             self._wait_ready(rt, spec, t0)
+        except RuntimeStartError as exc:
+            exc.returncode = rt.exit_code()
+            rt.kill()
+            raise
         except BaseException:
             rt.kill()
             raise
@@ -439,7 +446,7 @@ class LocalLauncher(Launcher):
 
     def _wait_ready(self, rt: LocalRuntime, spec: LaunchSpec, t0: float) -> None:
         def gone() -> str | None:
-            return None if rt.alive() else f"exited with status {rt.proc.returncode}"
+            return None if rt.alive() else rt.ended()
 
         with progress.step(f"start {spec.runtime.name}", timeout_s=spec.startup_timeout_s,
                            detail=f"log: {spec.log_path}") as step:

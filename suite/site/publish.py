@@ -378,3 +378,46 @@ def list_runs(results_dir: Path) -> "Any":
                 run.digest, s.run_id,
             )
     return table
+
+
+class RunRow(BaseModel):
+    """One run as `suite results --json` gives it: the figures of the table, typed."""
+
+    run_id: str
+    run_dir: str
+    model: str
+    arm: str
+    runtime: str
+    launcher: str
+    profile: str
+    overrides: dict[str, Any] = {}  # the profile's settings this run changed (the run record's invocation)
+    status: str
+    reason: str | None = None
+    started_at: str
+    finished_at: str | None = None
+    determinism: str
+    distinct_answers: int | None = None  # the most distinct answers any gate prompt gave
+    requests: int | None = None  # of that many requests
+    ttft_p50_ms: float | None = None
+    tokens_per_s: float | None = None
+    clean_share: float | None = None
+    clean_share_se: float | None = None
+    signature: str | None = None
+
+
+def run_rows(results_dir: Path) -> list[RunRow]:
+    """Every run under the results folder, newest first, as `suite results --json` prints them."""
+    rows: list[RunRow] = []
+    for model in load_runs(Path(results_dir)).values():
+        for run in model.all_runs:
+            s, h = run.s, run.headline
+            invocation = getattr(s, "invocation", None)
+            rows.append(RunRow(
+                run_id=s.run_id, run_dir=str(run.run_dir), model=s.model, arm=s.arm, runtime=s.runtime,
+                launcher=s.launcher, profile=s.profile, overrides=dict(invocation.overrides) if invocation else {},
+                status=s.status, reason=s.reason, started_at=s.started_at, finished_at=s.finished_at,
+                determinism=s.determinism.outcome, distinct_answers=h.distinct, requests=h.n,
+                ttft_p50_ms=h.ttft_p50_ms, tokens_per_s=h.tokens_per_s, clean_share=h.clean_share,
+                clean_share_se=h.clean_share_se, signature=s.signature.digest if s.signature else None))
+    rows.sort(key=lambda r: (r.started_at, r.run_id), reverse=True)
+    return rows
