@@ -455,6 +455,10 @@ class BenchSession:
             for p in self.log_dir.iterdir():
                 p.rename(self.record.log_dir / p.name)
             self.log_dir.rmdir()
+            # the running runtime writes on into the moved file: its log is read from there
+            rt = getattr(self, "runtime", None)
+            if rt is not None and Path(rt.log_path).parent == self.log_dir:
+                rt.log_path = self.record.log_dir / Path(rt.log_path).name
             self.log_dir = self.record.log_dir
 
     def failed_start(self, exc: RuntimeStartError) -> Summary:

@@ -308,6 +308,36 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
     )
 
 
+LOG_COPY_BYTES = 1 << 20  # the end of a failed runtime's log copied into the site, at most
+
+
+def _copy_failure_log(out_dir: Path, run: Run) -> str:
+    """A failed run's runtime log, copied into the site as text (its last MiB, URL credentials and
+    the suite's secret values scrubbed) so its page can link to it; "" when there is none."""
+    from suite.signature import scrub
+
+    failure = getattr(run.s, "failure", None)
+    if run.s.status != "failed" or failure is None or not failure.log_file:
+        return ""
+    source = (run.run_dir / failure.log_file).resolve()
+    if run.run_dir.resolve() not in source.parents or not source.is_file():
+        return ""  # a record naming a file outside its run folder is not followed
+    try:
+        with source.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - LOG_COPY_BYTES))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    head = f"(the last {LOG_COPY_BYTES // 1024} KiB of {size} bytes)\n" if size > LOG_COPY_BYTES else ""
+    rel = f"runs/{slug(run.s.run_id)}-{slug(run.s.arm)}-{slug(Path(failure.log_file).name)}.txt"
+    path = out_dir / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(head + scrub(text), encoding="utf-8")
+    return rel
+
+
 def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     """Empty `out_dir`, load every record of `results_dir`, and write the website."""
     t0 = time.perf_counter()
@@ -332,6 +362,8 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
         drawn = {name: _model_charts(site, model) for name, model in models.items()}
         site.write("index.html", "index.html", models=models, generated=generated,
                    n_runs=len(all_runs))
+        for run in all_runs:
+            run.log_page = _copy_failure_log(out_dir, run)
         for run in all_runs:  # written while the charts are drawn
             site.write(run.page, "run.html", model=models[run.s.model], run=run, generated=generated,
                        gate=gate_prompts(run.s.gate),
