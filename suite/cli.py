@@ -217,7 +217,7 @@ def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or ru
                       f"(ready in {rt.startup_s:.1f} s; log: {rt.log_path}); Ctrl-C stops it")
         while rt.alive():
             time.sleep(0.5)
-        raise SuiteError(f"{plan.runtime.name} exited; see {rt.log_path}")
+        raise SuiteError(f"{plan.runtime.name} {rt.ended() or 'exited'}; see {rt.log_path}")
 
 
 def _print_summaries(summaries) -> None:

@@ -376,7 +376,7 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
     ray = import_ray()
     from rich.console import Console
 
-    from suite.bench import plan_arms, resolve_judge
+    from suite.bench import check_controls, plan_arms, probe_judge, resolve_judge
     from suite.paths import results_dir
     from suite.stages import ORDER
 
@@ -384,6 +384,9 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
     out = results or results_dir()
     plans = plan_arms(model, arms, launcher, profile, concurrency, gate_requests, restarts, overrides)  # checks input
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
+    check_controls(plans, controls)  # bad input: one line before anything starts
+    if judge is not None:
+        judge = probe_judge(judge, explicit_model=judge_model is not None)
     base = {"model": model, "launcher": launcher, "profile": profile, "stages": stages or list(ORDER),
             "controls": controls, "judge": (judge.url, judge.model) if judge else None,
             "concurrency": concurrency, "gate_requests": gate_requests, "restarts": restarts,
