@@ -191,7 +191,10 @@ def test_the_pages_say_what_ran(benched: dict) -> None:
     assert r.returncode == 0, r.stderr
     page = parse((site / "models" / "standins.html").read_text())
     line = next(p.text() for p in page.one(id="arm-vary").all("p") if "profile quick" in p.text())
-    assert line.endswith("profile quick with gate requests 3 · restarts 4 · reloads 1")
+    assert line.endswith("profile quick with gate requests 3 · restarts 4 · reloads 1 · stages gate")
+    same = parse((site / "models" / "standins.html").read_text()).one(id="arm-same")
+    # its newest complete run is the gate's: the profile as it is, the stages it was asked
+    assert next(p.text() for p in same.all("p") if "profile quick" in p.text()).endswith("profile quick with stages gate")
     run_page = parse(next(site.glob("runs/*-vary.html")).read_text())
     command = run_page.one("code", cls="command").text()
     assert command.startswith("suite bench --model standins --profile quick --stages gate") and "--restarts 4" in command

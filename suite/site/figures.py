@@ -333,9 +333,19 @@ class Run:
 
     @property
     def overrides(self) -> str:
-        """The profile's settings this run changed (`restarts 6 · reloads 1`), or ""."""
+        """What this run was asked beyond its profile: the settings it changed (`restarts 6 ·
+        reloads 1`), the stages when not a bench's own, the control sets asked for; or ""."""
+        from suite.stages import ORDER
+
         invocation = getattr(self.summary, "invocation", None)
-        return invocation.overrides_text() if invocation else ""
+        if invocation is None:
+            return ""
+        parts = [invocation.overrides_text()]
+        if invocation.stages and invocation.stages != list(ORDER):
+            parts.append("stages " + ",".join(invocation.stages))
+        if invocation.controls:
+            parts.append("controls " + ",".join(invocation.controls))
+        return " · ".join(p for p in parts if p)
 
     @property
     def command(self) -> str | None:
