@@ -14,11 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-import click
 import rich.markup
 from rich.markup import escape
 import typer
-from typer._click.exceptions import UsageError as _TyperUsageError
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
@@ -607,19 +605,34 @@ def main() -> None:
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except (typer.Abort, click.exceptions.Abort):
+    except typer.Abort:
         Console(stderr=True).print("aborted")
         sys.exit(130)
-    except (typer.TyperException, click.exceptions.ClickException) as exc:
+    except Exception as exc:
+        if not _parser_error(exc):
+            raise
         # The parser's errors (typer 0.29 raises its vendored click's; a plugin may raise click's):
-        # help asked by giving no arguments is shown as help; every other is one line, exit 2.
+        # help asked by giving no arguments is shown as help; every other is one line, with the
+        # error's own exit status (2 for every usage error: a bad value, a missing argument, an
+        # unknown option or command).
         if type(exc).__name__ == "NoArgsIsHelpError":
-            exc.show()  # type: ignore[union-attr]
+            exc.show()  # type: ignore[attr-defined]
             sys.exit(getattr(exc, "exit_code", 2))
+        if type(exc).__name__ == "Abort":
+            sys.exit(130)
         line = rich.markup.escape(usage_line(exc))
         Console(stderr=True).print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
-        code = getattr(exc, "exit_code", 2)
-        sys.exit(2 if isinstance(exc, (_TyperUsageError, click.exceptions.UsageError)) else (code or 2))
+        sys.exit(getattr(exc, "exit_code", 2) or 2)
+
+
+def _parser_error(exc: BaseException) -> bool:
+    """Whether `exc` is one of the command-line parser's own errors: typer's (its vendored click's
+    `ClickException` derives from `typer.TyperException`), or click's where click is installed."""
+    if isinstance(exc, typer.TyperException):
+        return True
+    click = sys.modules.get("click")
+    exceptions = getattr(click, "exceptions", None)
+    return exceptions is not None and isinstance(exc, (exceptions.ClickException, exceptions.Abort))
 
 
 def _friendly(cause: BaseException | None) -> tuple[Any, str] | None:
