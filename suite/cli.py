@@ -1,6 +1,15 @@
 """The `suite` command line: one place turns user errors into one line and a non-zero exit.
 
-Commands: models, runtimes, doctor, setup, up, bench, gate, results, export, site, watch.
+Commands: models, runtimes, doctor, setup, up, bench, gate, results, export, site, compare,
+study sessions, watch; `suite --version`.
+
+Conventions a script can rely on: a usage error (a bad number, a missing argument, an unknown
+option, choice or command) and any bad input the suite checks before it starts anything (an
+unknown control, a judge that does not answer, a card or file it cannot read) is one line on
+stderr naming the option and the value, exit status 2, nothing started and nothing written.
+`--json` puts JSON alone on stdout (results, compare, doctor, the bench's final table). `compare`
+exits 1 when a gate prompt's modal answers differ; `bench`/`gate --fail-on-variance` exit 1 when
+a gate prompt gave more than one answer. The command line goes into every run record.
 """
 
 from __future__ import annotations
