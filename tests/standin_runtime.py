@@ -25,6 +25,14 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+def crash() -> None:
+    """Die by SIGSEGV, and go no further meanwhile: the signal may reach the process a moment
+    after `kill` returns (another thread takes it), and this thread must not answer before then."""
+    os.kill(os.getpid(), signal.SIGSEGV)
+    while True:
+        time.sleep(1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
@@ -41,7 +49,7 @@ def main() -> None:
     if args.mode == "segv-start":
         time.sleep(0.3)
         print("srv  load_model: loading model 'model.gguf'", flush=True)
-        os.kill(os.getpid(), signal.SIGSEGV)
+        crash()
     served = {"n": 0}
 
     class Handler(BaseHTTPRequestHandler):
@@ -68,7 +76,7 @@ def main() -> None:
             req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             if args.mode == "segv-after" and served["n"] >= args.after:
                 print(f"slot launch_slot_: id 0 | task {served['n']} | processing task", flush=True)
-                os.kill(os.getpid(), signal.SIGSEGV)
+                crash()
             served["n"] += 1
             words = ["the", "answer", "is", str(served["n"]) if args.mode == "vary" else "same"]
             chat = self.path.endswith("/chat/completions")
