@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -31,13 +32,13 @@ from suite.definitions import RuntimeDefinition, get_definition
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers import launcher_for, reap_orphans
 from suite.launchers.base import LaunchSpec, Launcher, LoraAdapter, RunningRuntime
-from suite.profiles import Profile, get_profile
-from suite.records import (RESULT_MODELS, DeterminismOutcome, RunInUse, RunManifest, RunRecord, Summary, find_incomplete,
-                           new_run_id, utcnow)
+from suite.profiles import PROFILES, Profile, get_profile
+from suite.records import (RESULT_MODELS, DeterminismOutcome, Invocation, RunInUse, RunManifest, RunRecord,
+                           RuntimeFailure, Summary, find_incomplete, new_run_id, utcnow)
 from suite.signature import Signature, detect_hardware, redact_args, redact_env
 from suite.signature import make_signature, prompt_set_hash  # noqa: F401 - the arm's signature asks its launcher
-from suite.stages import ORDER, StageContext, get_stage
-from suite.stages.gate import death_reason_of
+from suite.stages import ORDER, STAGES, StageContext, get_stage
+from suite.stages.gate import death_reason_of, died_text
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,10 @@ def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_req
         unknown = [k for k in overrides if k not in Profile.model_fields]
         if unknown:
             raise SuiteError(f"unknown profile setting {unknown[0]!r}")
+        for key in ("reloads",):
+            value = overrides.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+                raise SuiteError(f"--{key} {value}: must be 0 or more")
         try:
             profile = Profile.model_validate({**profile.model_dump(), **overrides})
         except ValidationError as exc:
@@ -194,6 +199,83 @@ def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_req
             key = str(err["loc"][0])  # the setting (a list's item: its list)
             raise SuiteError(f"--{key.replace('_', '-')} {overrides.get(key)!r}: {err['msg']}") from None
     return profile
+
+
+def profile_overrides(profile: Profile) -> dict[str, Any]:
+    """Every setting of `profile` that differs from the profile of its name (the command line's
+    --restarts, --reloads, --gate-requests ...), in the profile's field order."""
+    base = PROFILES.get(profile.name)
+    if base is None:
+        return {}
+    return {k: getattr(profile, k) for k in Profile.model_fields
+            if k != "name" and getattr(profile, k) != getattr(base, k)}
+
+
+def invocation_of(plan: ArmPlan, stages: list[str], controls: list[str] | None,
+                  command: list[str] | None) -> Invocation:
+    """What this arm's run was asked to do: the command line and the profile's overrides."""
+    return Invocation(command=list(command) if command else None, overrides=profile_overrides(plan.profile),
+                      stages=list(stages), controls=list(controls) if controls else None)
+
+
+TAIL_LINES = 20
+
+
+def _relative(path: Path | str | None, run_dir: Path) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).resolve().relative_to(run_dir.resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+def _secrets_of(rt: Any) -> tuple[str, ...]:
+    key = getattr(rt, "api_key", None)
+    return (key,) if isinstance(key, str) and key else ()
+
+
+def failure_at_start(exc: RuntimeStartError, log_path: Path | None, run_dir: Path) -> RuntimeFailure:
+    """A runtime that never got ready: how it failed, its error line and its log's tail."""
+    from suite.launchers.base import exit_signal, log_tail
+
+    after = exc.after_s
+    signal_name = exit_signal(exc.returncode) if exc.returncode is not None else (
+        (re.search(r"\bSIG[A-Z0-9]+\b", exc.ended or "") or [None])[0])
+    if exc.refused:
+        cause, what = "refused", "refused to start"
+    elif exc.timed_out:
+        cause, what = "timeout", f"not ready after {after or 0:.0f} s"
+    elif exc.ended:
+        cause = "signal" if signal_name else ("exit" if "exited with status" in exc.ended else "gone")
+        what = exc.ended + (f" {after:.1f} s after start" if after is not None else " at start")
+    else:
+        cause, what = "gone", str(exc)
+    status = exc.returncode if exc.returncode is not None and exc.returncode >= 0 else None
+    return RuntimeFailure(what=what, cause=cause, signal=signal_name, exit_status=status,
+                          after_s=None if after is None else round(after, 2), error_line=exc.error_line,
+                          log_tail=log_tail(log_path, TAIL_LINES), log_file=_relative(log_path, run_dir))
+
+
+def failure_in_stage(rt: RunningRuntime, where: str, stage: str, done: int | None, planned: int | None,
+                     run_dir: Path) -> RuntimeFailure:
+    """The arm's runtime ended on its own during (or before) a stage."""
+    from suite.launchers.base import exit_signal, find_error_line, log_tail
+
+    code = rt.exit_code()
+    ended = rt.ended()
+    signal_name = exit_signal(code) if code is not None else (
+        (re.search(r"\bSIG[A-Z0-9]+\b", ended or "") or [None])[0])
+    try:
+        line = find_error_line(Path(rt.log_path).read_text(errors="replace"))
+    except (OSError, TypeError):
+        line = None
+    cause = "signal" if signal_name else ("exit" if ended and "exited with status" in ended else "gone")
+    return RuntimeFailure(what=f"{ended or 'stopped'} {where}", cause=cause, signal=signal_name,
+                          exit_status=code if code is not None and code >= 0 else None, stage=stage,
+                          requests_done=done, requests_planned=planned, error_line=line,
+                          log_tail=log_tail(getattr(rt, "log_path", None), TAIL_LINES, _secrets_of(rt)),
+                          log_file=_relative(getattr(rt, "log_path", None), run_dir))
 
 
 def start_with_determinism(plan: ArmPlan, log_dir: Path, extra_controls: list[str]) -> tuple[RunningRuntime, LaunchSpec, DeterminismOutcome]:
@@ -209,7 +291,8 @@ def start_with_determinism(plan: ArmPlan, log_dir: Path, extra_controls: list[st
             return rt, spec, DeterminismOutcome(control=control, outcome="on")
         except RuntimeStartError as exc:
             word = "refused" if exc.refused else "failed to start in"
-            log.warning("%s %s its determinism mode %s: %s", plan.runtime.name, word, control, exc.error_line)
+            log.warning("%s %s its determinism mode %s: %s", plan.runtime.name, word, control,
+                        exc.error_line or (f"{exc.ended} {exc.after_s or 0:.1f} s after start" if exc.ended else exc))
             outcome = DeterminismOutcome(control=control, outcome="refused" if exc.refused else "failed",
                                          error_line=exc.error_line)
     else:
@@ -261,11 +344,13 @@ def resolve_judge(card: ModelCard, url: str | None, model: str | None) -> JudgeC
 
 def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: list[str] | None = None,
             resume: bool = False, judge: JudgeChoice | None = None,
-            on_stage: Callable[[str], None] | None = None) -> Summary:
+            on_stage: Callable[[str], None] | None = None, command: list[str] | None = None) -> Summary:
     """Run one arm end to end and write its run record; a failure is recorded, not raised.
 
-    `on_stage` is called with each stage's name as it starts (progress of a Ray task)."""
+    `on_stage` is called with each stage's name as it starts (progress of a Ray task); `command`
+    is the command line that asked for it (recorded with the profile's overrides)."""
     started = utcnow()
+    invocation = invocation_of(plan, stages, controls_request, command)
     try:
         plan.launcher.check_available()
         plan.launcher.prepare(plan.runtime)
@@ -277,14 +362,15 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
                 plan.arm_name, exc)
         return Summary(run_id="-", model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
                        launcher=plan.launcher.name, profile=plan.profile.name, started_at=started,
-                       status="skipped", reason=str(exc))
+                       status="skipped", reason=str(exc), invocation=invocation)
     try:
-        session = BenchSession(plan, results, resume=resume, judge=judge, controls_request=controls_request)
+        session = BenchSession(plan, results, resume=resume, judge=judge, controls_request=controls_request,
+                               invocation=invocation)
     except RunInUse as exc:  # a live run is never taken over; the other arms go on
         log.error("arm %s not run: %s", plan.arm_name, exc)
         return Summary(run_id="-", model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
                        launcher=plan.launcher.name, profile=plan.profile.name, started_at=started,
-                       status="skipped", reason=str(exc))
+                       status="skipped", reason=str(exc), invocation=invocation)
     try:
         session.start()
     except RuntimeStartError as exc:
@@ -309,8 +395,10 @@ class BenchSession:
     """
 
     def __init__(self, plan: ArmPlan, results: Path, *, resume: bool = False, judge: JudgeChoice | None = None,
-                 controls_request: list[str] | None = None):
+                 controls_request: list[str] | None = None, invocation: Invocation | None = None):
         self.plan, self.results, self.judge = plan, results, judge
+        self.invocation = invocation or invocation_of(plan, [], controls_request, None)
+        self.failure: RuntimeFailure | None = None  # how the runtime failed, when it did
         self.controls_request = list(controls_request or ["all"])
         self.started = utcnow()
         self._t0 = time.monotonic()
@@ -349,13 +437,15 @@ class BenchSession:
             manifest = RunManifest(run_id=new_run_id(signature.digest), model=plan.card.name, arm=plan.arm_name,
                                    runtime=plan.runtime.name, launcher=plan.launcher.name,
                                    profile=plan.profile.name, started_at=self.started, signature=signature,
-                                   profile_settings=plan.profile.model_dump(mode="json"))
+                                   profile_settings=plan.profile.model_dump(mode="json"),
+                                   invocation=self.invocation)
             self.record = RunRecord.create(self.results, manifest)
         self._move_logs()
         self.summary = Summary(run_id=self.record.manifest.run_id, model=plan.card.name, arm=plan.arm_name,
                                runtime=plan.runtime.name, launcher=plan.launcher.name, profile=plan.profile.name,
                                started_at=self.record.manifest.started_at, determinism=determinism,
-                               signature=signature, startup_s=rt.startup_s)
+                               signature=signature, startup_s=rt.startup_s,
+                               invocation=self.record.manifest.invocation or self.invocation)
         self.watchdog = _watchdog_for(plan, rt)
         self.watchdog.start()
         self.base_controls = list(spec.controls)
@@ -400,13 +490,19 @@ class BenchSession:
                 p.rename(target)
                 moved[p] = target
             self.log_dir.rmdir()
+            # the running runtime writes on into the moved file: its log is read from there
+            rt = getattr(self, "runtime", None)
+            if rt is not None and Path(rt.log_path).parent == self.log_dir:
+                rt.log_path = self.record.log_dir / Path(rt.log_path).name
             self.log_dir = self.record.log_dir
             rt = getattr(self, "runtime", None)
             if rt is not None and getattr(rt, "log_path", None) in moved:  # its death reason is read there
                 rt.log_path = moved[rt.log_path]
 
     def failed_start(self, exc: RuntimeStartError) -> Summary:
-        """A runtime that never got ready: the record says so, with its error line and log."""
+        """A runtime that never got ready: the record says how it failed (a crash by its signal, an
+        exit status, a refusal, a time-out), with its error line, its log's tail and its log file;
+        the console says so at once."""
         plan = self.plan
         self._stack.close()
         if self.previous is not None:  # never launched: the interrupted run stays as it was
@@ -415,14 +511,58 @@ class BenchSession:
         if self.record is None:
             self.record = RunRecord.create(self.results, RunManifest(
                 run_id=new_run_id(None), model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
-                launcher=plan.launcher.name, profile=plan.profile.name, started_at=self.started))
+                launcher=plan.launcher.name, profile=plan.profile.name, started_at=self.started,
+                invocation=self.invocation))
             self._move_logs()
+        log_path = Path(exc.log_path) if exc.log_path else None
+        if log_path is not None and not log_path.exists() and (self.record.log_dir / log_path.name).exists():
+            log_path = self.record.log_dir / log_path.name  # moved into the run folder
+        failure = failure_at_start(exc, log_path, self.record.dir)
+        reason = failure.what + (f"; its log: {failure.error_line}" if failure.error_line
+                                 else "; no error line in its log")
+        log.error("arm %s: %s (log: %s)", plan.arm_name, reason, log_path or "none")
         m = self.record.manifest
         summary = Summary(run_id=m.run_id, model=m.model, arm=m.arm, runtime=m.runtime, launcher=m.launcher,
                           profile=m.profile, started_at=m.started_at, signature=m.signature, finished_at=utcnow(),
-                          status="failed", reason=f"start-up failed: {exc}")
+                          status="failed", reason=reason, failure=failure, invocation=m.invocation or self.invocation)
         self.record.finish(summary)
         return summary
+
+    def _died(self, name: str, before: bool = False) -> "RuntimeDied":
+        """The arm's runtime ended on its own before or during stage `name`: the failure, typed,
+        and the error that ends the arm ("the runtime crashed: SIGSEGV (segmentation fault) during
+        stage gate after 3 of 20 requests; its log: ...")."""
+        assert self.record is not None
+        rt = self.runtime
+        if before:
+            where, done, planned = f"before stage {name}", None, None
+        else:
+            planned = get_stage(name).requests_for(self.plan.profile)
+            done = self._answered(name)
+            where = f"during stage {name} after {done} of {planned or '?'} requests"
+        self.failure = failure_in_stage(rt, where, name, done, planned, self.record.dir)
+        return RuntimeDied(died_text(death_reason_of(rt)(), where))
+
+    def _answered(self, stage: str) -> int:
+        """Requests of this stage the record holds an answer to."""
+        assert self.record is not None
+        import json
+
+        n = 0
+        try:
+            with self.record.requests_path.open(encoding="utf-8") as fh:
+                for line in fh:
+                    if f'"stage": "{stage}"' not in line:
+                        continue
+                    try:
+                        data = json.loads(line)
+                    except ValueError:
+                        continue
+                    if data.get("stage") == stage and not data.get("error") and data.get("kind") != "extraction-fact":
+                        n += 1
+        except OSError:
+            return 0
+        return n
 
     def __enter__(self) -> "BenchSession":
         assert self.record is not None, "start() first"
@@ -448,6 +588,8 @@ class BenchSession:
         s = self.summary
         s.status = self.status  # type: ignore[assignment]
         s.reason = self.reason
+        if self.status == "failed" and self.failure is not None:
+            s.failure = self.failure
         if self.not_run and self.reason is None:
             from suite.launchers.external import NOT_STARTED
 
@@ -531,8 +673,7 @@ class BenchSession:
                 if stage.fresh_runtimes:
                     rt.stop()  # these stop and start the runtime: free the machine first
                 elif not rt.alive():
-                    raise RuntimeDied(f"the runtime was no longer running before stage {name}: "
-                                      f"{death_reason_of(rt)() or 'no error line in its log'}")
+                    raise self._died(name, before=True)
                 log.info("arm %s: stage %s", plan.arm_name, name)
                 if on_stage is not None:
                     on_stage(name)
@@ -553,8 +694,7 @@ class BenchSession:
                 if not stage.fresh_runtimes and not rt.alive():
                     # What the stage measured before the runtime died is kept (its result and
                     # every request line); the arm stops here and the bench goes on.
-                    why = getattr(result, "stopped_reason", None) or death_reason_of(rt)() or "no error line in its log"
-                    raise RuntimeDied(f"the runtime died during stage {name}: {why}")
+                    raise self._died(name)
                 if name == "gate":
                     ctx.reproducible = getattr(result, "reproducible", None)
                     if ctx.reproducible is False and plan.profile.auto_controls and "controls" not in stages:
@@ -567,10 +707,14 @@ class BenchSession:
         except RuntimeDied as exc:
             self.status, self.reason = ("stopped-by-watchdog", "stopped by the memory watchdog") if watchdog.tripped \
                 else ("failed", str(exc))
-            log.error("arm %s: %s", plan.arm_name, self.reason)
+            log.error("arm %s: %s (log: %s)", plan.arm_name, self.reason, rt.log_path)
         except SuiteError as exc:
             if watchdog.tripped:
                 self.status, self.reason = "stopped-by-watchdog", "stopped by the memory watchdog"
+            elif name in STAGES and not STAGES[name].fresh_runtimes and not rt.alive():
+                # the stage gave up because its runtime had ended: that is the cause
+                self.status, self.reason = "failed", str(self._died(name))
+                log.error("arm %s: %s (log: %s)", plan.arm_name, self.reason, rt.log_path)
             else:
                 self.status, self.reason = "failed", f"stage {name}: {exc}"
                 log.error("arm %s: %s", plan.arm_name, self.reason)
@@ -649,13 +793,77 @@ def preflight(stages: list[str], profile: Profile, judge: JudgeChoice | None) ->
         load_rubric()
 
 
+def check_controls(plans: list[ArmPlan], controls: list[str] | None) -> None:
+    """`--controls` names checked against every arm's runtime before anything starts: an unknown
+    one is one line naming the option, the runtime and the controls it has."""
+    from suite.stages.controls import LORA
+
+    for name in controls or []:
+        if name == "all":
+            continue
+        for plan in plans:
+            runtime = plan.runtime
+            try:
+                if name == LORA:
+                    if not runtime.capabilities.lora:
+                        raise SuiteError(f"runtime {runtime.name!r} does not serve LoRA adapters")
+                else:
+                    runtime.control(name)
+            except SuiteError as exc:
+                raise SuiteError(f"--controls {name}: {exc} (arm {plan.arm_name})") from None
+
+
+def probe_judge(judge: JudgeChoice, explicit_model: bool = True, timeout_s: float = 10.0) -> JudgeChoice:
+    """The judge's endpoint asked for its models before any runtime starts: one that does not answer,
+    refuses the key, is not an OpenAI-compatible API or does not serve the named model is one line.
+    Without a model name, a judge serving exactly one model is asked for that one."""
+    import httpx
+
+    from suite.judge import JUDGE_API_KEY_ENV
+    from suite.signature import scrub
+
+    shown = scrub(judge.url)
+    root = judge.url.rstrip("/").removesuffix("/v1")
+    key = os.environ.get(JUDGE_API_KEY_ENV)
+    try:
+        with httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)), follow_redirects=False,
+                          headers={"Authorization": f"Bearer {key}"} if key else {}) as http:
+            r = http.get(root + "/v1/models")
+    except httpx.HTTPError as exc:
+        reason = scrub(str(exc).strip()) or type(exc).__name__
+        raise SuiteError(f"--judge-url {shown}: no server answers there ({reason})") from None
+    if r.status_code in (401, 403):
+        raise SuiteError(f"--judge-url {shown}: the judge refused GET /v1/models (HTTP {r.status_code}); "
+                         f"give its key in {JUDGE_API_KEY_ENV}")
+    try:
+        data = r.json() if r.status_code == 200 else None
+    except ValueError:
+        data = None
+    listed = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(listed, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in listed):
+        raise SuiteError(f"--judge-url {shown}: not an OpenAI-compatible API (GET /v1/models gave HTTP "
+                         f"{r.status_code}, not a model list)")
+    models = [m["id"] for m in listed]
+    if explicit_model:
+        if judge.model not in models:
+            raise SuiteError(f"--judge-model {judge.model!r}: not served at {shown}; it lists: "
+                             f"{', '.join(models) or 'no model'}")
+        return judge
+    if judge.model in models:
+        return judge
+    if len(models) == 1:
+        return JudgeChoice(judge.url, models[0])
+    raise SuiteError(f"--judge-url {shown} serves {len(models)} models ({', '.join(models) or 'none'}): "
+                     "name one with --judge-model")
+
+
 def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = "auto", profile: str = "standard",
               stages: list[str] | None = None, results: Path | None = None, controls: list[str] | None = None,
               resume: bool = False, judge_url: str | None = None, judge_model: str | None = None,
               concurrency: list[int] | None = None, gate_requests: int | None = None,
               restarts: int | None = None, overrides: dict[str, Any] | None = None,
               url: str | None = None, served_model: str | None = None, tokenizer: str | None = None,
-              on_arm: Callable[[Summary], None] | None = None) -> list[Summary]:
+              on_arm: Callable[[Summary], None] | None = None, command: list[str] | None = None) -> list[Summary]:
     """Every arm of `model` (or, with `url`, the one server at that URL) through the stages.
 
     Each arm is prepared (runtime installed, model format made) just before it runs, never while
@@ -682,6 +890,9 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
     for profile in {plan.profile.model_dump_json(): plan.profile for plan in plans}.values():  # the arms share one
         preflight(stages or list(ORDER), profile, judge)
+    check_controls(plans, controls)
+    if judge is not None:
+        judge = probe_judge(judge, explicit_model=judge_model is not None)
     if any(plan.launcher.name not in ("external", "none") for plan in plans):
         # What a suite killed with -9 left (a container, a runtime's workers) may hold the GPU:
         # end it before the GPU is checked, or the check refuses and the orphan stays.
@@ -695,7 +906,7 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
         device = gpu.exclusive_device() if plan.launcher.name not in ("external", "none") else contextlib.nullcontext(
             gpu.DeviceLease(locked=False, reason=f"launcher {plan.launcher.name}"))
         with device as lease:
-            summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume, judge))
+            summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume, judge, command=command))
             if lease.locked:
                 waited = gpu.wait_for_baseline(lease.baseline_bytes)
                 if not waited.reached:

@@ -1,17 +1,27 @@
 """The `suite` command line: one place turns user errors into one line and a non-zero exit.
 
-Commands: models, runtimes, doctor, setup, up, bench, gate, results, export, site, watch.
+Commands: models, runtimes, doctor, setup, up, bench, gate, results, export, site, compare,
+study sessions, watch; `suite --version`.
+
+Conventions a script can rely on: a usage error (a bad number, a missing argument, an unknown
+option, choice or command) and any bad input the suite checks before it starts anything (an
+unknown control, a judge that does not answer, a card or file it cannot read) is one line on
+stderr naming the option and the value, exit status 2, nothing started and nothing written.
+`--json` puts JSON alone on stdout (results, compare, doctor, the bench's final table). `compare`
+exits 1 when a gate prompt's modal answers differ; `bench`/`gate --fail-on-variance` exit 1 when
+a gate prompt gave more than one answer. The command line goes into every run record.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import rich.markup
 from rich.markup import escape
@@ -20,9 +30,12 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
+import suite
 from suite import progress
 from suite.errors import SuiteError
+from suite.launchers import CHOICES as LAUNCHER_CHOICES
 from suite.lifetime import REGISTRY
+from suite.profiles import PROFILES, Profile
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="A reproducibility-first benchmark suite for LLM inference runtimes.")
@@ -30,6 +43,13 @@ console = Console()
 log = logging.getLogger("suite")
 LAUNCHER_HELP = ("auto (per arm: local where the runtime has a local recipe for this platform, else "
                  "Docker), local or docker.")
+RESULTS_HELP = "Results folder (default: $RESULTS, else ./results)."
+JSON_HELP = "Print JSON on stdout instead of a table (progress and log lines stay on stderr)."
+# Choices shown as choices in --help and refused by the parser (exit 2) before anything starts.
+ProfileName = Literal[tuple(PROFILES)]  # type: ignore[valid-type]
+LauncherName = Literal[LAUNCHER_CHOICES]  # type: ignore[valid-type]
+RestartCaches = Profile.model_fields["restart_caches"].annotation
+ExportFormat = Literal["parquet", "csv"]
 
 
 def _split(value: Optional[str]) -> list[str] | None:
@@ -46,8 +66,16 @@ def _int_list(option: str, value: Optional[str]) -> list[int] | None:
         raise SuiteError(f"{option} {value!r}: give whole numbers separated by commas, e.g. 1,2,4") from None
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        console.print(f"suite {suite.__version__}", highlight=False)
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _setup_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
+def _setup_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+                   version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                                help="Print the suite's version and exit.")) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
                         handlers=[RichHandler(console=progress.console(), show_path=False, show_time=True)])
     for noisy in ("httpx", "httpcore", "docker", "urllib3"):
@@ -81,7 +109,7 @@ def runtimes() -> None:
 
 
 @app.command()
-def doctor() -> None:
+def doctor(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """What this machine has: Docker, NVIDIA driver/NVML, disk, caches, installed runtimes."""
     from suite.catalog import is_prepared, load_catalog
     from suite.definitions import load_definitions
@@ -129,6 +157,9 @@ def doctor() -> None:
                      else f"cannot run here: {getattr(chosen, 'reason', '')}".replace(": see `suite doctor`", ""))
             way = _python_way_line(definition, arm.version)
             table.add_row(f"arm {card.name}/{arm_name}", state + (f"; {way}" if way else ""))
+    if as_json:
+        _print_json([{"check": check, "state": state} for check, state in zip(*(c.cells for c in table.columns))])
+        return
     console.print(table)
 
 
@@ -151,7 +182,7 @@ def _python_way_line(definition: Any, version: str | None) -> str | None:
 @app.command()
 def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare."),
           runtime: Optional[str] = typer.Option(None, help="Only this runtime (comma-separated list)."),
-          launcher: str = typer.Option("auto", help=LAUNCHER_HELP)) -> None:
+          launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP)) -> None:
     """Install the runtimes and prepare the model formats of a model's arms (reused when present).
 
     An arm that cannot run here is left out with one line saying what it needs; when no arm can,
@@ -186,8 +217,8 @@ def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare.")
 @app.command()
 def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or runtime) of the model to serve."),
        model: str = typer.Option("tiny", help="Model card."),
-       launcher: str = typer.Option("auto", help=LAUNCHER_HELP),
-       port: Optional[int] = typer.Option(None, help="Port (default: a free one)."),
+       launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP),
+       port: Optional[int] = typer.Option(None, min=1, max=65535, help="Port (default: a free one)."),
        controls: Optional[str] = typer.Option(None, help="Controls to apply, comma-separated.")) -> None:
     """Serve one arm of a model until Ctrl-C."""
     import time
@@ -211,7 +242,7 @@ def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or ru
                       f"(ready in {rt.startup_s:.1f} s; log: {rt.log_path}); Ctrl-C stops it")
         while rt.alive():
             time.sleep(0.5)
-        raise SuiteError(f"{plan.runtime.name} exited; see {rt.log_path}")
+        raise SuiteError(f"{plan.runtime.name} {rt.ended() or 'exited'}; see {rt.log_path}")
 
 
 def _print_summaries(summaries) -> None:
@@ -248,7 +279,7 @@ def _honest_exit(summaries) -> None:
 def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmark (default: $MODEL, else tiny; "
                                                "with --url: the name its records go under, default external)."),
           arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
-          launcher: str = typer.Option("auto", help=LAUNCHER_HELP),
+          launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP),
           url: Optional[str] = typer.Option(None, "--url", help="Benchmark a server the suite did not start: "
                                             "its OpenAI-compatible address, e.g. http://127.0.0.1:8080/v1 "
                                             "(key from SUITE_API_KEY)."),
@@ -257,9 +288,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
           tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="With --url: the model's tokenizer "
                                                   "(a tokenizer.json, a folder holding one, or hf:ORG/REPO[@REV]), "
                                                   "to count the tokens of a server that does not count them."),
-          results_folder: Optional[Path] = typer.Option(None, "--results", help="Results folder "
-                                                        "(default: $RESULTS, else ./results)."),
-          profile: str = typer.Option("standard", help="quick, standard or full."),
+          results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+          profile: ProfileName = typer.Option("standard", help="How many requests each stage makes."),
           stages: Optional[str] = typer.Option(None, help="Stages to run (default: gate,latency,extraction,restarts)."),
           resume: bool = typer.Option(False, help="Continue the newest incomplete run of each arm."),
           judge_url: Optional[str] = typer.Option(None, help="LLM judge: any OpenAI-compatible URL "
@@ -267,13 +297,13 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
           judge_model: Optional[str] = typer.Option(None, help="The judge's model name at that URL."),
           concurrency: Optional[str] = typer.Option(None, help="Latency concurrency sweep, e.g. 1,2,4 "
                                                     "(default: the profile's)."),
-          gate_requests: Optional[int] = typer.Option(None, "--gate-requests", help="Identical requests per gate "
+          gate_requests: Optional[int] = typer.Option(None, "--gate-requests", min=2, help="Identical requests per gate "
                                                       "prompt (default: the profile's; the studies used 200)."),
-          restarts: Optional[int] = typer.Option(None, "--restarts", help="Launches of the restarts stage "
+          restarts: Optional[int] = typer.Option(None, "--restarts", min=2, help="Launches of the restarts stage "
                                                  "(default: the profile's; 6 or more give an interval)."),
-          restart_caches: Optional[str] = typer.Option(None, "--restart-caches", help="fresh (every launch starts "
-                                                       "with empty compile caches), kept, or both."),
-          reloads: Optional[int] = typer.Option(None, "--reloads", help="Repeat the extraction in N fresh launches."),
+          restart_caches: Optional[RestartCaches] = typer.Option(None, "--restart-caches", help="fresh (every launch "
+                                                                 "starts with empty compile caches), kept, or both."),
+          reloads: Optional[int] = typer.Option(None, "--reloads", min=0, help="Repeat the extraction in N fresh launches."),
           batch_composition: bool = typer.Option(False, "--batch-composition", help="Also send the target "
                                                  "prompt inside batches of other prompts and of shared prefixes "
                                                  "(on in the full profile)."),
@@ -292,11 +322,18 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                                     "per node advertising suite_host; see docs/RAY.md."),
           ray_retries: int = typer.Option(2, "--ray-retries", min=0, help="With --ray: times an arm is retried "
                                           "on another node after its node (or worker) was lost."),
-          site: bool = typer.Option(False, "--site/--no-site", help="Build the site afterwards.")) -> None:
+          site: bool = typer.Option(False, "--site/--no-site", help="Build the site afterwards."),
+          fail_on_variance: bool = typer.Option(False, "--fail-on-variance", help="Exit 1 when any gate prompt "
+                                                "of any arm gave more than one distinct answer (for CI)."),
+          as_json: bool = typer.Option(False, "--json", help="Print the final table as JSON on stdout "
+                                       "(progress and log lines stay on stderr).")) -> None:
     """Benchmark every arm of a model: gate, latency, extraction, restarts; write the run records.
 
     Exits 1, with one line per arm saying what it needs and what this machine lacks, when no arm
-    could run here; a bench where some ran lists the skipped ones and exits 0.
+    could run here; a bench where some ran lists the skipped ones and exits 0 (1 with
+    --fail-on-variance when a gate prompt gave more than one answer). Bad input (a number, a
+    choice, an unknown control, a judge that does not answer) is one line and exit 2 before any
+    runtime starts.
     """
     from suite.bench import run_bench
     from suite.paths import results_dir
@@ -306,6 +343,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
         if tokenizer is not None:
             raise SuiteError("--tokenizer counts the tokens of a server given with --url; a started runtime "
                              "counts its own")
+    if as_json:
+        _stdout_for_json()
     out = (results_folder.expanduser().resolve() if results_folder else results_dir())
     overrides = {k: v for k, v in (("reloads", reloads), ("restart_caches", restart_caches),
                                    ("auto_controls", auto_controls)) if v is not None}
@@ -327,11 +366,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                   results=out, judge_url=judge_url, judge_model=judge_model,
                                   concurrency=_int_list("--concurrency", concurrency), gate_requests=gate_requests,
                                   restarts=restarts, overrides=overrides or None, max_retries=ray_retries,
-                                  console=console)
-        if any(s.status != "skipped" for s in summaries):
-            _print_summaries(summaries)
-        _honest_exit(summaries)
-        console.print(f"results: {out}", soft_wrap=True)
+                                  console=console, command=command_line())
+        _end_of_bench(summaries, out, as_json, fail_on_variance)
         if site:
             _build_site(out)
         return
@@ -339,31 +375,92 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                           judge_url=judge_url, judge_model=judge_model,
                           concurrency=_int_list("--concurrency", concurrency),
                           gate_requests=gate_requests, restarts=restarts, url=url, served_model=served_model,
-                          tokenizer=tokenizer,
-                          overrides=overrides, on_arm=_site_after_arm(out) if site else None)
-    if any(s.status != "skipped" for s in summaries):
+                          tokenizer=tokenizer, overrides=overrides, command=command_line(),
+                          on_arm=_site_after_arm(out) if site else None)
+    _end_of_bench(summaries, out, as_json, fail_on_variance)
+
+
+def command_line() -> list[str]:
+    """This process's command line as the user typed it (`suite ...`), secrets redacted: it goes into
+    the run records."""
+    from suite.signature import redact_args
+
+    return redact_args(["suite", *sys.argv[1:]])
+
+
+def _stdout_for_json() -> None:
+    """--json: stdout carries the JSON alone; every other line this command prints goes to stderr."""
+    global console
+    console = Console(stderr=True)
+
+
+def _summary_json(s: Any) -> dict[str, Any]:
+    """One arm of the bench's final table, as `--json` prints it."""
+    failure = getattr(s, "failure", None)
+    invocation = getattr(s, "invocation", None)
+    return {
+        "model": s.model, "arm": s.arm, "runtime": s.runtime, "launcher": s.launcher, "profile": s.profile,
+        "overrides": dict(invocation.overrides) if invocation else {}, "status": s.status, "reason": s.reason,
+        "failure": failure.model_dump(mode="json", exclude={"log_tail"}) if failure else None,
+        "determinism": s.determinism.model_dump(mode="json"),
+        "gate": [{"prompt_id": p.prompt_id, "distinct_answers": p.distinct_answers, "answered": p.answered,
+                  "requests": p.requests} for p in (s.gate.prompts if s.gate else [])],
+        "wall_s": s.wall_s, "run_id": s.run_id,
+    }
+
+
+def _varied(summaries: list[Any]) -> list[str]:
+    """`arm/prompt: N distinct of M` for every gate prompt that gave more than one answer."""
+    return [f"{s.arm}/{p.prompt_id}: {p.distinct_answers} distinct of {p.answered}"
+            for s in summaries for p in (s.gate.prompts if s.gate else []) if p.distinct_answers > 1]
+
+
+def _end_of_bench(summaries: list[Any], out: Path, as_json: bool, fail_on_variance: bool) -> None:
+    """The final table (or its JSON), the skipped arms, and the exit status a CI job reads."""
+    if as_json:
+        _print_json([_summary_json(s) for s in summaries])
+    elif any(s.status != "skipped" for s in summaries):
         _print_summaries(summaries)
     _honest_exit(summaries)
     console.print(f"results: {out}", soft_wrap=True)
+    varied = _varied(summaries)
+    if fail_on_variance and varied:
+        Console(stderr=True).print(f"[red]variance:[/red] {rich.markup.escape('; '.join(varied))}",
+                                   highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 @app.command()
 def gate(model: str = typer.Option("tiny", help="Model card."),
          arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
          controls: Optional[str] = typer.Option(None, help="'all' or control names: run the gate once per control set."),
-         launcher: str = typer.Option("auto", help=LAUNCHER_HELP),
-         profile: str = typer.Option("standard", help="quick, standard or full.")) -> None:
-    """Run the reproducibility gate (and, with --controls, the control matrix) for every arm."""
+         launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP),
+         profile: ProfileName = typer.Option("standard", help="How many requests each stage makes."),
+         results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+         fail_on_variance: bool = typer.Option(False, "--fail-on-variance", help="Exit 1 when any gate prompt "
+                                               "gave more than one distinct answer (for CI).")) -> None:
+    """Run the reproducibility gate (and, with --controls, the control matrix) for every arm.
+
+    Control names are checked against each arm's runtime before anything starts (one line, exit 2).
+    """
     from suite.bench import run_bench
+    from suite.paths import results_dir
 
     stages = ["gate"] + (["controls"] if controls else [])
-    summaries = run_bench(model, _split(arms), launcher, profile, stages, controls=_split(controls))
+    out = results_folder.expanduser().resolve() if results_folder else results_dir()
+    summaries = run_bench(model, _split(arms), launcher, profile, stages, results=out, controls=_split(controls),
+                          command=command_line())
     _print_summaries(summaries)
     from suite.stages.controls import format_controls_table
 
     for s in summaries:
         if s.controls:
             console.print(format_controls_table(s.controls))
+    varied = _varied(summaries)
+    if fail_on_variance and varied:
+        Console(stderr=True).print(f"[red]variance:[/red] {rich.markup.escape('; '.join(varied))}",
+                                   highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 def _site_after_arm(results: Path):
@@ -402,30 +499,54 @@ def _build_site(results: Optional[Path] = None, out: Optional[Path] = None) -> N
 
 
 @app.command("site")
-def site_cmd(out: Optional[Path] = typer.Option(None, help="Output folder (default site/public).")) -> None:
-    """Build the static website from the results folder."""
-    _build_site(out=out)
+def site_cmd(out: Optional[Path] = typer.Option(None, help="Where the website is written (default: $SITE_OUT, "
+                                              "else site/public in the suite's folder): emptied and rebuilt on "
+                                              "every build, so it must be a folder this suite built (or a new "
+                                              "one) apart from the results; open its index.html."),
+             results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP)) -> None:
+    """Build the static website from the results folder (no server needed: the pages open from disk)."""
+    _build_site(results=_results(results_folder), out=out)
 
 
-@app.command()
-def results() -> None:
-    """List the run records in the results folder."""
+def _results(folder: Optional[Path]) -> Path:
+    """--results, else $RESULTS, else ./results; a folder that is not there is one line (exit 2)."""
     from suite.paths import results_dir
-    from suite.site.publish import list_runs
 
-    console.print(list_runs(results_dir()))
+    path = folder.expanduser().resolve() if folder else results_dir()
+    if folder is not None and not path.is_dir():
+        raise SuiteError(f"--results {folder}: no such folder")
+    return path
+
+
+def _print_json(data: Any) -> None:
+    """JSON on stdout, nothing else there (log and progress lines go to stderr)."""
+    import json
+
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
 
 
 @app.command()
-def export(format: str = typer.Option("parquet", "--format", help="parquet or csv."),
-           out: Path = typer.Option(Path("export"), help="Output folder.")) -> None:
+def results(results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """List the run records in the results folder, newest first."""
+    from suite.site.publish import list_runs, run_rows
+
+    folder = _results(results_folder)
+    if as_json:
+        _print_json([row.model_dump(mode="json") for row in run_rows(folder)])
+        return
+    console.print(list_runs(folder))
+
+
+@app.command()
+def export(format: ExportFormat = typer.Option("parquet", "--format", help="The files' format."),
+           out: Path = typer.Option(Path("export"), help="Output folder."),
+           results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP)) -> None:
     """Export the result tables (polars) as Parquet or CSV."""
     from suite.export import export_tables
-    from suite.paths import results_dir
 
-    if format not in ("parquet", "csv"):
-        raise SuiteError(f"unknown export format {format!r}; known: parquet, csv")
-    for path in export_tables(results_dir(), format, out):
+    for path in export_tables(_results(results_folder), format, out):
         console.print(str(path))
 
 
@@ -436,11 +557,11 @@ app.add_typer(study_app, name="study")
 @study_app.command("sessions")
 def study_sessions(model: str = typer.Option("tiny", help="Model card."),
                    arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
-                   sessions: int = typer.Option(8, "--sessions", help="Independent server processes (K)."),
-                   replicates: int = typer.Option(3, "--replicates", help="Runs of each gate prompt per process (R)."),
+                   sessions: int = typer.Option(8, "--sessions", min=2, help="Independent server processes (K)."),
+                   replicates: int = typer.Option(3, "--replicates", min=2, help="Runs of each gate prompt per process (R)."),
                    lora: bool = typer.Option(False, "--lora", help="Also the test LoRA adapter, in the same processes."),
-                   launcher: str = typer.Option("local", help="local or docker."),
-                   profile: str = typer.Option("quick", help="Which gate prompts and token caps (quick, standard, full).")) -> None:
+                   launcher: Literal["local", "docker"] = typer.Option("local", help="Where the server processes run."),
+                   profile: ProfileName = typer.Option("quick", help="Which gate prompts and token caps.")) -> None:
     """Sessions x replicates (study 2): K server processes, R runs each, base and adapter compared."""
     from suite.bench import run_bench
     from suite.errors import SuiteError
@@ -448,7 +569,8 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
     if sessions < 2 or replicates < 2:
         raise SuiteError(f"--sessions {sessions} --replicates {replicates}: each must be at least 2")
     summaries = run_bench(model, _split(arms), launcher, profile, ["sessions"],
-                          overrides={"sessions": sessions, "replicates": replicates, "sessions_lora": lora})
+                          overrides={"sessions": sessions, "replicates": replicates, "sessions_lora": lora},
+                          command=command_line())
     _print_summaries(summaries)
     for s in summaries:
         for line in (s.sessions.table if s.sessions else []):
@@ -458,14 +580,22 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
 @app.command()
 def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix of one) or a run folder."),
             run_b: str = typer.Argument(..., help="The run to compare it with (same model)."),
-            results: Optional[Path] = typer.Option(None, help="Results folder (default: results/ or $RESULTS)."),
+            results: Optional[Path] = typer.Option(None, help=RESULTS_HELP),
             across_models: bool = typer.Option(False, "--across-models", help="Two cards of the same weights "
-                                               "(e.g. tiny on CPU arms, tiny-gpu on GPU vLLM).")) -> None:
-    """Do two runs of one model answer alike? Per gate prompt, and the configuration fields that differ."""
-    from suite.compare import compare_runs
-    from suite.paths import results_dir
+                                               "(e.g. tiny on CPU arms, tiny-gpu on GPU vLLM)."),
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Do two runs of one model answer alike? Per gate prompt, and the configuration fields that differ.
 
-    cmp = compare_runs(run_a, run_b, results or results_dir(), across_models)
+    Exits 1 when the modal answers of a gate prompt differ between the two runs (0 when every
+    prompt answered in both agrees), so a CI job can fail on it.
+    """
+    from suite.compare import compare_runs
+
+    cmp = compare_runs(run_a, run_b, _results(results), across_models)
+    parted = any(p.modal_agree is False for p in cmp.prompts)
+    if as_json:
+        _print_json(cmp.model_dump(mode="json") | {"modal_answers_differ": parted})
+        raise typer.Exit(1 if parted else 0)
     console.print(f"A: {cmp.a.model}/{cmp.a.arm} {cmp.a.run_id}\nB: {cmp.b.model}/{cmp.b.arm} {cmp.b.run_id}",
                   markup=False, highlight=False)
     table = Table(title="gate prompts: modal answers")
@@ -483,6 +613,7 @@ def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix 
         sig.add_row(*progress.cells(d.key, d.a, d.b))
     console.print(sig if cmp.signature_diff else "configuration: no field differs")
     console.print(escape(cmp.verdict))
+    raise typer.Exit(1 if parted else 0)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -508,7 +639,7 @@ def main() -> None:
     REGISTRY.install_signal_handlers()
     try:
         # Without standalone mode typer returns the exit code (130 after Ctrl-C) instead of exiting.
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="suite")
         if code == 130:
             raise KeyboardInterrupt
         if isinstance(code, int) and code:
@@ -523,16 +654,93 @@ def main() -> None:
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except Exception as exc:  # click's usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
+    except typer.Abort:
+        Console(stderr=True).print("aborted")
+        sys.exit(130)
+    except Exception as exc:
+        if not _parser_error(exc):
+            raise
+        # The parser's errors (typer 0.29 raises its vendored click's; a plugin may raise click's):
+        # help asked by giving no arguments is shown as help; every other is one line, with the
+        # error's own exit status (2 for every usage error: a bad value, a missing argument, an
+        # unknown option or command).
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(getattr(exc, "exit_code", 2))
+        if type(exc).__name__ == "Abort":
             sys.exit(130)
-        raise
+        line = rich.markup.escape(usage_line(exc))
+        Console(stderr=True).print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
+        sys.exit(getattr(exc, "exit_code", 2) or 2)
 
+
+def _parser_error(exc: BaseException) -> bool:
+    """Whether `exc` is one of the command-line parser's own errors: typer's (its vendored click's
+    `ClickException` derives from `typer.TyperException`), or click's where click is installed."""
+    if isinstance(exc, typer.TyperException):
+        return True
+    click = sys.modules.get("click")
+    exceptions = getattr(click, "exceptions", None)
+    return exceptions is not None and isinstance(exc, (exceptions.ClickException, exceptions.Abort))
+
+
+def _friendly(cause: BaseException | None) -> tuple[Any, str] | None:
+    """(the value given, what is wrong with it) from the validation error behind a bad parameter."""
+    errors = getattr(cause, "errors", None)
+    if not callable(errors):
+        return None
+    try:
+        first = errors()[0]
+    except Exception:  # noqa: BLE001 - not a pydantic error after all
+        return None
+    kind, ctx, msg = first.get("type", ""), first.get("ctx") or {}, str(first.get("msg", ""))
+    if kind == "int_parsing" or kind == "int_from_float":
+        msg = "not a whole number"
+    elif kind == "float_parsing":
+        msg = "not a number"
+    elif kind == "bool_parsing":
+        msg = "not true or false"
+    elif kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        words = {"greater_than_equal": ("ge", "or more"), "greater_than": ("gt", "exclusive: more than"),
+                 "less_than_equal": ("le", "or less"), "less_than": ("lt", "exclusive: less than")}[kind]
+        bound = ctx.get(words[0])
+        msg = f"must be {bound} {words[1]}" if words[1].startswith("or") else f"must be {words[1].split(': ')[1]} {bound}"
+    else:
+        msg = msg.removeprefix("Value error, ").rstrip(".")
+        choice = re.match(r".* is not one of (.*)$", msg)
+        if choice:  # a Literal's choices: listed plainly
+            msg = "not one of " + ", ".join(c.strip().strip("'") for c in choice[1].split(","))
+        else:
+            msg = msg[:1].lower() + msg[1:]
+    return first.get("input"), msg
+
+
+def usage_line(exc: BaseException) -> str:
+    """A parser error as one line naming the option (or argument, or command) and the value.
+
+    `--restarts 'x': not a whole number (suite bench --help)`; `No such option: --nope`;
+    `Missing argument 'RUN_B'`. Control characters and line breaks of the value are shown
+    escaped, never as new lines."""
+    param = getattr(exc, "param", None)
+    ctx = getattr(exc, "ctx", None)
+    where = f" ({ctx.command_path} --help)" if ctx is not None and getattr(ctx, "command_path", None) else ""
+    if param is not None and type(exc).__name__ != "MissingParameter":
+        opts = [o for o in (getattr(param, "opts", None) or []) if o.startswith("--")]
+        name = max(opts, key=len) if opts else str(getattr(param, "human_readable_name", None) or param.name).upper()
+        found = _friendly(exc.__cause__)
+        message = getattr(exc, "message", None) or str(exc)
+        if found is not None:
+            value, message = found
+            if repr(value) not in message and str(value) not in message:
+                return _one_line(f"{name} {value!r}: {message}{where}")
+        return _one_line(f"{name}: {message.rstrip('.')}{where}")
+    format_message = getattr(exc, "format_message", None)
+    message = format_message() if callable(format_message) else str(exc)
+    return _one_line(f"{message.rstrip('.')}{where}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines())
 
 if __name__ == "__main__":
     main()

@@ -13,6 +13,7 @@ the `lora_args` template once per adapter, with `{lora_name}` and `{lora_path}`)
 from __future__ import annotations
 
 import logging
+import os
 import re
 import string
 import tomllib
@@ -256,8 +257,9 @@ def load_definition(path: Path) -> RuntimeDefinition:
 
 
 def load_definitions(images_dir: Path | None = None) -> dict[str, RuntimeDefinition]:
-    """Every runtime under images/ (one folder each with a runtime.toml)."""
-    root = images_dir or IMAGES_DIR
+    """Every runtime under images/ (one folder each with a runtime.toml); `SUITE_IMAGES` names
+    another folder of definitions (as `SUITE_CARDS` does for cards)."""
+    root = images_dir or Path(os.environ.get("SUITE_IMAGES") or IMAGES_DIR)
     found: dict[str, RuntimeDefinition] = {}
     for toml_path in sorted(root.glob("*/runtime.toml")):
         definition = load_definition(toml_path)

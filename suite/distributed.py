@@ -232,7 +232,8 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
         reap_orphans()  # before the GPU check: an orphan of a killed task may hold the GPU
         with on_node(name), gpu.exclusive_device() as lease:
             summary = run_arm(plan, work, request["stages"], request.get("controls"), False, judge,
-                              on_stage=lambda stage: board.report.remote(arm, "stage", stage=stage, node=name))
+                              on_stage=lambda stage: board.report.remote(arm, "stage", stage=stage, node=name),
+                              command=request.get("command"))
             if lease.locked:
                 waited = gpu.wait_for_baseline(lease.baseline_bytes)
                 if not waited.reached:
@@ -439,12 +440,13 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
                   controls: list[str] | None = None, judge_url: str | None = None, judge_model: str | None = None,
                   concurrency: list[int] | None = None, gate_requests: int | None = None,
                   restarts: int | None = None, overrides: dict[str, Any] | None = None,
-                  max_retries: int = MAX_RETRIES, console: Any = None) -> list[Summary]:
+                  max_retries: int = MAX_RETRIES, console: Any = None,
+                  command: list[str] | None = None) -> list[Summary]:
     """Every arm of `model` as a Ray task on a `suite_host` node; run folders land in `results` write-once."""
     ray = import_ray()
     from rich.console import Console
 
-    from suite.bench import plan_arms, resolve_judge
+    from suite.bench import check_controls, plan_arms, probe_judge, resolve_judge
     from suite.paths import results_dir
     from suite.stages import ORDER
 
@@ -452,10 +454,13 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
     out = results or results_dir()
     plans = plan_arms(model, arms, launcher, profile, concurrency, gate_requests, restarts, overrides)  # checks input
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
+    check_controls(plans, controls)  # bad input: one line before anything starts
+    if judge is not None:
+        judge = probe_judge(judge, explicit_model=judge_model is not None)
     base = {"model": model, "launcher": launcher, "profile": profile, "stages": stages or list(ORDER),
             "controls": controls, "judge": (judge.url, judge.model) if judge else None,
             "concurrency": concurrency, "gate_requests": gate_requests, "restarts": restarts,
-            "overrides": overrides, "suite_version": SUITE_VERSION}
+            "overrides": overrides, "suite_version": SUITE_VERSION, "command": command}
     t_bench = time.monotonic()
     _check_reachable(address)
     try:

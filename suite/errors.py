@@ -21,8 +21,13 @@ class RuntimeStartError(SuiteError):
     not support what it was asked); otherwise it failed for another reason (a crash, a timeout)."""
 
     def __init__(self, message: str, error_line: str | None = None, log_path: str | None = None,
-                 refused: bool = False):
+                 refused: bool = False, ended: str | None = None, after_s: float | None = None,
+                 timed_out: bool = False):
         super().__init__(message)
         self.error_line = error_line
         self.log_path = log_path
         self.refused = refused
+        self.ended = ended  # how the process ended ("crashed: SIGSEGV (segmentation fault)"); None: it had not
+        self.after_s = after_s  # seconds from its start to the failure
+        self.timed_out = timed_out
+        self.returncode: int | None = None  # the process's return code, where the launcher knows it

@@ -72,6 +72,54 @@ class DeterminismOutcome(BaseModel):
     error_line: str | None = None  # the log line that says why it was refused or failed
 
 
+class Invocation(BaseModel):
+    """What was asked for: the command line, and every setting that differs from the named profile.
+
+    A run labelled `quick` that ran 6 restarts and a reload says so here (`overrides`), and on its
+    page beside the profile's name."""
+
+    command: list[str] | None = None  # the suite's command line as typed, secrets redacted; None: not from the CLI
+    overrides: dict[str, Any] = Field(default_factory=dict)  # profile setting -> the value this run used instead
+    stages: list[str] = Field(default_factory=list)  # the stages asked for (a stage a verdict adds is not among them)
+    controls: list[str] | None = None  # `suite gate --controls`: the control sets asked for
+
+    def overrides_text(self) -> str:
+        """`restarts 6 · reloads 1 · auto controls off`; empty when the profile ran as it is."""
+        def value(v: Any) -> str:
+            if isinstance(v, bool):
+                return "on" if v else "off"
+            if isinstance(v, list):
+                return ",".join(map(str, v)) if v else "none"
+            return "none" if v is None else str(v)
+
+        return " · ".join(f"{k.replace('_', ' ')} {value(v)}" for k, v in self.overrides.items())
+
+    def command_text(self) -> str | None:
+        """The command line as a shell would take it, or None."""
+        import shlex
+
+        return shlex.join(self.command) if self.command else None
+
+
+class RuntimeFailure(BaseModel):
+    """How the arm's runtime failed: what a failed arm's page shows first.
+
+    `what` is the sentence: "crashed: SIGSEGV (segmentation fault) 1.3 s after start", or
+    "crashed: SIGSEGV (segmentation fault) during stage gate after 3 of 20 requests"."""
+
+    what: str
+    cause: Literal["signal", "exit", "timeout", "refused", "gone"]  # gone: not running, the reason unknown
+    signal: str | None = None  # "SIGSEGV" when it ended by a signal
+    exit_status: int | None = None  # its exit status when it exited
+    after_s: float | None = None  # seconds from its start (a start-up failure)
+    stage: str | None = None  # the stage it died in; None: at start-up
+    requests_done: int | None = None  # requests of that stage answered before it died ...
+    requests_planned: int | None = None  # ... of that many planned
+    error_line: str | None = None  # the log line that reads as an error (never an INFO line); None: none does
+    log_tail: list[str] = Field(default_factory=list)  # the log's last lines (20), secrets scrubbed
+    log_file: str | None = None  # the runtime's log, relative to the run folder
+
+
 class RunIdentity(BaseModel):
     """What names a run: shared by its manifest (run.json) and its summary."""
 
@@ -90,6 +138,7 @@ class RunManifest(RunIdentity):
     # the profile's settings after the command line's overrides (--gate-requests...): a resume
     # compares them, since the profile's name alone does not say what ran (None: older records)
     profile_settings: dict[str, Any] | None = None
+    invocation: Invocation | None = None  # None: a record from before invocations were kept
 
 
 class SummaryBase(RunIdentity):
@@ -106,6 +155,8 @@ class SummaryBase(RunIdentity):
     # counter; empty where no NVIDIA driver answers). A stage that starts runtimes of its own
     # (restarts, sessions, controls) includes their start-ups.
     energy: dict[str, Energy] = Field(default_factory=dict)
+    invocation: Invocation | None = None  # the command line and the profile's overrides
+    failure: RuntimeFailure | None = None  # how the runtime failed (a crash, an exit, a timeout); None: it did not
 
 
 # summary.json: one arm's run, and one typed field per stage of the registry (and the watchdog),
@@ -585,8 +636,8 @@ def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summ
     reason = ("the run is under way: a live suite process writes it" if run_in_progress(run_dir)
               else "the run did not finish (interrupted); `suite bench --resume` continues it")
     summary = Summary(
-        **m.model_dump(exclude={"signature", "profile_settings"}), signature=m.signature, status="incomplete",
-        reason=reason,
+        **m.model_dump(exclude={"signature", "profile_settings", "invocation"}), signature=m.signature,
+        invocation=m.invocation, status="incomplete", reason=reason,
     )
     for key in RESULT_MODELS:
         p = run_dir / "stages" / f"{key}.json"

@@ -89,7 +89,7 @@ def test_forced_launchers():
 def test_unknown_launcher_is_one_line():
     r = run_cli("bench", "--model", "tiny", "--launcher", "kubernetes")
     assert r.returncode == 2, r.stderr
-    assert "unknown launcher 'kubernetes'; known: auto, local, docker" in r.stderr
+    assert "--launcher 'kubernetes': not one of auto, local, docker" in r.stderr
     assert "Traceback" not in r.stderr
 
 

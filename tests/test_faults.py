@@ -77,8 +77,10 @@ def test_runtime_killed_mid_gate_is_a_failed_arm_with_its_answers(tmp_path: Path
     watcher.join(timeout=5)
     assert killed, "the test never saw the gate's answers"
     assert first.status == "failed"
-    assert "the runtime died during stage gate" in first.reason
-    assert "after" in first.reason and "of 5 requests" in first.reason
+    # killed from outside (by pid, SIGKILL): named by its signal, where it happened, and how far the stage got
+    assert first.reason.startswith("the runtime was killed by SIGKILL during stage gate after ")
+    assert "of 5 requests" in first.reason
+    assert first.failure is not None and first.failure.signal == "SIGKILL" and first.failure.stage == "gate"
     gate = first.gate
     (p,) = gate.prompts
     assert 2 <= p.answered < 5  # the answers before the kill are kept ...

@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import logging
 import re
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -101,6 +102,17 @@ class RunningRuntime(abc.ABC):
     def kill(self) -> None:
         """Stop at once (used by the watchdog on a trip). Idempotent."""
 
+    def exit_code(self) -> int | None:
+        """The process's return code once it has ended (negative: the signal that ended it); None
+        while it runs, or where the launcher cannot tell."""
+        return None
+
+    def ended(self) -> str | None:
+        """How it ended, in words ("crashed: SIGSEGV (segmentation fault)", "exited with status 1");
+        None while it runs, or where the launcher cannot tell."""
+        code = self.exit_code()
+        return None if code is None else exit_words(code)
+
     def __enter__(self) -> "RunningRuntime":
         return self
 
@@ -186,31 +198,121 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-_ERROR_HINT = re.compile(r"(error|exception|failed|fatal|refused|abort|cannot|unable|not found)", re.I)
+_ERROR_HINT = re.compile(r"(error|exception|failed|fatal|refused|abort|cannot|unable|not found|"
+                         r"segmentation fault|core dumped|assert|terminate called|traceback)", re.I)
 # Lines that only point elsewhere for the cause (vLLM's "Engine core initialization failed. See
 # root cause above."): never quoted as the reason while another error line exists.
 _WRAPPER = re.compile(r"see root cause above|see the log above", re.I)
+# A line a logger marked as information, never as an error, even when it mentions one
+# ("INFO 12-01 ... [api_server.py:1] error_handler ready", uvicorn's "INFO:  ... 500 Internal Server
+# Error", `level=info`, `[info]`, glog's `I1201 ...`, llama.cpp's timestamped `0.01.234.567 I ...`).
+_LEVEL_WORD = re.compile(r"\b(INFO|DEBUG|TRACE|NOTICE|WARNING|WARN|ERROR|CRITICAL|FATAL)\b(?!\s*[=(])")
+_INFO_MARK = re.compile(
+    r"^\s*\[(info|debug|trace|notice)\]"  # [info] ...
+    r"|\blevel[\"']?\s*[=:]\s*[\"']?(info|debug|trace|notice)\b"  # level=info, "level":"info"
+    r"|^[IDV]\d{4} \d\d:\d\d"  # glog: I1201 18:00:00.000
+    r"|^\d+\.\d+\.\d+\.\d+ [ID] ",  # llama.cpp with timestamps: 0.01.234.567 I ...
+    re.I)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def is_info_line(line: str) -> bool:
+    """Whether a log line is marked as information (or debug), whatever words it holds: its first
+    level word within its first 40 characters (after a timestamp or a `(APIServer pid=1)` prefix)
+    is INFO, DEBUG, TRACE or NOTICE, or it carries `[info]`, `level=info` or a glog `I` prefix."""
+    first = _LEVEL_WORD.search(line[:48])
+    if first is not None and first.start() <= 40:
+        return first[1] in ("INFO", "DEBUG", "TRACE", "NOTICE")
+    return bool(_INFO_MARK.search(line))
 
 
 def find_error_line(log_text: str, patterns: list[str] | None = None) -> str | None:
-    """The line of a runtime log that says why it did not start.
+    """The line of a runtime log that says why it failed, or None when no line reads as an error.
 
     A line matching one of the definition's refusal patterns wins; else the last line that looks
-    like an error; else the last non-empty line.
+    like an error and is not marked as information (an INFO line never stands for the cause, and
+    neither does the last line merely for being last: a runtime that crashed without a word has
+    no error line, and its log's tail is shown instead).
     """
-    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    lines = [_ANSI.sub("", ln).strip() for ln in log_text.splitlines()]
+    lines = [ln for ln in lines if ln]
     for pat in patterns or []:
         rx = re.compile(pat)
         for ln in lines:
             if rx.search(ln):
                 return ln[:500]
-    hinted = [ln for ln in lines if _ERROR_HINT.search(ln)]
+    hinted = [ln for ln in lines if _ERROR_HINT.search(ln) and not is_info_line(ln)]
     for ln in reversed(hinted):
         if not _WRAPPER.search(ln):
             return ln[:500]
     if hinted:
         return hinted[-1][:500]
-    return lines[-1][:500] if lines else None
+    return None
+
+
+def log_tail(path: Path | str | None, lines: int = 20, secrets: tuple[str, ...] = ()) -> list[str]:
+    """The last `lines` lines of a runtime log (colour codes removed, each cut at 500 characters,
+    URL credentials, the suite's secret values and `secrets` replaced); [] when it cannot be read."""
+    from suite.signature import REDACTED, scrub
+
+    if path is None:
+        return []
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 256 * 1024))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    out = [_ANSI.sub("", ln).rstrip()[:500] for ln in text.splitlines()]
+    while out and not out[-1]:
+        out.pop()
+    out = out[-lines:]
+    cleaned = []
+    for ln in out:
+        ln = scrub(ln)
+        for secret in secrets:
+            if secret and len(secret) >= 4:
+                ln = ln.replace(secret, REDACTED)
+        cleaned.append(ln)
+    return cleaned
+
+
+# Signals that mean the process itself went wrong (a crash), not that something stopped it.
+_FAULTS = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT", "SIGSYS", "SIGTRAP"}
+
+
+def exit_signal(returncode: int | None, shell_convention: bool = False) -> str | None:
+    """The signal's name ("SIGSEGV") when a process ended by one: a negative return code (a child
+    process), or with `shell_convention` 128 + n (a container's exit code)."""
+    if returncode is None:
+        return None
+    number = -returncode if returncode < 0 else (returncode - 128 if shell_convention and 128 < returncode < 160 else 0)
+    if number <= 0:
+        return None
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def exit_words(returncode: int | None, shell_convention: bool = False) -> str:
+    """How a process ended, in words: "crashed: SIGSEGV (segmentation fault)", "was killed by SIGKILL",
+    "exited with status 1" (None: "is no longer running")."""
+    if returncode is None:
+        return "is no longer running"
+    name = exit_signal(returncode, shell_convention)
+    if name is None:
+        return f"exited with status {returncode}"
+    if name in _FAULTS:
+        try:
+            described = (signal.strsignal(signal.Signals[name]) or "").lower()
+        except (KeyError, ValueError):
+            described = ""
+        status = f"; exit status {returncode}" if returncode > 0 else ""
+        return f"crashed: {name}" + (f" ({described}{status})" if described or status else "")
+    return f"was killed by {name}" + (f" (exit status {returncode})" if returncode > 0 else "")
 
 
 def wait_until_ready(base_url: str, spec: LaunchSpec, t0: float, gone: Callable[[], str | None]) -> None:
@@ -234,24 +336,30 @@ def wait_until_ready(base_url: str, spec: LaunchSpec, t0: float, gone: Callable[
             if why is not None:
                 text = log_text()
                 line = find_error_line(text, spec.refused_patterns)
-                raise RuntimeStartError(f"runtime {runtime.name!r} {why} before it was ready: {line}",
+                after = time.monotonic() - t0
+                raise RuntimeStartError(f"runtime {runtime.name!r} {why} {after:.1f} s after start, before it was "
+                                        f"ready: {line or 'no error line in its log'}",
                                         error_line=line, log_path=str(spec.log_path),
-                                        refused=any(rx.search(text) for rx in refusals))
+                                        refused=any(rx.search(text) for rx in refusals), ended=why, after_s=after)
             if refusals:
                 text = log_text()
                 if any(rx.search(text) for rx in refusals):
                     line = find_error_line(text, spec.refused_patterns)
                     raise RuntimeStartError(f"runtime {runtime.name!r} refused to start: {line}",
-                                            error_line=line, log_path=str(spec.log_path), refused=True)
+                                            error_line=line, log_path=str(spec.log_path), refused=True,
+                                            after_s=time.monotonic() - t0)
             try:
                 if http.get(url).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                line = find_error_line(log_text())
+                text = log_text()
+                line = find_error_line(text)
+                last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), None)
                 raise RuntimeStartError(
                     f"runtime {runtime.name!r} not ready after {spec.startup_timeout_s:.0f} s "
-                    f"(GET {runtime.server.ready_path}); last log line: {line}",
-                    error_line=line, log_path=str(spec.log_path))
+                    f"(GET {runtime.server.ready_path}); "
+                    + (f"error line: {line}" if line else f"last log line: {last[:500] if last else '(empty log)'}"),
+                    error_line=line, log_path=str(spec.log_path), after_s=time.monotonic() - t0, timed_out=True)
             time.sleep(0.25)

@@ -56,7 +56,8 @@ from urllib.parse import quote, unquote, urlparse, urlsplit, urlunsplit
 from suite import procid, progress
 from suite.definitions import DockerSpec, RuntimeDefinition, get_definition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers.base import (COMPILE_CACHE_DIRS, LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
+from suite.launchers.base import (COMPILE_CACHE_DIRS, LaunchSpec, Launcher, RunningRuntime, exit_words, find_error_line,
+                                 free_port,
                                  wait_until_ready)
 from suite.lifetime import REGISTRY
 from suite.paths import cache_dir
@@ -515,6 +516,16 @@ class DockerRuntime(RunningRuntime):
         except Exception:  # noqa: BLE001
             return {}
 
+    def ended(self) -> str | None:
+        """How the container's process ended (its exit code read as a shell does: 139 is SIGSEGV)."""
+        state = self.state()
+        if not state or state.get("Status") not in ("exited", "dead"):
+            return None
+        if state.get("OOMKilled"):
+            return "was killed for lack of memory"
+        code = state.get("ExitCode")
+        return exit_words(code, shell_convention=True) if isinstance(code, int) else None
+
     def stop(self, timeout_s: float = 15.0) -> None:
         with self._lock:
             if self._stopped:
@@ -741,7 +752,8 @@ class DockerLauncher(Launcher):
                 rt._log_thread.join(timeout=3)  # the log's last lines, before reading it
             if state.get("OOMKilled"):
                 return "was killed for lack of memory"
-            return f"exited with status {state.get('ExitCode', '?')}"
+            code = state.get("ExitCode")
+            return exit_words(code, shell_convention=True) if isinstance(code, int) else "exited with status ?"
 
         with progress.step(f"start {spec.runtime.name}", timeout_s=spec.startup_timeout_s,
                            detail=f"log: {spec.log_path}") as step:

@@ -421,6 +421,9 @@ class LocalRuntime(RunningRuntime):
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def exit_code(self) -> int | None:
+        return self.proc.poll()
+
     def _tree(self) -> list[psutil.Process]:
         try:
             return psutil.Process(self.proc.pid).children(recursive=True)
@@ -558,6 +561,10 @@ class LocalLauncher(Launcher):
         rt.guard = start_guard(proc.pid, _SPAWNER.popen)  # the group (workers too) ends with the suite
         try:
             self._wait_ready(rt, spec, t0)
+        except RuntimeStartError as exc:
+            exc.returncode = rt.exit_code()
+            rt.kill()
+            raise
         except BaseException:
             rt.kill()
             raise
@@ -567,7 +574,7 @@ class LocalLauncher(Launcher):
 
     def _wait_ready(self, rt: LocalRuntime, spec: LaunchSpec, t0: float) -> None:
         def gone() -> str | None:
-            return None if rt.alive() else f"exited with status {rt.proc.returncode}"
+            return None if rt.alive() else rt.ended()
 
         with progress.step(f"start {spec.runtime.name}", timeout_s=spec.startup_timeout_s,
                            detail=f"log: {spec.log_path}") as step:

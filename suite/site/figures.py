@@ -350,6 +350,45 @@ class Run:
     run_dir: Path
     headline: Headline
     page: str = ""
+    log_page: str = ""  # the site's copy of a failed runtime's log (secrets scrubbed); "" when none
+
+    @property
+    def failure(self) -> dict[str, Any] | None:
+        """What a failed arm's page shows first: how the runtime failed, its error line, its log's
+        last lines and the link to the log; and the stages that did not run after it."""
+        s = self.summary
+        if s.status != "failed":
+            return None
+        f = getattr(s, "failure", None)
+        invocation = getattr(s, "invocation", None)
+        asked = list(invocation.stages) if invocation and invocation.stages else ["gate", "latency", "extraction", "restarts"]
+        not_run = [name for name in asked if getattr(s, name, None) is None]
+        if f is None:  # a record from before failures were typed: its reason says what failed
+            return {"what": s.reason or "failed", "error_line": None, "tail": [], "log": self.log_page,
+                    "not_run": not_run}
+        return {"what": f.what, "error_line": f.error_line, "tail": list(f.log_tail), "log": self.log_page,
+                "not_run": not_run}
+
+    @property
+    def overrides(self) -> str:
+        """What this run was asked beyond its profile: the settings it changed (`restarts 6 ·
+        reloads 1`), the stages when not a bench's own, the control sets asked for; or ""."""
+        from suite.stages import ORDER
+
+        invocation = getattr(self.summary, "invocation", None)
+        if invocation is None:
+            return ""
+        parts = [invocation.overrides_text()]
+        if invocation.stages and invocation.stages != list(ORDER):
+            parts.append("stages " + ",".join(invocation.stages))
+        if invocation.controls:
+            parts.append("controls " + ",".join(invocation.controls))
+        return " · ".join(p for p in parts if p)
+
+    @property
+    def command(self) -> str | None:
+        invocation = getattr(self.summary, "invocation", None)
+        return invocation.command_text() if invocation else None
 
     @property
     def s(self) -> Summary:

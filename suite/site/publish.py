@@ -376,6 +376,36 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
     )
 
 
+LOG_COPY_BYTES = 1 << 20  # the end of a failed runtime's log copied into the site, at most
+
+
+def _copy_failure_log(out_dir: Path, run: Run) -> str:
+    """A failed run's runtime log, copied into the site as text (its last MiB, URL credentials and
+    the suite's secret values scrubbed) so its page can link to it; "" when there is none."""
+    from suite.signature import scrub
+
+    failure = getattr(run.s, "failure", None)
+    if run.s.status != "failed" or failure is None or not failure.log_file:
+        return ""
+    source = (run.run_dir / failure.log_file).resolve()
+    if run.run_dir.resolve() not in source.parents or not source.is_file():
+        return ""  # a record naming a file outside its run folder is not followed
+    try:
+        with source.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - LOG_COPY_BYTES))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    head = f"(the last {LOG_COPY_BYTES // 1024} KiB of {size} bytes)\n" if size > LOG_COPY_BYTES else ""
+    rel = f"runs/{slug(run.s.run_id)}-{slug(run.s.arm)}-{slug(Path(failure.log_file).name)}.txt"
+    path = out_dir / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(head + scrub(text), encoding="utf-8")
+    return rel
+
+
 def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     """Load every record of `results_dir`, write the website into a temporary sibling of `out_dir`,
     and swap it in under a lock (`_swap_in`): a reader, or another build, never sees half a site."""
@@ -418,6 +448,8 @@ def _write_site(build_dir: Path, out_dir: Path, models: dict[str, ModelRuns], pr
         site.write("index.html", "index.html", models=models, generated=generated,
                    n_runs=len(all_runs), gate_settings=gate_settings_text([r.s.gate for r in current],
                                                                           [f"{r.s.model} {r.s.arm}" for r in current]))
+        for run in all_runs:
+            run.log_page = _copy_failure_log(build_dir, run)
         for run in all_runs:  # written while the charts are drawn
             site.write(run.page, "run.html", model=models[run.s.model], run=run, generated=generated,
                        gate=gate_prompts(run.s.gate),
@@ -464,3 +496,46 @@ def list_runs(results_dir: Path) -> "Any":
                 run.digest, s.run_id,
             ))
     return table
+
+
+class RunRow(BaseModel):
+    """One run as `suite results --json` gives it: the figures of the table, typed."""
+
+    run_id: str
+    run_dir: str
+    model: str
+    arm: str
+    runtime: str
+    launcher: str
+    profile: str
+    overrides: dict[str, Any] = {}  # the profile's settings this run changed (the run record's invocation)
+    status: str
+    reason: str | None = None
+    started_at: str
+    finished_at: str | None = None
+    determinism: str
+    distinct_answers: int | None = None  # the most distinct answers any gate prompt gave
+    requests: int | None = None  # of that many requests
+    ttft_p50_ms: float | None = None
+    tokens_per_s: float | None = None
+    clean_share: float | None = None
+    clean_share_se: float | None = None
+    signature: str | None = None
+
+
+def run_rows(results_dir: Path) -> list[RunRow]:
+    """Every run under the results folder, newest first, as `suite results --json` prints them."""
+    rows: list[RunRow] = []
+    for model in load_runs(Path(results_dir)).values():
+        for run in model.all_runs:
+            s, h = run.s, run.headline
+            invocation = getattr(s, "invocation", None)
+            rows.append(RunRow(
+                run_id=s.run_id, run_dir=str(run.run_dir), model=s.model, arm=s.arm, runtime=s.runtime,
+                launcher=s.launcher, profile=s.profile, overrides=dict(invocation.overrides) if invocation else {},
+                status=s.status, reason=s.reason, started_at=s.started_at, finished_at=s.finished_at,
+                determinism=s.determinism.outcome, distinct_answers=h.distinct, requests=h.n,
+                ttft_p50_ms=h.ttft_p50_ms, tokens_per_s=h.tokens_per_s, clean_share=h.clean_share,
+                clean_share_se=h.clean_share_se, signature=s.signature.digest if s.signature else None))
+    rows.sort(key=lambda r: (r.started_at, r.run_id), reverse=True)
+    return rows

@@ -254,9 +254,9 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, max_tok
                         consecutive = 0
                 if any(c.error for c in outs):
                     if alive is not None and not alive():
-                        why = (death_reason() if death_reason else None) or "no error line in its log"
-                        stopped = prompt_stopped = (f"the runtime died during {prompt.id} after "
-                                                    f"{len(samples)} of {n} requests: {why}")
+                        why = death_reason() if death_reason else None
+                        answered = sum(1 for x in samples if not x.error)
+                        stopped = prompt_stopped = died_text(why, f"during {prompt.id} after {answered} of {n} requests")
                     elif consecutive >= MAX_CONSECUTIVE_ERRORS:
                         stopped = prompt_stopped = (f"{consecutive} requests in a row failed on {prompt.id}; "
                                                     f"last error: {errors[-1]}")
@@ -301,7 +301,8 @@ def samples_of(gate: GateResult, prompt_id: str) -> list[Sample]:
 
 
 def death_reason_of(running: Any) -> Callable[[], str | None]:
-    """The error line of a runtime's log, read when it has died."""
+    """How a runtime that died ended, read when it has: "crashed: SIGSEGV (segmentation fault)",
+    then, after "; ", its log's error line where one reads as an error ("; its log: ...")."""
     def reason() -> str | None:
         from suite.launchers.base import find_error_line
 
@@ -309,11 +310,24 @@ def death_reason_of(running: Any) -> Callable[[], str | None]:
         try:
             text = Path(path).read_text(errors="replace") if path else ""
         except OSError:
-            return None
-        code = getattr(getattr(running, "proc", None), "returncode", None)
+            text = ""
+        ended = running.ended() if callable(getattr(running, "ended", None)) else None
         line = find_error_line(text)
-        return f"exit status {code}: {line}" if code is not None else line
+        if ended is None:
+            return f"its log: {line}" if line else None
+        return f"{ended}; its log: {line}" if line else f"{ended}; no error line in its log"
     return reason
+
+
+def died_text(why: str | None, where: str) -> str:
+    """"the runtime crashed: SIGSEGV (segmentation fault) during X; its log: ..." from a death
+    reason (`death_reason_of`) and where it happened ("during X after 3 of 20 requests")."""
+    if not why:
+        return f"the runtime died {where}: no error line in its log"
+    head, sep, tail = why.partition("; ")
+    if head.startswith("its log:"):
+        return f"the runtime died {where}; {why}"
+    return f"the runtime {head} {where}" + (f"; {tail}" if sep else "")
 
 
 def logprobs_for(ctx: "StageContext") -> bool:
