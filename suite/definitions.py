@@ -281,6 +281,8 @@ def get_definition(name: str, images_dir: Path | None = None) -> RuntimeDefiniti
 
 COMMAND_PLACEHOLDERS = ("prefix", "model_path", "served_name", "host", "port", "seed", "context_length")
 LORA_PLACEHOLDERS = ("lora_name", "lora_path")
+# A local command may also name `{python}`: a Python runtime's interpreter (suite.launchers.pyenv).
+LOCAL_PLACEHOLDERS = COMMAND_PLACEHOLDERS + ("python",)
 
 
 def template_problem(part: str, allowed: tuple[str, ...]) -> str | None:
@@ -328,8 +330,9 @@ def _check_templates(path: Path, definition: "RuntimeDefinition") -> None:
     """Every template of a runtime.toml names only its placeholders; else one line naming the key."""
     checks: list[tuple[str, list[str], tuple[str, ...]]] = []
     if definition.local is not None:
-        checks.append(("local.command", definition.local.command, COMMAND_PLACEHOLDERS))
-        checks.append(("local.version_command", definition.local.version_command or [], ("prefix",)))
+        checks.append(("local.command", definition.local.command, LOCAL_PLACEHOLDERS))
+        checks.append(("local.version_command", definition.local.version_command or [], ("prefix", "python")))
+        checks.append(("local.features_command", definition.local.features_command or [], ("prefix",)))
     if definition.docker is not None:
         checks.append(("docker.command", definition.docker.command, COMMAND_PLACEHOLDERS))
     checks.append(("capabilities.lora_args", definition.capabilities.lora_args, LORA_PLACEHOLDERS))
