@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The studies on vLLM on one NVIDIA GPU, driven by the suite itself (local launcher, no Docker),
+# on a machine without network where vLLM comes in parts (see ../shared-style notes in
+# docs/GPU-VLLM.md). One phase per call, so that each call of a lent machine stays under ten
+# minutes; the results folder and caches live under /tmp between calls of a warm machine.
+#
+#     bash benchmarks/gpu/run_vllm_studies.sh prep        # wheels the suite lacks there; the AMX check in the background
+#     bash benchmarks/gpu/run_vllm_studies.sh part aa     # copy one vLLM part (carried in .gpu/vllm/)
+#     bash benchmarks/gpu/run_vllm_studies.sh gate        # install vLLM; random-llama-1b: gate (200) + batch, both modes
+#     bash benchmarks/gpu/run_vllm_studies.sh studies     # sessions x replicates with LoRA; the prefix-caching control
+#
+# Each phase writes what it measured to $OUT (results.tar.gz: the suite's results folder so far,
+# phase.log, amx/*). Needs: python3 with torch (CUDA), transformers, tokenizers, peft, httpx,
+# pydantic; the wheels in .whl/ for what is missing; .gpu/vllm parts (prepare-vllm-parts.sh).
+set -u -o pipefail
+PHASE=${1:?phase}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+OUT=${OUT:-/tmp/vllm-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/phase-$PHASE.log") 2>&1
+T0=$(date +%s)
+say() { echo "[$(printf '%4d' $(( $(date +%s) - T0 )))s] $*"; }
+SITE=/tmp/suite-site
+TARGET=/tmp/vllm-target
+export PYTHONPATH=$REPO:$REPO/watchdog:$TARGET:$SITE
+export SUITE_VLLM_PYTHON=python3 SUITE_VLLM_PYTHONPATH=$TARGET SUITE_TOOLS_PYTHON=python3
+export SUITE_CACHE=/tmp/suite-cache RESULTS=/tmp/suite-results HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 TERM=dumb COLUMNS=200
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+suite() { python3 -m suite.cli "$@"; }
+pack() {
+  [ -d "$RESULTS" ] && tar -C "$RESULTS" -czf "$OUT/results.tar.gz" .
+  [ -d /tmp/amx-out ] && mkdir -p "$OUT/amx" && cp /tmp/amx-out/amx-check.log /tmp/amx-out/summary.txt "$OUT/amx/" 2>/dev/null
+  say "packed: $(du -sh "$OUT/results.tar.gz" 2>/dev/null | cut -f1)"
+}
+case "$PHASE" in
+  prep)
+    nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv
+    missing=""
+    for mod in httptools typer rich prometheus_client docker jinja2 psutil pynvml huggingface_hub shellingham; do
+      python3 -c "import $mod" 2>/dev/null || missing="$missing $mod"
+    done
+    say "missing here:${missing:- nothing}"
+    if [ -n "$missing" ]; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$REPO"/.whl/*.whl && say "wheels installed in $SITE"
+    fi
+    python3 -c "import suite.cli, suite.launchers.local, suite.stages.batch; print('suite imports')"
+    if [ -f "$REPO/.gpu/llama.cpp-src.tar.xz" ]; then
+      mkdir -p /tmp/amx-src && cp "$REPO/.gpu/llama.cpp-src.tar.xz" "$REPO/.gpu/gemma3-vocab.gguf" /tmp/amx-src/
+      # The tiny model's own shape, two threads: the conditions under which the crash was seen.
+      (cd /tmp && OUT=/tmp/amx-out AMX_WORK=/tmp/suite-amx AMX_THREADS=2 \
+        AMX_MODEL_ARGS="--hidden 640 --ffn 2048 --heads 4 --kv-heads 1 --head-dim 256 --layers 18" \
+        setsid nohup bash "$REPO/benchmarks/gpu/amx_check.sh" >/tmp/amx.log 2>&1 &)
+      say "AMX check started in the background"
+    fi ;;
+  part)
+    mkdir -p /tmp/vparts && cp "$REPO/.gpu/vllm/vllm.tar.xz.part-$2" /tmp/vparts/ && ls -la /tmp/vparts ;;
+  gate)
+    cp -r "$REPO/.gpu/vllm/deps" "$REPO/.gpu/vllm/vllm.sha256" /tmp/vparts/ && cp "$REPO"/.gpu/vllm/vllm.tar.xz.part-* /tmp/vparts/ 2>/dev/null
+    bash "$REPO/.gpu/vllm/install-vllm-parts.sh" /tmp/vparts "$TARGET" || { say "vLLM install failed"; pack; exit 1; }
+    suite doctor 2>&1 | grep -i "vllm\|gpu" | head -8
+    say "== random-llama-1b: the checkpoint (seed 0)"
+    suite setup --model random-llama-1b 2>&1 | tail -3
+    B="--profile quick --gate-requests 200 --stages gate --batch-composition --batch-trials 6 --batch-sizes 8,16,32 --no-auto-controls"
+    for arm in vllm-gpu vllm-gpu-batch-invariant; do
+      say "== random-llama-1b $arm: gate 200 + batch composition"
+      timeout 280 python3 -m suite.cli bench --model random-llama-1b --arms "$arm" $B 2>&1 | tail -25
+      pack
+    done ;;
+  studies)
+    say "== the cold first request's cause: the prefix-caching-off control"
+    timeout 230 python3 -m suite.cli gate --model random-llama-1b --arms vllm-gpu --profile quick \
+        --controls prefix-caching-off 2>&1 | tail -15
+    pack
+    say "== study 2: sessions x replicates, base and LoRA adapter in the same processes"
+    timeout $(( 560 - ($(date +%s) - T0) )) python3 -m suite.cli study sessions --model random-llama-1b --arms vllm-gpu \
+        --sessions 6 --replicates 3 --lora --profile quick 2>&1 | tail -25
+    pack ;;
+esac
+say "phase $PHASE done"
