@@ -384,28 +384,67 @@ def command_version(command: list[str], env: dict[str, str] | None = None) -> st
     return None
 
 
+def _shown(v: Any) -> str:
+    """A scalar or a list of scalars as a table cell reads it: `—` for none, lists joined."""
+    if v is None:
+        return "—"
+    if isinstance(v, list):
+        return ", ".join(_shown(x) for x in v) or "none"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
+def _port_masked(args: list[Any]) -> str:
+    """A command line with the port the launcher picked at start shown as `{port}`: a free port
+    differs from launch to launch and is no difference of configuration."""
+    out: list[str] = []
+    hide = False
+    for a in map(str, args):
+        if hide:
+            out.append("{port}")
+            hide = False
+            continue
+        if a == "--port":
+            hide = True
+        elif a.startswith("--port="):
+            a = "--port={port}"
+        out.append(a)
+    return " ".join(out)
+
+
 def flatten_signature(sig: Any) -> dict[str, str]:
-    """A signature as `key -> text` rows (hardware fields apart), for side-by-side tables and diffs."""
+    """A signature as `key -> text` rows for side-by-side tables and diffs: nested records as
+    `key.field` rows of plain values (no JSON), the command with its launch-time port as `{port}`."""
     if sig is None:
         return {}
     d = sig.model_dump(mode="json") if isinstance(sig, BaseModel) else dict(sig)
     out: dict[str, str] = {}
+
+    def put(key: str, v: Any) -> None:
+        if isinstance(v, dict):
+            if not v:
+                out[key] = "none"
+            for sk, sv in sorted(v.items()) if key == "env" else v.items():
+                put(f"{key}.{sk}", sv)
+        elif isinstance(v, list) and any(isinstance(x, (dict, list)) for x in v):
+            for i, x in enumerate(v):
+                put(f"{key}.{i}", x)
+        else:
+            out[key] = _shown(v)
+
     for k, v in d.items():
-        if v is None and k in ("endpoint", "server_reports", "tokenizer", "runtime_pin"):  # only some runs have them
+        if v is None and k in ("endpoint", "server_reports", "tokenizer", "runtime_pin", "runtime_features",
+                               "model_random_weights"):  # only some runs have them
             continue
-        if k == "hardware" and isinstance(v, dict):
-            for hk, hv in v.items():
-                out[f"hardware.{hk}"] = "—" if hv is None else str(hv)
-        elif k == "command" and isinstance(v, list):
-            out[k] = " ".join(str(x) for x in v)
+        if k == "command" and isinstance(v, list):
+            out[k] = _port_masked(v)
         elif k == "env" and isinstance(v, dict):
-            out[k] = "\n".join(f"{ek}={ev}" for ek, ev in sorted(v.items())) or "—"
+            out[k] = "\n".join(f"{ek}={ev}" for ek, ev in sorted(v.items())) or "none"
         elif k == "controls" and isinstance(v, list):
             out[k] = ", ".join(str(x) for x in v) or "none"
-        elif isinstance(v, (dict, list)):
-            out[k] = json.dumps(v, sort_keys=True)
         else:
-            out[k] = "—" if v is None else str(v)
+            put(k, v)
     return out
 
 

@@ -171,3 +171,24 @@ def test_make_signature_without_a_python_runtime_has_no_stack(tmp_path: Path, mo
     capped = bench.make_signature(quick, rt, quick.spec([], tmp_path / "r.log"))  # type: ignore[arg-type]
     assert capped.sampling is not None and capped.sampling["gate_max_tokens"] == 48  # the profile's gate cap
     assert capped.digest != sig.digest
+
+
+def test_the_signature_table_shows_values_not_json_and_no_port_difference() -> None:
+    """Nested records become `key.field` rows of plain values, and the port a launcher picked at
+    start (different at every launch) is shown as {port}, so two arms do not differ by it."""
+    from suite.signature import flatten_signature
+
+    hw = Hardware(cpu="x86", cores=2, memory_gb=24.0, os="Linux")
+    common = dict(model="tiny", model_format="gguf", model_sha256="ab", model_revision="1", runtime="llamacpp",
+                  runtime_version="b1", launcher="local", env={"B": "2", "A": "1"}, controls=[],
+                  sampling={"temperature": 0.0, "seed": 42, "request_extra": {"return_tokens": True}},
+                  prompt_set_hash="p", hardware=hw)
+    a = Signature(command=["llama-server", "--port", "41234", "--seed", "42"], **common)
+    b = Signature(command=["llama-server", "--port=50001", "--seed", "42"], **common)
+    fa, fb = flatten_signature(a), flatten_signature(b)
+    assert fa["command"] == "llama-server --port {port} --seed 42"
+    assert fb["command"] == "llama-server --port={port} --seed 42"
+    assert fa["sampling.temperature"] == "0.0" and fa["sampling.request_extra.return_tokens"] == "yes"
+    assert fa["hardware.cores"] == "2" and fa["hardware.gpu"] == "—"
+    assert fa["env"] == "A=1\nB=2"
+    assert not any(v.startswith(("{", "[")) for v in fa.values())
