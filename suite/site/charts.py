@@ -160,7 +160,8 @@ def _sweep_spec(order: tuple[str, ...]) -> str:
     for key, axis in SWEEP_PANELS:
         base = alt.Chart(data).transform_filter(alt.datum.metric == key).encode(
             x=alt.X("concurrency:Q", title="requests in flight", scale=alt.Scale(type="log", base=2)),
-            y=alt.Y("value:Q", title=axis, scale=alt.Scale(zero=False)),
+            # a rate's axis starts at zero (a ratio of two heights is then the ratio of the rates)
+            y=alt.Y("value:Q", title=axis, scale=alt.Scale(zero=key == "tokens_per_s")),
             color=alt.Color("arm:N", sort=list(order), title="arm"))
         line = base.mark_line(strokeWidth=1.5)
         dots = base.mark_point(filled=True, size=60).encode(
