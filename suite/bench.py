@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from memwatch.report import WatchdogReport
 from pydantic import ValidationError
 
 from suite import gpu, progress
@@ -33,8 +34,8 @@ from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers import launcher_for, reap_orphans
 from suite.launchers.base import LaunchSpec, Launcher, LoraAdapter, RunningRuntime
 from suite.profiles import PROFILES, Profile, get_profile
-from suite.records import (RESULT_MODELS, DeterminismOutcome, Invocation, RunInUse, RunManifest, RunRecord,
-                           RuntimeFailure, Summary, find_incomplete, new_run_id, utcnow)
+from suite.records import (RESULT_MODELS, DeterminismOutcome, Invocation, LaunchWatchdog, RunInUse, RunManifest,
+                           RunRecord, RuntimeFailure, Summary, find_incomplete, new_run_id, utcnow)
 from suite.signature import Signature, detect_hardware, redact_args, redact_env
 from suite.signature import make_signature, prompt_set_hash  # noqa: F401 - the arm's signature asks its launcher
 from suite.stages import ORDER, STAGES, StageContext, get_stage
@@ -627,18 +628,25 @@ class BenchSession:
         sub_rt.launch_args = redact_args(list(sub_spec.args))
         sub_wd = _watchdog_for(plan, sub_rt)
         sub_wd.start()
+        label = f"{self.ctx.stage or 'launch'}: {'+'.join(wanted) or 'default'}"
+
+        def stopped() -> WatchdogReport:
+            report = sub_wd.stop()
+            self.summary.launch_watchdogs.append(LaunchWatchdog(label=label, report=report))
+            return report
+
         try:
             with sub_rt, plan.client(sub_rt, wanted) as client:
                 yield sub_rt, client
         except Exception as exc:
-            report = sub_wd.stop()
+            report = stopped()
             if sub_wd.tripped:
                 raise WatchdogTripped(report) from exc
             raise
         except BaseException:
-            sub_wd.stop()
+            stopped()
             raise
-        report = sub_wd.stop()
+        report = stopped()
         if sub_wd.tripped:
             raise WatchdogTripped(report)
 
@@ -688,6 +696,7 @@ class BenchSession:
                     self.summary.energy[name] = energy
                     log.info("arm %s: stage %s used %.1f J (%s J/token)", plan.arm_name, name, energy.joules,
                              energy.j_per_token)
+                self.summary.stage_s[name] = round(time.monotonic() - t0, 1)
                 log.info("arm %s: stage %s done in %.1f s", plan.arm_name, name, time.monotonic() - t0)
                 record.write_stage(name, result)
                 ctx.results[name] = result

@@ -246,14 +246,15 @@ def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or ru
 
 
 def _print_summaries(summaries) -> None:
-    table = Table("arm", "launcher", "status", "determinism", "distinct answers", "wall s", "record")
+    table = Table("arm", "launcher", "status", "determinism", "distinct answers", "wall s", "stages (s)", "record")
     for s in summaries:
         prompts = s.gate.prompts if s.gate else []
         distinct = ", ".join(f"{p.prompt_id}: {p.distinct_answers}/{p.requests}" for p in prompts) or "-"
         det = s.determinism.outcome + (f" ({s.determinism.control})" if s.determinism.control else "")
+        stages = " · ".join(f"{name} {secs:.0f}" for name, secs in s.stage_s.items()) or "-"
         table.add_row(*progress.cells(s.arm, s.launcher if s.status != "skipped" else "-",
                                       s.status + (f": {s.reason}" if s.reason else ""), det, distinct,
-                                      f"{s.wall_s:.0f}" if s.wall_s else "-", s.run_id))
+                                      f"{s.wall_s:.0f}" if s.wall_s else "-", stages, s.run_id))
     console.print(table)
 
 
@@ -405,7 +406,7 @@ def _summary_json(s: Any) -> dict[str, Any]:
         "determinism": s.determinism.model_dump(mode="json"),
         "gate": [{"prompt_id": p.prompt_id, "distinct_answers": p.distinct_answers, "answered": p.answered,
                   "requests": p.requests} for p in (s.gate.prompts if s.gate else [])],
-        "wall_s": s.wall_s, "run_id": s.run_id,
+        "wall_s": s.wall_s, "stage_s": dict(s.stage_s), "run_id": s.run_id,
     }
 
 

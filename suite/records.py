@@ -141,6 +141,13 @@ class RunManifest(RunIdentity):
     invocation: Invocation | None = None  # None: a record from before invocations were kept
 
 
+class LaunchWatchdog(BaseModel):
+    """The watchdog of one fresh launch of an arm (a restart, a session, a control row, a reload)."""
+
+    label: str  # the stage and the launch's controls, e.g. "restarts: default"
+    report: WatchdogReport
+
+
 class SummaryBase(RunIdentity):
     """summary.json without the stage results: how the run ended."""
 
@@ -157,6 +164,10 @@ class SummaryBase(RunIdentity):
     energy: dict[str, Energy] = Field(default_factory=dict)
     invocation: Invocation | None = None  # the command line and the profile's overrides
     failure: RuntimeFailure | None = None  # how the runtime failed (a crash, an exit, a timeout); None: it did not
+    # the watchdog of every fresh launch beside the main one, in the order they ran (the memory
+    # chart covers each of them; the main launch's report is the `watchdog` stage)
+    launch_watchdogs: list[LaunchWatchdog] = Field(default_factory=list)
+    stage_s: dict[str, float] = Field(default_factory=dict)  # each stage's wall time, in the order they ran
 
 
 # summary.json: one arm's run, and one typed field per stage of the registry (and the watchdog),

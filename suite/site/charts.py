@@ -225,4 +225,4 @@ def _memory_spec(layout: tuple[tuple[str, bool, bool], ...], width: int) -> str:
             layers.append(alt.Chart(alt.Data(name=f"trip{i}")).mark_rule(color=TRIP).encode(x="t:Q"))
         panels.append(alt.layer(*layers).properties(title=arm, width=panel_width, height=HEIGHT))
     return spec_of(alt.hconcat(*panels).resolve_scale(y="shared").properties(title=alt.TitleParams(
-        text="Memory timeline per arm", subtitle="watchdog samples (GiB); red: trip threshold and trip time")))
+        text="Memory timeline per arm", subtitle="watchdog samples (GiB) of every launch of the arm (restarts, sessions and control rows after the main one, on one time axis); red: trip threshold and trip time")))

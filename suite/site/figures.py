@@ -792,6 +792,40 @@ def batch_ratios(views: list[dict[str, Any] | None], arms: list[str]) -> None:
             x["against"] = f"{', '.join(parts)} of {arms[base_i]}" if parts else None
 
 
+@dataclass
+class MemoryLine:
+    """An arm's memory over its whole run: the main launch and every fresh launch after it (restarts,
+    sessions, control rows, reloads) on one time axis from the main launch's start."""
+
+    t_s: list[float]
+    metrics: dict[str, list[float | None]]
+    trip_t_s: float | None
+    threshold_bytes: float | None
+    launches: int  # how many launches the line covers
+
+
+def memory_line(s: Any) -> MemoryLine:
+    """The memory samples of every launch of one run (`Summary`), each shifted by when it started."""
+    wd = s.watchdog
+    reports = ([("main", wd)] if wd else []) + [(lw.label, lw.report) for lw in s.launch_watchdogs]
+    if not reports:
+        return MemoryLine([], {}, None, None, 0)
+    t0 = reports[0][1].started_unix
+    keys = sorted({k for _, r in reports for k in r.timeline.metrics if k.endswith("_bytes")})
+    t_s: list[float] = []
+    metrics: dict[str, list[float | None]] = {k: [] for k in keys}
+    trip_t = threshold = None
+    for _, r in sorted(reports, key=lambda x: x[1].started_unix):
+        offset = r.started_unix - t0
+        t_s.extend(offset + t for t in r.timeline.t_s)
+        for k in keys:
+            values = r.timeline.metrics.get(k)
+            metrics[k].extend(values if values is not None else [None] * len(r.timeline.t_s))
+        if r.trip is not None and trip_t is None:
+            trip_t, threshold = offset + r.trip.t_s, r.trip.threshold_bytes
+    return MemoryLine(t_s, metrics, trip_t, threshold, len(reports))
+
+
 def watchdog_view(wd: WatchdogReport | None) -> dict[str, Any] | None:
     if wd is None:
         return None

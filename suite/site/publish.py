@@ -38,7 +38,7 @@ from suite.errors import SuiteError
 from suite.site.figures import (
     ModelRuns, PromptView, Run, analyse_requests, arm_comparisons, batch_ratios, batch_view, controls_view,
     extraction_pairs, extraction_view, gate_prompts, gate_settings_text, itl_gaps, latency_level, latency_sweep,
-    latency_table, load_runs, prompt_view,
+    latency_table, load_runs, memory_line, prompt_view,
     restarts_view, sessions_view, signature_rows, slug, watchdog_view, with_thousands,
 )
 from suite.paths import SITE_DIR, cache_dir
@@ -293,12 +293,9 @@ def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None
 
     series = []
     for r in runs:
-        wd = r.s.watchdog
-        trip = wd.trip if wd else None
-        memory = {k: v for k, v in wd.timeline.metrics.items() if k.endswith("_bytes")} if wd else {}
-        series.append(charts.MemorySeries(r.s.arm, wd.timeline.t_s if wd else [], memory,
-                                          trip_t_s=trip.t_s if trip else None,
-                                          threshold_bytes=trip.threshold_bytes if trip else None))
+        line = memory_line(r.s)
+        series.append(charts.MemorySeries(r.s.arm, line.t_s, line.metrics, trip_t_s=line.trip_t_s,
+                                          threshold_bytes=line.threshold_bytes))
     memory_svg = site.chart(charts.memory_timelines, series)
     sweep_svg = site.chart(charts.concurrency_sweep, {r.s.arm: latency_sweep(r.s.latency) for r in runs})
 
