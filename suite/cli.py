@@ -587,15 +587,19 @@ def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix 
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Do two runs of one model answer alike? Per gate prompt, and the configuration fields that differ.
 
-    Exits 1 when the modal answers of a gate prompt differ between the two runs (0 when every
-    prompt answered in both agrees), so a CI job can fail on it.
+    Exits 1 when a gate prompt answered in both runs is not shown to answer alike: its modal
+    answers differ, or a run has no modal answer (its most common answers tie); 0 when every
+    prompt answered in both agrees. A CI job can fail on it.
     """
     from suite.compare import compare_runs
 
     cmp = compare_runs(run_a, run_b, _results(results), across_models)
-    parted = any(p.modal_agree is False for p in cmp.prompts)
+    differ = any(p.modal_agree is False for p in cmp.prompts)
+    tied = any((p.a_tied or p.b_tied) and p.a_answered and p.b_answered for p in cmp.prompts)
+    parted = differ or tied
     if as_json:
-        _print_json(cmp.model_dump(mode="json") | {"modal_answers_differ": parted})
+        _print_json(cmp.model_dump(mode="json") | {"modal_answers_differ": differ, "no_modal_answer": tied,
+                                                    "not_alike": parted})
         raise typer.Exit(1 if parted else 0)
     console.print(f"A: {cmp.a.model}/{cmp.a.arm} {cmp.a.run_id}\nB: {cmp.b.model}/{cmp.b.arm} {cmp.b.run_id}",
                   markup=False, highlight=False)
