@@ -370,6 +370,46 @@ class Run:
                 "not_run": not_run}
 
     @property
+    def verdict(self) -> str:
+        """The arm in one line, the first thing its card says: how it failed, or whether it gave the
+        same answer twice (each prompt that varied with its count and pattern), and what the
+        process of elimination found."""
+        s = self.summary
+        if s.status == "failed":
+            f = getattr(s, "failure", None)
+            return f.what if f is not None else (s.reason or "failed")
+        if s.status == "skipped":
+            return f"not run: {s.reason}" if s.reason else "not run"
+        prompts = s.gate.prompts if s.gate else []
+        if not prompts:
+            return "gate not run"
+        varied = [p for p in prompts if p.distinct_answers > 1]
+        if not varied:
+            answered = sorted({p.answered for p in prompts})
+            each = f"{answered[0]} of {answered[0]}" if len(answered) == 1 else "every request answered"
+            return (f"the same answer every time: 1 answer per prompt ({each} on each of {len(prompts)} "
+                    f"prompt{'s' if len(prompts) != 1 else ''})")
+        parts = [f"{p.prompt_id}: {p.distinct_answers} answers of {p.answered}"
+                 + (f", {p.pattern_text}" if p.pattern_text else "") for p in varied]
+        line = "varies: " + "; ".join(parts)
+        found = controls_finding(s.controls)
+        return f"{line}; {found}" if found else line
+
+    @property
+    def bars(self) -> list[dict[str, Any]]:
+        """Per gate prompt, its distinct answers as shares of the answered requests (the most
+        common first): what the index draws as one bar per prompt."""
+        out = []
+        for p in (self.summary.gate.prompts if self.summary.gate else []):
+            if not p.answered:
+                continue
+            segments = [{"share": a.count / p.answered, "count": a.count, "rank": a.rank}
+                        for a in sorted(p.answers, key=lambda a: a.rank)]
+            out.append({"prompt_id": p.prompt_id, "answered": p.answered, "requests": p.requests,
+                        "distinct": p.distinct_answers, "segments": segments})
+        return out
+
+    @property
     def overrides(self) -> str:
         """What this run was asked beyond its profile: the settings it changed (`restarts 6 ·
         reloads 1`), the stages when not a bench's own, the control sets asked for; or ""."""
@@ -790,6 +830,14 @@ def batch_ratios(views: list[dict[str, Any] | None], arms: list[str]) -> None:
             parts = [t for t in (ratio_text(x["tokens_per_s"], b and b["tokens_per_s"], "tokens/s"),
                                  ratio_text(x["j_per_token"], b and b["j_per_token"], "J/token")) if t]
             x["against"] = f"{', '.join(parts)} of {arms[base_i]}" if parts else None
+
+
+def controls_finding(controls: Any) -> str:
+    """What the process of elimination found, in the words of its own verdict; "" when it did not run."""
+    if controls is None:
+        return ""
+    verdict = getattr(controls, "verdict", None) or ""
+    return verdict.strip().rstrip(".")
 
 
 @dataclass
