@@ -829,29 +829,15 @@ def probe_judge(judge: JudgeChoice, explicit_model: bool = True, timeout_s: floa
     import httpx
 
     from suite.judge import JUDGE_API_KEY_ENV
+    from suite.launchers.external import model_list
     from suite.signature import scrub
 
     shown = scrub(judge.url)
     root = judge.url.rstrip("/").removesuffix("/v1")
     key = os.environ.get(JUDGE_API_KEY_ENV)
-    try:
-        with httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)), follow_redirects=False,
-                          headers={"Authorization": f"Bearer {key}"} if key else {}) as http:
-            r = http.get(root + "/v1/models")
-    except httpx.HTTPError as exc:
-        reason = scrub(str(exc).strip()) or type(exc).__name__
-        raise SuiteError(f"--judge-url {shown}: no server answers there ({reason})") from None
-    if r.status_code in (401, 403):
-        raise SuiteError(f"--judge-url {shown}: the judge refused GET /v1/models (HTTP {r.status_code}); "
-                         f"give its key in {JUDGE_API_KEY_ENV}")
-    try:
-        data = r.json() if r.status_code == 200 else None
-    except ValueError:
-        data = None
-    listed = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(listed, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in listed):
-        raise SuiteError(f"--judge-url {shown}: not an OpenAI-compatible API (GET /v1/models gave HTTP "
-                         f"{r.status_code}, not a model list)")
+    with httpx.Client(base_url=root, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
+                      follow_redirects=False, headers={"Authorization": f"Bearer {key}"} if key else {}) as http:
+        _, listed = model_list(http, "--judge-url", shown, JUDGE_API_KEY_ENV, who="the judge")
     models = [m["id"] for m in listed]
     if explicit_model:
         if judge.model not in models:

@@ -77,6 +77,33 @@ def _describe_reply(r: httpx.Response) -> str:
     return f"HTTP {r.status_code} with {kind}"
 
 
+def model_list(http: httpx.Client, option: str, shown: str, key_env: str, who: str = "the server"
+               ) -> tuple[Any, list[dict[str, Any]]]:
+    """GET /v1/models through `http`: its JSON and its list of models. A server that does not
+    answer, refuses the key (named by `key_env`) or is no OpenAI-compatible API is one line naming
+    `option` and the address."""
+    from suite.signature import scrub
+
+    try:
+        r = http.get("/v1/models")
+    except httpx.HTTPError as exc:
+        reason = scrub(str(exc).strip()) or type(exc).__name__
+        raise SuiteError(f"{option} {shown}: no server answers there ({reason})") from None
+    if r.status_code in (401, 403):
+        raise SuiteError(f"{option} {shown}: {who} refused GET /v1/models (HTTP {r.status_code}); "
+                         f"give its key in {key_env}")
+    try:
+        data = r.json() if r.status_code == 200 else None
+    except ValueError:
+        data = None
+    listed = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(listed, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str)
+                                               for m in listed):
+        raise SuiteError(f"{option} {shown}: not an OpenAI-compatible API: GET /v1/models gave "
+                         f"{_describe_reply(r)}, not a JSON model list")
+    return data, listed
+
+
 def probe_server(url: str, served_model: str | None, timeout_s: float = 10.0) -> ServerInfo:
     """Check that an OpenAI-compatible server answers at `url` and serves `served_model`."""
     root, shown = split_url(url)
@@ -84,23 +111,7 @@ def probe_server(url: str, served_model: str | None, timeout_s: float = 10.0) ->
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     with httpx.Client(base_url=root, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
                       headers=headers, follow_redirects=False) as http:
-        try:
-            r = http.get("/v1/models")
-        except httpx.HTTPError as exc:
-            reason = str(exc).strip() or type(exc).__name__
-            raise SuiteError(f"--url {shown}: no server answers there ({reason})") from None
-        if r.status_code in (401, 403):
-            raise SuiteError(f"--url {shown}: the server refused GET /v1/models (HTTP {r.status_code}); "
-                             f"give its key in {API_KEY_ENV}")
-        try:
-            data = r.json() if r.status_code == 200 else None
-        except ValueError:
-            data = None
-        listed = data.get("data") if isinstance(data, dict) else None
-        if not isinstance(listed, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str)
-                                                   for m in listed):
-            raise SuiteError(f"--url {shown}: not an OpenAI-compatible API: GET /v1/models gave "
-                             f"{_describe_reply(r)}, not a JSON model list")
+        data, listed = model_list(http, "--url", shown, API_KEY_ENV)
         models = [m["id"] for m in listed]
         if served_model is None:
             if len(models) != 1:
