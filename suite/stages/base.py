@@ -59,6 +59,9 @@ class StageContext:
     judge: "OpenAIClient | None" = None
     stage: str = ""  # the stage now running: every request line says which stage sent it
     controls_request: list[str] = field(default_factory=lambda: ["all"])  # the control matrix's rows
+    # The bench added the control matrix because the gate varied (the process of elimination):
+    # the matrix then sends only the prompts that varied.
+    automatic_controls: bool = False
 
     @property
     def run_dir(self) -> Path:
