@@ -768,14 +768,22 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
     same_answers = (len(set(modal_keys)) == 1 and all(set(k) == set(answering[0]) for k in answering)
                     if enough else None)
     k = len(answering)
+    # alike: at every request position the launches that answered gave one answer (a failed
+    # request is missing, not different)
+    by_position: dict[int, set] = {}
+    for launch in ordered:
+        for pos, smp in enumerate(launch):
+            if smp.ok:
+                by_position.setdefault(pos, set()).add(answer_key(smp, by))
+    alike = enough and all(len(v) == 1 for v in by_position.values())
     n_answers = sum(len(kk) for kk in answering)
     truncated = sum(1 for s in flat if s.ok and s.truncated)
-    bound = alike_bound(k) if same_sequence else None
-    perm_p = launch_permutation_p(keyed, seed=seed) if enough and not same_sequence else None
+    bound = alike_bound(k) if alike else None
+    perm_p = launch_permutation_p(keyed, seed=seed) if enough and not alike else None
     ci, note, method = None, None, None
     if not enough:
         note = f"no agreement: {k} launch(es) answered, comparing launches needs two"
-    elif same_sequence:
+    elif alike:
         note = "no interval: every launch gave the same answers, which bounds how often one would differ"
     elif k >= MIN_LAUNCHES_FOR_CI:
         ci, method = agreement_interval(keyed), "jackknife t over launches, joined with the pooled answers' exact interval"
@@ -784,16 +792,16 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
                 f"{MIN_LAUNCHES_FOR_CI}; per-launch figures instead")
     if not enough:
         across, consistent, text = "undetermined", None, f"undetermined: {k} launch(es) answered"
-    elif same_sequence and bound is not None and truncated:
+    elif alike and bound is not None and truncated:
         # what came back is alike, but it stopped at max_tokens: a difference past the cap is unseen
         across, consistent = "alike up to the cap", None
         text = (f"{k} of {k} launches alike up to the cap ({truncated} of {n_answers} answers cut at max_tokens: "
                 f"they may differ past it)")
-    elif same_sequence and bound is not None:
+    elif alike and bound is not None:
         across, consistent = "alike", True
         text = (f"{k} of {k} launches alike (the same answer sequence): a launch that differs in more than "
                 f"{bound:.0%} of starts would likely have shown")
-    elif same_sequence:
+    elif alike:
         across, consistent = "too few", None
         text = (f"{k} of {k} launches alike, too few to bound how often a launch differs: "
                 f"{launches_for_bound()} alike launches would bound it below {alike_bound(launches_for_bound()):.0%}")
