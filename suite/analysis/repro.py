@@ -25,7 +25,9 @@ the answers they collected; the site and the CLI read what they return.
   "undetermined" and says how many requests would tell.
 - Across launches: the share of answer pairs from two different launches that are identical
   (across-launch agreement), beside the share of pairs inside one launch (within-launch
-  agreement). Its 95% interval is a jackknife t-interval over launches (sessions), not requests;
+  agreement). Its 95% interval is a jackknife t-interval over launches (sessions), not requests,
+  joined with exact (Clopper-Pearson) projections of the pooled answers and of the launches'
+  modal answers, which cover the even splits where the jackknife alone is narrow;
   with fewer than `MIN_LAUNCHES_FOR_CI` launches, or where every launch gave the same answer
   sequence, none is given: alike launches instead bound how often a launch would differ ("6 of 6
   alike: a launch that differs in more than 40 % of starts would likely have shown").
@@ -570,15 +572,24 @@ def pooled_projection(groups: Sequence[Sequence[Hashable]], level: float = 0.95)
 
 
 def agreement_interval(groups: Sequence[Sequence[Hashable]], level: float = 0.95) -> tuple[float, float] | None:
-    """The across-launch agreement's interval: the jackknife over launches joined with the pooled
-    projection (each covers where the other may not: variation between launches, an even split)."""
+    """The across-launch agreement's interval: the jackknife over launches joined with two exact
+    projections, of the pooled answers and of the launches' modal answers (one per launch).
+
+    Each covers where another may not: the jackknife, variation between launches; the pooled
+    answers, an even split inside launches (agreement is flat there, and the jackknife narrow);
+    the launches' modal answers, an even split of whole launches (every leave-one-out value equal,
+    a zero-width jackknife). Chosen by benchmarks/bench_calibration.py.
+    """
+    groups = [g for g in groups if g]
     jack = jackknife_over_launches(groups, level)
     if jack is None:
         return None
-    proj = pooled_projection([g for g in groups if g], level)
-    if proj is None:
-        return jack
-    return min(jack[0], proj[0]), max(jack[1], proj[1])
+    lo, hi = jack
+    modal = [[Counter(g).most_common(1)[0][0]] for g in groups]
+    for proj in (pooled_projection(groups, level), pooled_projection(modal, level)):
+        if proj is not None:
+            lo, hi = min(lo, proj[0]), max(hi, proj[1])
+    return lo, hi
 
 
 def alike_bound(k: int, confidence: float = UNSEEN_CONFIDENCE) -> float | None:
@@ -613,7 +624,9 @@ def launch_permutation_p(groups: Sequence[Sequence[Hashable]], permutations: int
     orders tables alike when the margins are fixed); each permutation deals the pooled answers
     back to launches of the same sizes. Monte Carlo with a fixed seed and the sequential stop of
     Besag and Clifford (stop once `stop_after` permutations reach the observed statistic: p =
-    stop_after / drawn; else (exceeding + 1) / (drawn + 1)), a valid p-value either way.
+    stop_after / drawn; else (exceeding + 1) / (drawn + 1)), a valid p-value either way; once the
+    exceedances so far put the p-value below ALPHA with 99.9 % certainty it stops there too (the
+    verdict would not change; the p shown is then the Monte Carlo estimate at that point).
     None with fewer than two answering launches; 1.0 when every answer is the same.
     """
     groups = [list(g) for g in groups if g]
@@ -663,6 +676,12 @@ def launch_permutation_p(groups: Sequence[Sequence[Hashable]], permutations: int
             exceed += 1
             if exceed >= stop_after:
                 return exceed / drawn
+        if drawn % 50 == 0 and drawn >= 100:
+            # clearly below the level: the exact permutation p is under ALPHA with 99.9 % certainty
+            # (Clopper-Pearson on the exceedances so far); more permutations would not change the verdict
+            upper = clopper_pearson(exceed, drawn, 0.998)
+            if upper is not None and upper[1] < ALPHA:
+                return (exceed + 1) / (drawn + 1)
     return (exceed + 1) / (permutations + 1)
 
 
@@ -786,7 +805,7 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
     elif alike:
         note = "no interval: every launch gave the same answers, which bounds how often one would differ"
     elif k >= MIN_LAUNCHES_FOR_CI:
-        ci, method = agreement_interval(keyed), "jackknife t over launches, joined with the pooled answers' exact interval"
+        ci, method = agreement_interval(keyed), "jackknife over launches with exact projections"
     else:
         note = (f"inconclusive: {k} launches answered; an interval over launches needs at least "
                 f"{MIN_LAUNCHES_FOR_CI}; per-launch figures instead")
