@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_calibration  # noqa: E402
+import pytest  # noqa: E402
 
 
 def test_quick_calibration_meets_both_targets():
@@ -42,12 +43,21 @@ def test_quick_calibration_meets_both_targets():
 
 def test_the_benchmark_counts_a_false_claim_as_false():
     """The tally itself: a claim printed while false is counted, one printed while true is not."""
-    o = bench_calibration.Outcome(claims={"x": (True, True, True)}, intervals={"i": (True, False)})
-    name, tallies = "s", {}
-    for fig, (printed, covered) in o.intervals.items():
-        tallies[fig] = bench_calibration.Tally(runs=1, printed=int(printed), covered=int(printed and covered))
-    assert tallies["i"].covered == 0
     assert bench_calibration.covers((0.2, 0.4), 0.4) and not bench_calibration.covers((0.2, 0.4), 0.41)
     truth = bench_calibration.launch_truth("launch", 6, 20, 0.1)
-    assert truth["theta"] == 0.82 and truth["differ"] == 0.1 and truth["launches_differ"]
+    assert truth["theta"] == pytest.approx(0.82) and truth["differ"] == 0.1 and truth["launches_differ"]
     assert not bench_calibration.launch_truth("iid", 6, 20, 0.1)["launches_differ"]
+
+
+def test_a_false_claim_is_tallied_against_its_scenario(monkeypatch):
+    """run_scenario counts a printed false claim and an interval that misses; a claim that is true
+    by construction counts as power, never as a false claim."""
+    outcomes = [bench_calibration.Outcome(intervals={"i": (True, False)}, claims={"c": (True, True, True)}),
+                bench_calibration.Outcome(intervals={"i": (True, True)}, claims={"c": (False, True, True)}),
+                bench_calibration.Outcome(intervals={"i": (False, False)}, claims={"c": (True, False, False)})]
+    it = iter(outcomes)
+    monkeypatch.setitem(bench_calibration.FAMILIES, "fake", (lambda quick: [{}], lambda rng, p: next(it)))
+    _, tallies = bench_calibration.run_scenario(("fake", {}, 3, 1, 0))
+    i, c = tallies["interval: i"], tallies["claim: c"]
+    assert (i.runs, i.printed, i.covered) == (3, 2, 1)
+    assert (c.false_runs, c.false_printed, c.true_runs, c.true_printed) == (2, 1, 1, 1)
