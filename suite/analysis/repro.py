@@ -192,9 +192,12 @@ class PromptAnalysis(BaseModel):
 def unseen_share_bound(n: int, confidence: float = UNSEEN_CONFIDENCE) -> float | None:
     """The smallest share an answer can have and still be missed by n draws with `confidence`.
 
-    (1 - p)^n = 1 - confidence, so p = 1 - (1 - confidence)^(1/n): about 14% at n = 20.
+    n alike answers from two answers at shares 1 - p and p come with probability (1 - p)^n + p^n;
+    the bound is the p <= 50 % where that falls to 1 - confidence: about 14% at n = 20. None below
+    6 answers, where even an even split gives n alike answers more often than that (5 alike
+    answers in 5 happen 6 % of the time at 50/50).
     """
-    return None if n < 1 else 1.0 - (1.0 - confidence) ** (1.0 / n)
+    return alike_bound(n, confidence)
 
 
 def _compared_by(samples: Sequence[Sample]) -> str:
@@ -408,6 +411,10 @@ def analyse(samples: Sequence[Sample], cold_count: int = 1, preview_chars: int =
             process_cold=process_cold,
         )
     pattern, pattern_text = series_pattern(ok, by, first_indices, process_cold)
+    if pattern == "stable" and unseen_share_bound(len(ok)) is None:
+        pattern, pattern_text = "undetermined", (
+            f"one answer in {len(ok)}: too few to bound how common another answer could be "
+            f"({launches_for_bound()} alike answers would bound it below {alike_bound(launches_for_bound()):.0%})")
     cold_p = None
     if pattern == "cold-transient":
         cold_p = cold_transient_p(ok, by, first_indices)

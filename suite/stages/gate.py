@@ -166,7 +166,8 @@ def verdict_of(prompts: list[GatePromptResult], stopped: str | None) -> tuple[bo
     bound = unseen_share_bound(n_min)
     return True, (f"reproducible: one answer per prompt ({', '.join(f'{p.prompt_id} ×{_answered(p)}' for p in prompts)})"
                   + (f"; with {n_min} answers, an answer rarer than {bound:.0%} can still be missed (95%)"
-                     if bound is not None else "") + tail)
+                     if bound is not None else
+                     f"; {n_min} answers are too few to bound how common another answer could be") + tail)
 
 
 # -- running --------------------------------------------------------------------------------------
