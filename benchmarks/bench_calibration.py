@@ -123,7 +123,9 @@ def launch_truth(mode: str, k: int, n: int, q: float) -> dict[str, Any]:
         theta = ((k - 1) * (n - 1) / n + (k - 1) * (k - 2) / 2) / (k * (k - 1) / 2)
     else:  # switch at a uniform request 1..n-1: half the positions before it on average
         theta = 0.5
-    differ = {"iid": 1 - (1 - q) ** n, "failed": 1 - (1 - q) ** n, "cap": 1 - (1 - q) ** n,
+    # a launch "differs" when what it answered shows the minority: with 20 % of requests failed, a
+    # request shows it with probability 0.8 q
+    differ = {"iid": 1 - (1 - q) ** n, "failed": 1 - (1 - 0.8 * q) ** n, "cap": 1 - (1 - q) ** n,
               "launch": min(q, 1 - q), "cold-all": 0.0, "cold-one": None,
               "switch": 1.0 if n > 2 else 0.0}[mode]
     within = {"iid": min(q, 1 - q), "failed": min(q, 1 - q), "cap": min(q, 1 - q), "launch": 0.0,
