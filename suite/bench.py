@@ -711,6 +711,7 @@ class BenchSession:
                         log.info("arm %s: the gate found more than one answer; the control matrix runs last",
                                  plan.arm_name)
                         stages.append("controls")
+                        ctx.automatic_controls = True
         except WatchdogTripped:
             self.status, self.reason = "stopped-by-watchdog", "a restarted runtime was stopped by the memory watchdog"
         except RuntimeDied as exc:

@@ -18,8 +18,10 @@ def ctx_for(runtime: str) -> SimpleNamespace:
 
 
 def test_all_means_default_every_control_and_lora():
-    assert resolve_requested(ctx_for("llamacpp"), ["all"]) == ["default", "prompt-cache-off", "concurrency-4", "lora"]
-    assert resolve_requested(ctx_for("llamacpp-python"), None) == ["default", "prompt-cache-on", "concurrency-4", "lora"]
+    assert resolve_requested(ctx_for("llamacpp"), ["all"]) == ["default", "prompt-cache-off", "no-repack", "concurrency-4",
+                                                               "lora"]
+    assert resolve_requested(ctx_for("llamacpp-python"), None) == ["default", "prompt-cache-on", "no-repack",
+                                                                   "concurrency-4", "lora"]
     vllm = resolve_requested(ctx_for("vllm-cpu"), ["all"])
     assert vllm[0] == "default" and {"batch-invariant", "prefix-caching-off", "eager", "concurrency-4"} <= set(vllm)
 
@@ -71,10 +73,12 @@ def test_controls_on_fresh_llama_servers(controls_run):
     assert controls_run.status == "complete", controls_run.reason
     result = controls_run.controls
     by = {r.configuration: r for r in result.rows}
-    assert set(by) == {"prompt-cache-off", "concurrency-4", "lora:base", "lora:adapter"}
+    # the default row is added: a control is only ever judged against it
+    assert set(by) == {"default", "prompt-cache-off", "concurrency-4", "lora:base", "lora:adapter"}
     for row in by.values():
         assert row.status == "ok", row.reason
-        assert row.answered["short-open"] == 5
+        # a control row stops at its second answer; the default row always runs in full
+        assert row.answered["short-open"] == 5 or (row.configuration != "default" and row.distinct["short-open"] == 2)
         assert row.gate is not None and row.gate.prompts[0].compared_by == "token_ids"
         assert row.distinct["short-open"] == len({tuple(a.token_ids) for a in row.gate.prompts[0].answers})
     assert by["concurrency-4"].concurrency == 4 and by["concurrency-4"].gate.concurrency == 4
@@ -94,3 +98,114 @@ def test_lora_base_and_adapter_in_one_llama_server(controls_run):
     # The base arm (adapter scale 0) answers as the plain model of the gate did.
     gate_modal = controls_run.gate.prompts[0].answers[0].token_ids
     assert base.gate.prompts[0].answers[0].token_ids == gate_modal
+
+
+# -- the process of elimination is a test -----------------------------------------------------------
+
+def _gate_with(others: int, n: int, label: str = "default"):
+    """n requests on one prompt, `others` of them (after the first) a second answer."""
+    from suite.analysis.repro import Sample, analyse
+    from suite.stages.gate import GatePromptResult, GateResult
+
+    samples = [Sample(index=i, text="b" if 0 < i <= others else "a", token_ids=[2] if 0 < i <= others else [1])
+               for i in range(n)]
+    p = GatePromptResult.from_analysis(analyse(samples), prompt_id="long-open", max_tokens=8)
+    return GateResult(label=label, n_requests=n, seed=42, temperature=0.0, logprobs=False, prompts=[p],
+                      reproducible=None, verdict="", wall_s=1.0, http_s=1.0)
+
+
+def _matrix(default_others: int, control_others: int, n: int, control_n: int | None = None) -> ControlsResult:
+    from suite.stages.controls import _row_from_gate
+
+    default = _row_from_gate(ControlRow(configuration="default", status="ok"), _gate_with(default_others, n))
+    row = _row_from_gate(ControlRow(configuration="enforce-eager", status="ok"),
+                         _gate_with(control_others, control_n or n, "enforce-eager"))
+    return ControlsResult(runtime="vllm-cpu", arm="vllm-cpu", requested=["all"], n_requests=n,
+                          prompts=["long-open"], rows=[default, row])
+
+
+def test_one_answer_in_a_control_row_is_not_credited_when_the_default_row_rarely_varies():
+    # default 1 other answer in 20, the control one answer in 20: Fisher p = 0.5 (old code: credited)
+    from suite.stages.controls import eliminate
+
+    result = _matrix(1, 0, 20)
+    eliminate(result, _gate_with(1, 20))
+    assert result.restoring == []
+    (t,) = result.rows[1].tests
+    assert t.p_value == pytest.approx(0.5) and not t.credited and t.n == 20 and t.default_n == 20
+    assert t.needed == 91  # a 5 % share of other answers against none: 91 requests per row
+    assert f"cannot tell; about {t.needed} requests per row would tell" in result.elimination
+    assert "one answer in 20 against 1 other answer in 20 at default" in result.elimination
+
+
+def test_a_control_row_that_answered_twice_is_not_credited():
+    from suite.stages.controls import eliminate
+
+    result = _matrix(10, 0, 20, control_n=2)
+    eliminate(result, _gate_with(10, 20))
+    assert result.restoring == [] and result.rows[1].tests[0].n == 2
+
+
+def test_a_real_effect_is_credited_with_its_test_and_n():
+    from suite.stages.controls import eliminate
+
+    result = _matrix(7, 0, 20)
+    eliminate(result, _gate_with(7, 20))
+    assert result.restoring == ["enforce-eager"]
+    (t,) = result.rows[1].tests
+    assert t.credited and t.p_value < 0.01
+    assert "one-sided Fisher's exact test" in result.elimination and "at 0.05 per control" in result.elimination
+
+
+def test_a_control_row_stops_at_its_second_answer_and_the_table_says_so():
+    from suite.analysis.repro import Sample  # noqa: F401
+    from suite.client import Completion
+    from suite.stages.gate import load_gate_prompts, run_gate
+
+    prompt = next(iter(load_gate_prompts().values()))
+    answers = iter(["a", "a", "b", "a", "a", "a"])
+    sent = []
+
+    def complete(text, max_tokens, logprobs=None, extra=None):
+        sent.append(1)
+        a = next(answers)
+        return Completion(text=a, token_ids=[ord(a)], finish_reason="stop", e2e_s=0.01)
+
+    client = SimpleNamespace(params=SimpleNamespace(request_extra={}, seed=42, temperature=0.0), model="m",
+                             complete=complete, chat=lambda *a, **k: complete("", **k))
+    prompt = prompt.model_copy(update={"kind": "completion"})
+    gate = run_gate(client, [prompt], 6, stop_after_distinct=2)
+    assert len(sent) == 3 and gate.prompts[0].requests == 3 and gate.prompts[0].distinct_answers == 2
+    full = run_gate(client, [prompt], 3)  # without the stop every request is sent
+    assert full.prompts[0].requests == 3
+
+
+def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatch):
+    from contextlib import contextmanager
+
+    import suite.stages.controls as controls
+    from suite.stages.gate import load_gate_prompts
+
+    ids = list(load_gate_prompts())
+    assert len(ids) >= 2
+    gate = SimpleNamespace(prompts=[SimpleNamespace(prompt_id=ids[0], distinct_answers=2)] +
+                           [SimpleNamespace(prompt_id=pid, distinct_answers=1) for pid in ids[1:]])
+    asked: list[tuple[str, list[str] | None, int | None]] = []
+
+    def fake_gate_on(ctx, running, client, label, controls_, extra=None, process_cold=True, prompts=None,
+                     stop_after_distinct=None):
+        asked.append((label, prompts, stop_after_distinct))
+        return _gate_with(0, 4, label)
+
+    @contextmanager
+    def launch(**kw):
+        yield SimpleNamespace(startup_s=1.0, command=["x"], alive=lambda: True), None
+
+    monkeypatch.setattr(controls, "_gate_on", fake_gate_on)
+    ctx = SimpleNamespace(runtime=get_definition("llamacpp"), controls_request=["prompt-cache-off"], arm_name="a",
+                          profile=SimpleNamespace(gate_prompts=None, gate_requests=4), results={"gate": gate},
+                          automatic_controls=True, launch=launch)
+    result = controls.run(ctx)
+    assert [a[0] for a in asked] == ["default", "prompt-cache-off"]  # the default row is always in the matrix
+    assert all(a[1] == [ids[0]] for a in asked) and result.prompts == [ids[0]] and result.automatic
+    assert asked[0][2] is None and asked[1][2] == 2  # the default row runs in full, the control stops early

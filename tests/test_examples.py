@@ -20,7 +20,7 @@ def test_cpu_example_tree_publishes_with_its_verdicts(tmp_path: Path) -> None:
     page = (tmp_path / "site" / "models" / "tiny.html").read_text(encoding="utf-8")
     assert "cold-start transient: only the first request after the start differs (1 of 5)" in page
     assert "prompt-cache-off bring(s) short-open back to one answer" in page
-    assert "(bootstrap over launches)" in page
+    assert "(over launches)" in page
     a, b = (d for d in iter_run_dirs(root) if d.parent.name in ("llamacpp", "vllm-cpu"))
     cmp = compare_runs(str(a), str(b), root)
     assert cmp.prompts and any(d.key == "runtime" for d in cmp.signature_diff)

@@ -193,7 +193,7 @@ def test_launches_within_and_across_separately():
 
 
 def test_launches_each_stable_but_different_from_each_other():
-    r = analyse_launches([[s(i, ids(1)) for i in range(3)], [s(i, ids(2)) for i in range(3)]], resamples=100)
+    r = analyse_launches([[s(i, ids(1)) for i in range(5)], [s(i, ids(2)) for i in range(5)]], resamples=100)
     assert r.within_distinct == [1, 1]
     assert r.across_distinct == 2
     assert r.agreement == 0.0 and r.agreement_ci95 is None

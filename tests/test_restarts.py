@@ -10,8 +10,9 @@ from suite.stages.gate import GatePromptResult, GateResult
 from suite.stages.restarts import LaunchOutcome, RestartsResult, summarise
 
 
-def gate_of(answers: list[list[int]], errors: int = 0) -> GateResult:
-    samples = [Sample(index=i, text=str(a), token_ids=a) for i, a in enumerate(answers)]
+def gate_of(answers: list[list[int]], errors: int = 0, truncated: bool = False) -> GateResult:
+    samples = [Sample(index=i, text=str(a), token_ids=a, finish_reason="length" if truncated else "stop")
+               for i, a in enumerate(answers)]
     samples += [Sample(index=len(answers) + k, error="HTTP 500") for k in range(errors)]
     a = analyse(samples)
     p = GatePromptResult.from_analysis(a, prompt_id="short-open", prompt_sha256="x", max_tokens=8)
@@ -20,16 +21,31 @@ def gate_of(answers: list[list[int]], errors: int = 0) -> GateResult:
 
 
 def test_stable_within_but_not_across_launches():
+    # 2 launches x 5 requests, each launch its own answer: dealing the 10 answers back at random
+    # gives this split 2 times in C(10, 5) = 252, p ~ 0.008: the launches differ
+    outcomes = [LaunchOutcome(index=0, status="ok", gate=gate_of([[1, 2]] * 5)),
+                LaunchOutcome(index=1, status="ok", gate=gate_of([[1, 3]] * 5))]
+    r = summarise(outcomes, ["short-open"], 2, 5)
+    (p,) = r.prompts
+    assert p.within_distinct == [1, 1] and p.across_distinct == 2
+    assert p.agreement == 0.0 and p.agreement_ci95 is None  # two launches: too few for an interval
+    assert p.within_agreement == 1.0
+    assert r.stable_within is True and r.consistent_across is False
+    assert p.same_sequence is False and p.permutation_p is not None and p.permutation_p < 0.05
+    assert r.across_verdict.startswith("NOT consistent across launches")
+    assert "permutation test over launch labels" in r.across_verdict
+    assert r.within_verdict.startswith("stable within every launch")
+
+
+def test_two_short_launches_that_differ_cannot_tell_chance_from_a_difference():
+    # the same split at 3 requests each: p = 2 / C(6, 3) = 0.1, not a verdict (was "NOT consistent")
     outcomes = [LaunchOutcome(index=0, status="ok", gate=gate_of([[1, 2]] * 3)),
                 LaunchOutcome(index=1, status="ok", gate=gate_of([[1, 3]] * 3))]
     r = summarise(outcomes, ["short-open"], 2, 3)
     (p,) = r.prompts
-    assert p.within_distinct == [1, 1] and p.across_distinct == 2
-    assert p.agreement == 0.0 and p.agreement_ci95 is None  # two launches: too few for an interval
-    assert r.stable_within is True and r.consistent_across is False
-    assert p.same_sequence is False
-    assert r.across_verdict.startswith("NOT consistent across launches")
-    assert r.within_verdict.startswith("stable within every launch")
+    assert p.permutation_p == pytest.approx(0.1, abs=0.03)
+    assert r.consistent_across is None
+    assert r.across_verdict.startswith("no detectable difference across launches")
 
 
 def test_a_cold_warm_split_repeated_in_every_launch_is_the_same_sequence():
@@ -48,7 +64,10 @@ def test_a_launch_that_refused_is_recorded_and_the_rest_counted():
     assert r.launched == 2 and r.launch_outcomes[1].reason == "out of memory"
     (p,) = r.prompts
     assert p.within_distinct == [1, 1] and p.errors == 1
-    assert p.agreement == 1.0 and r.consistent_across is True
+    assert p.agreement == 1.0
+    # two alike launches bound nothing below a 50 % share of differing launches: not "consistent"
+    assert r.consistent_across is None and p.alike_bound is None and p.across == "too few"
+    assert "6 alike launches would bound it below 40%" in r.across_verdict
 
 
 def test_one_launch_is_not_enough_to_judge():
@@ -69,8 +88,8 @@ def test_restarts_on_real_llama_servers(tmp_path):
     (p,) = r.prompts
     assert p.compared_by == "token_ids" and len(p.within_distinct) == 2
     assert p.agreement is not None and 0.0 <= p.agreement <= 1.0
-    # Two launches are too few for a bootstrap over launches: no interval, the pair instead.
-    assert p.agreement_ci95 is None and "at least 6" in p.ci_note
+    # Two launches are too few for an interval over launches: none, the pair instead (and why).
+    assert p.agreement_ci95 is None and p.ci_note
     assert [x.agreement for x in p.pairs] == [p.agreement]
     logs = list(tmp_path.glob("tiny/llamacpp/*/logs/runtime-default-*.log"))
     assert len(logs) == 2, "each launch is a fresh process with its own log"
@@ -89,8 +108,9 @@ def _gate_two(first: list[list[int]], second: list[list[int]], cut: bool = False
 
 def test_only_the_process_cold_prompt_is_called_first_after_the_start():
     # long-open's first request came after short-open's: the runtime was not fresh for it
-    outcomes = [LaunchOutcome(index=i, status="ok", gate=_gate_two([[1]] * 3, [[9], [2], [2]])) for i in range(2)]
-    r = summarise(outcomes, ["short-open", "long-open"], 2, 3)
+    # (3 launches of 6 requests: random order would put the odd answer first (1/6)^3 of the time)
+    outcomes = [LaunchOutcome(index=i, status="ok", gate=_gate_two([[1]] * 6, [[9]] + [[2]] * 5)) for i in range(3)]
+    r = summarise(outcomes, ["short-open", "long-open"], 3, 6)
     assert [p.process_cold for p in r.prompts] == [True, False]
     assert "cold-start transient within launches (long-open" in r.within_verdict
     assert "only the prompt's first request differs (the runtime had served other prompts before it)" \
@@ -109,3 +129,60 @@ def test_truncation_and_controls_reach_the_restarts_page_figures():
     assert v is not None and v["controls"] == ["no-prompt-cache"]
     p = v["by_prompt"]["short-open"]
     assert (p["truncated"], p["answered"], p["max_tokens"]) == (6, 6, 8)
+
+
+def _launches(series: list[list[list[int]]]) -> RestartsResult:
+    outcomes = [LaunchOutcome(index=i, status="ok", gate=gate_of(answers)) for i, answers in enumerate(series)]
+    return summarise(outcomes, ["short-open"], len(series), len(series[0]))
+
+
+def test_six_alike_launches_say_what_they_bound_not_a_zero_width_interval():
+    r = _launches([[[1, 2]] * 20] * 6)
+    (p,) = r.prompts
+    assert p.agreement == 1.0 and p.agreement_ci95 is None  # was [1.000, 1.000]
+    assert p.alike_bound == pytest.approx(0.40, abs=0.005)
+    assert r.consistent_across is True
+    assert "6 of 6 launches alike" in r.across_verdict and "more than 40% of starts" in r.across_verdict
+    # 24 alike launches bound it much lower
+    (p24,) = _launches([[[1, 2]] * 5] * 24).prompts
+    assert p24.alike_bound == pytest.approx(0.117, abs=0.002)
+
+
+def test_one_launch_in_six_differing_gets_an_interval_that_reaches_the_truth():
+    # one of 6 launches gave another answer throughout (truth for a 1-in-10 launch: 0.82); the
+    # percentile bootstrap printed an interval that excluded 0.82 in over half such runs
+    r = _launches([[[1, 2]] * 20] * 5 + [[[1, 3]] * 20])
+    (p,) = r.prompts
+    assert p.agreement == pytest.approx(10 / 15)
+    lo, hi = p.agreement_ci95
+    assert lo <= 0.82 <= hi and hi == 1.0
+    assert r.consistent_across is False  # one launch all B in 120 answers: p tiny
+
+
+def test_a_transient_in_one_launch_is_chance_inside_a_launch_not_a_difference_between_launches():
+    series = [[[1, 2]] * 20 for _ in range(6)]
+    series[0] = [[9]] + [[1, 2]] * 19
+    r = _launches(series)
+    (p,) = r.prompts
+    assert p.permutation_p == 1.0 and r.consistent_across is None  # was "NOT consistent"
+    assert r.across_verdict.startswith("no detectable difference across launches")
+    assert p.within_agreement is not None and p.within_agreement < 1.0
+
+
+def test_a_cold_start_transient_needs_enough_requests_to_be_told_from_chance():
+    # one odd first answer in a launch of 5: random order puts it first 1 time in 5
+    short = _launches([[[9]] + [[1, 2]] * 4] + [[[1, 2]] * 5] * 2)
+    assert short.within_verdict.startswith("undetermined within launches")
+    assert "20 requests per launch would tell" in short.within_verdict
+    # the first answer odd in each of 3 launches of 5: (1/5)^3 = 0.008 -> a transient
+    every = _launches([[[9]] + [[1, 2]] * 4] * 3)
+    assert every.within_verdict.startswith("cold-start transient within launches")
+
+
+def test_stable_within_carries_its_bound_and_the_cap():
+    r = _launches([[[1, 2]] * 20] * 6)
+    assert "an answer more common than 2.5% per request would likely have shown" in r.within_verdict
+    outcomes = [LaunchOutcome(index=i, status="ok", gate=gate_of([[1, 2]] * 20, truncated=True)) for i in range(6)]
+    capped = summarise(outcomes, ["short-open"], 6, 20)
+    assert "cut at max_tokens" in capped.within_verdict
+    assert capped.consistent_across is None and "alike up to the cap" in capped.across_verdict

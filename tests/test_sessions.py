@@ -28,7 +28,8 @@ def test_the_base_model_one_answer_in_24_runs():
     p = summarise_prompt("p", [runs((1, 2), (1, 2), (1, 2)) for _ in range(8)])
     assert (p.distinct, p.runs) == (1, 24)
     assert p.within_agreement == 1.0 and p.across_agreement == 1.0
-    assert p.across_ci95 == (1.0, 1.0)  # eight sessions: enough for a bootstrap over sessions
+    # eight alike sessions: no zero-width interval; what they bound is said instead
+    assert p.across_ci95 is None and "bounds how often one would differ" in p.ci_note
     assert p.first_run_differs == 0 and p.distinct_after_first == 1
     assert p.line == ("1 distinct in 24 runs; identical answer pairs across sessions 1.000 (no interval: every "
                       "pair alike), within sessions 1.000")

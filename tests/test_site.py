@@ -210,7 +210,7 @@ def test_model_page_in_the_browser(site: Path, browser: Browser, shots: Path) ->
     assert "cold-start transient: only the first request after the start differs (1 of 6)" in text
     # determinism: refused with its error line; restarts: the two verdicts, the interval over launches
     assert "refused" in text and vllm.determinism.error_line in text
-    assert "95% interval" in text and "(bootstrap over launches)" in text
+    assert "95% interval" in text and "(over launches)" in text
     assert "cold-start transient within launches" in text
     # controls: what each row ran with, its throughput against the default's, the elimination
     assert "ran with: no-prompt-cache" in text and "0.92× the default's" in text

@@ -89,8 +89,9 @@ def test_paired_difference_mean_se_interval_and_verdict():
     d = stats.paired_difference(a, b)
     diffs = [b[k] - a[k] for k in sorted(a)]
     assert d.n == 8 and d.mean == pytest.approx(stats.mean(diffs)) and d.se == pytest.approx(stats.standard_error(diffs))
-    assert (d.ci_low, d.ci_high) == stats.bootstrap_ci(diffs)
-    assert d.verdict == ("tie" if d.ci_low <= 0 <= d.ci_high else "higher")
+    # Student's t-interval: mean -/+ t(7, 0.975) * SE, t(7, 0.975) = 2.3646
+    assert (d.ci_low, d.ci_high) == pytest.approx((d.mean - 2.3646 * d.se, d.mean + 2.3646 * d.se), abs=1e-4)
+    assert d.method == "t" and d.verdict == "no detectable difference"  # the interval reaches below 0
     # deterministic, and independent of the order of the mappings
     assert stats.paired_difference(dict(reversed(list(a.items()))), b) == d
     # the reverse comparison is the mirror image
@@ -101,13 +102,54 @@ def test_paired_difference_mean_se_interval_and_verdict():
 def test_paired_difference_degenerate_cases():
     same = {"s1": 0.5, "s2": 0.5, "s3": 1.0}
     tie = stats.paired_difference(same, dict(same))
-    assert tie.verdict == "tie" and tie.mean == 0.0 and (tie.ci_low, tie.ci_high) == (0.0, 0.0) and tie.n == 3
+    # all alike: "no detectable difference", never "tie" (equality is not shown by 3 sections)
+    assert tie.verdict == "no detectable difference" and tie.mean == 0.0 and (tie.ci_low, tie.ci_high) == (0.0, 0.0)
+    assert tie.n == 3
     # a constant non-zero difference: SE 0, the interval is one point away from 0, not a tie
     up = stats.paired_difference(same, {k: v - 0.25 for k, v in same.items()})
     assert up.verdict == "lower" and up.se == pytest.approx(0.0) and up.ci_high == pytest.approx(-0.25)
-    assert stats.paired_difference({"a": 0.0, "b": 0.0}, {"a": 1.0, "b": 1.0}).verdict == "higher"
+    # two sections, both +1: below the minimum n no direction and no interval (was "higher")
+    two = stats.paired_difference({"a": 0.0, "b": 0.0}, {"a": 1.0, "b": 1.0})
+    assert two.verdict == "too few" and two.ci_low is None and two.min_n == stats.MIN_PAIRED_FOR_VERDICT == 3
     # only sections both arms answered are paired; None is not an answer
     one = stats.paired_difference({"s1": 0.5, "s2": 0.7}, {"s1": 1.0, "s2": None, "s3": 0.0})
     assert one.n == 1 and one.mean == pytest.approx(0.5) and one.verdict == "too few" and one.ci_low is None
     none = stats.paired_difference({}, {"s1": 1.0})
     assert none.n == 0 and none.mean is None and none.verdict == "too few" and none.se is None
+
+
+def test_t_quantiles_and_the_t_interval_match_the_tables():
+    assert stats.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-4)
+    assert stats.t_quantile(0.975, 2) == pytest.approx(4.3027, abs=1e-4)
+    assert stats.t_quantile(0.975, 23) == pytest.approx(2.0687, abs=1e-4)
+    assert stats.t_quantile(0.025, 5) == pytest.approx(-2.5706, abs=1e-4)
+    assert stats.t_interval([1.0]) is None
+    lo, hi = stats.t_interval([0.1, 0.2, 0.3])
+    assert (lo, hi) == pytest.approx((0.2 - 4.3027 * 0.1 / 3 ** 0.5, 0.2 + 4.3027 * 0.1 / 3 ** 0.5), abs=1e-4)
+
+
+def test_fisher_exact_and_clopper_pearson_on_known_tables():
+    # 0 of 20 against k of 20: C(20, k) / C(40, k)
+    assert stats.fisher_fewer_others(0, 20, 5, 20) == pytest.approx(15504 / 658008)
+    assert stats.fisher_fewer_others(0, 20, 1, 20) == pytest.approx(0.5)
+    assert stats.fisher_fewer_others(0, 20, 0, 20) == 1.0  # no other answer anywhere: nothing to test
+    assert stats.fisher_fewer_others(3, 20, 3, 20) > 0.5  # the same counts: no evidence
+    assert stats.fisher_fewer_others(0, 0, 3, 20) is None
+    assert stats.requests_needed(0.0) is None
+    assert stats.requests_needed(0.5) == 7
+    assert stats.clopper_pearson(0, 20) == pytest.approx((0.0, 0.16843), abs=1e-5)
+    assert stats.clopper_pearson(10, 20) == pytest.approx((0.27196, 0.72804), abs=1e-5)
+    assert stats.clopper_pearson(20, 20)[1] == 1.0 and stats.clopper_pearson(3, 0) is None
+
+
+def test_paired_text_never_says_tie_and_shows_n():
+    from suite.site.figures import extraction_pairs, multiplicity_note, paired_text
+
+    none = stats.paired_difference({"a": 0.5, "b": 0.6, "c": 0.7}, {"a": 0.5, "b": 0.6, "c": 0.7})
+    assert paired_text(none).endswith("(n = 3 paired sections): no detectable difference (the interval covers 0)")
+    few = stats.paired_difference({"a": 0.0, "b": 0.0}, {"a": 0.15, "b": 0.15})
+    assert paired_text(few) == "+15.0 points (n = 2 paired sections: too few for an interval)"
+    assert multiplicity_note([{"against": "x", "rows": [1]}]) is None
+    note = multiplicity_note([{"against": "x", "rows": [1, 2, 3]}, {"against": "x", "rows": [1, 2]}])
+    assert note.startswith("5 comparisons against x, each at 95%") and "99.0% intervals" in note
+    assert extraction_pairs([], []) == []

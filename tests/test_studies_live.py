@@ -9,39 +9,53 @@ from suite.stages.controls import ControlRow, ControlsResult, eliminate
 from suite.stages.gate import GateResult
 
 
-def _gate(distinct: dict[str, int]) -> GateResult:
+def _gate(others: dict[str, int], n: int = 20, label: str = "default", stop_at_second: bool = False) -> GateResult:
+    """A gate of n requests per prompt, `others[pid]` of them a second answer (after the first)."""
     from suite.analysis.repro import Sample, analyse
     from suite.stages.gate import GatePromptResult
 
     prompts = []
-    for pid, d in distinct.items():
-        samples = [Sample(index=i, text=str(i % d), token_ids=[i % d]) for i in range(4)]
+    for pid, k in others.items():
+        samples = [Sample(index=i, text="b" if 0 < i <= k else "a", token_ids=[2] if 0 < i <= k else [1])
+                   for i in range(n)]
+        if stop_at_second and k:
+            samples = samples[:2]
         prompts.append(GatePromptResult.from_analysis(analyse(samples), prompt_id=pid, max_tokens=8))
-    return GateResult(n_requests=4, seed=42, temperature=0.0, logprobs=False, prompts=prompts, reproducible=None,
-                      verdict="", wall_s=1.0, http_s=1.0)
+    return GateResult(label=label, n_requests=n, seed=42, temperature=0.0, logprobs=False, prompts=prompts,
+                      reproducible=None, verdict="", wall_s=1.0, http_s=1.0)
 
 
-def _row(conf: str, distinct: dict[str, int], status: str = "ok") -> ControlRow:
-    return ControlRow(configuration=conf, status=status, distinct=distinct, answered={k: 4 for k in distinct})
+def _row(conf: str, others: dict[str, int], status: str = "ok", n: int = 20) -> ControlRow:
+    from suite.stages.controls import _row_from_gate
+
+    row = ControlRow(configuration=conf, status=status)
+    if status != "ok":
+        return row
+    return _row_from_gate(row, _gate(others, n, conf, stop_at_second=conf != "default"))
 
 
 def test_elimination_names_the_control_that_brings_one_answer_back():
-    result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=4, prompts=["p", "q"], rows=[
-        _row("default", {"p": 2, "q": 1}), _row("eager", {"p": 2, "q": 1}), _row("prefix-caching-off", {"p": 1, "q": 1}),
+    # default: 8 other answers in 20 on p; prefix-caching-off: one answer in 20 -> Fisher p ~ 0.002
+    result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=20, prompts=["p", "q"], rows=[
+        _row("default", {"p": 8, "q": 0}), _row("eager", {"p": 3, "q": 0}), _row("prefix-caching-off", {"p": 0, "q": 0}),
         _row("batch-invariant", {}, status="refused")])
-    eliminate(result, _gate({"p": 2, "q": 1}))
+    eliminate(result, _gate({"p": 8, "q": 0}))
     assert result.spread_prompts == ["p"]
     assert result.restoring == ["prefix-caching-off"]
-    assert "prefix-caching-off bring(s) p back to one answer (of 2 controls that ran)" == result.elimination
+    assert result.elimination.startswith("prefix-caching-off bring(s) p back to one answer (prefix-caching-off on p: "
+                                         "one answer in 20 against 8 other answers in 20 at default")
+    assert "one-sided Fisher's exact test" in result.elimination and "2 controls tested" in result.elimination
+    eager = next(r for r in result.rows if r.configuration == "eager")
+    assert eager.tests[0].stopped_early and "a second answer after 2 requests" in eager.tests[0].text
 
 
 def test_elimination_when_nothing_helps_or_nothing_varied():
-    rows = [_row("default", {"p": 3}), _row("eager", {"p": 2}), _row("batch-invariant", {}, status="refused")]
-    result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=4, prompts=["p"], rows=rows)
-    eliminate(result, _gate({"p": 3}))
+    rows = [_row("default", {"p": 12}), _row("eager", {"p": 5}), _row("batch-invariant", {}, status="refused")]
+    result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=20, prompts=["p"], rows=rows)
+    eliminate(result, _gate({"p": 12}))
     assert result.restoring == [] and "no control of the 1 that ran" in result.elimination
     assert "refused or failed: batch-invariant" in result.elimination
-    eliminate(result, _gate({"p": 1}))
+    eliminate(result, _gate({"p": 0}))
     assert "did not vary" in result.elimination
 
 

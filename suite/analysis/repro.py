@@ -19,11 +19,26 @@ the answers they collected; the site and the CLI read what they return.
 - The pattern of a series: stable (one answer), a cold-start transient (every difference confined
   to the first request(s) after a start: the prompt-cache case), one switch that stays, or
   answers varying in random order (a kernel).
-- Across launches: the share of answer pairs from two different launches that are identical,
-  with a bootstrap 95% interval that resamples launches (sessions), not requests, as the studies
-  did; with fewer than `MIN_LAUNCHES_FOR_CI` launches no interval is given, the per-launch
-  figures are. Consistency across launches compares the launches' answer sequences and answer
-  sets, apart from stability within each launch.
+- A cold-start transient is named only where chance would rarely put the odd answers on the
+  first request(s): with m odd answers among n, all on the c cold requests, random order does that
+  with probability C(c, m) / C(n, m) (1 in 20 for one odd answer in 20); above 5 % the series is
+  "undetermined" and says how many requests would tell.
+- Across launches: the share of answer pairs from two different launches that are identical
+  (across-launch agreement), beside the share of pairs inside one launch (within-launch
+  agreement). Its 95% interval is a jackknife t-interval over launches (sessions), not requests,
+  joined with exact (Clopper-Pearson) projections of the pooled answers and of the launches'
+  modal answers, which cover the even splits where the jackknife alone is narrow;
+  with fewer than `MIN_LAUNCHES_FOR_CI` launches, or where every launch gave the same answer
+  sequence, none is given: alike launches instead bound how often a launch would differ ("6 of 6
+  alike: a launch that differs in more than 40 % of starts would likely have shown").
+- Whether the launches differ is a permutation test over launch labels (the launches' answer
+  distributions, chi-square statistic): chance inside a launch (a transient in one launch, a
+  random-order launch that missed the minority answer, a 50/50 split) does not make launches
+  differ. "Consistent" is said only of launches that all gave the same answer sequence, with the
+  bound; "NOT consistent" only where the test rejects at 5 %; otherwise "no detectable difference".
+
+Calibration: benchmarks/bench_calibration.py simulates these data with known truths and checks
+every interval's coverage and every claim's false rate (benchmarks/results/calibration-*.txt).
 """
 
 from __future__ import annotations
@@ -38,12 +53,16 @@ from typing import Hashable, Literal
 from pydantic import BaseModel, Field
 
 from suite.analysis.tokens import token_count
-from suite.analysis.stats import percentile
+from suite.analysis.stats import clopper_pearson, percentile, t_quantile
 
 log = logging.getLogger(__name__)
 
-# Below this many launches a bootstrap over launches has too few distinct resamples to mean much.
+# Below this many launches no interval over launches is given: alike launches bound nothing below
+# a 50 % share of differing launches (2 * 0.5^K > 5 %), and an interval from 2-5 units is mostly width.
 MIN_LAUNCHES_FOR_CI = 6
+# The level of the tests behind "NOT consistent across launches" and "cold-start transient".
+ALPHA = 0.05
+PERMUTATIONS = 2000
 # Two logprobs of the same token further apart than this (nats) are reported as different.
 LOGPROB_TOLERANCE = 1e-3
 # The confidence with which "one answer in N" bounds how common an unseen answer can be.
@@ -159,6 +178,9 @@ class PromptAnalysis(BaseModel):
     cold_warm: ColdWarm | None
     pattern: Pattern = "undetermined"
     pattern_text: str = ""
+    # Where the answers differ only at the first request(s): how often random order would put them
+    # there (C(c, m) / C(n, m)); "cold-transient" needs it at most ALPHA.
+    cold_transient_p: float | None = None
     # Within the series: the largest logprob difference between two requests over the tokens
     # they share (0.0: identical logprobs); None without logprobs.
     max_logprob_diff: float | None = None
@@ -170,9 +192,12 @@ class PromptAnalysis(BaseModel):
 def unseen_share_bound(n: int, confidence: float = UNSEEN_CONFIDENCE) -> float | None:
     """The smallest share an answer can have and still be missed by n draws with `confidence`.
 
-    (1 - p)^n = 1 - confidence, so p = 1 - (1 - confidence)^(1/n): about 14% at n = 20.
+    n alike answers from two answers at shares 1 - p and p come with probability (1 - p)^n + p^n;
+    the bound is the p <= 50 % where that falls to 1 - confidence: about 14% at n = 20. None below
+    6 answers, where even an even split gives n alike answers more often than that (5 alike
+    answers in 5 happen 6 % of the time at 50/50).
     """
-    return None if n < 1 else 1.0 - (1.0 - confidence) ** (1.0 / n)
+    return alike_bound(n, confidence)
 
 
 def _compared_by(samples: Sequence[Sample]) -> str:
@@ -303,6 +328,40 @@ def series_pattern(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence
     return "varies", f"answers vary in random order ({len(set(keys))} distinct, {changes} changes in {len(keys)})"
 
 
+def cold_transient_p(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence[int]) -> float | None:
+    """How often random order would put every odd answer of the series on its cold request(s).
+
+    Odd answers: those unlike the answer every later request gave. With m of them among n answers,
+    all on the c cold requests: C(c, m) / C(n, m). None unless the series has that shape.
+    """
+    cold = set(cold_indices)
+    warm = {answer_key(s, by) for s in ordered_ok if s.index not in cold}
+    if len(warm) != 1:
+        return None
+    (w,) = warm
+    c = sum(1 for s in ordered_ok if s.index in cold)
+    m = sum(1 for s in ordered_ok if s.index in cold and answer_key(s, by) != w)
+    n = len(ordered_ok)
+    if m == 0 or n < 2:
+        return None
+    return math.comb(c, m) / math.comb(n, m)
+
+
+def requests_for_transient(m: int = 1, c: int = 1, alpha: float = ALPHA) -> int:
+    """Answers a series needs before m odd answers on its c cold requests can be told from chance."""
+    n = max(c, m, 2)
+    while math.comb(c, m) / math.comb(n, m) > alpha:
+        n += 1
+    return n
+
+
+def undetermined_transient_text(shape: str, p: float, n: int, c: int) -> str:
+    need = requests_for_transient(1, c)
+    return (f"{shape.replace('cold-start transient: ', '')}; but at {n} answers random order puts the odd "
+            f"answer(s) there {p:.0%} of the time: not enough to call it a cold-start transient "
+            f"({need} answers would tell)")
+
+
 def max_logprob_diff(groups: Sequence[Sequence[Sample]]) -> float | None:
     """Largest logprob difference between requests that gave the same answer (same tokens).
 
@@ -355,6 +414,16 @@ def analyse(samples: Sequence[Sample], cold_count: int = 1, preview_chars: int =
             process_cold=process_cold,
         )
     pattern, pattern_text = series_pattern(ok, by, first_indices, process_cold)
+    if pattern == "stable" and unseen_share_bound(len(ok)) is None:
+        pattern, pattern_text = "undetermined", (
+            f"one answer in {len(ok)}: too few to bound how common another answer could be "
+            f"({launches_for_bound()} alike answers would bound it below {alike_bound(launches_for_bound()):.0%})")
+    cold_p = None
+    if pattern == "cold-transient":
+        cold_p = cold_transient_p(ok, by, first_indices)
+        if cold_p is not None and cold_p > ALPHA:
+            pattern, pattern_text = "undetermined", undetermined_transient_text(pattern_text, cold_p, len(ok),
+                                                                                 len(first_indices))
     with_ids = all(s.ids_or_empty() is not None for s in ok) and bool(ok)
     by_text = len({s.text for s in ok})
     by_ids = len({tuple(s.ids_or_empty() or ()) for s in ok}) if with_ids else None
@@ -378,6 +447,7 @@ def analyse(samples: Sequence[Sample], cold_count: int = 1, preview_chars: int =
         cold_warm=cold_warm,
         pattern=pattern,
         pattern_text=pattern_text,
+        cold_transient_p=cold_p,
         max_logprob_diff=max_logprob_diff(groups),
         unseen_share_bound=unseen_share_bound(len(ok)) if len(groups) == 1 else None,
     )
@@ -463,6 +533,189 @@ def launch_logprob_gaps(modal_samples: Sequence[Sample]) -> tuple[float | None, 
     return (max(diffs) if diffs else None), apart
 
 
+def within_agreement(groups: Sequence[Sequence[Hashable]]) -> float | None:
+    """Share of answer pairs inside one launch that are identical (None: no launch has two answers)."""
+    a = t = 0
+    for g in groups:
+        n = len(g)
+        t += n * (n - 1) // 2
+        a += sum(c * (c - 1) // 2 for c in Counter(g).values())
+    return a / t if t else None
+
+
+def jackknife_over_launches(groups: Sequence[Sequence[Hashable]], level: float = 0.95) -> tuple[float, float] | None:
+    """Jackknife t-interval of the across-launch agreement, leaving out one launch at a time.
+
+    agreement +/- t(K-1) * SE_jackknife, clipped to [0, 1]; the unit is the launch (session), so
+    what varies between launches widens it and the answers inside one launch do not count as
+    independent. None with fewer than three answering launches.
+    """
+    groups = [g for g in groups if g]
+    k = len(groups)
+    if k < 3:
+        return None
+    agree, sizes = _pair_counts(groups)
+    total_a = sum(agree[i][j] for i in range(k) for j in range(i + 1, k))
+    total_s = sum(sizes)
+    total_t = sum(sizes[i] * sizes[j] for i in range(k) for j in range(i + 1, k))
+    if not total_t:
+        return None
+    theta = total_a / total_t
+    loo = []
+    for i in range(k):
+        t_i = total_t - sizes[i] * (total_s - sizes[i])
+        a_i = total_a - sum(agree[i][j] for j in range(k) if j != i)
+        loo.append(a_i / t_i if t_i else theta)
+    m = math.fsum(loo) / k
+    se = math.sqrt((k - 1) / k * math.fsum((x - m) ** 2 for x in loo))
+    half = t_quantile(1.0 - (1.0 - level) / 2.0, k - 1) * se
+    return max(0.0, theta - half), min(1.0, theta + half)
+
+
+def pooled_projection(groups: Sequence[Sequence[Hashable]], level: float = 0.95) -> tuple[float, float] | None:
+    """The agreement's range over an exact interval of the pooled answer shares (answers as draws).
+
+    Two answers: agreement = 1 - 2p(1 - p) for the other answer's share p, taken over its
+    Clopper-Pearson interval; more answers: m^2 <= agreement <= m^2 + (1 - m)^2 for the modal
+    share m over its interval. Where the answers vary within launches this catches what a
+    leave-one-launch-out interval misses near an even split (agreement is flat there); it is
+    joined with that interval, never used alone.
+    """
+    counts = Counter(a for g in groups for a in g)
+    n = sum(counts.values())
+    if n == 0:
+        return None
+    ordered = counts.most_common()
+    if len(ordered) == 1:
+        return None
+    if len(ordered) == 2:
+        ci = clopper_pearson(ordered[1][1], n, level)
+        assert ci is not None
+        lo_p, hi_p = ci
+        f = lambda p: 1.0 - 2.0 * p * (1.0 - p)  # noqa: E731
+        low = f(min(max(0.5, lo_p), hi_p))  # the minimum of f over [lo_p, hi_p]
+        return min(low, f(lo_p), f(hi_p)), max(f(lo_p), f(hi_p))
+    ci = clopper_pearson(ordered[0][1], n, level)
+    assert ci is not None
+    lo_m, hi_m = ci
+    g = lambda m: m * m + (1.0 - m) ** 2  # noqa: E731
+    return lo_m * lo_m, max(g(lo_m), g(hi_m))
+
+
+def agreement_interval(groups: Sequence[Sequence[Hashable]], level: float = 0.95) -> tuple[float, float] | None:
+    """The across-launch agreement's interval: the jackknife over launches joined with two exact
+    projections, of the pooled answers and of the launches' modal answers (one per launch).
+
+    Each covers where another may not: the jackknife, variation between launches; the pooled
+    answers, an even split inside launches (agreement is flat there, and the jackknife narrow);
+    the launches' modal answers, an even split of whole launches (every leave-one-out value equal,
+    a zero-width jackknife). Chosen by benchmarks/bench_calibration.py.
+    """
+    groups = [g for g in groups if g]
+    jack = jackknife_over_launches(groups, level)
+    if jack is None:
+        return None
+    lo, hi = jack
+    modal = [[Counter(g).most_common(1)[0][0]] for g in groups]
+    for proj in (pooled_projection(groups, level), pooled_projection(modal, level)):
+        if proj is not None:
+            lo, hi = min(lo, proj[0]), max(hi, proj[1])
+    return lo, hi
+
+
+def alike_bound(k: int, confidence: float = UNSEEN_CONFIDENCE) -> float | None:
+    """What K launches that all gave the same answers bound: the share d of starts giving another.
+
+    The chance that K launches agree when a launch differs with probability d (two behaviours) is
+    (1 - d)^K + d^K; the bound is the d where that falls to 1 - confidence (about 40 % at K = 6,
+    12 % at K = 24). None where even d = 50 % would leave K launches alike too often (K < 6).
+    """
+    miss = 1.0 - confidence
+    if k < 1 or 2 * 0.5 ** k > miss:
+        return None
+    lo, hi = 0.0, 0.5
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if (1 - mid) ** k + mid ** k > miss:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def launches_for_bound(confidence: float = UNSEEN_CONFIDENCE) -> int:
+    return next(k for k in range(1, 100) if alike_bound(k, confidence) is not None)
+
+
+def launch_permutation_p(groups: Sequence[Sequence[Hashable]], permutations: int = PERMUTATIONS, seed: int = 0,
+                         stop_after: int = 20) -> float | None:
+    """Permutation test over launch labels: do the launches' answer distributions differ?
+
+    The statistic is the chi-square of the launch x answer table (as sum n_ia^2 / (n_i n_a), which
+    orders tables alike when the margins are fixed); each permutation deals the pooled answers
+    back to launches of the same sizes. Monte Carlo with a fixed seed and the sequential stop of
+    Besag and Clifford (stop once `stop_after` permutations reach the observed statistic: p =
+    stop_after / drawn; else (exceeding + 1) / (drawn + 1)), a valid p-value either way; once the
+    exceedances so far put the p-value below ALPHA with 99.9 % certainty it stops there too (the
+    verdict would not change; the p shown is then the Monte Carlo estimate at that point).
+    None with fewer than two answering launches; 1.0 when every answer is the same.
+    """
+    groups = [list(g) for g in groups if g]
+    k = len(groups)
+    if k < 2:
+        return None
+    pooled = Counter(a for g in groups for a in g)
+    if len(pooled) < 2:
+        return 1.0
+    sizes = [len(g) for g in groups]
+    total = sum(sizes)
+    background, _ = pooled.most_common(1)[0]
+    others = [a for a, c in pooled.items() if a != background for _ in range(c)]
+    ends = []
+    acc = 0
+    for n in sizes:
+        acc += n
+        ends.append(acc)
+    col = dict(pooled)
+
+    def statistic(cells: dict[tuple[int, Hashable], int]) -> float:
+        per_launch_other = [0] * k
+        value = 0.0
+        for (i, a), c in cells.items():
+            per_launch_other[i] += c
+            value += c * c / (sizes[i] * col[a])
+        for i in range(k):
+            b = sizes[i] - per_launch_other[i]
+            value += b * b / (sizes[i] * col[background])
+        return value
+
+    observed_cells: Counter = Counter()
+    for i, g in enumerate(groups):
+        for a in g:
+            if a != background:
+                observed_cells[(i, a)] += 1
+    observed = statistic(observed_cells) - 1e-9
+    rng = random.Random(seed)
+    from bisect import bisect_right
+
+    exceed = 0
+    for drawn in range(1, permutations + 1):
+        cells: Counter = Counter()
+        for pos, a in zip(rng.sample(range(total), len(others)), others):
+            cells[(bisect_right(ends, pos), a)] += 1
+        if statistic(cells) >= observed:
+            exceed += 1
+            if exceed >= stop_after:
+                return exceed / drawn
+        if drawn % 50 == 0 and drawn >= 100:
+            # clearly below the level: the exact permutation p is under ALPHA with 99.9 % certainty
+            # (Clopper-Pearson on the exceedances so far); more permutations would not change the verdict
+            upper = clopper_pearson(exceed, drawn, 0.998)
+            if upper is not None and upper[1] < ALPHA:
+                return (exceed + 1) / (drawn + 1)
+    return (exceed + 1) / (permutations + 1)
+
+
 class LaunchFigures(BaseModel):
     """One launch's own figures (shown when there are too few launches for an interval)."""
 
@@ -485,9 +738,26 @@ class LaunchesAnalysis(BaseModel):
     within_distinct: list[int]  # per launch
     across_distinct: int  # over all launches' answers together
     modal_per_launch_distinct: int  # how many different modal answers the launches had
-    agreement: float | None
+    agreement: float | None  # across launches: pairs of answers from two different launches
     agreement_ci95: tuple[float, float] | None
     ci_note: str | None = None  # why there is no interval
+    ci_method: str | None = None  # how the interval was made
+    within_agreement: float | None = None  # pairs of answers inside one launch that are identical
+    # Every launch gave the same answer sequence: how common a differing launch could be and still
+    # likely be missed (None: fewer than `launches_for_bound()` launches, too few to bound it).
+    alike_bound: float | None = None
+    # The permutation test over launch labels: a small p says the launches' answers differ beyond
+    # what chance inside a launch gives.
+    permutation_p: float | None = None
+    # Every launch gave one answer (each its own): an answer more common than this per request
+    # would likely have shown in the K*N answers.
+    unseen_bound: float | None = None
+    # Where every launch that varied did so only at its first request(s): the joint chance of that
+    # under random order (product over those launches); None otherwise.
+    cold_transient_p: float | None = None
+    across: Literal["alike", "alike up to the cap", "differ", "no detectable difference", "too few",
+                    "undetermined"] = "undetermined"
+    across_text: str = ""
     lengths_text: str
     errors: int
     answers_per_launch: list[int] = Field(default_factory=list)
@@ -495,7 +765,9 @@ class LaunchesAnalysis(BaseModel):
     pairs: list[LaunchPair] = Field(default_factory=list)
     same_sequence: bool | None = None  # request i gave the same answer in every launch, for every i
     same_answers: bool | None = None  # every launch gave the same set of answers with the same modal one
-    consistent_across: bool | None = None  # same_sequence or same_answers
+    # True: every launch gave the same sequence, enough of them to bound a differing launch;
+    # False: the permutation test says the launches differ; None: neither.
+    consistent_across: bool | None = None
     stable_within: bool | None = None  # every launch gave one answer
     within_patterns: list[Pattern] = Field(default_factory=list)
     # Largest logprob difference between launches' modal answers over their shared tokens, and
@@ -506,14 +778,21 @@ class LaunchesAnalysis(BaseModel):
 
 def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000, seed: int = 0,
                      cold_count: int = 1) -> LaunchesAnalysis:
-    """Within-launch stability and across-launch consistency of one prompt, kept apart."""
+    """Within-launch stability and across-launch consistency of one prompt, kept apart.
+
+    `resamples` is kept for callers of the bootstrap era; the interval is now the jackknife's.
+    """
     flat = [s for launch in launches for s in launch]
     by = _compared_by(flat)
     ordered = [sorted(launch, key=lambda s: s.index) for launch in launches]
     keyed = [[answer_key(s, by) for s in launch if s.ok] for launch in ordered]
-    pooled = group_answers([s.model_copy(update={"index": n}) for n, s in enumerate(
-        s for launch in ordered for s in launch)], by)
-    rank_of = {answer_key(g[0], by): r for r, g in enumerate(pooled)}
+    # answers ranked over all launches: most frequent first, ties by first appearance
+    pooled_counts: Counter = Counter()
+    first_seen: dict[Hashable, int] = {}
+    for n, key in enumerate(answer_key(s, by) for launch in ordered for s in launch if s.ok):
+        pooled_counts[key] += 1
+        first_seen.setdefault(key, n)
+    rank_of = {key: r for r, key in enumerate(sorted(pooled_counts, key=lambda x: (-pooled_counts[x], first_seen[x])))}
     per_launch: list[LaunchFigures] = []
     modal_keys: list[Hashable] = []
     modal_samples: list[Sample] = []
@@ -532,20 +811,66 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
     agree, sizes = _pair_counts(keyed)
     pairs = [LaunchPair(a=i, b=j, agreement=(agree[i][j] / (sizes[i] * sizes[j]) if sizes[i] and sizes[j] else None))
              for i in range(len(keyed)) for j in range(i + 1, len(keyed))]
-    ci, note = None, None
-    if len(answering) >= MIN_LAUNCHES_FOR_CI:
-        ci = bootstrap_over_launches(keyed, resamples=resamples, seed=seed)
-    elif len(answering) >= 2:
-        note = (f"no interval: {len(answering)} launches answered, a bootstrap over launches needs at least "
-                f"{MIN_LAUNCHES_FOR_CI}; per-launch figures instead")
-    else:
-        note = f"no agreement: {len(answering)} launch(es) answered, comparing launches needs two"
     enough = len(answering) >= 2
     sequences = [[(s.ok, answer_key(s, by) if s.ok else None) for s in launch] for launch in ordered if any(
         s.ok for s in launch)]
     same_sequence = all(seq == sequences[0] for seq in sequences) if enough else None
     same_answers = (len(set(modal_keys)) == 1 and all(set(k) == set(answering[0]) for k in answering)
                     if enough else None)
+    k = len(answering)
+    # alike: at every request position the launches that answered gave one answer (a failed
+    # request is missing, not different)
+    by_position: dict[int, set] = {}
+    for launch in ordered:
+        for pos, smp in enumerate(launch):
+            if smp.ok:
+                by_position.setdefault(pos, set()).add(answer_key(smp, by))
+    alike = enough and all(len(v) == 1 for v in by_position.values())
+    n_answers = sum(len(kk) for kk in answering)
+    truncated = sum(1 for s in flat if s.ok and s.truncated)
+    bound = alike_bound(k) if alike else None
+    perm_p = launch_permutation_p(keyed, seed=seed) if enough and not alike else None
+    ci, note, method = None, None, None
+    if not enough:
+        note = f"no agreement: {k} launch(es) answered, comparing launches needs two"
+    elif alike:
+        note = "no interval: every launch gave the same answers, which bounds how often one would differ"
+    elif k >= MIN_LAUNCHES_FOR_CI:
+        ci, method = agreement_interval(keyed), "jackknife over launches with exact projections"
+    else:
+        note = (f"inconclusive: {k} launches answered; an interval over launches needs at least "
+                f"{MIN_LAUNCHES_FOR_CI}; per-launch figures instead")
+    if not enough:
+        across, consistent, text = "undetermined", None, f"undetermined: {k} launch(es) answered"
+    elif alike and bound is not None and truncated:
+        # what came back is alike, but it stopped at max_tokens: a difference past the cap is unseen
+        across, consistent = "alike up to the cap", None
+        text = (f"{k} of {k} launches alike up to the cap ({truncated} of {n_answers} answers cut at max_tokens: "
+                f"they may differ past it)")
+    elif alike and bound is not None:
+        across, consistent = "alike", True
+        text = (f"{k} of {k} launches alike (the same answer sequence): a launch that differs in more than "
+                f"{bound:.0%} of starts would likely have shown")
+    elif alike:
+        across, consistent = "too few", None
+        text = (f"{k} of {k} launches alike, too few to bound how often a launch differs: "
+                f"{launches_for_bound()} alike launches would bound it below {alike_bound(launches_for_bound()):.0%}")
+    elif perm_p is not None and perm_p <= ALPHA:
+        across, consistent = "differ", False
+        text = (f"the launches differ beyond chance inside a launch (permutation test over launch labels, "
+                f"p = {perm_p:.3g}, {k} launches)")
+    else:
+        across, consistent = "no detectable difference", None
+        text = (f"no detectable difference between launches (permutation test over launch labels, "
+                f"p = {perm_p:.2g}, {k} launches)")
+    stable_each = all(len(set(kk)) <= 1 for kk in answering) if answering else None
+    cold_ps = []
+    for launch in ordered:
+        ok = [s for s in launch if s.ok]
+        first = [s.index for s in launch[:max(1, cold_count)]]
+        if len({answer_key(s, by) for s in ok}) > 1:
+            cold_ps.append(cold_transient_p(ok, by, first))
+    cold_p = math.prod(cold_ps) if cold_ps and all(p is not None for p in cold_ps) else None
     across_diff, apart = launch_logprob_gaps(modal_samples)
     return LaunchesAnalysis(
         compared_by=by,
@@ -556,6 +881,14 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
         agreement=across_agreement(keyed),
         agreement_ci95=ci,
         ci_note=note,
+        ci_method=method,
+        within_agreement=within_agreement(keyed),
+        alike_bound=bound,
+        permutation_p=perm_p,
+        unseen_bound=unseen_share_bound(n_answers) if stable_each else None,
+        cold_transient_p=cold_p,
+        across=across,
+        across_text=text,
         lengths_text=format_lengths(length_counts(flat)),
         errors=sum(1 for s in flat if not s.ok),
         answers_per_launch=[len(k) for k in keyed],
@@ -563,8 +896,8 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
         pairs=pairs,
         same_sequence=same_sequence,
         same_answers=same_answers,
-        consistent_across=(bool(same_sequence or same_answers) if enough else None),
-        stable_within=all(len(set(k)) <= 1 for k in answering) if answering else None,
+        consistent_across=consistent,
+        stable_within=stable_each,
         within_patterns=[p.pattern for p in per_launch],
         across_logprob_diff=across_diff,
         same_tokens_logprobs_apart=apart,

@@ -1,9 +1,18 @@
 """Small statistics used by every stage: percentiles, mean, standard error, bootstrap intervals,
-Cohen's kappa, paired differences.
+Cohen's kappa, paired differences, and the exact distributions behind them (Student's t,
+the hypergeometric of Fisher's exact test).
 
-Pure Python (no numpy), deterministic: the bootstrap uses its own `random.Random` with a fixed
-seed, so the same inputs always give the same interval. Empty inputs give `None`, never an
+Pure Python (no numpy, no scipy), deterministic: the bootstrap uses its own `random.Random` with a
+fixed seed, so the same inputs always give the same interval. Empty inputs give `None`, never an
 exception, because a stage with no successful request still writes a summary.
+
+Calibration (benchmarks/bench_calibration.py, 1,000 simulated runs per scenario, results in
+benchmarks/results/): the paired difference of two arms uses Student's t-interval over the paired
+sections, which covered the true difference in 94.6-97.0 % of runs from n = 3 on, where the percentile
+bootstrap it replaced covered 60 % at n = 2, 81 % at n = 3 and 86 % at n = 6. Below
+`MIN_PAIRED_FOR_VERDICT` (3) sections neither an interval nor a direction is given: at n = 2 two
+equal differences of discrete scores give a zero-width interval away from 0 (the t-interval
+covered 92 % there in 200 runs), and "higher"/"lower" was false in 22 % / 18 % of runs with no true difference.
 """
 
 from __future__ import annotations
@@ -20,6 +29,142 @@ from pydantic import BaseModel, Field
 log = logging.getLogger(__name__)
 
 BOOTSTRAP_SEED = 42
+# Fewer paired sections than this never say "higher" or "lower" (the benchmark's paired scenarios:
+# at n = 2 two equal differences of a few discrete scores give a zero-width interval away from 0).
+MIN_PAIRED_FOR_VERDICT = 3
+
+
+# -- exact distributions ----------------------------------------------------------------------------
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """Student's t distribution function with `df` degrees of freedom."""
+    x = df / (df + t * t)
+    tail = 0.5 * betainc(df / 2.0, 0.5, x)
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The p-quantile of Student's t (bisection on `t_cdf`; 1e-10 close)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"t_quantile: p must be within (0, 1), got {p}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-10:
+            break
+    return (lo + hi) / 2.0
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """Student's t-interval of the mean: mean -/+ t(n-1) * SE; None for fewer than two values."""
+    xs = [float(v) for v in values]
+    m, se = mean(xs), standard_error(xs)
+    if m is None or se is None:
+        return None
+    t = t_quantile(1.0 - (1.0 - confidence) / 2.0, len(xs) - 1)
+    return m - t * se, m + t * se
+
+
+def _beta_quantile(q: float, a: float, b: float) -> float:
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2.0
+        if betainc(a, b, mid) < q:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float] | None:
+    """The exact (Clopper-Pearson) interval of a binomial share k/n, from beta quantiles."""
+    if n <= 0 or not 0 <= k <= n:
+        return None
+    alpha = 1.0 - confidence
+    lo = 0.0 if k == 0 else _beta_quantile(alpha / 2.0, k, n - k + 1)
+    hi = 1.0 if k == n else _beta_quantile(1.0 - alpha / 2.0, k + 1, n - k)
+    return lo, hi
+
+
+def fisher_fewer_others(others_row: int, n_row: int, others_base: int, n_base: int) -> float | None:
+    """One-sided Fisher's exact test: does a row give fewer other-than-modal answers than its base?
+
+    The 2x2 table (row, base) x (other, modal) with its margins fixed: the probability that the
+    base row holds at least `others_base` of the `others_row + others_base` other answers (the
+    hypergeometric upper tail). Small: the row's answers vary less than the base's beyond chance.
+    None when a row has no answer.
+    """
+    if n_row <= 0 or n_base <= 0:
+        return None
+    total, others = n_row + n_base, others_row + others_base
+    if others == 0:
+        return 1.0
+    denom = math.comb(total, others)
+    tail = sum(math.comb(n_base, x) * math.comb(n_row, others - x)
+               for x in range(others_base, min(others, n_base) + 1))
+    return min(1.0, tail / denom)
+
+
+def requests_needed(base_share: float, alpha: float = 0.05, limit: int = 100_000) -> int | None:
+    """Requests per row after which a row of one answer differs from a base row that keeps its
+    share of other answers (`base_share`), by `fisher_fewer_others` at `alpha`; None: no share to
+    compare with, or more than `limit`."""
+    if base_share <= 0.0:
+        return None
+    n = 2
+    while n <= limit:
+        others = round(base_share * n)
+        if others >= 1 and (p := fisher_fewer_others(0, n, others, n)) is not None and p <= alpha:
+            return n
+        n = n + 1 if n < 200 else int(n * 1.05) + 1
+    return None
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -164,11 +309,14 @@ class PairedDifference(BaseModel):
     n: int = Field(description="paired units (sections both arms answered)")
     mean: float | None = Field(default=None, description="mean of the per-unit differences, b - a")
     se: float | None = Field(default=None, description="standard error of that mean (None when n < 2)")
-    ci_low: float | None = Field(default=None, description="bootstrap interval, lower end (None when n < 2)")
-    ci_high: float | None = Field(default=None, description="bootstrap interval, upper end (None when n < 2)")
+    ci_low: float | None = Field(default=None, description="t-interval, lower end (None when n < 2)")
+    ci_high: float | None = Field(default=None, description="t-interval, upper end (None when n < 2)")
     confidence: float = Field(default=0.95, description="coverage of the interval")
-    verdict: Literal["tie", "higher", "lower", "too few"] = Field(
-        description="tie: the interval covers 0; higher/lower: b above/below a; too few: fewer than 2 paired units")
+    method: str = Field(default="t", description="how the interval was made: Student's t over the paired units")
+    min_n: int = Field(default=MIN_PAIRED_FOR_VERDICT, description="paired units needed to name a direction")
+    verdict: Literal["no detectable difference", "higher", "lower", "too few"] = Field(
+        description="higher/lower: the interval excludes 0 with at least min_n units; no detectable "
+                    "difference: it covers 0 (not a proof of equality); too few: fewer units than min_n")
 
 
 def paired_difference(
@@ -176,25 +324,27 @@ def paired_difference(
     b: Mapping[str, float | None],
     *,
     confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = BOOTSTRAP_SEED,
+    min_n: int = MIN_PAIRED_FOR_VERDICT,
 ) -> PairedDifference:
     """The paired difference b - a over the keys both map to a number (per-section scores).
 
-    The differences are taken in sorted key order, so the (seeded) bootstrap interval does not
-    depend on the order of the mappings. "tie" only where the interval covers 0 (a constant
-    difference of 0 is a tie, a constant non-zero difference is not); with fewer than two pairs
-    there is no interval and the verdict says "too few".
+    Student's t-interval over the per-key differences (in sorted key order). "higher"/"lower"
+    only where the interval excludes 0; an interval that covers 0 is "no detectable difference"
+    (the data do not tell the arms apart; it does not show them equal). Below `min_n` pairs
+    neither an interval nor a direction: "too few" (at n = 2, two equal differences of discrete
+    scores give a zero-width interval, and the t-interval covered 92 % in the benchmark).
     """
     keys = sorted(k for k in a if k in b and a[k] is not None and b[k] is not None
                   and not math.isnan(float(a[k])) and not math.isnan(float(b[k])))  # type: ignore[arg-type]
     diffs = [float(b[k]) - float(a[k]) for k in keys]  # type: ignore[arg-type]
     m = mean(diffs)
-    if len(diffs) < 2:
-        return PairedDifference(n=len(diffs), mean=m, confidence=confidence, verdict="too few")
-    ci = bootstrap_ci(diffs, confidence=confidence, resamples=resamples, seed=seed)
+    if len(diffs) < max(2, min_n):
+        return PairedDifference(n=len(diffs), mean=m, se=standard_error(diffs), confidence=confidence,
+                                min_n=min_n, verdict="too few")
+    ci = t_interval(diffs, confidence)
     assert ci is not None and m is not None
     lo, hi = ci
-    verdict: Literal["tie", "higher", "lower"] = "tie" if lo <= 0.0 <= hi else ("higher" if lo > 0.0 else "lower")
+    verdict: Literal["no detectable difference", "higher", "lower", "too few"] = (
+        "no detectable difference" if lo <= 0.0 <= hi else ("higher" if lo > 0.0 else "lower"))
     return PairedDifference(n=len(diffs), mean=m, se=standard_error(diffs), ci_low=lo, ci_high=hi,
-                            confidence=confidence, verdict=verdict)
+                            confidence=confidence, min_n=min_n, verdict=verdict)

@@ -651,24 +651,36 @@ def _points(v: float) -> str:
 
 
 def paired_text(d: "PairedDifference") -> str:
-    """One line for a paired difference, its n always shown; 'tie' only where the interval covers 0."""
+    """One line for a paired difference, its n always shown; a direction only from `d.min_n` pairs on,
+    "no detectable difference" (not "tie") where the interval covers 0."""
     sections = f"n = {d.n} paired section{'' if d.n == 1 else 's'}"
     if d.mean is None:
         return f"no section answered by both arms ({sections})"
-    if d.verdict == "too few":
+    if d.ci_low is None or d.ci_high is None:
         return f"{_points(d.mean)} points ({sections}: too few for an interval)"
-    assert d.ci_low is not None and d.ci_high is not None
     se = f", SE {d.se * 100:.1f}" if d.se is not None else ""
-    word = {"tie": "tie (the interval covers 0)", "higher": "higher", "lower": "lower"}[d.verdict]
-    return (f"{_points(d.mean)} points{se}, {d.confidence * 100:.0f}% bootstrap interval "
+    word = {"no detectable difference": "no detectable difference (the interval covers 0)",
+            "higher": "higher", "lower": "lower",
+            "too few": f"too few sections to name a direction (at least {d.min_n})"}[d.verdict]
+    return (f"{_points(d.mean)} points{se}, {d.confidence * 100:.0f}% t-interval "
             f"[{_points(d.ci_low)}, {_points(d.ci_high)}] ({sections}): {word}")
+
+
+def multiplicity_note(pairs: list[dict[str, Any]]) -> str | None:
+    """How many paired comparisons the page makes against one arm, and what that means for them."""
+    m = sum(len(p["rows"]) for p in pairs)
+    if m < 2:
+        return None
+    return (f"{m} comparisons against {pairs[0]['against']}, each at 95%: with no true difference anywhere, "
+            f"about {m * 5 / 100:.1f} of them would still read higher or lower by chance "
+            f"(Bonferroni: {100 - 5 / m:.1f}% intervals would hold for all {m} together)")
 
 
 def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> list[dict[str, Any]]:
     """Every arm with an extraction result against the first such arm, as paired differences.
 
     Per section the arm's score averaged over its repeats; the difference (arm minus the first)
-    over the sections both answered; mean, SE and a seeded bootstrap 95% interval. Measures:
+    over the sections both answered; mean, SE and Student's t 95% interval. Measures:
     clean and complete (clean where either record predates it), recall, and the judge's score
     where both arms were judged with per-section scores. Empty with fewer than two such arms.
     """
@@ -694,6 +706,9 @@ def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> lis
         for row in rows:
             row["text"] = paired_text(row["diff"])
         out.append({"arm": arm, "against": base_arm, "rows": rows})
+    note = multiplicity_note(out)
+    for p in out:
+        p["multiplicity"] = note
     return out
 
 

@@ -61,6 +61,9 @@ class StageContext:
     controls_request: list[str] = field(default_factory=lambda: ["all"])  # the control matrix's rows
     # Output tokens of every answered request each stage recorded (the stage's J/token divides by it).
     output_tokens: dict[str, int] = field(default_factory=dict)
+    # The bench added the control matrix because the gate varied (the process of elimination):
+    # the matrix then sends only the prompts that varied.
+    automatic_controls: bool = False
 
     @property
     def run_dir(self) -> Path:

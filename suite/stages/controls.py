@@ -14,6 +14,14 @@ selects one or the other is the runtime's `capabilities.lora_select`: the model 
 per-request `lora` scale list (llama-server), or not at all (the adapter applies to the whole
 process: llama-cpp-python), which the result says.
 
+The process of elimination (`eliminate`) is a test, not a glance: a control is credited with
+bringing a prompt back to one answer only where its row gave one answer and differs from the
+default row of the same matrix by a one-sided Fisher's exact test (other-than-modal answers vs
+modal ones, control row against default row) at 5 %; every row shows its n, and a row that cannot
+decide says how many requests per row would. A control row stops a prompt as soon as it shows a
+second answer (it can no longer be credited). Run automatically by the bench after a gate that
+varied, the matrix sends only the prompts that varied.
+
 `format_controls_table` renders the result as the table the CLI prints.
 """
 
@@ -29,6 +37,7 @@ from pydantic import BaseModel, Field
 from rich.table import Table
 from rich.text import Text
 
+from suite.analysis.stats import fisher_fewer_others, requests_needed
 from suite.stages.base import Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.gpu import Energy, EnergyMeter
@@ -37,13 +46,33 @@ from suite.stages.gate import GateResult, concurrency_of, death_reason_of, logpr
 
 if TYPE_CHECKING:
     from suite.catalog import ModelCard
-    from suite.stages.base import StageContext
+    from suite.analysis.stats import fisher_fewer_others, requests_needed
+from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
 
 
 LORA = "lora"
 ADAPTER_NAME = "suite-test-lora"
+# A control row stops a prompt's series once it has shown this many distinct answers.
+CONTROL_STOP_AFTER_DISTINCT = 2
+# The level of the elimination's test (one-sided Fisher's exact test, per control and prompt).
+ELIMINATION_ALPHA = 0.05
+
+
+class RowTest(BaseModel):
+    """One control row against the default row on one prompt that varied."""
+
+    prompt_id: str
+    n: int  # the row's answered requests
+    others: int  # its answers other than its modal one
+    default_n: int
+    default_others: int
+    p_value: float | None = None  # one-sided Fisher's exact test: fewer other answers than default
+    credited: bool = False  # one answer, and p <= alpha
+    needed: int | None = None  # requests per row that could decide, where this row could not
+    stopped_early: bool = False  # the row stopped at its second answer
+    text: str = ""
 
 
 class ControlRow(BaseModel):
@@ -71,6 +100,9 @@ class ControlRow(BaseModel):
     answered: dict[str, int] = Field(default_factory=dict)
     lengths: dict[str, str] = Field(default_factory=dict)  # prompt id -> "973 ×9, 993 ×11"
     cold_is_modal: dict[str, bool | None] = Field(default_factory=dict)
+    modal_count: dict[str, int] = Field(default_factory=dict)  # prompt id -> answers equal to the modal one
+    sent: dict[str, int] = Field(default_factory=dict)  # prompt id -> requests sent (fewer: stopped early)
+    tests: list[RowTest] = Field(default_factory=list)  # against the default row, per prompt that varied
     reproducible: bool | None = None
     gate: GateResult | None = None
 
@@ -99,6 +131,7 @@ class ControlsResult(BaseModel):
     spread_prompts: list[str] = Field(default_factory=list)
     restoring: list[str] = Field(default_factory=list)
     elimination: str = ""
+    alpha: float = ELIMINATION_ALPHA
 
 
 # -- configurations -------------------------------------------------------------------------------
@@ -142,6 +175,8 @@ def _row_from_gate(row: ControlRow, gate: GateResult) -> ControlRow:
         row.answered[p.prompt_id] = p.answered
         row.lengths[p.prompt_id] = p.lengths_text
         row.cold_is_modal[p.prompt_id] = p.cold_warm.cold_is_modal if p.cold_warm else None
+        row.modal_count[p.prompt_id] = p.answers[0].count if p.answers else 0
+        row.sent[p.prompt_id] = p.requests
     if gate.stopped_reason:
         row.status, row.reason = "failed", gate.stopped_reason
     return row
@@ -156,17 +191,25 @@ def _with_energy(row: ControlRow, meter: EnergyMeter) -> ControlRow:
 
 
 def _gate_on(ctx: "StageContext", running: Any, client: Any, label: str, controls: list[str],
-             extra: dict[str, Any] | None = None, process_cold: bool = True) -> GateResult:
+             extra: dict[str, Any] | None = None, process_cold: bool = True,
+             prompts: list[str] | None = None, stop_after_distinct: int | None = None) -> GateResult:
     # the client carries the row's controls' request fields (ctx.launch made it); `extra`: LoRA's
+    chosen = select_prompts(ctx.profile.gate_prompts)
+    if prompts is not None:
+        chosen = [p for p in chosen if p.id in prompts] or chosen
     return run_gate(
-        client, select_prompts(ctx.profile.gate_prompts), ctx.profile.gate_requests,
+        client, chosen, ctx.profile.gate_requests, stop_after_distinct=stop_after_distinct,
         max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
         concurrency=concurrency_of(ctx, [c for c in controls if c != LORA]), extra=extra, record=ctx.record_request, alive=running.alive, death_reason=death_reason_of(running),
         label=label, controls=controls, kind="controls", process_cold=process_cold,
     )
 
 
-def run_configuration(ctx: "StageContext", name: str) -> ControlRow:
+def run_configuration(ctx: "StageContext", name: str, prompts: list[str] | None = None) -> ControlRow:
+    """One row: a fresh runtime with the control, the gate on it (`prompts`: only these), stopped.
+
+    A control row stops a prompt at its second answer; the default row, the comparison, runs in full.
+    """
     control = ctx.runtime.control(name)
     controls = [] if name == "default" else [name]
     row = ControlRow(configuration=name, controls=controls, description=control.description,
@@ -176,7 +219,8 @@ def run_configuration(ctx: "StageContext", name: str) -> ControlRow:
             row.startup_s = running.startup_s
             _ran_with(row, running)
             with EnergyMeter() as meter:
-                gate = _gate_on(ctx, running, client, name, controls)
+                gate = _gate_on(ctx, running, client, name, controls, prompts=prompts,
+                                stop_after_distinct=None if name == "default" else CONTROL_STOP_AFTER_DISTINCT)
             return _with_energy(_row_from_gate(row, gate), meter)
     except RuntimeStartError as exc:
         # refused: the log said the runtime does not support it; failed: it did not start for another reason
@@ -210,7 +254,7 @@ def ensure_adapter(card: "ModelCard", fmt_kind: str) -> Path:
     if ready:
         return path
     from suite.catalog import ensure_tools, prepare_format
-    from suite.paths import runtime_prefix
+    from suite.paths import cache_dir, runtime_prefix
 
     hf = next((n for n, f in card.formats.items() if f.kind == "hf"), None)
     if hf is None:
@@ -220,7 +264,10 @@ def ensure_adapter(card: "ModelCard", fmt_kind: str) -> Path:
     recipe = Path(__file__).resolve().parent.parent / "recipes" / "make_lora.py"
     cmd = [str(python), str(recipe), str(base), str(lora_dir(card))]
     if fmt_kind == "gguf":
-        converters = sorted(runtime_prefix("llamacpp").glob("src/*/vendor/llama.cpp/convert_lora_to_gguf.py"))
+        # the llama.cpp source the llamacpp recipe built from (images/llamacpp/build-llama-cpp.sh keeps
+        # it under the cache's builds/src; older installs kept it in their own folder)
+        converters = sorted([*(cache_dir() / "builds").glob("src/*/vendor/llama.cpp/convert_lora_to_gguf.py"),
+                             *runtime_prefix("llamacpp").glob("src/*/vendor/llama.cpp/convert_lora_to_gguf.py")])
         if not converters:
             raise EnvironmentUnavailable("no convert_lora_to_gguf.py: install the llamacpp runtime first "
                                          "(its source tree carries the converter)")
@@ -301,9 +348,18 @@ def _modal_texts(row: ControlRow | None) -> dict[str, str]:
 def run(ctx: "StageContext") -> ControlsResult:
     requested = ctx.controls_request
     names = resolve_requested(ctx, requested)
+    if "default" not in names:
+        names.insert(0, "default")  # a control is judged against the default row of its own matrix
     prompts = [p.id for p in select_prompts(ctx.profile.gate_prompts)]
+    automatic = bool(getattr(ctx, "automatic_controls", False))
+    gate = ctx.results.get("gate")
+    only: list[str] | None = None
+    if automatic and gate is not None:
+        # the bench's own elimination: only the prompts that gave more than one answer
+        only = [p.prompt_id for p in gate.prompts if p.distinct_answers > 1] or None
+        prompts = [pid for pid in prompts if only is None or pid in only]
     result = ControlsResult(runtime=ctx.runtime.name, arm=ctx.arm_name, requested=list(requested or ["all"]),
-                            n_requests=ctx.profile.gate_requests, prompts=prompts, rows=[])
+                            n_requests=ctx.profile.gate_requests, prompts=prompts, rows=[], automatic=automatic)
     for name in names:
         t0 = time.monotonic()
         if name == LORA:
@@ -318,15 +374,52 @@ def run(ctx: "StageContext") -> ControlsResult:
                 outcome.adapter_changes_output = any(a[k] != b[k] for k in common)
             result.lora = outcome
         else:
-            result.rows.append(run_configuration(ctx, name))
+            result.rows.append(run_configuration(ctx, name, prompts=only))
         log.info("controls %s: %s done in %.0f s", ctx.arm_name, name, time.monotonic() - t0)
     eliminate(result, ctx.results.get("gate"))
     log.info("controls %s: %s", ctx.arm_name, result.elimination)
     return result
 
 
+def row_test(row: ControlRow, default: ControlRow, pid: str, alpha: float = ELIMINATION_ALPHA) -> RowTest:
+    """The control row against the default row on one prompt: Fisher's exact test of their
+    other-than-modal answers, one-sided (the control has fewer), with the n of each row."""
+    n, d_n = row.answered.get(pid, 0), default.answered.get(pid, 0)
+    others = n - row.modal_count.get(pid, n)
+    d_others = d_n - default.modal_count.get(pid, d_n)
+    t = RowTest(prompt_id=pid, n=n, others=others, default_n=d_n, default_others=d_others,
+                stopped_early=row.sent.get(pid, n) < (row.gate.n_requests if row.gate else n))
+    if n == 0 or d_n == 0:
+        t.text = f"{row.configuration} on {pid}: no answer in {'the row' if n == 0 else 'the default row'}"
+        return t
+    t.p_value = fisher_fewer_others(others, n, d_others, d_n)
+    if row.distinct.get(pid, 0) > 1:
+        t.text = (f"{row.configuration} on {pid}: a second answer after {row.sent.get(pid, n)} requests"
+                  + (" (the row stopped there)" if t.stopped_early else f" ({row.distinct[pid]} distinct in {n})"))
+        return t
+    assert t.p_value is not None
+    t.credited = t.p_value <= alpha
+    versus = (f"one answer in {n} against {d_others} other answer{'s' if d_others != 1 else ''} in {d_n} at "
+              f"default (one-sided Fisher's exact test p = {t.p_value:.2g}")
+    if t.credited:
+        t.text = f"{row.configuration} on {pid}: {versus} <= {alpha:g})"
+    else:
+        t.needed = requests_needed(d_others / d_n, alpha) if d_others else None
+        need = (f"about {t.needed} requests per row would tell" if t.needed else
+                "the default row showed no other answer here, nothing to tell apart" if not d_others else
+                "more requests than the suite would send would be needed")
+        t.text = f"{row.configuration} on {pid}: {versus} > {alpha:g}): cannot tell; {need}"
+    return t
+
+
 def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
-    """Which control, if any, brings the prompts that varied back to one answer each."""
+    """Which control, if any, brings the prompts that varied back to one answer each, by a test.
+
+    Credited: the control's row gave one answer on every prompt that varied and, on each, fewer
+    other-than-modal answers than the same matrix's default row by a one-sided Fisher's exact test
+    at `result.alpha` (each prompt must pass: no correction is needed for requiring all). Each
+    control is tested at that level; how many were tested is said with the verdict.
+    """
     default = next((r for r in result.rows if r.configuration == "default" and r.status == "ok"), None)
     if gate is not None:
         spread = [p.prompt_id for p in gate.prompts if p.distinct_answers > 1]
@@ -338,18 +431,31 @@ def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
     if not spread:
         result.elimination = "the answers did not vary: nothing to eliminate"
         return
-    result.restoring = [
-        r.configuration for r in result.rows
-        if r.configuration != "default" and r.status == "ok"
-        and all(r.distinct.get(pid) == 1 and r.answered.get(pid, 0) >= 2 for pid in spread)]
-    tried = [r.configuration for r in result.rows if r.configuration != "default" and r.status == "ok"]
+    tried = [r for r in result.rows if r.configuration != "default" and r.status == "ok"
+             and not r.configuration.startswith("lora")]
     refused = [r.configuration for r in result.rows if r.status in ("refused", "failed")]
+    tail = f"; refused or failed: {', '.join(refused)}" if refused else ""
+    if default is None:
+        result.restoring = []
+        result.elimination = ("no default row ran in this matrix: a control can only be credited against it"
+                              + tail)
+        return
+    d_text = ", ".join(f"{pid} {default.distinct.get(pid, 0)} distinct in {default.answered.get(pid, 0)}"
+                       for pid in spread)
+    for r in tried:
+        r.tests = [row_test(r, default, pid, result.alpha) for pid in spread if pid in r.answered]
+    result.restoring = [r.configuration for r in tried
+                        if len(r.tests) == len(spread) and all(t.credited for t in r.tests)]
+    how = (f"one-sided Fisher's exact test against the default row ({d_text}) at {result.alpha:g} per control, "
+           f"{len(tried)} control{'s' if len(tried) != 1 else ''} tested")
     if result.restoring:
+        lines = "; ".join(t.text for r in tried if r.configuration in result.restoring for t in r.tests)
         result.elimination = (f"{', '.join(result.restoring)} bring(s) {', '.join(spread)} back to one answer "
-                              f"(of {len(tried)} controls that ran)")
+                              f"({lines}; {how}){tail}")
     else:
-        result.elimination = (f"no control of the {len(tried)} that ran brings {', '.join(spread)} back to one answer"
-                              + (f"; refused or failed: {', '.join(refused)}" if refused else ""))
+        lines = "; ".join(t.text for r in tried for t in r.tests)
+        result.elimination = (f"no control of the {len(tried)} that ran is shown to bring {', '.join(spread)} back "
+                              f"to one answer ({lines or 'no control row answered'}; {how}){tail}")
 
 
 def format_controls_table(result: ControlsResult) -> Table:
@@ -366,7 +472,9 @@ def format_controls_table(result: ControlsResult) -> Table:
                  row.status + (f": {row.reason}" if row.reason else "")]
         for pid in result.prompts:
             if pid in row.distinct:
-                cells += [f"{row.distinct[pid]}/{row.answered.get(pid, 0)}", row.lengths.get(pid, "")]
+                stopped = (f" (stopped at {row.sent[pid]})" if row.gate and row.sent.get(pid, row.gate.n_requests)
+                           < row.gate.n_requests else "")
+                cells += [f"{row.distinct[pid]}/{row.answered.get(pid, 0)}{stopped}", row.lengths.get(pid, "")]
             else:
                 cells += ["-", "-"]
         colds = [v for v in row.cold_is_modal.values() if v is not None]

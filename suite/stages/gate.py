@@ -34,7 +34,7 @@ from suite.definitions import load_validated
 from suite.stages.base import Stage
 from suite.errors import SuiteError
 from suite.paths import PROMPTS_DIR
-from suite.analysis.repro import PromptAnalysis, Sample, analyse, unseen_share_bound
+from suite.analysis.repro import PromptAnalysis, Sample, analyse, group_answers, unseen_share_bound
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
@@ -166,7 +166,8 @@ def verdict_of(prompts: list[GatePromptResult], stopped: str | None) -> tuple[bo
     bound = unseen_share_bound(n_min)
     return True, (f"reproducible: one answer per prompt ({', '.join(f'{p.prompt_id} ×{_answered(p)}' for p in prompts)})"
                   + (f"; with {n_min} answers, an answer rarer than {bound:.0%} can still be missed (95%)"
-                     if bound is not None else "") + tail)
+                     if bound is not None else
+                     f"; {n_min} answers are too few to bound how common another answer could be") + tail)
 
 
 # -- running --------------------------------------------------------------------------------------
@@ -196,7 +197,7 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, max_tok
              extra: dict[str, Any] | None = None, record: RecordFn | None = None,
              alive: Callable[[], bool] | None = None, death_reason: Callable[[], str | None] | None = None,
              label: str = "default", controls: list[str] | None = None, kind: str = "gate",
-             process_cold: bool = True) -> GateResult:
+             process_cold: bool = True, stop_after_distinct: int | None = None) -> GateResult:
     """N identical requests per prompt; analyse them; return the gate's result.
 
     `process_cold`: the runtime has served no request since it started, so the first request of
@@ -207,7 +208,8 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, max_tok
     series' own fields (a LoRA adapter's selection). `record(kind, **fields)` is called once per
     request as soon as it finishes. `alive()` says
     whether the runtime still runs (checked after a failed request); `death_reason()` gives the
-    log line that says why it died.
+    log line that says why it died. `stop_after_distinct`: a prompt's series ends as soon as it has
+    shown that many distinct answers (a control row that shows a second answer cannot be credited).
     """
     extra = dict(extra or {})
     params = client.params
@@ -262,6 +264,8 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, max_tok
                                                     f"last error: {errors[-1]}")
                 if stopped:
                     log.error("gate stopped: %s", stopped)
+                    break
+                if stop_after_distinct is not None and len(group_answers(samples)) >= stop_after_distinct:
                     break
             a = analyse(samples, cold_count=concurrency, process_cold=process_cold and not results)
             results.append(GatePromptResult.from_analysis(

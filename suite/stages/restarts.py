@@ -4,11 +4,14 @@ The bench stops the arm's runtime first; then K fresh processes (or containers) 
 configuration are started one after another (`ctx.launch()`), each answers a short gate (the
 profile's `restart_requests` identical requests per gate prompt), and is stopped. Within-launch
 stability (each launch's own answers, named by pattern: stable, a cold-start transient, varying)
-and across-launch consistency (the launches' answer sequences and answer sets compared with each
-other; the share of answer pairs from two different launches that agree, with a bootstrap 95%
-interval over launches once there are enough of them) are two verdicts: a runtime can be stable inside a process and
-still change its answer from one start to the next. A launch that fails to start is recorded
-with its error line and the stage goes on with the next one.
+and across-launch consistency are two verdicts: a runtime can be stable inside a process and
+still change its answer from one start to the next. Across launches (suite.analysis.repro):
+"consistent" only where every launch gave the same answer sequence, with what that bounds; "NOT
+consistent" only where a permutation test over launch labels says the launches' answers differ
+beyond chance inside a launch; otherwise "no detectable difference". Beside it the agreement
+across launches (pairs of answers from two launches, a jackknife 95% interval over launches from
+6 on) and within launches. A launch that fails to start is recorded with its error line and the
+stage goes on with the next one.
 
 Compile caches (study 3): each launch's Triton, TorchInductor, vLLM, FlashInfer JIT and CUDA
 ComputeCache folders point under one cache root (the Docker launcher mounts it into the
@@ -23,6 +26,7 @@ a promise.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import tempfile
 from pathlib import Path
@@ -33,7 +37,7 @@ from pydantic import BaseModel, Field
 from suite.stages.base import FreshLaunch, Stage
 from suite.launchers.base import COMPILE_CACHE_DIRS, COMPILE_CACHE_SETTINGS
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
-from suite.analysis.repro import LaunchFigures, LaunchPair, Pattern, analyse_launches
+from suite.analysis.repro import ALPHA, LaunchFigures, LaunchPair, Pattern, analyse_launches, requests_for_transient
 from suite.stages.gate import (GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, samples_of,
                                select_prompts)
 
@@ -59,8 +63,16 @@ class RestartPromptResult(BaseModel):
     across_distinct: int
     modal_per_launch_distinct: int
     agreement: float | None  # share of cross-launch answer pairs that are identical
-    agreement_ci95: tuple[float, float] | None  # bootstrap over launches; None with too few launches
+    agreement_ci95: tuple[float, float] | None  # over launches; None with too few launches or all alike
     ci_note: str | None = None  # why there is no interval
+    ci_method: str | None = None
+    within_agreement: float | None = None  # share of identical answer pairs inside one launch
+    across: str = "undetermined"  # alike | alike up to the cap | differ | no detectable difference | too few | undetermined
+    across_text: str = ""
+    alike_bound: float | None = None  # all launches alike: a launch differing more often would have shown
+    permutation_p: float | None = None  # the launches' answers differ (small p), by launch labels
+    unseen_bound: float | None = None  # one answer per launch: an answer more common would have shown
+    cold_transient_p: float | None = None  # chance that random order puts the odd answers first
     lengths_text: str
     errors: int
     truncated: int = 0  # answers over all launches that stopped at max_tokens
@@ -120,56 +132,86 @@ class RestartsResult(BaseModel):
 
 
 def within_verdict_of(prompts: list[RestartPromptResult]) -> str:
-    """Stability inside each launch, named by its pattern (a cold-start transient is one)."""
+    """Stability inside each launch, named by its pattern (a cold-start transient is one).
+
+    "stable" carries what it bounds (an answer more common per request would likely have shown)
+    and, where answers stopped at max_tokens, that it holds up to the cap; "cold-start transient"
+    only where random order would put the odd answers on the first requests at most 5 % of the time.
+    """
     patterns = [(p.prompt_id, pat) for p in prompts for pat in p.within_patterns]
     unstable = [(pid, pat) for pid, pat in patterns if pat not in ("stable", "undetermined")]
     if not patterns:
         return "undetermined"
-    if not unstable:
-        return "stable within every launch (one answer per prompt)"
     n_launches = max((len(p.within_patterns) for p in prompts), default=0)
+    cut = sum(p.truncated for p in prompts)
+    answers = sum(sum(x.answered for x in p.per_launch) for p in prompts)
+    cap = (f"; up to the cap: {cut} of {answers} answers cut at max_tokens, answers may differ past it"
+           if cut else "")
+    if not unstable:
+        bounds = [p.unseen_bound for p in prompts if p.unseen_bound is not None]
+        bound = (f"; an answer more common than {max(bounds):.1%} per request would likely have shown"
+                 if bounds else "")
+        return f"stable within every launch (one answer per prompt){bound}{cap}"
     if all(pat == "cold-transient" for _, pat in unstable):
         cold = {p.prompt_id: p.process_cold for p in prompts}
         where = ", ".join(sorted({pid for pid, _ in unstable}))
         whats = {("only the first request after the start differs" if cold.get(pid, True) else
                   "only the prompt's first request differs (the runtime had served other prompts before it)")
                  for pid, _ in unstable}
-        return (f"cold-start transient within launches ({where}: in {len(unstable)} launch-prompt series of "
-                f"{len(patterns)}, {'; '.join(sorted(whats))}; the rest agree)")
+        ps = [p.cold_transient_p for p in prompts if any(x == "cold-transient" for x in p.within_patterns)]
+        joint = math.prod(ps) if ps and all(x is not None for x in ps) else None
+        if joint is not None and joint <= ALPHA:
+            return (f"cold-start transient within launches ({where}: in {len(unstable)} launch-prompt series of "
+                    f"{len(patterns)}, {'; '.join(sorted(whats))}; the rest agree; random order "
+                    f"would put the odd answers there with p = {joint:.2g}){cap}")
+        per = max((len(x.within_patterns) and max(y.answered for y in x.per_launch)) for x in prompts)
+        return (f"undetermined within launches ({where}: in {len(unstable)} launch-prompt series of "
+                f"{len(patterns)} only the first request differs, but random order would put the odd answers "
+                f"there with p = {joint if joint is not None else 1:.2g}: too few to call it a cold-start transient; "
+                f"{requests_for_transient()} requests per launch would tell, {per} were sent){cap}")
     kinds = ", ".join(f"{pid}: {'/'.join(p.within_patterns)}" for p in prompts
                       for pid in [p.prompt_id] if any(x not in ("stable", "undetermined") for x in p.within_patterns))
-    return f"NOT stable within launches ({kinds}; {n_launches} launches)"
+    return f"NOT stable within launches ({kinds}; {n_launches} launches){cap}"
 
 
 def _agreement_text(p: RestartPromptResult) -> str:
+    within = f", within launches {p.within_agreement:.3f}" if p.within_agreement is not None else ""
     if p.agreement is None:
         return "agreement —"
-    text = f"agreement {p.agreement:.3f}"
+    text = f"agreement across launches {p.agreement:.3f}"
     if p.agreement_ci95:
-        return text + f" [{p.agreement_ci95[0]:.3f}, {p.agreement_ci95[1]:.3f}] (bootstrap over launches)"
+        return (text + f" [{p.agreement_ci95[0]:.3f}, {p.agreement_ci95[1]:.3f}] "
+                f"({p.ci_method or 'over launches'}){within}")
+    if p.across == "alike":
+        return text + within
     per = ", ".join(f"{x.agreement:.2f}" for x in p.pairs if x.agreement is not None)
-    return text + (f" (pairs of launches: {per}; no interval below 6 launches)" if per else "")
+    return text + (f" (pairs of launches: {per}; {p.ci_note})" if per and p.ci_note else "") + within
 
 
 def across_verdict_of(prompts: list[RestartPromptResult], enough: bool) -> tuple[bool | None, str]:
-    """Consistency across launches: launches compared with each other, not answers pooled."""
-    known = [p.consistent_across for p in prompts if p.consistent_across is not None]
+    """Consistency across launches: launches compared with each other, not answers pooled.
+
+    True only where every prompt's launches gave the same answer sequence, enough of them to bound
+    a differing launch; False where a prompt's launches differ by the permutation test; else None.
+    """
+    known = [p for p in prompts if p.across != "undetermined"]
     if not enough or not known:
         return None, "undetermined: fewer than two launches answered"
-    consistent = all(known)
+    if any(p.across == "differ" for p in known):
+        consistent: bool | None = False
+        head = "NOT consistent across launches"
+    elif all(p.across == "alike" for p in known):
+        consistent, head = True, "consistent across launches"
+    elif any(p.across == "no detectable difference" for p in known):
+        consistent, head = None, "no detectable difference across launches"
+    else:
+        consistent, head = None, "inconclusive across launches"
     parts = []
     for p in prompts:
-        how = ("the same answer sequence in every launch" if p.same_sequence else
-               "the same answers in every launch, in another order" if p.same_answers else
-               (f"the same modal answer in every launch, but not the same answers ({p.across_distinct} distinct "
-                "in all)" if p.modal_per_launch_distinct == 1 else
-                f"the launches' modal answers differ ({p.modal_per_launch_distinct} different ones, "
-                f"{p.across_distinct} distinct answers in all)"))
         lp = ""
         if p.same_tokens_logprobs_apart and p.across_logprob_diff is not None:
             lp = f"; same tokens but logprobs apart by {p.across_logprob_diff:.3g} nats"
-        parts.append(f"{p.prompt_id}: {how}, {_agreement_text(p)}{lp}")
-    head = "consistent across launches" if consistent else "NOT consistent across launches"
+        parts.append(f"{p.prompt_id}: {p.across_text}; {_agreement_text(p)}{lp}")
     return consistent, f"{head} ({'; '.join(parts)})"
 
 
@@ -187,7 +229,10 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
         prompts.append(RestartPromptResult(
             prompt_id=pid, compared_by=a.compared_by, within_distinct=a.within_distinct,
             across_distinct=a.across_distinct, modal_per_launch_distinct=a.modal_per_launch_distinct,
-            agreement=a.agreement, agreement_ci95=a.agreement_ci95, ci_note=a.ci_note,
+            agreement=a.agreement, agreement_ci95=a.agreement_ci95, ci_note=a.ci_note, ci_method=a.ci_method,
+            within_agreement=a.within_agreement, across=a.across, across_text=a.across_text,
+            alike_bound=a.alike_bound, permutation_p=a.permutation_p, unseen_bound=a.unseen_bound,
+            cold_transient_p=a.cold_transient_p,
             lengths_text=a.lengths_text, errors=a.errors,
             truncated=sum(1 for l in launches for s in l if s.ok and s.truncated),
             answered=sum(1 for l in launches for s in l if s.ok),

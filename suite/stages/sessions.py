@@ -66,7 +66,7 @@ class SessionsPromptResult(BaseModel):
         ci = ""
         if self.across_ci95 and self.across_ci95[0] < self.across_ci95[1]:
             ci = f" [{self.across_ci95[0]:.3f}, {self.across_ci95[1]:.3f}]"
-        elif self.across_ci95:  # every resample alike: the interval would say nothing
+        elif self.across_ci95 or self.ci_note:  # every pair alike (or apart): an interval would say nothing
             ci = (" (no interval: every pair alike)" if self.across_agreement == 1.0 else
                   " (no interval: every pair differs)" if self.across_agreement == 0.0 else " (no interval)")
         across = "—" if self.across_agreement is None else f"{self.across_agreement:.3f}{ci}"
