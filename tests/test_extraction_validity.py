@@ -117,18 +117,18 @@ def test_paired_comparison_of_arms():
     pairs = figures.extraction_pairs([base, None, same, better], ["x", "y", "z", "w"])
     assert [(p["arm"], p["against"]) for p in pairs] == [("z", "x"), ("w", "x")]
     tie = pairs[0]["rows"][0]
-    assert tie["measure"] == "clean and complete" and tie["diff"].verdict == "tie" and tie["diff"].n == 4
-    assert "tie" in tie["text"] and "n = 4 paired sections" in tie["text"]
+    assert tie["measure"] == "clean and complete" and tie["diff"].verdict == "no detectable difference"
+    assert tie["diff"].n == 4 and "no detectable difference" in tie["text"] and "n = 4 paired sections" in tie["text"]
     up = pairs[1]["rows"][0]["diff"]
     assert up.n == 4 and up.mean == pytest.approx(0.375)
     assert pairs[1]["rows"][0]["text"].startswith("+37.5 points")
     # one arm alone: nothing to compare
     assert figures.extraction_pairs([base, None], ["x", "y"]) == []
-    # one paired section: no interval, no "tie"
+    # one paired section: no interval, no verdict
     single = figures.extraction_pairs([_result({"per_section": _rows({"a": 1.0})}),
                                        _result({"per_section": _rows({"a": 0.0})})], ["x", "y"])
     text = single[0]["rows"][0]["text"]
-    assert "too few" in text and "tie" not in text and "n = 1 paired section" in text
+    assert "too few" in text and "no detectable" not in text and "n = 1 paired section" in text
     # zero paired sections
     none = figures.extraction_pairs([_result({"per_section": _rows({"a": 1.0})}),
                                      _result({"per_section": _rows({"b": 0.0})})], ["x", "y"])
@@ -136,17 +136,24 @@ def test_paired_comparison_of_arms():
 
 
 def test_paired_comparison_of_older_records_and_the_judge():
+    # three paired sections: the fewest a direction is printed for
     old_a = {"per_section": [{"section": "a", "clean_rate": 1.0, "recall": 0.5},
-                             {"section": "b", "clean_rate": 0.5, "recall": 0.5}],
-             "judge": {"per_section": {"a": 0.5, "b": 0.5}}}
+                             {"section": "b", "clean_rate": 0.5, "recall": 0.5},
+                             {"section": "c", "clean_rate": 1.0, "recall": 0.5}],
+             "judge": {"per_section": {"a": 0.5, "b": 0.5, "c": 0.25}}}
     old_b = {"per_section": [{"section": "a", "clean_rate": 0.0, "recall": 0.5},
-                             {"section": "b", "clean_rate": 0.0, "recall": 0.5}],
-             "judge": {"per_section": {"a": 1.0, "b": 1.0}}}
+                             {"section": "b", "clean_rate": 0.0, "recall": 0.5},
+                             {"section": "c", "clean_rate": 0.0, "recall": 0.5}],
+             "judge": {"per_section": {"a": 1.0, "b": 1.0, "c": 1.0}}}
     rows = figures.extraction_pairs([_result(old_a), _result(old_b)], ["x", "y"])[0]["rows"]
     assert [r["measure"].split(" ")[0] for r in rows] == ["clean", "recall", "judge"]
-    assert rows[0]["diff"].mean == pytest.approx(-0.75) and rows[0]["diff"].verdict == "lower"
-    assert rows[1]["diff"].verdict == "tie" and rows[1]["diff"].mean == 0.0
+    assert rows[0]["diff"].mean == pytest.approx(-2.5 / 3) and rows[0]["diff"].verdict == "lower"
+    assert rows[1]["diff"].verdict == "no detectable difference" and rows[1]["diff"].mean == 0.0
     assert rows[2]["diff"].verdict == "higher"
+    # two paired sections say no direction at all
+    two = figures.extraction_pairs([_result({"per_section": old_a["per_section"][:2]}),
+                                    _result({"per_section": old_b["per_section"][:2]})], ["x", "y"])[0]["rows"]
+    assert two[0]["diff"].verdict == "too few"
 
 
 def test_site_shows_the_honest_figures(tmp_path):

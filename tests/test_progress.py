@@ -140,7 +140,7 @@ def test_a_stage_advances_only_on_requests_not_on_fact_lines(monkeypatch: pytest
     display, out = plain()
     monkeypatch.setattr(progress, "DISPLAY", display)
     written: list[str] = []
-    ctx = SimpleNamespace(stage="extraction", signature=SimpleNamespace(digest="d"),
+    ctx = SimpleNamespace(stage="extraction", signature=SimpleNamespace(digest="d"), output_tokens={},
                           record=SimpleNamespace(record_request=lambda kind, **f: written.append(kind)))
     with display.stage("extraction llamacpp", total=2) as stage:
         StageContext.record_request(ctx, "extraction", section="s1", text="{}")  # type: ignore[arg-type]
