@@ -177,7 +177,7 @@ def test_a_subprocess_step_keeps_the_full_output_in_its_log(tmp_path: Path) -> N
                                  "time.sleep(0.15); print('two'); sys.exit(3)"], stdout=fh, stderr=subprocess.STDOUT)
         assert step.follow(proc, log_path, poll_s=0.02) == 3
     assert log_path.read_text().split() == ["one", "two"]
-    assert step.note_text in ("", "one")  # the latest line seen while it ran
+    assert step.note_text in ("", "one", "two")  # the latest line seen while it ran (a slow poll may see the last)
     assert len(lines(out)) == 2
 
 
