@@ -296,7 +296,9 @@ UPSTREAM_VLLM_FLAGS = {
 #     "VLLM_HUMMING_INPUT_QUANT_CONFIG": lambda: maybe_convert_json_str_or_file(...)
 #     "VLLM_HUMMING_MOE_GEMM_TYPE": ... (typed Literal["indexed", "grouped", "auto"] | None)
 #     "VLLM_NO_USAGE_STATS": ... == "1",  "VLLM_DO_NOT_TRACK": ... == "1"
+#     "VLLM_SERVER_DEV_MODE": lambda: bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0")))  (serves /reset_prefix_cache)
 UPSTREAM_VLLM_ENV = {
+    "VLLM_SERVER_DEV_MODE": {"0", "1"},
     "VLLM_BATCH_INVARIANT": {"0", "1"},
     "VLLM_TRITON_FORCE_FIRST_CONFIG": {"0", "1", "true"},
     "VLLM_USE_FLASHINFER_SAMPLER": {"0", "1"},
