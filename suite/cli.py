@@ -246,16 +246,19 @@ def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or ru
 
 
 def _print_summaries(summaries) -> None:
-    table = Table("arm", "launcher", "status", "determinism", "distinct answers", "wall s", "stages (s)", "record")
+    table = Table("arm", "launcher", "status", "determinism", "distinct answers", "wall s", "record")
     for s in summaries:
         prompts = s.gate.prompts if s.gate else []
         distinct = ", ".join(f"{p.prompt_id}: {p.distinct_answers}/{p.requests}" for p in prompts) or "-"
         det = s.determinism.outcome + (f" ({s.determinism.control})" if s.determinism.control else "")
-        stages = " · ".join(f"{name} {secs:.0f}" for name, secs in s.stage_s.items()) or "-"
         table.add_row(*progress.cells(s.arm, s.launcher if s.status != "skipped" else "-",
                                       s.status + (f": {s.reason}" if s.reason else ""), det, distinct,
-                                      f"{s.wall_s:.0f}" if s.wall_s else "-", stages, s.run_id))
+                                      f"{s.wall_s:.0f}" if s.wall_s else "-", s.run_id))
     console.print(table)
+    for s in summaries:  # each stage's wall time, one line per arm (a column would squeeze the table)
+        if s.stage_s:
+            console.print(f"stages of {s.arm} (s): " + " · ".join(f"{name} {secs:.0f}" for name, secs in s.stage_s.items()),
+                          markup=False, highlight=False, soft_wrap=True)
 
 
 def _skipped_lines(summaries) -> list[str]:

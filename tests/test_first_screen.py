@@ -14,7 +14,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples" / "cpu-r
 
 
 def _rows(page: str, cls: str) -> dict[str, str]:
-    return {m.group(1): re.sub(r"<[^>]+>", " ", m.group(2))
+    """Per arm, the text of its verdict (the row's `verdict-text`)."""
+    return {m.group(1): re.sub(r"<[^>]+>", " ", re.search(r'<span class="verdict-text">(.*?)</span>', m.group(2), re.S).group(1))
             for m in re.finditer(rf'<tr class="{cls}" data-arm="([^"]+)">(.*?)</tr>', page, re.S)}
 
 

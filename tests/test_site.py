@@ -267,7 +267,7 @@ def test_hostile_answer_is_shown_never_run(site: Path, browser: Browser, shots: 
     # counts and request numbers of each distinct answer; request 1 (cold) is the odd one
     heads = page.eval("[...document.querySelectorAll('#arm-llamacpp-python .answer-head')].map(h => h.innerText)")
     assert heads[0].startswith("×5") and "modal" in heads[0]
-    assert heads[1].startswith("×1") and "request 1" in heads[1] and "departs at token" in heads[1]
+    assert heads[1].startswith("×1") and "request 1" in heads[1] and "departs from the modal answer at token" in heads[1]
 
 
 def test_run_pages_render(site: Path, browser: Browser) -> None:

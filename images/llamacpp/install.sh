@@ -9,6 +9,7 @@ set -euo pipefail
 PREFIX="$1"
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
+mkdir -p "$PREFIX"
 BUILDS="${SUITE_LLAMA_BUILDS:-$(cd "$(dirname "$PREFIX")/.." && pwd)/builds}"
 bash "$HERE/build-llama-cpp.sh" "$VERSION" "$BUILDS" "${SUITE_LLAMA_BUILD:-auto}" | tee "$PREFIX/build.out"
 BUILD="$(tail -n 1 "$PREFIX/build.out")"
