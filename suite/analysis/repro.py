@@ -491,25 +491,9 @@ def bootstrap_over_launches(groups: Sequence[Sequence[Hashable]], resamples: int
     if k < 2:
         return None
     agree, sizes = _pair_counts(groups)
-    rng = random.Random(seed)
-    values: list[float] = []
-    for _ in range(resamples):
-        draw = [rng.randrange(k) for _ in range(k)]
-        a = t = 0
-        for x in range(k):
-            for y in range(x + 1, k):
-                i, j = draw[x], draw[y]
-                if i != j:
-                    a += agree[i][j]
-                    t += sizes[i] * sizes[j]
-        if t:
-            values.append(a / t)
-    if not values:
-        return None
-    alpha = (1.0 - level) / 2.0
-    lo, hi = percentile(values, 100 * alpha), percentile(values, 100 * (1 - alpha))
-    assert lo is not None and hi is not None
-    return lo, hi
+    pairs = [[sizes[i] * sizes[j] for j in range(k)] for i in range(k)]
+    return bootstrap_pair_sums([[float(x) for x in row] for row in agree], pairs, resamples=resamples,
+                               level=level, seed=seed)
 
 
 def launch_logprob_gaps(modal_samples: Sequence[Sample]) -> tuple[float | None, bool]:
