@@ -317,6 +317,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                                      "mode (default: the profile's)."),
           batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Batch sizes the trials cycle "
                                                     "through, e.g. 8,16,32 (default: the profile's)."),
+          controls: Optional[str] = typer.Option(None, "--controls", help="'all' or control names: run the "
+                                                 "control matrix after the gate, whatever the gate found."),
           auto_controls: Optional[bool] = typer.Option(None, "--auto-controls/--no-auto-controls",
                                                        help="Run the control matrix when the gate finds more than "
                                                        "one answer (default: the profile's)."),
@@ -361,9 +363,9 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
     if batch_sizes is not None:
         overrides["batch_sizes"] = _int_list("--batch-sizes", batch_sizes)
     if ray_address:
-        if url is not None or resume:
-            raise SuiteError(f"--ray runs the catalog's arms on the cluster's nodes; "
-                             f"{'--url' if url is not None else '--resume'} works on this machine only")
+        if url is not None or resume or controls:
+            given = "--url" if url is not None else "--resume" if resume else "--controls"
+            raise SuiteError(f"--ray runs the catalog's arms on the cluster's nodes; {given} works on this machine only")
         from suite.distributed import run_bench_ray
 
         summaries = run_bench_ray(ray_address, model or "tiny", _split(arms), launcher, profile, _split(stages),
@@ -375,7 +377,15 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
         if site:
             _build_site(out)
         return
-    summaries = run_bench(model, _split(arms), launcher, profile, _split(stages), results=out, resume=resume,
+    stage_list = _split(stages)
+    if controls:
+        from suite.stages import ORDER
+
+        stage_list = list(stage_list or ORDER)
+        if "controls" not in stage_list:
+            stage_list.insert(stage_list.index("gate") + 1 if "gate" in stage_list else 0, "controls")
+    summaries = run_bench(model, _split(arms), launcher, profile, stage_list, results=out, resume=resume,
+                          controls=_split(controls),
                           judge_url=judge_url, judge_model=judge_model,
                           concurrency=_int_list("--concurrency", concurrency),
                           gate_requests=gate_requests, restarts=restarts, url=url, served_model=served_model,

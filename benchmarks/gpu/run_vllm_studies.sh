@@ -6,8 +6,8 @@
 #
 #     bash benchmarks/gpu/run_vllm_studies.sh prep        # wheels the suite lacks there; the AMX check in the background
 #     bash benchmarks/gpu/run_vllm_studies.sh part aa     # copy one vLLM part (carried in .gpu/vllm/)
-#     bash benchmarks/gpu/run_vllm_studies.sh gate        # install vLLM; random-llama-1b: gate (200) + batch, both modes
-#     bash benchmarks/gpu/run_vllm_studies.sh studies     # sessions x replicates with LoRA; the prefix-caching control
+#     bash benchmarks/gpu/run_vllm_studies.sh gate        # install vLLM; random-llama-1b: gate (200), prefix-caching-off, batch, both modes
+#     bash benchmarks/gpu/run_vllm_studies.sh studies     # sessions x replicates with a LoRA adapter
 #
 # Each phase writes what it measured to $OUT (results.tar.gz: the suite's results folder so far,
 # phase.log, amx/*). Needs: python3 with torch (CUDA), transformers, tokenizers, peft, httpx,
@@ -62,19 +62,19 @@ case "$PHASE" in
     say "== random-llama-1b: the checkpoint (seed 0)"
     suite setup --model random-llama-1b 2>&1 | tail -3
     B="--profile quick --gate-requests 200 --stages gate --batch-composition --batch-trials 6 --batch-sizes 8,16,32 --no-auto-controls"
-    for arm in vllm-gpu vllm-gpu-batch-invariant; do
-      say "== random-llama-1b $arm: gate 200 + batch composition"
-      timeout 280 python3 -m suite.cli bench --model random-llama-1b --arms "$arm" $B 2>&1 | tail -25
-      pack
-    done ;;
-  studies)
-    say "== the cold first request's cause: the prefix-caching-off control"
-    timeout 230 python3 -m suite.cli gate --model random-llama-1b --arms vllm-gpu --profile quick \
-        --controls prefix-caching-off 2>&1 | tail -15
+    # default mode, then its cold first request's suspect as a named control (prefix caching off)
+    say "== random-llama-1b vllm-gpu: gate 200, the prefix-caching-off control, batch composition"
+    timeout $(( 330 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b --arms vllm-gpu $B \
+        --controls prefix-caching-off 2>&1 | tail -30
     pack
+    say "== random-llama-1b vllm-gpu-batch-invariant: gate 200, batch composition"
+    timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b \
+        --arms vllm-gpu-batch-invariant $B 2>&1 | tail -25
+    pack ;;
+  studies)
     say "== study 2: sessions x replicates, base and LoRA adapter in the same processes"
-    timeout $(( 560 - ($(date +%s) - T0) )) python3 -m suite.cli study sessions --model random-llama-1b --arms vllm-gpu \
-        --sessions 6 --replicates 3 --lora --profile quick 2>&1 | tail -25
+    timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli study sessions --model random-llama-1b \
+        --arms vllm-gpu --sessions 6 --replicates 3 --lora --profile quick 2>&1 | tail -30
     pack ;;
 esac
 say "phase $PHASE done"
