@@ -32,3 +32,29 @@ def test_gpu_example_tree_reads_as_200_identical_requests(tmp_path: Path) -> Non
     (p,) = s.gate.prompts
     assert p.requests == 200 and p.distinct_answers == 1
     build_site(root, tmp_path / "site")
+
+
+def test_gpu_vllm_example_tree_shows_the_batch_effect_and_its_removal(tmp_path: Path) -> None:
+    """vLLM 0.24.0 on an H200, a random-weight Llama of 1B shape: default mode and batch-invariant
+    mode, each with a 200-request gate and the batch-composition stage; then study 2 (sessions with
+    a LoRA adapter) in a run of its own. The default arm's bench was stopped during its control run:
+    its gate and batch results stand on the page beside the later sessions run, named as such."""
+    root = EXAMPLES / "gpu-vllm-results"
+    runs = {(s.arm, s.status): s for s in load_all(root)}
+    default = runs[("vllm-gpu", "incomplete")]
+    invariant = runs[("vllm-gpu-batch-invariant", "complete")]
+    sessions = runs[("vllm-gpu", "complete")]
+    for s in (default, invariant):
+        assert s.gate is not None and s.batch is not None
+        (p,) = s.gate.prompts
+        assert p.requests == 200 and p.distinct_answers == 1
+    assert default.batch.varies_with_batch is True and invariant.batch.varies_with_batch is False
+    assert sessions.sessions is not None and sessions.gate is None
+    build_site(root, tmp_path / "site")
+    page = (tmp_path / "site" / "models" / "random-llama-1b.html").read_text(encoding="utf-8")
+    assert "random weights" in page
+    assert "varies with batch composition: mixed: 3 distinct of 6" in page
+    assert "the same answer in every batch: mixed 6, prefix 6" in page
+    assert "x the J/token of vllm-gpu" in page
+    assert f"vllm-gpu: gate from run {default.run_id} (incomplete" in page
+    assert "1 distinct output hash in 15 runs" in page

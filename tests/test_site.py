@@ -341,3 +341,33 @@ def test_chart_labels_are_escaped() -> None:
     texts = "".join(e.text or "" for e in elements)
     assert "<script>alert(1)</script>" in texts and 'x" onload="alert(2)' in texts  # as text only
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in svg
+
+
+def test_a_stage_comes_from_the_newest_run_that_ran_it() -> None:
+    """A study run after a bench does not hide the bench's gate; a complete run is preferred to a
+    newer interrupted one; a stage no run holds falls back to the current run."""
+    from types import SimpleNamespace
+
+    from suite.site.figures import ArmRuns, ModelRuns
+
+    def run(run_id: str, status: str, **stages: object) -> SimpleNamespace:
+        fields = {"gate": None, "sessions": None, "batch": None, "restarts": None, **stages}
+        s = SimpleNamespace(run_id=run_id, status=status, reason="interrupted" if status != "complete" else None,
+                            **fields)
+        return SimpleNamespace(s=s)
+
+    bench_cut = run("a", "incomplete", gate="g-a", batch="b-a")
+    older_full = run("b", "complete", batch="b-b")
+    study = run("c", "complete", sessions="s-c")
+    arm = ArmRuns("x", [bench_cut, older_full, study])
+    assert arm.current is study
+    assert arm.for_stage("sessions") is study
+    assert arm.for_stage("gate") is bench_cut  # only an interrupted run holds one: it is shown
+    assert arm.for_stage("batch") is older_full  # a complete run first
+    assert arm.for_stage("restarts") is study  # none holds one: the current run
+    model = ModelRuns("m", {"x": arm})
+    lines = model.borrowed({"gate": "gate", "batch": "batch composition", "sessions": "sessions"})
+    assert set(lines) == {"gate", "batch"}
+    assert lines["gate"] == ["x: gate from run a (incomplete: interrupted), the newest of this arm that ran it"]
+    assert ArmRuns("y", [study]).for_stage("gate") is study and ModelRuns("m", {"y": ArmRuns("y", [study])}).borrowed(
+        {"gate": "gate"}) == {}

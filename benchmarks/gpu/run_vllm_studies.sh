@@ -42,7 +42,13 @@ case "$PHASE" in
     done
     say "missing here:${missing:- nothing}"
     if [ -n "$missing" ]; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$REPO"/.whl/*.whl && say "wheels installed in $SITE"
+      # only the missing ones: a newer huggingface_hub beside the machine's transformers breaks it
+      wheels=""
+      for mod in $missing; do
+        name=$(case $mod in pynvml) echo nvidia_ml_py;; prometheus_client) echo prometheus_client;; *) echo "$mod";; esac)
+        wheels="$wheels $(ls "$REPO"/.whl/"$name"-*.whl 2>/dev/null)"
+      done
+      python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" $wheels && say "wheels installed in $SITE:$wheels"
     fi
     python3 -c "import suite.cli, suite.launchers.local, suite.stages.batch; print('suite imports')"
     if [ -f "$REPO/.gpu/llama.cpp-src.tar.xz" ]; then
@@ -56,9 +62,11 @@ case "$PHASE" in
   part)
     mkdir -p /tmp/vparts && cp "$REPO/.gpu/vllm/vllm.tar.xz.part-$2" /tmp/vparts/ && ls -la /tmp/vparts ;;
   gate)
-    cp -r "$REPO/.gpu/vllm/deps" "$REPO/.gpu/vllm/vllm.sha256" /tmp/vparts/ && cp "$REPO"/.gpu/vllm/vllm.tar.xz.part-* /tmp/vparts/ 2>/dev/null
-    bash "$REPO/.gpu/vllm/install-vllm-parts.sh" /tmp/vparts "$TARGET" || { say "vLLM install failed"; pack; exit 1; }
-    suite doctor 2>&1 | grep -i "vllm\|gpu" | head -8
+    if [ ! -d "$TARGET/vllm" ]; then
+      cp -r "$REPO/.gpu/vllm/deps" "$REPO/.gpu/vllm/vllm.sha256" /tmp/vparts/ && cp "$REPO"/.gpu/vllm/vllm.tar.xz.part-* /tmp/vparts/ 2>/dev/null
+      bash "$REPO/.gpu/vllm/install-vllm-parts.sh" /tmp/vparts "$TARGET" || { say "vLLM install failed"; pack; exit 1; }
+      suite doctor 2>&1 | grep -i "vllm\|gpu" | head -8
+    fi
     say "== random-llama-1b: the checkpoint (seed 0)"
     suite setup --model random-llama-1b 2>&1 | tail -3
     B="--profile quick --gate-requests 200 --stages gate --batch-composition --batch-trials 6 --batch-sizes 8,16,32 --no-auto-controls"

@@ -455,6 +455,14 @@ class ArmRuns:
         complete = [r for r in self.runs if r.s.status == "complete"]
         return (complete or self.runs)[-1]
 
+    def for_stage(self, stage: str) -> Run:
+        """The run whose `stage` result the model page shows: the newest complete run that holds
+        one, else the newest run that holds one (an interrupted run keeps what it measured), else
+        `current`. A study run after a bench (`suite study sessions`) does not hide the bench's gate."""
+        holding = [r for r in self.runs if getattr(r.s, stage, None) is not None]
+        complete = [r for r in holding if r.s.status == "complete"]
+        return (complete or holding or [self.current])[-1]
+
 
 @dataclass
 class ModelRuns:
@@ -465,6 +473,24 @@ class ModelRuns:
     @property
     def current(self) -> list[Run]:
         return [a.current for a in self.arms.values()]
+
+    def current_for(self, stage: str) -> list[Run]:
+        """Per arm, the run the page shows `stage` from (`ArmRuns.for_stage`)."""
+        return [a.for_stage(stage) for a in self.arms.values()]
+
+    def borrowed(self, stages: dict[str, str]) -> dict[str, list[str]]:
+        """Per stage (keys of `stages`: record field -> its name on the page), one line per arm whose
+        `stage` comes from another run than the arm's current one: which run, and its status."""
+        out: dict[str, list[str]] = {}
+        for arm in self.arms.values():
+            cur = arm.current
+            for stage in stages:
+                r = arm.for_stage(stage)
+                if r is not cur:
+                    status = r.s.status + (f": {r.s.reason}" if r.s.reason and r.s.status != "complete" else "")
+                    out.setdefault(stage, []).append(f"{arm.name}: {stages[stage]} from run {r.s.run_id} "
+                                                     f"({status}), the newest of this arm that ran it")
+        return out
 
     @property
     def random_weights(self) -> bool:

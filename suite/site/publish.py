@@ -279,9 +279,14 @@ def _gate_page(model: ModelRuns, prompt_id: str) -> str:
     return f"models/{slug(model.name)}/gate-{slug(prompt_id)}.html"
 
 
+# The stages a model page shows from the newest run holding each (record field -> name on the page).
+PAGE_STAGES = {"gate": "gate", "batch": "batch composition", "controls": "control matrix",
+               "restarts": "restarts", "sessions": "sessions", "latency": "latency", "extraction": "extraction"}
+
+
 def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None]"]:
     """Start drawing a model page's charts: TTFT, inter-token latency, memory timelines."""
-    runs = model.current
+    runs = model.current_for("latency")
     requests = [site.requests(r) for r in runs]
     latency_reqs = [[q for q in reqs if q.kind == "latency" and not q.warmup and not q.error
                      and not q.incomplete and q.concurrency == 1]
@@ -292,7 +297,7 @@ def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None
     itl_svg = site.chart(charts.itl_distribution, {k: v for k, v in itl.items() if v})
 
     series = []
-    for r in runs:
+    for r in model.current:
         line = memory_line(r.s)
         series.append(charts.MemorySeries(r.s.arm, line.t_s, line.metrics, trip_t_s=line.trip_t_s,
                                           threshold_bytes=line.threshold_bytes))
@@ -303,11 +308,15 @@ def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None
 
 
 def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, "Future[str | None]"]) -> None:
+    """One column per arm: its current run (`ArmRuns.current`) in the cards, and each stage from the
+    newest run that ran it (`ArmRuns.for_stage`), named where that is another run."""
     runs = model.current
     arms = [r.s.arm for r in runs]
-    requests = [site.requests(r) for r in runs]
+    by = {stage: model.current_for(stage) for stage in PAGE_STAGES}
+    gate_runs = by["gate"]
+    requests = [site.requests(r) for r in gate_runs]
     gate: list[dict[str, PromptView]] = []
-    for r, reqs in zip(runs, requests):
+    for r, reqs in zip(gate_runs, requests):
         by_prompt = {p.prompt_id: p for p in gate_prompts(r.s.gate)}
         # a run whose gate never finished: rebuild its prompts from the request records
         recorded: dict[str, list[AnswerLine]] = {}
@@ -329,47 +338,47 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         per_arm = [g.get(pid) for g in gate]
         if any(p is not None and p.answers for p in per_arm):
             rel = _gate_page(model, pid)
-            site.write(rel, "answers.html", model=model, prompt_id=pid, arms=arms, runs=runs,
+            site.write(rel, "answers.html", model=model, prompt_id=pid, arms=arms, runs=gate_runs,
                        gate=per_arm, generated=generated)
             for p in per_arm:
                 if p is not None:
                     p.page = rel
 
-    extraction = [extraction_view(r.s.extraction) for r in runs]
+    extraction = [extraction_view(r.s.extraction) for r in by["extraction"]]
     section_ids: list[str] = []
     for ex in extraction:
         for sid in (ex or {}).get("grid", {}):
             if sid not in section_ids:
                 section_ids.append(sid)
 
-    controls = [controls_view(r.s.controls, prompt_ids) for r in runs]
+    controls = [controls_view(r.s.controls, prompt_ids) for r in by["controls"]]
     control_configs: list[str] = []
     for c in controls:
         for row in (c or {}).get("rows", []):
             if row["configuration"] not in control_configs:
                 control_configs.append(row["configuration"])
-    restarts = [restarts_view(r.s.restarts) for r in runs]
+    restarts = [restarts_view(r.s.restarts) for r in by["restarts"]]
     restart_prompts: list[str] = []
     for rs in restarts:
         for p in (rs or {}).get("prompts", []):
             if p["prompt_id"] not in restart_prompts:
                 restart_prompts.append(p["prompt_id"])
 
-    batch = [batch_view(r.s.batch) for r in runs]
+    batch = [batch_view(r.s.batch) for r in by["batch"]]
     batch_ratios(batch, arms)
     site.write(
         model.page, "model.html", model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
         gate=gate, generated=generated, ttft_svg=drawn["ttft"].result(), itl_svg=drawn["itl"].result(),
-        memory_svg=drawn["memory"].result(), latency_rows=latency_table(runs), extraction=extraction,
-        extraction_pairs=extraction_pairs([r.s.extraction for r in runs], arms),
+        memory_svg=drawn["memory"].result(), latency_rows=latency_table(by["latency"]), extraction=extraction,
+        extraction_pairs=extraction_pairs([r.s.extraction for r in by["extraction"]], arms),
         section_ids=section_ids, watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         controls=controls, signature_rows=signature_rows(runs),
-        latency_levels=[latency_level(r.s.latency) for r in runs],
-        latency_sweeps=[latency_sweep(r.s.latency) for r in runs], sweep_svg=drawn["sweep"].result(),
+        latency_levels=[latency_level(r.s.latency) for r in by["latency"]],
+        latency_sweeps=[latency_sweep(r.s.latency) for r in by["latency"]], sweep_svg=drawn["sweep"].result(),
         restarts=restarts, restart_prompts=restart_prompts, control_configs=control_configs,
-        arm_comparisons=arm_comparisons(runs, arms), sessions=[sessions_view(r.s.sessions) for r in runs],
-        gate_settings=gate_settings_text([r.s.gate for r in runs], arms),
-        batch=batch,
+        arm_comparisons=arm_comparisons(gate_runs, arms), sessions=[sessions_view(r.s.sessions) for r in by["sessions"]],
+        gate_settings=gate_settings_text([r.s.gate for r in gate_runs], arms),
+        batch=batch, stage_runs=by, borrowed=model.borrowed(PAGE_STAGES),
     )
 
 
