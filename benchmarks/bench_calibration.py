@@ -29,6 +29,11 @@ Scenario families (the issue's table):
   per-section scores from facts x repeats, and near the ceiling.
 - `sessions`: study 2's design, 8 sessions x 3 replicates: base (one answer), adapter (every run
   different), adapter with partial agreement (answers drawn from 12 variants).
+- `runs`: study 2's configuration-level measures (`suite.analysis.repro.analyse_runs`: identical
+  runs, item-level and token-level agreement between runs of different sessions), K = 6, 8, 12,
+  24 sessions x 3 runs over 10 prompts: every prompt varying a little run by run (`iid`), a
+  session-level kernel choice that changes three prompts (`session`), one prompt varying rarely
+  (`rare`); the truth of each measure by simulation of 200,000 independent pairs of sessions.
 
 Usage: python benchmarks/bench_calibration.py [--quick] [--runs 1000] [--jobs 1] [--only FAMILY]
 The last line reads `worst interval coverage X.XX; worst false-claim rate Y.YY`.
@@ -371,12 +376,89 @@ def sessions_scenarios(quick: bool) -> list[dict[str, Any]]:
     return [dict(kind=kd, K=8, R=3) for kd in ("base", "adapter", "variants")]
 
 
+# -- study 2's runs: a run is one pass over M prompts (analyse_runs: identical runs, items, tokens) -
+
+M_PROMPTS = 10
+
+
+def _run_pass(rng: random.Random, kind: str, kernel: int) -> dict[str, list[int]]:
+    """One run: prompt id -> token ids. `kernel` is the session's (kind "session": a session-level
+    choice that changes a third of the prompts; the other kinds ignore it)."""
+    out: dict[str, list[int]] = {}
+    for j in range(M_PROMPTS):
+        tail = 0
+        if kind == "iid":  # every prompt varies a little, run by run
+            tail = rng.choices(range(4), [0.85, 0.08, 0.05, 0.02])[0]
+        elif kind == "session":  # one session in two takes the other kernel for prompts 0-2; a little noise
+            tail = (kernel if j < 3 else 0) + (10 if rng.random() < 0.03 else 0)
+        elif kind == "rare":  # one prompt of ten varies, rarely
+            tail = 1 if j == 0 and rng.random() < 0.1 else 0
+        # the variant changes the answer from a position that depends on it: tokens agree up to there
+        out[f"p{j}"] = [j, 7, 7, 7, 7, 7, 7, 7] if tail == 0 else [j, 7, 7, 7] + [100 + tail] * 4
+    return out
+
+
+def _runs_measures(a: dict[str, list[int]], b: dict[str, list[int]]) -> dict[str, float]:
+    same = [a[k] == b[k] for k in a]
+    tokens = []
+    for k in a:
+        x, y = a[k], b[k]
+        n = max(len(x), len(y))
+        i = 0
+        while i < min(len(x), len(y)) and x[i] == y[i]:
+            i += 1
+        tokens.append(i / n)
+    return {"identical runs": float(all(same)), "items": sum(same) / len(same), "tokens": sum(tokens) / len(tokens)}
+
+
+_RUNS_TRUTH: dict[str, dict[str, float]] = {}
+
+
+def runs_truth(kind: str) -> dict[str, float]:
+    """Each measure between runs of two independent sessions, by simulation (200,000 pairs, fixed seed)."""
+    if kind not in _RUNS_TRUTH:
+        rng = random.Random(f"truth:{kind}")
+        acc: dict[str, float] = defaultdict(float)
+        n = 200_000
+        for _ in range(n):
+            a = _run_pass(rng, kind, rng.randrange(2))
+            b = _run_pass(rng, kind, rng.randrange(2))
+            for m, v in _runs_measures(a, b).items():
+                acc[m] += v
+        _RUNS_TRUTH[kind] = {m: v / n for m, v in acc.items()}
+    return _RUNS_TRUTH[kind]
+
+
+def run_runs(rng: random.Random, p: dict[str, Any]) -> Outcome:
+    from suite.analysis.repro import analyse_runs
+
+    kind, k, r = p["kind"], p["K"], p["R"]
+    sessions = []
+    for _ in range(k):
+        kernel = rng.randrange(2)
+        sessions.append([{pid: sample(i, ids) for pid, ids in _run_pass(rng, kind, kernel).items()} for i in range(r)])
+    res = analyse_runs(sessions, resamples=400, seed=rng.randrange(1 << 30))
+    truth = runs_truth(kind)
+    o = Outcome()
+    for a in res.agreements:
+        ci = a.across_ci95
+        o.intervals[f"across sessions: {a.measure}"] = (ci is not None, ci is not None and covers(ci, truth[a.measure]))
+    return o
+
+
+def runs_scenarios(quick: bool) -> list[dict[str, Any]]:
+    if quick:
+        return [dict(kind="session", K=8, R=3)]
+    return [dict(kind=kd, K=k, R=3) for kd in ("iid", "session", "rare") for k in (6, 8, 12, 24)]
+
+
 FAMILIES: dict[str, tuple[Callable[[bool], list[dict[str, Any]]], Callable[[random.Random, dict[str, Any]], Outcome]]] = {
     "launches": (launch_scenarios, run_launches),
     "series": (series_scenarios, run_series),
     "controls": (controls_scenarios, run_controls),
     "paired": (paired_scenarios, run_paired),
     "sessions": (sessions_scenarios, run_sessions),
+    "runs": (runs_scenarios, run_runs),
 }
 
 

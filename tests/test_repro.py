@@ -11,7 +11,7 @@ from suite.analysis.repro import (
     across_agreement,
     analyse,
     analyse_launches,
-    bootstrap_over_launches,
+    jackknife_pair_sums,
     format_lengths,
     LengthCount,
     MIN_LAUNCHES_FOR_CI,
@@ -165,17 +165,20 @@ def test_across_agreement_counts_pairs_between_launches():
     assert across_agreement([["a"]]) is None
 
 
-def test_bootstrap_over_launches_is_deterministic_and_brackets_the_estimate():
-    groups = [["a"] * 5, ["a"] * 5, ["b"] * 5, ["a"] * 4 + ["b"], ["a"] * 5, ["b"] * 5, ["a"] * 5]
-    est = across_agreement(groups)
-    lo, hi = bootstrap_over_launches(groups, resamples=500, seed=1)
-    assert 0.0 <= lo <= est <= hi <= 1.0
-    assert lo < hi
-    assert bootstrap_over_launches(groups, resamples=500, seed=1) == (lo, hi)
-
-
-def test_bootstrap_of_identical_launches_is_a_point():
-    assert bootstrap_over_launches([["x"] * 5] * 6, resamples=200) == (1.0, 1.0)
+def test_jackknife_over_sessions_brackets_the_estimate_and_needs_three_sessions():
+    # a graded measure pooled over pairs of runs from different sessions: session i's runs agree
+    # with session j's at share v[i] * v[j]
+    v = [1.0, 0.9, 0.5, 0.8, 1.0, 0.7]
+    k = len(v)
+    sums = [[0.0 if i == j else 9 * v[i] * v[j] for j in range(k)] for i in range(k)]
+    counts = [[0 if i == j else 9 for j in range(k)] for i in range(k)]
+    est = sum(sums[i][j] for i in range(k) for j in range(i + 1, k)) / (9 * k * (k - 1) / 2)
+    lo, hi = jackknife_pair_sums(sums, counts)
+    assert 0.0 <= lo < est < hi <= 1.0
+    assert jackknife_pair_sums(sums, counts) == (lo, hi)  # no randomness
+    assert jackknife_pair_sums([row[:2] for row in sums[:2]], [row[:2] for row in counts[:2]]) is None
+    alike = [[0.0 if i == j else 9.0 for j in range(k)] for i in range(k)]
+    assert jackknife_pair_sums(alike, counts) == (1.0, 1.0)  # every pair alike: no spread to show
 
 
 def test_launches_within_and_across_separately():

@@ -128,13 +128,13 @@ def test_study_2s_table_comes_out_of_its_runs():
     assert items.within == pytest.approx(2 / 3)
     assert tokens.across == pytest.approx((1 + 3 / 5 + same_parity) / 3)
     assert tokens.within == pytest.approx((1 + 4 / 5 + 1) / 3)
-    for m in (items, tokens):  # a bootstrap over the 8 sessions, around its figure, not collapsed
+    for m in (items, tokens):  # an interval over the 8 sessions, around its figure, not collapsed
         assert m.across_ci95 is not None
         assert m.across_ci95[0] < m.across < m.across_ci95[1]
         assert m.across_pairs == 28 * 9 and m.within_pairs == 8 * 3
     lo, hi = items.across_ci95
     assert adapter_line == (
-        f"adapter: 24 distinct output hashes in 24 runs (3 prompts each, 8 sessions); across sessions (bootstrap "
+        f"adapter: 24 distinct output hashes in 24 runs (3 prompts each, 8 sessions); across sessions (95% interval "
         f"over sessions): identical runs 0.000 (no interval), items {items.across:.3f} [{lo:.3f}, {hi:.3f}], "
         f"tokens {tokens.across:.3f} [{tokens.across_ci95[0]:.3f}, {tokens.across_ci95[1]:.3f}]; "
         f"within sessions: identical runs 0.000, items 0.667, tokens {tokens.within:.3f}")

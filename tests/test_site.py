@@ -217,7 +217,7 @@ def test_model_page_in_the_browser(site: Path, browser: Browser, shots: Path) ->
     assert "no-prompt-cache, batch-invariant bring(s) short-open, long-open back to one answer" in text
     # the studies' tables: sessions x replicates, arms compared, the reload
     assert "base: 1 distinct output hash in 24 runs" in text and "adapter: 24 distinct output hashes in 24 runs" in text
-    assert "item-level (share of prompts answered identically" in text and "bootstrap over sessions" in text
+    assert "item-level (share of prompts answered identically" in text and "95% interval over sessions" in text
     assert "base short-open: 1 distinct in 24 runs" in text and "adapter short-open: 24 distinct in 24 runs" in text
     assert "first run differs" not in text  # every adapter run differs: no transient to name
     assert "llamacpp-python vs llamacpp" in text and "same on 2 of 2 prompts" in text

@@ -98,7 +98,7 @@ def golden_site(tmp_path_factory) -> Path:
 
 def test_model_page_shows_the_studies_from_their_records(golden_site: Path):
     text = _text((golden_site / "models" / "tiny.html").read_text(encoding="utf-8"))
-    # study 2: runs over the prompt set, each measure named, the bootstrap over sessions
+    # study 2: runs over the prompt set, each measure named, the interval over sessions
     assert "base : 1 distinct output hash in 24 runs" in text
     assert "adapter : 24 distinct output hashes in 24 runs" in text
     assert "item-level (share of prompts answered identically in a pair of runs)" in text

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite.analysis.repro import Sample, analyse, analyse_launches, bootstrap_over_launches, unseen_share_bound
+from suite.analysis.repro import Sample, analyse, analyse_launches, jackknife_pair_sums, unseen_share_bound
 from suite.stages.gate import GatePromptResult, GateResult, verdict_of
 from suite.stages.restarts import LaunchOutcome, summarise
 
@@ -73,9 +73,12 @@ def test_a_transient_repeated_in_every_launch_is_alike_with_a_bound_not_a_point_
     assert r.alike_bound == pytest.approx(0.40, abs=0.005)
 
 
-def test_a_launch_drawn_twice_is_not_compared_with_itself():
-    # Two launches that never agree: every resample's agreement is 0 (never 1 from self-pairs).
-    assert bootstrap_over_launches([["a"] * 3, ["b"] * 3], resamples=300) == (0.0, 0.0)
+def test_a_session_is_never_compared_with_itself():
+    # Three sessions that never agree with each other: every leave-one-out value is 0, never 1 from
+    # a session paired with itself.
+    sums = [[0.0] * 3 for _ in range(3)]
+    counts = [[0 if i == j else 9 for j in range(3)] for i in range(3)]
+    assert jackknife_pair_sums(sums, counts) == (0.0, 0.0)
 
 
 # -- 2. within and across are separate verdicts ---------------------------------------------------

@@ -11,7 +11,7 @@ with that reason).
 The unit is the study's: a run is one pass over the prompt set, and its output hash covers every
 answer of that pass. Per configuration (base, adapter) the result gives distinct output hashes
 over the K*R runs and, between runs of different sessions, three agreements, each named on the
-page and each with a percentile bootstrap that resamples sessions: identical runs (same output
+page and each with a 95% interval over sessions (the unit the study resampled): identical runs (same output
 hash), item-level (share of prompts answered identically) and token-level (share of token
 positions before the first difference). The same three within sessions go beside them. The
 first run of each session is set apart (the caching transient) only where it is the only
@@ -51,7 +51,7 @@ class SessionsPromptResult(BaseModel):
     distinct: int  # distinct answers over all runs
     within_agreement: float | None  # share of pairs of runs inside one session that are identical
     across_agreement: float | None  # share of pairs of runs from two different sessions that are identical
-    across_ci95: tuple[float, float] | None  # bootstrap over sessions
+    across_ci95: tuple[float, float] | None  # 95% interval over sessions
     ci_note: str | None = None
     distinct_after_first: int | None  # distinct answers once each session's first run is left out
     first_run_differs: int  # sessions whose first run differs from that session's later runs
@@ -105,7 +105,7 @@ class SessionsConfiguration(BaseModel):
                   else " (no interval)" if a.ci_note else "")
             across.append(f"{a.measure} {a.across:.3f}{ci}")
         within = [f"{a.measure} {a.within:.3f}" for a in r.agreements if a.within is not None]
-        line = f"{head}; across sessions (bootstrap over sessions): {', '.join(across)}"
+        line = f"{head}; across sessions (95% interval over sessions): {', '.join(across)}"
         if within:
             line += f"; within sessions: {', '.join(within)}"
         if r.truncated:
