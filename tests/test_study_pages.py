@@ -130,3 +130,14 @@ def test_truncation_in_restarts_is_shown_on_both_pages(golden_site: Path):
     assert re.search(r"4 of 36 cut at \d+ tokens: answers may differ past the cap", model)
     assert re.search(r"\(4 of 36 cut at \d+ tokens\)", run)
     assert "every launch started with empty compile caches" in run or "compile caches not recorded" in run
+
+
+def test_control_matrix_cells_are_coloured_by_their_answers(golden_site: Path) -> None:
+    html = (golden_site / "models" / "tiny.html").read_text(encoding="utf-8")
+    section = html[html.index('<section id="controls">'):html.index('<section id="restarts">')]
+    assert 'class="matrix-one"' in section and 'class="matrix-many"' in section
+    # a cell is red exactly when one of its prompts shows more than one answer
+    for cell in re.findall(r'<td class="matrix-(one|many|none)">(.*?)</td>', section, flags=re.S):
+        kind, body = cell
+        counts = [int(x) for x in re.findall(r'<span class="distinct (?:ok|bad)"><b>(\d+)</b>', body)]
+        assert kind == ("many" if any(c > 1 for c in counts) else "one" if counts else "none"), body[:200]
