@@ -76,8 +76,15 @@ def _show_version(value: bool) -> None:
 def _setup_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
                    version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
                                                 help="Print the suite's version and exit.")) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
-                        handlers=[RichHandler(console=progress.console(), show_path=False, show_time=True)])
+    handler: logging.Handler
+    if progress.interactive():
+        handler = RichHandler(console=progress.console(), show_path=False, show_time=True)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        # a log file or a pipe: one plain line per record, never wrapped or padded to a width
+        handler = logging.StreamHandler(progress.console().file)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", datefmt="%H:%M:%S"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
     for noisy in ("httpx", "httpcore", "docker", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

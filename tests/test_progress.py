@@ -9,6 +9,7 @@ gate's concurrent clients) add up.
 from __future__ import annotations
 
 import io
+import os
 import re
 import subprocess
 import sys
@@ -249,3 +250,31 @@ def _eight_threads(make) -> None:  # type: ignore[no-untyped-def]
             assert task.completed == 2000 and task.fields["failed"] == 10
     assert len(lines(out)) <= 12
     assert "2000 requests, 10 failed" in out.getvalue()
+
+
+def test_log_lines_to_a_file_are_plain_and_unwrapped(tmp_path: Path) -> None:
+    """Output to a log file or a pipe: one line per log record with its time and level, not wrapped
+    at 80 columns and not padded with spaces (a terminal gets rich's live layout instead)."""
+    long_name = "x" * 150
+    out = subprocess.run([sys.executable, "-m", "suite.cli", "bench", "--model", "tiny", "--arms", long_name],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    assert out.returncode == 2
+    err_lines = out.stderr.splitlines()
+    assert len(err_lines) == 1 and long_name in err_lines[0], out.stderr  # one line, whatever its length
+    import logging
+
+    from suite import cli, progress
+
+    assert not progress.interactive()  # pytest captures the streams: not a terminal
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    try:
+        cli._setup_logging(verbose=False, version=False)
+        handler = root.handlers[0]
+        assert type(handler) is logging.StreamHandler
+        record = logging.LogRecord("suite", logging.INFO, __file__, 1, "probe " + long_name + " unavailable", None, None)
+        line = handler.format(record)
+        assert "\n" not in line and line.endswith(long_name + " unavailable") and " INFO    probe " in line
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)
