@@ -110,7 +110,8 @@ def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_na
     for name in wanted:
         arm = card.arms[name]
         runtime = arm_runtime(card, name)  # pinned to the arm's version; bad input: one line naming the card
-        launcher = launcher_for(runtime, launcher_name, card.gpu_memory_gb, launchers)
+        launcher = launcher_for(runtime, launcher_name, card.gpu_memory_gb, launchers,
+                                gpus=arm.gpus(runtime))
         plans.append(ArmPlan(card, name, arm, runtime, launcher, format_path(card, arm.format), profile))
     return plans
 

@@ -114,6 +114,13 @@ class Arm(Strict):
     # label selector ("!v" and "in(a,b)" as Ray reads them); a local bench ignores them.
     node_labels: dict[str, str] = Field(default_factory=dict)
 
+    def gpus(self, runtime: RuntimeDefinition) -> int:
+        """GPUs this arm's server spreads over: the tensor- times pipeline-parallel degree its own
+        controls' and its own arguments ask for (`--tensor-parallel-size 2`: two)."""
+        from suite.gpu import gpus_needed
+
+        return gpus_needed([*(a for c in self.controls for a in runtime.control(c).args), *self.args])
+
 
 class Sampling(Strict):
     temperature: float = 0.0

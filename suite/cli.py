@@ -159,7 +159,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> Non
             if definition is None:
                 table.add_row(f"arm {card.name}/{arm_name}", f"unknown runtime {arm.runtime!r}")
                 continue
-            chosen = launcher_for(definition, "auto", card.gpu_memory_gb)
+            chosen = launcher_for(definition, "auto", card.gpu_memory_gb, gpus=arm.gpus(definition))
             state = (f"launcher {chosen.name}" if chosen.name != "none"
                      else f"cannot run here: {getattr(chosen, 'reason', '')}".replace(": see `suite doctor`", ""))
             way = _python_way_line(definition, arm.version)

@@ -321,3 +321,41 @@ def ratio_text(value: float | None, base: float | None, what: str) -> str | None
     if value is None or not base:
         return None
     return f"{value / base:.2f}x the {what}"
+
+
+_PARALLEL_FLAGS = {"--tensor-parallel-size": 0, "-tp": 0, "--pipeline-parallel-size": 1, "-pp": 1}
+
+
+def parallel_degree(args: Iterable[str]) -> tuple[int, int]:
+    """(tensor-parallel, pipeline-parallel) degree a server's arguments ask for (vLLM's and SGLang's
+    spellings: `--tensor-parallel-size N`, `--tensor-parallel-size=N`, `-tp N`; the same for the
+    pipeline); 1 where not given. The later of two settings wins, as on the server's command line."""
+    degree = [1, 1]
+    items = list(args)
+    for i, a in enumerate(items):
+        flag, eq, value = a.partition("=")
+        if flag not in _PARALLEL_FLAGS:
+            continue
+        if not eq:
+            value = items[i + 1] if i + 1 < len(items) else ""
+        try:
+            n = int(value)
+        except ValueError:
+            raise SuiteError(f"{flag}: expected a number of GPUs, got {value!r}") from None
+        if n < 1:
+            raise SuiteError(f"{flag}: expected a number of GPUs of at least 1, got {n}")
+        degree[_PARALLEL_FLAGS[flag]] = n
+    return degree[0], degree[1]
+
+
+def gpus_needed(args: Iterable[str]) -> int:
+    """GPUs a server with these arguments spreads over: tensor- times pipeline-parallel degree."""
+    tp, pp = parallel_degree(args)
+    return tp * pp
+
+
+def device_count() -> int:
+    """NVIDIA GPUs NVML sees here (0 without a driver)."""
+    lib, _ = nvml()
+    return len(_handles(lib)) if lib is not None else 0
+

@@ -67,6 +67,13 @@ class Machine:
             return None, None, f"no usable NVIDIA GPU ({exc})"
 
     @cached_property
+    def gpu_count(self) -> int:
+        """NVIDIA GPUs this machine has (0 without a driver)."""
+        from suite import gpu
+
+        return gpu.device_count()
+
+    @cached_property
     def docker(self) -> tuple[bool, bool, str | None]:
         """(an engine answers, it has the NVIDIA runtime, why not)."""
         try:
@@ -121,17 +128,20 @@ def _gpu_required(runtime: "RuntimeDefinition") -> bool:
     return "cpu" not in runtime.platforms
 
 
-def _gpu_phrase(gpu_memory_gb: float | None) -> str:
+def _gpu_phrase(gpu_memory_gb: float | None, gpus: int = 1) -> str:
+    if gpus > 1:
+        return f"{gpus} NVIDIA GPUs of one host" + (f" ({gpu_memory_gb:g} GB class)" if gpu_memory_gb else "")
     return f"an NVIDIA GPU ({gpu_memory_gb:g} GB class)" if gpu_memory_gb else "an NVIDIA GPU"
 
 
 def launcher_for(runtime: "RuntimeDefinition", requested: str = "auto", gpu_memory_gb: float | None = None,
-                 cache: dict[str, Launcher] | None = None, m: Machine | None = None) -> Launcher:
+                 cache: dict[str, Launcher] | None = None, m: Machine | None = None, gpus: int = 1) -> Launcher:
     """The launcher an arm runs with here, or an UnavailableLauncher saying why none fits.
 
     `requested`: auto (local where the runtime has a local recipe for this platform, else Docker
     where an engine answers, with the NVIDIA runtime for a GPU arm), local or docker (forced).
-    `gpu_memory_gb`: the GPU memory the model needs (the card's), named in the reason.
+    `gpu_memory_gb`: the GPU memory the model needs (the card's), named in the reason. `gpus`: how
+    many GPUs the arm spreads over (its tensor- times pipeline-parallel degree).
     """
     if requested not in CHOICES:
         raise SuiteError(f"unknown launcher {requested!r}; known: {', '.join(CHOICES)}")
@@ -147,6 +157,8 @@ def launcher_for(runtime: "RuntimeDefinition", requested: str = "auto", gpu_memo
     gpu_name, gpu_gb, gpu_lack = m.gpu if needs_gpu else (None, None, None)
     if needs_gpu and gpu_name and gpu_memory_gb and gpu_gb is not None and gpu_gb < 0.9 * gpu_memory_gb:
         gpu_lack = f"an NVIDIA GPU of {gpu_gb:.0f} GB ({gpu_name})"
+    if needs_gpu and gpu_name and gpus > 1 and m.gpu_count < gpus:
+        gpu_lack = f"{m.gpu_count} NVIDIA GPU{'s' if m.gpu_count != 1 else ''} (the arm spreads over {gpus})"
     local_ok = runtime.local is not None and gpu_lack is None
     if requested in ("auto", "local") and local_ok:
         return real("local")
@@ -155,11 +167,11 @@ def launcher_for(runtime: "RuntimeDefinition", requested: str = "auto", gpu_memo
             why = ("has no local install recipe (only a Docker image): run it with --launcher docker "
                    "or LAUNCHER=auto" if _has_docker_image(runtime) else "has no local install recipe")
             return UnavailableLauncher(f"needs the Docker launcher: runtime {runtime.name!r} {why}", "local")
-        return UnavailableLauncher(f"needs {_gpu_phrase(gpu_memory_gb)}; this machine has {gpu_lack}: "
+        return UnavailableLauncher(f"needs {_gpu_phrase(gpu_memory_gb, gpus)}; this machine has {gpu_lack}: "
                                    "see `suite doctor`", "local")
     if requested == "auto" and runtime.local is not None and gpu_lack is not None:
         # A local recipe needs the GPU alone (Docker would need it too): say only that.
-        return UnavailableLauncher(f"needs {_gpu_phrase(gpu_memory_gb)}; this machine has {gpu_lack}: "
+        return UnavailableLauncher(f"needs {_gpu_phrase(gpu_memory_gb, gpus)}; this machine has {gpu_lack}: "
                                    "see `suite doctor`", requested)
     # Docker: auto without a local way, or forced.
     if not _has_docker_image(runtime):
@@ -176,7 +188,7 @@ def launcher_for(runtime: "RuntimeDefinition", requested: str = "auto", gpu_memo
         lacks.append("Docker without the NVIDIA runtime")
     if not lacks:
         return real("docker")
-    needs = (f"{_gpu_phrase(gpu_memory_gb)} and Docker with the NVIDIA runtime" if needs_nvidia_runtime
+    needs = (f"{_gpu_phrase(gpu_memory_gb, gpus)} and Docker with the NVIDIA runtime" if needs_nvidia_runtime
              else "Docker (it has no local install recipe)" if runtime.local is None else "Docker")
     return UnavailableLauncher(f"needs {needs}; this machine has {' and '.join(lacks)}: see `suite doctor`",
                                requested)
