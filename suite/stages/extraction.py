@@ -37,7 +37,7 @@ from suite.client import ClientError, Completion, OpenAIClient
 from suite.stages.base import Stage
 from suite.errors import SuiteError
 from suite.analysis.jsonextract import extract_json_object
-from suite.paths import PROMPTS_DIR
+from suite.paths import DOCUMENTS_DIR, EXTRACTION_DIR
 from suite.analysis.scoring import GoldFact, SectionScore, score_section
 from suite.analysis.stats import MeanSE, mean, mean_se
 
@@ -50,8 +50,6 @@ log = logging.getLogger(__name__)
 
 
 RESULT_VERSION = 1
-EXTRACTION_DIR = PROMPTS_DIR / "extraction"
-DOCUMENTS_DIR = EXTRACTION_DIR / "documents"
 SECTION_SETS = ("quick", "standard", "full")
 SIGNATURE_KEY_FIELDS = ("model", "model_format", "model_sha256", "runtime", "runtime_version", "launcher",
                         "controls", "prompt_set_hash")
