@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from suite import gpu, progress
 from suite.catalog import (Arm, ModelCard, arm_runtime, format_dir, format_path, get_card, prepare_format,
-                           prepared_checksum)
+                           prepared_checksum, prepared_model)
 from suite.client import GenerationParams, OpenAIClient
 from suite.definitions import RuntimeDefinition, get_definition
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
@@ -404,7 +404,7 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
     invocation = invocation_of(plan, stages, controls_request, command)
     try:
         plan.launcher.check_available()
-        plan.launcher.prepare(plan.runtime)
+        plan.launcher.prepare(plan.runtime, prepared_model)
         if plan.launcher.name != "external":  # an external server has its model loaded already
             prepare_format(plan.card, plan.arm.format)
     except EnvironmentUnavailable as exc:
