@@ -27,7 +27,8 @@ from memwatch.report import WatchdogReport
 from pydantic import ValidationError
 
 from suite import gpu, progress
-from suite.catalog import Arm, ModelCard, arm_runtime, format_path, get_card, prepare_format
+from suite.catalog import (Arm, ModelCard, arm_runtime, format_dir, format_path, get_card, prepare_format,
+                           prepared_checksum, prepared_model)
 from suite.client import GenerationParams, OpenAIClient
 from suite.definitions import RuntimeDefinition, get_definition
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
@@ -36,8 +37,8 @@ from suite.launchers.base import LaunchSpec, Launcher, LoraAdapter, RunningRunti
 from suite.profiles import PROFILES, Profile, get_profile
 from suite.records import (RESULT_MODELS, DeterminismOutcome, Invocation, LaunchWatchdog, RunInUse, RunManifest,
                            RunRecord, RuntimeFailure, Summary, find_incomplete, new_run_id, utcnow)
-from suite.signature import Signature, detect_hardware, redact_args, redact_env
-from suite.signature import make_signature, prompt_set_hash  # noqa: F401 - the arm's signature asks its launcher
+from suite.signature import (REDACTED, SECRET_NAME, Signature, cache_dirs, cache_state, current_node, detect_hardware,
+                             prompt_set_hash, redact_args, redact_env, resolve_revision)
 from suite.stages import ORDER, STAGES, StageContext, get_stage
 from suite.stages.gate import death_reason_of, died_text
 
@@ -203,6 +204,55 @@ def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_req
     return profile
 
 
+# -- an arm's signature ---------------------------------------------------------------------------
+
+def _request_extra(plan: ArmPlan, controls: list[str]) -> dict[str, Any]:
+    """Fields sent with every request (token ids, cache flags): they can change answers. String
+    values under secret-looking names are redacted (flags such as return_token_ids kept)."""
+    return {k: (REDACTED if isinstance(v, str) and SECRET_NAME.search(k) else v)
+            for k, v in sorted(plan.extra_body(controls).items())}
+
+
+def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signature:
+    """The arm's configuration signature: model, runtime and its stack, command, env, sampling, hardware.
+
+    What depends on how the runtime was launched comes from the arm's launcher: the version
+    (`launcher.version`: a local install's version command, else the server's report), the env
+    (`launcher.env`), torch / Triton / CUDA of a local Python runtime (`launcher.stack`, with the
+    compile-cache state then), the hardware (`launcher.hardware`: unknown for a remote server) and
+    the launcher's own fields (`launcher.reports`: an external server's URL and self-reports).
+    A branch revision of an `hf:` format is resolved to its commit where it can be (see
+    `resolve_revision`); else it is recorded as given, marked unresolved.
+    """
+    launcher, runtime = plan.launcher, plan.runtime
+    fmt = plan.card.formats[plan.arm.format]
+    env = launcher.env(runtime, spec)
+    commit, resolved = resolve_revision(fmt.source, fmt.revision, format_dir(plan.card, plan.arm.format))
+    if resolved is False:
+        log.warning("model %s format %s: revision %r of %s recorded as given, not resolved to a commit",
+                    plan.card.name, plan.arm.format, fmt.revision, fmt.source)
+    sampling: dict[str, Any] = plan.card.sampling.model_dump(mode="json")
+    # The profile's cap on every gate prompt's max_tokens (None: each prompt file's own): an answer
+    # cut at another cap is another answer, so two runs compared must say which they had.
+    sampling["gate_max_tokens"] = plan.profile.gate_max_tokens
+    request_extra = _request_extra(plan, spec.controls)
+    if request_extra:
+        sampling["request_extra"] = request_extra
+    stack = launcher.stack(runtime, env)
+    caches = cache_state(cache_dirs({**os.environ, **env})) if stack is not None else None
+    return Signature(
+        model=plan.card.name, model_format=plan.arm.format,
+        model_sha256=prepared_checksum(plan.card, plan.arm.format) or fmt.sha256,
+        model_revision=fmt.revision, model_commit=commit, model_revision_resolved=resolved,
+        runtime=runtime.name, runtime_pin=runtime.pinned_version, runtime_version=launcher.version(runtime, rt),
+        runtime_features=launcher.features(runtime, rt),
+        runtime_stack=stack, image_digest=rt.image_digest, launcher=launcher.name, command=redact_args(rt.command),
+        env=redact_env(env), controls=list(spec.controls), sampling=sampling, prompt_set_hash=prompt_set_hash(),
+        hardware=launcher.hardware(), compile_cache=caches, node=current_node(),
+        model_random_weights=True if getattr(plan.card, "random_weights", False) else None, **launcher.reports(),
+    ).with_digest()
+
+
 def profile_overrides(profile: Profile) -> dict[str, Any]:
     """Every setting of `profile` that differs from the profile of its name (the command line's
     --restarts, --reloads, --gate-requests ...), in the profile's field order."""
@@ -355,7 +405,7 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
     invocation = invocation_of(plan, stages, controls_request, command)
     try:
         plan.launcher.check_available()
-        plan.launcher.prepare(plan.runtime)
+        plan.launcher.prepare(plan.runtime, prepared_model)
         if plan.launcher.name != "external":  # an external server has its model loaded already
             prepare_format(plan.card, plan.arm.format)
     except EnvironmentUnavailable as exc:

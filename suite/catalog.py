@@ -31,7 +31,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from suite import progress
 from suite.definitions import RuntimeDefinition, Strict, get_definition, load_validated, version_spec, with_version
 from suite.errors import EnvironmentUnavailable, SuiteError
-from suite.paths import CARDS_DIR, PROMPTS_DIR, REPO_ROOT, cache_dir, models_dir, tools_prefix
+from suite.paths import CARDS_DIR, DOCUMENTS_DIR, PROMPTS_DIR, REPO_ROOT, cache_dir, models_dir, tools_prefix
 from suite.signature import sha256_file
 
 log = logging.getLogger(__name__)
@@ -282,6 +282,12 @@ def prepare_format(card: ModelCard, fmt_name: str) -> Path:
     return path
 
 
+def prepared_model(card: str, fmt_name: str) -> Path:
+    """The path of a card's format, prepared first where needed (a launcher's `ModelPath`: the model
+    an install recipe smoke-tests its build on)."""
+    return prepare_format(get_card(card), fmt_name)
+
+
 def _is_current(fmt: ModelFormat, target: Path) -> bool:
     """Prepared, and (for a derived format) by the current recipe."""
     if not (target / ".prepared").exists():
@@ -450,8 +456,6 @@ RANDOM_RECIPE_VERSION = 1
 
 def _random_hf(architecture: str, fmt: ModelFormat, target: Path) -> str:
     """Generate a random-weight checkpoint of the format's shape from its seed (recipes/random_weights.py)."""
-    from suite.stages.extraction import DOCUMENTS_DIR
-
     assert fmt.shape is not None
     python = ensure_tools()
     tmp = target.with_name(target.name + ".tmp")

@@ -198,7 +198,7 @@ def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare.")
     import time
 
     from suite.bench import plan_arms
-    from suite.catalog import prepare_format
+    from suite.catalog import prepare_format, prepared_model
 
     wanted = _split(runtime)
     plans = [p for p in plan_arms(model, None, launcher, "quick") if not wanted or p.runtime.name in wanted]
@@ -214,7 +214,7 @@ def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare.")
         if plan in unavailable:
             continue
         t0 = time.monotonic()
-        plan.launcher.prepare(plan.runtime)
+        plan.launcher.prepare(plan.runtime, prepared_model)
         console.print(f"runtime {plan.runtime.name}: ready ({time.monotonic() - t0:.0f} s)")
         t0 = time.monotonic()
         path = prepare_format(plan.card, plan.arm.format)
@@ -231,7 +231,7 @@ def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or ru
     import time
 
     from suite.bench import plan_arms
-    from suite.catalog import get_card, prepare_format
+    from suite.catalog import get_card, prepare_format, prepared_model
     from suite.paths import cache_dir
 
     card = get_card(model)
@@ -240,7 +240,7 @@ def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or ru
     if arm is None:
         raise SuiteError(f"model {model!r} has no arm or runtime {runtime_or_arm!r}; known arms: {', '.join(card.arms)}")
     plan = plan_arms(model, [arm], launcher, "quick")[0]
-    plan.launcher.prepare(plan.runtime)
+    plan.launcher.prepare(plan.runtime, prepared_model)
     prepare_format(plan.card, plan.arm.format)
     spec = plan.spec(_split(controls) or [], cache_dir() / "logs" / f"up-{plan.runtime.name}.log")
     spec.port = port

@@ -10,7 +10,7 @@ fact-level agreement between the two: the raw share of facts where both say "cor
 do not, and Cohen's kappa, the same agreement corrected for what chance alone would give.
 
 Which answers are graded: every repeat when the extraction itself found a section whose repeats
-differed (`suite.stages.extraction.changed_sections`), or when the gate found the arm not
+differed (`suite.sections.changed_sections`), or when the gate found the arm not
 reproducible; the first repeat of each section otherwise. The judge is itself gated: one grading is repeated
 `judge_repeats` times and its distinct-answer count is reported, because an unstable judge's
 score means little. The judge's raw answers and reasoning go to `requests.jsonl` (kind `judge`);
@@ -44,9 +44,10 @@ from suite.analysis.jsonextract import extract_json_object
 from suite.paths import PROMPTS_DIR
 from suite.analysis.stats import MeanSE, cohen_kappa, mean, mean_se
 
+from suite.sections import Answer, JsonChat, Section, changed_sections
+
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
-    from suite.stages.extraction import Answer, Section
 
 log = logging.getLogger(__name__)
 
@@ -145,13 +146,13 @@ def delimit_answer(text: str, limit: int = JUDGE_ANSWER_CHARS) -> str:
     return f"<answer>\n{text}{note}\n</answer>"
 
 
-def build_judge_prompt(rubric: Rubric, section: "Section", answer: "Answer") -> str:
+def build_judge_prompt(rubric: Rubric, section: Section, answer: Answer) -> str:
     facts = "\n".join(f"- {f.key}: {f.ask}" for f in section.facts)
     shown = json.dumps(answer.extracted, ensure_ascii=False, indent=1) if answer.extracted is not None else answer.text
     return rubric.template.format(text=section.text.strip(), facts=facts, answer=delimit_answer(shown)).strip()
 
 
-def judge_schema(section: "Section") -> dict[str, Any]:
+def judge_schema(section: Section) -> dict[str, Any]:
     keys = [f.key for f in section.facts]
     return {
         "type": "object",
@@ -165,7 +166,7 @@ def judge_schema(section: "Section") -> dict[str, Any]:
     }
 
 
-def parse_verdicts(section: "Section", obj: dict[str, Any] | None) -> tuple[dict[str, str] | None, str | None]:
+def parse_verdicts(section: Section, obj: dict[str, Any] | None) -> tuple[dict[str, str] | None, str | None]:
     """(key -> verdict, reasoning) from the judge's object; None when unusable."""
     if obj is None:
         return None, None
@@ -182,14 +183,12 @@ def parse_verdicts(section: "Section", obj: dict[str, Any] | None) -> tuple[dict
     return verdicts, reasoning if isinstance(reasoning, str) else None
 
 
-def grade(ctx: "StageContext", sections: list["Section"], answers: dict[str, list["Answer"]],
+def grade(ctx: "StageContext", sections: list[Section], answers: dict[str, list[Answer]],
           max_tokens: int | None = None) -> JudgeResult:
     """Grade the extraction answers with ctx.judge, gate the judge, and compare with gold.
 
     `max_tokens` caps the rubric's own limit (tests keep answers short).
     """
-    from suite.stages.extraction import JsonChat
-
     assert ctx.judge is not None
     t0 = time.monotonic()
     judge = ctx.judge
@@ -203,7 +202,7 @@ def grade(ctx: "StageContext", sections: list["Section"], answers: dict[str, lis
     judge_labels: list[bool] = []
     gold_labels: list[bool] = []
 
-    def ask(section: "Section", answer: "Answer") -> tuple[str | None, dict[str, str] | None, str | None, str | None]:
+    def ask(section: Section, answer: Answer) -> tuple[str | None, dict[str, str] | None, str | None, str | None]:
         prompt = build_judge_prompt(rubric, section, answer)
         try:
             c = chat.ask(prompt, judge_schema(section), max_tokens=limit)
@@ -270,7 +269,7 @@ def grade(ctx: "StageContext", sections: list["Section"], answers: dict[str, lis
     )
 
 
-def graded_repeats_for(sections: list["Section"], answers: dict[str, list["Answer"]],
+def graded_repeats_for(sections: list[Section], answers: dict[str, list[Answer]],
                        reproducible: bool | None) -> tuple[bool, str]:
     """(grade every repeat?, why): every repeat when the extraction's own repeats changed on some
     section, or when the gate found the arm not reproducible; the first repeat otherwise.
@@ -278,8 +277,6 @@ def graded_repeats_for(sections: list["Section"], answers: dict[str, list["Answe
     The extraction's finding comes first: a gate that passed (or did not run) says nothing about
     these answers, which the extraction compared itself.
     """
-    from suite.stages.extraction import changed_sections
-
     changed = changed_sections(sections, answers)
     if changed:
         return True, f"{len(changed)} of {len(sections)} sections changed between repeats"

@@ -13,6 +13,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IMAGES_DIR = REPO_ROOT / "images"
 PROMPTS_DIR = REPO_ROOT / "prompts"
+EXTRACTION_DIR = PROMPTS_DIR / "extraction"
+DOCUMENTS_DIR = EXTRACTION_DIR / "documents"  # the extraction documents (and the random weights' text)
 SITE_DIR = REPO_ROOT / "site"
 CARDS_DIR = Path(__file__).resolve().parent / "cards"
 

@@ -12,9 +12,11 @@ cache folders the runtime uses (Triton, TorchInductor, vLLM) were there at launc
 machine's state, not a setting: every configuration starts cold once and warm after, and the
 restarts study compares exactly those launches of one configuration.
 
-`make_signature` builds an arm's signature by asking its launcher (version, env, stack,
-hardware, and what only that launcher knows, such as an external server's URL), never by
-knowing launchers by name.
+This module holds the parts that know nothing of plans, catalogs or launchers: the model, secret
+redaction, file hashing, and the hardware, runtime-stack and compile-cache probes. An arm's
+signature is composed from its plan by `suite.bench.make_signature`, which asks the arm's launcher
+(version, env, stack, hardware, and what only that launcher knows, such as an external server's
+URL), never knowing launchers by name.
 """
 
 from __future__ import annotations
@@ -29,16 +31,12 @@ import logging
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Literal
+from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, Field
 
 import suite
 from suite.paths import PROMPTS_DIR
-
-if TYPE_CHECKING:
-    from suite.bench import ArmPlan
-    from suite.launchers.base import LaunchSpec, RunningRuntime
 
 log = logging.getLogger(__name__)
 
@@ -448,18 +446,11 @@ def flatten_signature(sig: Any) -> dict[str, str]:
     return out
 
 
-# -- an arm's signature ---------------------------------------------------------------------------
+# -- the prompt sets and the runtime's log ----------------------------------------------------------
 
 def prompt_set_hash() -> str:
     """SHA-256 over every file of the prompt sets (gate prompts, extraction documents, rubric)."""
     return hash_files([p for p in PROMPTS_DIR.rglob("*") if p.is_file()])
-
-
-def _request_extra(plan: "ArmPlan", controls: list[str]) -> dict[str, Any]:
-    """Fields sent with every request (token ids, cache flags): they can change answers. String
-    values under secret-looking names are redacted (flags such as return_token_ids kept)."""
-    return {k: (REDACTED if isinstance(v, str) and SECRET_NAME.search(k) else v)
-            for k, v in sorted(plan.extra_body(controls).items())}
 
 
 def feature_line(log_path: Path, pattern: str | None) -> str | None:
@@ -474,45 +465,3 @@ def feature_line(log_path: Path, pattern: str | None) -> str | None:
     if found is None:
         return None
     return " ".join((found.group(1) if found.groups() else found.group(0)).split()).strip(" |") or None
-
-
-def make_signature(plan: "ArmPlan", rt: "RunningRuntime", spec: "LaunchSpec") -> Signature:
-    """The arm's configuration signature: model, runtime and its stack, command, env, sampling, hardware.
-
-    What depends on how the runtime was launched comes from the arm's launcher: the version
-    (`launcher.version`: a local install's version command, else the server's report), the env
-    (`launcher.env`), torch / Triton / CUDA of a local Python runtime (`launcher.stack`, with the
-    compile-cache state then), the hardware (`launcher.hardware`: unknown for a remote server) and
-    the launcher's own fields (`launcher.reports`: an external server's URL and self-reports).
-    A branch revision of an `hf:` format is resolved to its commit where it can be (see
-    `resolve_revision`); else it is recorded as given, marked unresolved.
-    """
-    from suite.catalog import format_dir, prepared_checksum
-
-    launcher, runtime = plan.launcher, plan.runtime
-    fmt = plan.card.formats[plan.arm.format]
-    env = launcher.env(runtime, spec)
-    commit, resolved = resolve_revision(fmt.source, fmt.revision, format_dir(plan.card, plan.arm.format))
-    if resolved is False:
-        log.warning("model %s format %s: revision %r of %s recorded as given, not resolved to a commit",
-                    plan.card.name, plan.arm.format, fmt.revision, fmt.source)
-    sampling: dict[str, Any] = plan.card.sampling.model_dump(mode="json")
-    # The profile's cap on every gate prompt's max_tokens (None: each prompt file's own): an answer
-    # cut at another cap is another answer, so two runs compared must say which they had.
-    sampling["gate_max_tokens"] = plan.profile.gate_max_tokens
-    request_extra = _request_extra(plan, spec.controls)
-    if request_extra:
-        sampling["request_extra"] = request_extra
-    stack = launcher.stack(runtime, env)
-    caches = cache_state(cache_dirs({**os.environ, **env})) if stack is not None else None
-    return Signature(
-        model=plan.card.name, model_format=plan.arm.format,
-        model_sha256=prepared_checksum(plan.card, plan.arm.format) or fmt.sha256,
-        model_revision=fmt.revision, model_commit=commit, model_revision_resolved=resolved,
-        runtime=runtime.name, runtime_pin=runtime.pinned_version, runtime_version=launcher.version(runtime, rt),
-        runtime_features=launcher.features(runtime, rt),
-        runtime_stack=stack, image_digest=rt.image_digest, launcher=launcher.name, command=redact_args(rt.command),
-        env=redact_env(env), controls=list(spec.controls), sampling=sampling, prompt_set_hash=prompt_set_hash(),
-        hardware=launcher.hardware(), compile_cache=caches, node=current_node(),
-        model_random_weights=True if getattr(plan.card, "random_weights", False) else None, **launcher.reports(),
-    ).with_digest()

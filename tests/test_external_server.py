@@ -254,9 +254,9 @@ def test_tokenizer_counts_what_the_server_does_not(bare_server: str, tokenizer_d
 
 
 def test_the_tokenizer_is_in_the_external_signature(bare_server: str, tokenizer_dir: Path, tmp_path: Path) -> None:
-    from suite.bench import plan_external
+    from suite.bench import make_signature, plan_external
     from suite.launchers.external import ExternalRuntime
-    from suite.signature import flatten_signature, make_signature
+    from suite.signature import flatten_signature
 
     plan = plan_external(bare_server, "m", None, None, "quick", tokenizer=str(tokenizer_dir / "tokenizer.json"))
     spec = plan.spec([], tmp_path / "r.log")

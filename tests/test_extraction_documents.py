@@ -7,6 +7,7 @@ import pytest
 
 from suite.errors import SuiteError
 from suite.analysis.scoring import score_section
+from suite.sections import response_format_for
 from suite.stages import extraction as ex
 
 
@@ -51,8 +52,8 @@ def test_prompt_and_schema():
     for f in section.facts:
         expected = "boolean" if f.type == "boolean" else "number" if (f.type == "number" and not f.unit) else "string"
         assert kinds[f.key] == expected
-    assert ex.response_format_for("prompt-only", schema) is None
-    assert ex.response_format_for("json_schema", schema)["json_schema"]["schema"] is schema
+    assert response_format_for("prompt-only", schema) is None
+    assert response_format_for("json_schema", schema)["json_schema"]["schema"] is schema
 
 
 def test_bad_document_names_file_and_key(tmp_path: Path):

@@ -67,7 +67,7 @@ def test_resume_refuses_a_live_run_and_leaves_its_lines_alone(tmp_path: Path, mo
     # ... and so does the bench: the arm is not run, with that line as its reason.
     plan = plan_arms("tiny", ["llamacpp"], "local", "quick")[0]
     monkeypatch.setattr(plan.launcher, "check_available", lambda: None)
-    monkeypatch.setattr(plan.launcher, "prepare", lambda runtime: None)
+    monkeypatch.setattr(plan.launcher, "prepare", lambda runtime, model_path=None: None)
     monkeypatch.setattr("suite.bench.prepare_format", lambda card, fmt: None)
     tracebacks = 0
     try:

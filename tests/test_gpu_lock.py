@@ -7,6 +7,8 @@ PyTorch when it is installed).
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -64,12 +66,19 @@ def test_lock_waits_for_the_holder_when_asked(tmp_path: Path):
 
 
 def test_lock_is_released_when_the_holder_is_killed(tmp_path: Path):
+    """A holder killed with SIGKILL runs no cleanup, yet the kernel frees its lock: the next taker
+    gets it at once (no wait), the lock file names the new holder, and the lock is really held."""
     path = tmp_path / "gpu.lock"
     child = hold_lock_in_child(path, 60)
+    assert path.read_text().startswith(f"pid {child.pid} since ")
     child.kill()
-    child.wait()
-    with gpu.machine_lock(path):
-        pass
+    assert child.wait() == -signal.SIGKILL
+    with gpu.machine_lock(path) as held:  # wait_s=0: a lock still held would be refused at once
+        assert held == path
+        assert path.read_text().startswith(f"pid {os.getpid()} since ")
+        with pytest.raises(SuiteError, match=f"pid {os.getpid()} since "):
+            with gpu.machine_lock(path):
+                pass
 
 
 def test_without_a_driver_everything_is_a_no_op_with_a_reason():

@@ -233,7 +233,8 @@ def test_a_variant_pins_its_base_image(tmp_path: Path) -> None:
 
 def test_the_release_is_in_the_signature(tmp_path: Path, releases: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     from suite import bench
-    from suite.signature import flatten_signature, make_signature
+    from suite.bench import make_signature
+    from suite.signature import flatten_signature
 
     monkeypatch.setenv("SUITE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("SUITE_CARDS", str(card_file(tmp_path, (

@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from suite.errors import EnvironmentUnavailable, SuiteError
-from suite.launchers.base import Launcher, LaunchSpec, RunningRuntime
+from suite.launchers.base import Launcher, LaunchSpec, ModelPath, RunningRuntime
 
 if TYPE_CHECKING:
     from suite.definitions import RuntimeDefinition
@@ -113,7 +113,7 @@ class UnavailableLauncher(Launcher):
     def check_available(self) -> None:
         raise EnvironmentUnavailable(self.reason)
 
-    def prepare(self, runtime: "RuntimeDefinition") -> None:
+    def prepare(self, runtime: "RuntimeDefinition", model_path: ModelPath | None = None) -> None:
         raise EnvironmentUnavailable(self.reason)
 
     def start(self, spec: LaunchSpec) -> RunningRuntime:

@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A model the catalog names, "CARD:FORMAT" split in two, as a prepared file or folder (prepared
+# first where needed). The catalog sits above the launchers: whoever asks a launcher to prepare a
+# runtime passes it (`suite.catalog.prepared_model`) for a recipe that smoke-tests its build.
+ModelPath = Callable[[str, str], Path]
+
 
 # The compile and autotune caches a runtime keeps on disk, by the variable that points each at a
 # folder, and that folder's name under a launch's cache root: Triton's kernels (and, with
@@ -130,8 +135,10 @@ class Launcher(abc.ABC):
         """Raise EnvironmentUnavailable with the reason when this launcher cannot run here."""
 
     @abc.abstractmethod
-    def prepare(self, runtime: "RuntimeDefinition") -> None:
-        """Install or build the runtime (reused when already there)."""
+    def prepare(self, runtime: "RuntimeDefinition", model_path: ModelPath | None = None) -> None:
+        """Install or build the runtime (reused when already there). `model_path` finds the model a
+        local install recipe smoke-tests its build on (the definition's `smoke_model`); without it
+        the recipe skips its smoke test."""
 
     @abc.abstractmethod
     def start(self, spec: LaunchSpec) -> RunningRuntime:

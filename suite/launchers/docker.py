@@ -56,9 +56,8 @@ from urllib.parse import quote, unquote, urlparse, urlsplit, urlunsplit
 from suite import procid, progress
 from suite.definitions import DockerSpec, RuntimeDefinition, get_definition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers.base import (COMPILE_CACHE_DIRS, LaunchSpec, Launcher, RunningRuntime, exit_words, find_error_line,
-                                 free_port,
-                                 wait_until_ready)
+from suite.launchers.base import (COMPILE_CACHE_DIRS, LaunchSpec, Launcher, ModelPath, RunningRuntime, exit_words,
+                                 find_error_line, free_port, wait_until_ready)
 from suite.lifetime import REGISTRY
 from suite.paths import cache_dir
 
@@ -637,7 +636,7 @@ class DockerLauncher(Launcher):
         except docker.errors.DockerException as exc:
             raise EnvironmentUnavailable(f"Docker engine not reachable: {_first_line(exc)}") from None
 
-    def prepare(self, runtime: RuntimeDefinition) -> None:
+    def prepare(self, runtime: RuntimeDefinition, model_path: ModelPath | None = None) -> None:
         self.check_available()
         docker_spec(runtime)
         self._images[_image_key(runtime)] = build_image(runtime, _docker_client(timeout=3600))

@@ -33,7 +33,7 @@ import httpx
 
 from suite.client import Completion, OpenAIClient
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers.base import LaunchSpec, Launcher, RunningRuntime
+from suite.launchers.base import LaunchSpec, Launcher, ModelPath, RunningRuntime
 
 if TYPE_CHECKING:
     from suite.definitions import RuntimeDefinition
@@ -315,7 +315,7 @@ class ExternalLauncher(Launcher):
     def check_available(self) -> None:
         probe_server(self.info.root, self.info.served_model)
 
-    def prepare(self, runtime: Any) -> None:
+    def prepare(self, runtime: Any, model_path: ModelPath | None = None) -> None:
         """Nothing to install."""
 
     def start(self, spec: LaunchSpec) -> ExternalRuntime:

@@ -64,7 +64,7 @@ from suite.definitions import RuntimeDefinition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers import pyenv
 from suite.launchers.guard import Guard, start_guard
-from suite.launchers.base import (LaunchSpec, Launcher, RunningRuntime, find_error_line, free_port,
+from suite.launchers.base import (LaunchSpec, Launcher, ModelPath, RunningRuntime, find_error_line, free_port,
                                  wait_until_ready)
 from suite.lifetime import REGISTRY
 from suite.paths import leases_dir, runtime_prefix
@@ -377,14 +377,13 @@ def install_env(definition: RuntimeDefinition) -> dict[str, str]:
     return {spec.install_env: definition.pinned_version or spec.default}
 
 
-def smoke_env(definition: RuntimeDefinition) -> dict[str, str]:
-    """What the install recipe smoke-tests its build on: the path of the definition's `smoke_model`."""
-    if definition.local is None or definition.local.smoke_model is None:
+def smoke_env(definition: RuntimeDefinition, model_path: ModelPath | None) -> dict[str, str]:
+    """What the install recipe smoke-tests its build on: the path of the definition's `smoke_model`
+    (found by `model_path`, from the catalog above the launchers; without it, nothing)."""
+    if definition.local is None or definition.local.smoke_model is None or model_path is None:
         return {}
-    from suite.catalog import get_card, prepare_format  # the catalog sits above the launchers
-
     card, fmt = definition.local.smoke_model.split(":", 1)
-    return {"SUITE_SMOKE_MODEL": str(prepare_format(get_card(card), fmt))}
+    return {"SUITE_SMOKE_MODEL": str(model_path(card, fmt))}
 
 
 def is_installed(definition: RuntimeDefinition) -> bool:
@@ -481,7 +480,7 @@ class LocalLauncher(Launcher):
     def check_available(self) -> None:  # a local process group can always be started
         return None
 
-    def prepare(self, runtime: RuntimeDefinition) -> None:
+    def prepare(self, runtime: RuntimeDefinition, model_path: ModelPath | None = None) -> None:
         if runtime.local is None:
             raise EnvironmentUnavailable(f"runtime {runtime.name!r} has no local install recipe "
                                          "(it runs only from its Docker image)")
@@ -502,7 +501,7 @@ class LocalLauncher(Launcher):
             fcntl.flock(lock, fcntl.LOCK_EX)  # another suite process may be installing it
             if marker.exists():
                 return
-            pinned = install_env(runtime) | smoke_env(runtime)
+            pinned = install_env(runtime) | smoke_env(runtime, model_path)
             log.info("installing %s%s into %s (log: %s)", runtime.name,
                      f" {runtime.pinned_version}" if runtime.pinned_version else "", prefix, install_log)
             t0 = time.monotonic()

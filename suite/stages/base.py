@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Literal
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Literal, Protocol
 
 from pydantic import BaseModel
 
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from suite.definitions import RuntimeDefinition
     from suite.launchers.base import RunningRuntime
     from suite.profiles import Profile
-    from suite.records import RunRecord
     from suite.signature import Signature
 
 log = logging.getLogger(__name__)
@@ -40,6 +39,16 @@ LaunchFactory = Callable[..., ContextManager[tuple["RunningRuntime", "OpenAIClie
 NOT_REQUESTS = frozenset({"extraction-fact"})
 
 
+class RunFolder(Protocol):
+    """What a stage needs of the run record it writes into (`suite.records.RunRecord`): its folder
+    and the request lines. The record store composes its summary from the stage registry, so the
+    stages name only this much of it."""
+
+    dir: Path
+
+    def record_request(self, kind: str, **fields: Any) -> None: ...
+
+
 @dataclass
 class StageContext:
     card: "ModelCard"
@@ -49,7 +58,7 @@ class StageContext:
     profile: "Profile"
     sampling: "Sampling"
     signature: "Signature"
-    record: "RunRecord"
+    record: RunFolder
     client: "OpenAIClient"
     running: "RunningRuntime"
     controls: list[str]  # controls active on the running runtime

@@ -33,15 +33,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.client import ClientError, Completion, OpenAIClient
+from suite.client import ClientError
 from suite.stages.base import Stage
 from suite.errors import SuiteError
 from suite.analysis.jsonextract import extract_json_object
-from suite.paths import PROMPTS_DIR
-from suite.analysis.scoring import GoldFact, SectionScore, score_section
+from suite.paths import DOCUMENTS_DIR, EXTRACTION_DIR
+from suite.analysis.scoring import GoldFact, score_section
 from suite.analysis.stats import MeanSE, mean, mean_se
-
 from suite.judge import JudgeResult
+from suite.sections import Answer, JsonChat, Mode, Section, _answered_facts, changed_sections
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
@@ -50,33 +50,12 @@ log = logging.getLogger(__name__)
 
 
 RESULT_VERSION = 1
-EXTRACTION_DIR = PROMPTS_DIR / "extraction"
-DOCUMENTS_DIR = EXTRACTION_DIR / "documents"
 SECTION_SETS = ("quick", "standard", "full")
 SIGNATURE_KEY_FIELDS = ("model", "model_format", "model_sha256", "runtime", "runtime_version", "launcher",
                         "controls", "prompt_set_hash")
 
-Mode = Literal["json_schema", "json_object", "prompt-only"]
-
 
 # -- documents ------------------------------------------------------------------------------------
-
-class Section(BaseModel):
-    """One section of a document: its text and the facts it states."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    profiles: list[Literal["quick", "standard", "full"]]
-    text: str = Field(min_length=1)
-    facts: list[GoldFact] = Field(min_length=1)
-    document: str = ""  # set by the loader
-    kind: str = ""  # kind of document, set by the loader
-
-    @property
-    def uid(self) -> str:
-        return f"{self.document}/{self.id}"
-
 
 class Document(BaseModel):
     """One extraction document file."""
@@ -178,66 +157,6 @@ def json_schema_for(facts: list[GoldFact]) -> dict[str, Any]:
             "additionalProperties": False}
 
 
-def response_format_for(mode: Mode, schema: dict[str, Any]) -> dict[str, Any] | None:
-    if mode == "json_schema":
-        return {"type": "json_schema", "json_schema": {"name": "facts", "strict": True, "schema": schema}}
-    if mode == "json_object":
-        return {"type": "json_object", "schema": schema}
-    return None
-
-
-class JsonChat:
-    """Requests that ask for JSON, falling back through the response_format modes and endpoints.
-
-    Starts with `json_schema` where the runtime says it honours a schema (else prompt-only), on
-    the chat endpoint where the runtime offers chat. When the runtime rejects a response_format
-    (an HTTP error naming the field or JSON/schema), the next mode is tried and kept for later
-    requests; when it cannot apply a chat template (a checkpoint without one), the request goes
-    to /v1/completions with the same text and response_format. Other errors are raised.
-    """
-
-    def __init__(self, client: OpenAIClient, supports_schema: bool, chat: bool = True):
-        self.client = client
-        self.modes: list[Mode] = ["json_schema", "json_object", "prompt-only"] if supports_schema else ["prompt-only"]
-        self.endpoint: Literal["chat", "completions"] = "chat" if chat else "completions"
-        self.rejections: list[str] = []
-
-    @property
-    def mode(self) -> Mode:
-        return self.modes[0]
-
-    def _send(self, content: str, schema: dict[str, Any], max_tokens: int) -> Completion:
-        response_format = response_format_for(self.mode, schema)
-        if self.endpoint == "chat":
-            return self.client.chat([{"role": "user", "content": content}], max_tokens=max_tokens,
-                                    response_format=response_format)
-        body = {"response_format": response_format} if response_format is not None else None
-        return self.client.complete(content + "\n\n", max_tokens=max_tokens, extra=body)
-
-    def ask(self, content: str, schema: dict[str, Any], *, max_tokens: int) -> Completion:
-        """One answer as JSON, with the client's sampling; a rejected JSON mode falls back to the next."""
-        while True:
-            try:
-                return self._send(content, schema, max_tokens)
-            except ClientError as exc:
-                message = str(exc)
-                lowered = message.lower()
-                if self.endpoint == "chat" and ("chat template" in lowered or "chat_template" in lowered):
-                    log.warning("chat endpoint refused (no chat template): using /v1/completions")
-                    self.rejections.append(f"chat: {message[:200]}")
-                    self.endpoint = "completions"
-                    continue
-                # A rejected response_format: an HTTP error naming it (llama-cpp-python reports
-                # its validation error as a 500 that names the field).
-                if self.mode != "prompt-only" and any(
-                        w in lowered for w in ("response_format", "json", "schema", "grammar", "structured")):
-                    log.warning("response_format %s rejected: %s", self.mode, message[:200])
-                    self.rejections.append(f"{self.mode}: {message[:200]}")
-                    self.modes.pop(0)
-                    continue
-                raise
-
-
 # -- results --------------------------------------------------------------------------------------
 
 class RepeatScore(BaseModel):
@@ -321,30 +240,9 @@ class ExtractionResult(BaseModel):
     signature_digest: str = Field(description="configuration signature of the arm")
 
 
-class Answer(BaseModel):
-    """One answer to one section (kept in memory for scoring and the judge)."""
-
-    section: str
-    repeat: int
-    text: str
-    extracted: dict[str, Any] | None
-    json_status: str
-    score: SectionScore
-    error: str | None = None  # the request failed (HTTP or protocol error)
-
-
 def _fact_signature(ctx: "StageContext") -> dict[str, Any]:
     sig = ctx.signature.model_dump(mode="json")
     return {k: sig.get(k) for k in (*SIGNATURE_KEY_FIELDS, "command", "env", "hardware", "image_digest", "suite_version")}
-
-
-def _answered_facts(section: Section, extracted: dict[str, Any] | None) -> str:
-    """Canonical form of the asked facts' values, to compare repeats."""
-    if extracted is None:
-        return "<invalid>"
-    lower = {str(k).strip().lower(): v for k, v in extracted.items()}
-    values = {f.key: extracted.get(f.key, lower.get(f.key.lower())) for f in section.facts}
-    return json.dumps(values, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def no_facts(section: Section, extracted: dict[str, Any] | None) -> bool:
@@ -356,19 +254,6 @@ def no_facts(section: Section, extracted: dict[str, Any] | None) -> bool:
     lower = {str(k).strip().lower(): v for k, v in extracted.items()}
     values = [extracted.get(f.key, lower.get(f.key.lower())) for f in section.facts]
     return all(v is None or (isinstance(v, (str, list, dict)) and not v) for v in values)
-
-
-def _repeat_key(section: Section, answer: Answer) -> str:
-    """What two repeats must share to count as the same answer: the facts, or an invalid answer's text."""
-    if answer.extracted is None:
-        return "<invalid>" + answer.text
-    return _answered_facts(section, answer.extracted)
-
-
-def changed_sections(sections: list[Section], answers: dict[str, list[Answer]]) -> list[str]:
-    """Uids of the sections whose repeats differed: other facts, valid and invalid answers mixed,
-    or two different invalid texts (pure; the judge grades every repeat when this is not empty)."""
-    return [s.uid for s in sections if len({_repeat_key(s, a) for a in answers.get(s.uid, [])}) > 1]
 
 
 ANSWERS_KEY = "extraction.answers"  # where the stage leaves its answers for the reloads stage

@@ -19,8 +19,8 @@ from pydantic import BaseModel, Field
 
 from suite.stages.base import FreshLaunch, Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.stages.extraction import (ANSWERS_KEY, Answer, JsonChat, Section, _answered_facts, _fact_signature,
-                                     ask_section, load_prompt, no_facts, select_sections)
+from suite.sections import Answer, JsonChat, Section, _answered_facts
+from suite.stages.extraction import ANSWERS_KEY, _fact_signature, ask_section, load_prompt, no_facts, select_sections
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
