@@ -240,6 +240,7 @@ def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signa
         sampling["request_extra"] = request_extra
     stack = launcher.stack(runtime, env)
     caches = cache_state(cache_dirs({**os.environ, **env})) if stack is not None else None
+    parallel = parallel_fields(rt.command, env)
     return Signature(
         model=plan.card.name, model_format=plan.arm.format,
         model_sha256=prepared_checksum(plan.card, plan.arm.format) or fmt.sha256,
@@ -250,7 +251,22 @@ def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signa
         env=redact_env(env), controls=list(spec.controls), sampling=sampling, prompt_set_hash=prompt_set_hash(),
         hardware=launcher.hardware(), compile_cache=caches, node=current_node(),
         model_random_weights=True if getattr(plan.card, "random_weights", False) else None, **launcher.reports(),
+        **parallel,
     ).with_digest()
+
+
+def parallel_fields(command: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """The signature's tensor- and pipeline-parallel degree and the GPUs used, where the server
+    spreads over more than one GPU (nothing otherwise, so one-GPU records keep their digests): the
+    first N GPUs, or the first N that CUDA_VISIBLE_DEVICES names, as the server sees them."""
+    tp, pp = gpu.parallel_degree(command)
+    if tp * pp <= 1:
+        return {}
+    names = gpu.device_names()
+    visible = env.get("CUDA_VISIBLE_DEVICES") or os.environ.get("CUDA_VISIBLE_DEVICES")
+    indices = [int(x) for x in visible.split(",") if x.strip().isdigit()] if visible else list(range(len(names)))
+    used = [f"{i}: {names[i]}" if i < len(names) else f"{i}: not found" for i in indices[:tp * pp]]
+    return {"tensor_parallel": tp, "pipeline_parallel": pp, "gpus": used}
 
 
 def profile_overrides(profile: Profile) -> dict[str, Any]:

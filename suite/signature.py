@@ -218,6 +218,13 @@ class Signature(BaseModel):
     model_random_weights: bool | None = Field(
         default=None, description="True: the model's weights are random (generated from a seed, the card says "
         "random_weights = true); None: trained weights, or a record from before this was recorded")
+    tensor_parallel: int | None = Field(
+        default=None, description="the server's tensor-parallel degree where it spreads over more than one GPU "
+        "(--tensor-parallel-size); None: one GPU (or no GPU)")
+    pipeline_parallel: int | None = Field(
+        default=None, description="the server's pipeline-parallel degree, where it spreads over more than one GPU")
+    gpus: list[str] | None = Field(
+        default=None, description="where the server spreads over several GPUs: the GPUs it uses (index: name)")
     digest: str = ""
 
     def with_digest(self) -> "Signature":
@@ -225,7 +232,7 @@ class Signature(BaseModel):
         body = self.model_dump(mode="json", exclude={"digest", "compile_cache"})
         for key in ("model_commit", "model_revision_resolved", "runtime_stack", "sampling", "endpoint",
                     "server_reports", "node", "runtime_pin", "tokenizer", "runtime_features",
-                    "model_random_weights"):
+                    "model_random_weights", "tensor_parallel", "pipeline_parallel", "gpus"):
             if body.get(key) is None:
                 body.pop(key, None)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -433,8 +440,8 @@ def flatten_signature(sig: Any) -> dict[str, str]:
 
     for k, v in d.items():
         if v is None and k in ("endpoint", "server_reports", "tokenizer", "runtime_pin", "runtime_features",
-                               "model_random_weights"):  # only some runs have them
-            continue
+                               "model_random_weights", "tensor_parallel", "pipeline_parallel", "gpus"):
+            continue  # only some runs have them
         if k == "command" and isinstance(v, list):
             out[k] = _port_masked(v)
         elif k == "env" and isinstance(v, dict):

@@ -939,14 +939,24 @@ def arm_comparisons(runs: list["Run"], arms: list[str]) -> list[dict[str, Any]]:
 
     if len(runs) < 2:
         return []
+    def degree(run: "Run") -> tuple[int, int]:
+        sig = run.s.signature
+        return (sig.tensor_parallel or 1, sig.pipeline_parallel or 1) if sig is not None else (1, 1)
+
+    def label(d: tuple[int, int]) -> str:
+        return f"TP {d[0]}" + (f" x PP {d[1]}" if d[1] > 1 else "")
+
     base = runs[0]
     out = []
     for arm, run in zip(arms[1:], runs[1:]):
         prompts = compare_gates(base.s.gate, run.s.gate)
         if prompts:
+            # the same model split over another number of GPUs: the comparison the page names as such
+            degrees = (f"answers across tensor-parallel degrees: {label(degree(run))} vs {label(degree(base))}"
+                       if degree(run) != degree(base) else None)
             out.append({"base": arms[0], "arm": arm, "prompts": prompts,
                         "agree": sum(1 for p in prompts if p.modal_agree and p.caveat is None), "n": len(prompts),
-                        "caveats": sum(1 for p in prompts if p.caveat is not None)})
+                        "caveats": sum(1 for p in prompts if p.caveat is not None), "degrees": degrees})
     return out
 
 
