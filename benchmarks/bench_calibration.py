@@ -34,6 +34,10 @@ Scenario families (the issue's table):
   24 sessions x 3 runs over 10 prompts: every prompt varying a little run by run (`iid`), a
   session-level kernel choice that changes three prompts (`session`), one prompt varying rarely
   (`rare`); the truth of each measure by simulation of 200,000 independent pairs of sessions.
+- `batch`: the batch stage's verdict, T = 2, 3, 6, 8 trials per mode, the target's answer varying
+  by itself at q = 0, 0.05, 0.2, 0.5 in every mode; with or without a batch effect (a batched
+  answer is a new one half the time): "varies with batch composition" and "the same answer in
+  every batch".
 
 Usage: python benchmarks/bench_calibration.py [--quick] [--runs 1000] [--jobs 1] [--only FAMILY]
 The last line reads `worst interval coverage X.XX; worst false-claim rate Y.YY`.
@@ -452,6 +456,46 @@ def runs_scenarios(quick: bool) -> list[dict[str, Any]]:
     return [dict(kind=kd, K=k, R=3) for kd in ("iid", "session", "rare") for k in (6, 8, 12, 24)]
 
 
+# -- batch composition (the batch stage's verdict) --------------------------------------------------
+
+def run_batch_verdict(rng: random.Random, p: dict[str, Any]) -> Outcome:
+    """The target alone and in two batched modes, T trials each: its answer varies by itself at rate
+    q in every mode (two other answers); with an effect, a batched answer is a new one half the time."""
+    from suite.stages import batch as bt
+
+    t, q, effect = p["T"], p["q"], p["effect"]
+
+    def answer(batched: bool) -> list[int]:
+        if batched and effect and rng.random() < 0.5:
+            return [1, 2, 9]
+        u = rng.random()
+        return [1, 2, 3] if u >= q else ([1, 2, 4] if u < q / 2 else [1, 2, 5])
+
+    alone = [sample(i, answer(False)) for i in range(t)]
+    a = analyse(alone)
+    reference = next(x for x in alone if x.index == a.answers[0].first_index)
+    single = bt.BatchMode(mode="single", trials=t, batch_sizes=[1] * t, requests=t, failed=0, target=a)
+    bt.compare_to_reference(single, alone, reference, alone)
+    modes = [single]
+    for name in ("mixed", "prefix"):
+        xs = [sample(i, answer(True)) for i in range(t)]
+        m = bt.BatchMode(mode=name, trials=t, batch_sizes=[8] * t, requests=8 * t, failed=0, target=analyse(xs))
+        bt.compare_to_reference(m, xs, reference, alone)
+        modes.append(m)
+    varies, _ = bt.verdict_of(modes, a.modal_tied, None)
+    o = Outcome()
+    o.claims["varies with batch composition"] = (varies is True, not effect, not effect)
+    o.claims["the same answer in every batch"] = (varies is False, effect, effect)
+    return o
+
+
+def batch_scenarios(quick: bool) -> list[dict[str, Any]]:
+    if quick:
+        return [dict(T=3, q=0.2, effect=False)]
+    return [dict(T=t, q=q, effect=e) for t in (2, 3, 6, 8) for q in (0.0, 0.05, 0.2, 0.5) for e in (False, True)
+            if not (q == 0.0 and not e)]
+
+
 FAMILIES: dict[str, tuple[Callable[[bool], list[dict[str, Any]]], Callable[[random.Random, dict[str, Any]], Outcome]]] = {
     "launches": (launch_scenarios, run_launches),
     "series": (series_scenarios, run_series),
@@ -459,6 +503,7 @@ FAMILIES: dict[str, tuple[Callable[[bool], list[dict[str, Any]]], Callable[[rand
     "paired": (paired_scenarios, run_paired),
     "sessions": (sessions_scenarios, run_sessions),
     "runs": (runs_scenarios, run_runs),
+    "batch": (batch_scenarios, run_batch_verdict),
 }
 
 

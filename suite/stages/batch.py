@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pydantic import BaseModel, Field
 
-from suite.analysis.repro import (DistinctAnswer, Divergence, PromptAnalysis, Sample, analyse, answer_key,
-                                  divergence, prefix_logprob_diff, unseen_share_bound)
+from suite.analysis.stats import fisher_fewer_others, requests_needed
+from suite.analysis.repro import (ALPHA, DistinctAnswer, Divergence, PromptAnalysis, Sample, analyse, answer_key,
+                                  divergence, launches_for_bound, prefix_logprob_diff, unseen_share_bound)
 from suite.client import ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.errors import SuiteError
 from suite.stages.base import Stage
@@ -265,7 +266,21 @@ def verdict_of(modes: list[BatchMode], reference_tied: bool, stopped: str | None
     if new:
         parts = "; ".join(m.line + (f", {m.unseen_alone} never given alone" if single.target.distinct_answers > 1
                                     else "") for m in varied)
-        return True, f"varies with batch composition: {parts}; {alone}"
+        # A test, not a glance: the batched answers must depart from the one-at-a-time answer more
+        # often than the answers given alone do (an answer that varies by itself shows new answers
+        # in batches too, by chance).
+        n_alone, others_alone = single.target.answered, single.differ_from_single or 0
+        n_batched = sum(m.target.answered for m in answered)
+        differ = sum(m.differ_from_single or 0 for m in answered)
+        p = fisher_fewer_others(others_alone, n_alone, differ, n_batched)
+        test = (f"{differ} of {n_batched} batched answers differ from the one-at-a-time answer against "
+                f"{others_alone} of {n_alone} alone; one-sided Fisher's exact test p = {p:.2g}")
+        if p is not None and p <= ALPHA:
+            return True, f"varies with batch composition: {parts}; {alone} ({test} <= {ALPHA:g})"
+        need = requests_needed(differ / n_batched) if n_batched else None
+        return None, (f"undetermined: {parts}; {alone} ({test} > {ALPHA:g}: cannot tell a batch effect from "
+                      "an answer that varies by itself"
+                      + (f"; about {need} trials alone and {need} batched would tell" if need else "") + ")")
     if varied:  # every batched answer was also given alone: the answer varies alone, not with the batch
         parts = "; ".join(m.line for m in varied)
         return None, (f"undetermined: the answer varies alone ({single.target.pattern_text or alone}); "
@@ -275,6 +290,11 @@ def verdict_of(modes: list[BatchMode], reference_tied: bool, stopped: str | None
         return None, f"undetermined: {why}; {alone}"
     n = sum(m.target.answered for m in answered)
     bound = unseen_share_bound(n)
+    if bound is None:  # too few to say what a batch effect could still hide
+        return None, (f"undetermined: every batched answer equals the one-at-a-time answer "
+                      f"({', '.join(f'{m.mode} {m.target.answered}' for m in answered)}; {alone}), but {n} batched "
+                      f"answers cannot bound a batch effect ({launches_for_bound()} would)"
+                      + (f"; {stopped}" if stopped else ""))
     cut = sum(m.target.truncated for m in modes)
     tail = (f"; {stopped}" if stopped else "") + (
         f"; {cut} of {sum(m.target.answered for m in modes)} target answers cut at "
