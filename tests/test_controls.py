@@ -209,3 +209,10 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
     assert [a[0] for a in asked] == ["default", "prompt-cache-off"]  # the default row is always in the matrix
     assert all(a[1] == [ids[0]] for a in asked) and result.prompts == [ids[0]] and result.automatic
     assert asked[0][2] is None and asked[1][2] == 2  # the default row runs in full, the control stops early
+    # with every control asked for (the bench's automatic matrix), the LoRA rows stay out: they
+    # eliminate nothing; a named `--controls lora` or `all` outside the bench's own elimination runs them
+    asked.clear()
+    monkeypatch.setattr(controls, "run_lora", lambda ctx: (_ for _ in ()).throw(AssertionError("LoRA ran")))
+    result = controls.run(SimpleNamespace(**{**vars(ctx), "controls_request": ["all"]}))
+    assert "default" in [a[0] for a in asked] and len(asked) == 1 + len(get_definition("llamacpp").controls)
+    assert result.lora is None

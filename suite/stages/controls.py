@@ -358,6 +358,9 @@ def run(ctx: "StageContext") -> ControlsResult:
         # the bench's own elimination: only the prompts that gave more than one answer
         only = [p.prompt_id for p in gate.prompts if p.distinct_answers > 1] or None
         prompts = [pid for pid in prompts if only is None or pid in only]
+    if automatic:
+        # the LoRA rows eliminate nothing (they compare base and adapter): named, not automatic
+        names = [n for n in names if n != LORA]
     result = ControlsResult(runtime=ctx.runtime.name, arm=ctx.arm_name, requested=list(requested or ["all"]),
                             n_requests=ctx.profile.gate_requests, prompts=prompts, rows=[], automatic=automatic)
     for name in names:
