@@ -39,7 +39,15 @@ from suite.profiles import PROFILES, Profile
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="A reproducibility-first benchmark suite for LLM inference runtimes.")
-console = Console()
+def _console(stderr: bool = False) -> Console:
+    """The commands' console: a terminal's own width; 160 columns when the output is a file or a
+    pipe (a log), unless COLUMNS says otherwise, so a table is not folded at 80."""
+    stream = sys.stderr if stderr else sys.stdout
+    wide = not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS")
+    return Console(stderr=stderr, width=160 if wide else None)
+
+
+console = _console()
 log = logging.getLogger("suite")
 LAUNCHER_HELP = ("auto (per arm: local where the runtime has a local recipe for this platform, else "
                  "Docker), local or docker.")
@@ -412,7 +420,7 @@ def command_line() -> list[str]:
 def _stdout_for_json() -> None:
     """--json: stdout carries the JSON alone; every other line this command prints goes to stderr."""
     global console
-    console = Console(stderr=True)
+    console = _console(stderr=True)
 
 
 def _summary_json(s: Any) -> dict[str, Any]:
