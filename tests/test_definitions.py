@@ -87,7 +87,10 @@ def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def test_cli_unknown_model_and_runtime_one_line():
     r = run_cli("bench", "--model", "nope")
     assert r.returncode == 2
-    assert "unknown model 'nope'; known: lightning, nano, qwen-judge, random-llama-1b, random-qwen3, tiny" in r.stderr
+    from suite.paths import CARDS_DIR
+
+    known = ", ".join(sorted(p.stem for p in CARDS_DIR.glob("*.toml")))
+    assert r.stderr.strip() == f"error: unknown model 'nope'; known: {known}"  # one line, every card named
     assert "Traceback" not in r.stderr + r.stdout
     r = run_cli("up", "nope", "--model", "tiny")
     assert r.returncode == 2 and "has no arm or runtime 'nope'" in r.stderr and "Traceback" not in r.stderr
