@@ -378,3 +378,24 @@ def test_bad_batch_flags_on_the_command_line_are_one_line(tmp_path: Path) -> Non
                         "--results", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--batch-trials 0: Input should be greater than or equal to 1" in r.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_too_few_batched_answers_to_bound_an_effect_are_undetermined() -> None:
+    """Degenerate case: every batched answer equals the one-at-a-time answer, but four answers cannot
+    bound how often a batch would change it (an even split gives four alike 12 % of the time)."""
+    from suite.analysis.repro import analyse
+
+    alone = [Sample_(i, [1, 2, 3]) for i in range(2)]
+    single = bt.BatchMode(mode="single", trials=2, batch_sizes=[1, 1], requests=2, failed=0, target=analyse(alone))
+    bt.compare_to_reference(single, alone, alone[0], alone)
+    modes = [single]
+    for name in ("mixed", "prefix"):
+        xs = [Sample_(i, [1, 2, 3]) for i in range(2)]
+        m = bt.BatchMode(mode=name, trials=2, batch_sizes=[3, 3], requests=6, failed=0, target=analyse(xs))
+        bt.compare_to_reference(m, xs, alone[0], alone)
+        modes.append(m)
+    varies, verdict = bt.verdict_of(modes, False, None)
+    assert varies is None
+    assert verdict.startswith("undetermined: every batched answer equals the one-at-a-time answer (mixed 2, prefix 2")
+    assert "4 batched answers cannot bound a batch effect (6 would)" in verdict
+

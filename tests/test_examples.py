@@ -13,12 +13,17 @@ from suite.records import iter_run_dirs, load_all
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 
 
+def _model_page(root: Path, tmp_path: Path, model: str) -> str:
+    """The model page the suite publishes from an example tree."""
+    build_site(root, tmp_path / "site")
+    return (tmp_path / "site" / "models" / f"{model}.html").read_text(encoding="utf-8")
+
+
 def test_cpu_example_tree_publishes_with_its_verdicts(tmp_path: Path) -> None:
     root = EXAMPLES / "cpu-results"
     runs = {s.arm: s for s in load_all(root)}
     assert set(runs) == {"llamacpp", "llamacpp-python", "vllm-cpu"}
-    build_site(root, tmp_path / "site")
-    page = (tmp_path / "site" / "models" / "tiny.html").read_text(encoding="utf-8")
+    page = _model_page(root, tmp_path, "tiny")
     # the standard profile's bench, as `make bench` runs it: llama-server's first answer after its
     # start differs (its prompt cache), which random order would rarely do
     assert "cold-start transient: only the first request after the start differs (1 of 20)" in page
@@ -57,8 +62,7 @@ def test_gpu_vllm_example_tree_shows_the_batch_effect_and_its_removal(tmp_path: 
         assert p.requests == 200 and p.distinct_answers == 1
     assert default.batch.varies_with_batch is True and invariant.batch.varies_with_batch is False
     assert sessions.sessions is not None and sessions.gate is None
-    build_site(root, tmp_path / "site")
-    page = (tmp_path / "site" / "models" / "random-llama-1b.html").read_text(encoding="utf-8")
+    page = _model_page(root, tmp_path, "random-llama-1b")
     assert "random weights" in page
     assert "varies with batch composition: mixed: 3 distinct of 6" in page
     assert "the same answer in every batch: mixed 6, prefix 6" in page

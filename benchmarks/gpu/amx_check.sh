@@ -18,6 +18,8 @@ set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=${OUT:-$REPO/amx-out}
 WORK=${AMX_WORK:-/tmp/suite-amx}
+# where the source tar and the vocabulary are read (a later call of a lent machine replaces the checkout)
+INPUTS=${AMX_INPUTS:-$REPO/.gpu}
 JOBS=${JOBS:-$(nproc)}
 # The random model's shape (make_random_gguf.py model's options) and the servers' thread count;
 # the default is small; the tiny model's own shape is
@@ -33,7 +35,7 @@ say() { echo "[$(printf '%4d' $(( $(date +%s) - T0 )))s] $*"; }
 say "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) ($(nproc) cores)"
 say "cpu flags (AMX, AVX-512 FP16): $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(amx|avx512_fp16)' | tr '\n' ' ')"
 SRC=$WORK/builds/src/llama_cpp_python-$VERSION/vendor/llama.cpp
-[ -d "$SRC" ] || tar -xJf "$REPO/.gpu/llama.cpp-src.tar.xz" -C "$WORK/builds/src/llama_cpp_python-$VERSION/vendor"
+[ -d "$SRC" ] || tar -xJf "$INPUTS/llama.cpp-src.tar.xz" -C "$WORK/builds/src/llama_cpp_python-$VERSION/vendor"
 
 GEN=$(command -v ninja >/dev/null && echo "-G Ninja" || true)
 if [ -x "$WORK/old/bin/llama-server" ] && ls -d "$WORK"/builds/llama.cpp-$VERSION-native-*/.built >/dev/null 2>&1; then
@@ -53,7 +55,7 @@ tail -n 3 "$OUT/build-new.log"
 fi
 
 say "== models"
-PYTHONPATH=$SRC/gguf-py python3 "$REPO/benchmarks/gpu/make_random_gguf.py" model --vocab "$REPO/.gpu/gemma3-vocab.gguf" \
+PYTHONPATH=$SRC/gguf-py python3 "$REPO/benchmarks/gpu/make_random_gguf.py" model --vocab "$INPUTS/gemma3-vocab.gguf" \
     --out "$WORK/random-f16.gguf" $MODEL_ARGS --ctx 4096
 for q in Q4_K_M Q4_0; do
   "$WORK/old/bin/llama-quantize" "$WORK/random-f16.gguf" "$WORK/random-$q.gguf" "$q" > "$OUT/quantize-$q.log" 2>&1

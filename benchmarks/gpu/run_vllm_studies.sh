@@ -45,7 +45,7 @@ case "$PHASE" in
       # only the missing ones: a newer huggingface_hub beside the machine's transformers breaks it
       wheels=""
       for mod in $missing; do
-        name=$(case $mod in pynvml) echo nvidia_ml_py;; prometheus_client) echo prometheus_client;; *) echo "$mod";; esac)
+        name=$(case $mod in pynvml) echo nvidia_ml_py;; *) echo "$mod";; esac)
         wheels="$wheels $(ls "$REPO"/.whl/"$name"-*.whl 2>/dev/null)"
       done
       python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" $wheels && say "wheels installed in $SITE:$wheels"
@@ -54,7 +54,7 @@ case "$PHASE" in
     if [ -f "$REPO/.gpu/llama.cpp-src.tar.xz" ]; then
       mkdir -p /tmp/amx-src && cp "$REPO/.gpu/llama.cpp-src.tar.xz" "$REPO/.gpu/gemma3-vocab.gguf" /tmp/amx-src/
       # The tiny model's own shape, two threads: the conditions under which the crash was seen.
-      (cd /tmp && OUT=/tmp/amx-out AMX_WORK=/tmp/suite-amx AMX_THREADS=2 \
+      (cd /tmp && OUT=/tmp/amx-out AMX_WORK=/tmp/suite-amx AMX_INPUTS=/tmp/amx-src AMX_THREADS=2 \
         AMX_MODEL_ARGS="--hidden 640 --ffn 2048 --heads 4 --kv-heads 1 --head-dim 256 --layers 18" \
         setsid nohup bash "$REPO/benchmarks/gpu/amx_check.sh" >/tmp/amx.log 2>&1 &)
       say "AMX check started in the background"
