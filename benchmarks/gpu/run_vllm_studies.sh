@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # The studies on vLLM on one NVIDIA GPU, driven by the suite itself (local launcher, no Docker),
-# on a machine without network where vLLM comes in parts (see ../shared-style notes in
-# docs/GPU-VLLM.md). One phase per call, so that each call of a lent machine stays under ten
-# minutes; the results folder and caches live under /tmp between calls of a warm machine.
+# on a machine without network where vLLM comes in parts (see docs/GPU-VLLM.md). One phase per
+# call, so that each call of a lent machine stays under ten minutes; the results folder and caches
+# live under /tmp between calls of a warm machine. A call carries at most 64 MiB with the
+# checkout, so vLLM travels in four parts (prepare-vllm-parts.sh, re-split to fit) and the wheels
+# the suite and vLLM lack travel with the first.
 #
-#     bash benchmarks/gpu/run_vllm_studies.sh prep        # wheels the suite lacks there; the AMX check in the background
-#     bash benchmarks/gpu/run_vllm_studies.sh part aa     # copy one vLLM part (carried in .gpu/vllm/)
-#     bash benchmarks/gpu/run_vllm_studies.sh gate        # install vLLM; random-llama-1b: gate (200), prefix-caching-off, batch, both modes
-#     bash benchmarks/gpu/run_vllm_studies.sh studies     # sessions x replicates with a LoRA adapter
+#     bash benchmarks/gpu/run_vllm_studies.sh deps          # part aa; the wheels (suite, vLLM, HUMMING) into the target
+#     bash benchmarks/gpu/run_vllm_studies.sh part ab       # copy one vLLM part (carried in .gpu/vllm/)
+#     bash benchmarks/gpu/run_vllm_studies.sh part ac setup # ... and build the random-weight checkpoints
+#     bash benchmarks/gpu/run_vllm_studies.sh restarts ARM CACHES K   # random-qwen3: study 3 on one arm
+#     bash benchmarks/gpu/run_vllm_studies.sh coldgate      # random-llama-1b: gate 20 x 3 prompts, prefix caching off; HUMMING
+#     bash benchmarks/gpu/run_vllm_studies.sh gate          # random-llama-1b: gate (200), batch, both modes
+#     bash benchmarks/gpu/run_vllm_studies.sh studies       # sessions x replicates with a LoRA adapter
+#     (prep: the AMX check of the llama.cpp build, when its inputs travel)
 #
 # Each phase writes what it measured to $OUT (results.tar.gz: the suite's results folder so far,
-# phase.log, amx/*). Needs: python3 with torch (CUDA), transformers, tokenizers, peft, httpx,
-# pydantic; the wheels in .whl/ for what is missing; .gpu/vllm parts (prepare-vllm-parts.sh).
+# phase.log, amx/*). Needs: python3 with torch (CUDA), transformers, tokenizers, peft, httpx;
+# .gpu/vllm parts and deps/ (the wheels of what the machine lacks).
 set -u -o pipefail
 PHASE=${1:?phase}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -32,6 +38,13 @@ pack() {
   [ -d "$RESULTS" ] && tar -C "$RESULTS" -czf "$OUT/results.tar.gz" .
   [ -d /tmp/amx-out ] && mkdir -p "$OUT/amx" && cp /tmp/amx-out/amx-check.log /tmp/amx-out/summary.txt "$OUT/amx/" 2>/dev/null
   say "packed: $(du -sh "$OUT/results.tar.gz" 2>/dev/null | cut -f1)"
+}
+install_vllm() {
+  [ -f "$TARGET/.vllm_ok" ] && return 0
+  cp -r "$REPO/.gpu/vllm/deps" "$REPO/.gpu/vllm/vllm.sha256" /tmp/vparts/ 2>/dev/null
+  cp "$REPO"/.gpu/vllm/vllm.tar.xz.part-* /tmp/vparts/ 2>/dev/null
+  bash "$REPO/.gpu/vllm/install-vllm-parts.sh" /tmp/vparts "$TARGET" || { say "vLLM install failed"; return 1; }
+  suite doctor 2>&1 | grep -i "vllm\|gpu" | head -8
 }
 case "$PHASE" in
   prep)
@@ -59,14 +72,41 @@ case "$PHASE" in
         setsid nohup bash "$REPO/benchmarks/gpu/amx_check.sh" >/tmp/amx.log 2>&1 &)
       say "AMX check started in the background"
     fi ;;
+  deps)
+    nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv
+    mkdir -p /tmp/vparts "$TARGET" && cp -r "$REPO/.gpu/vllm/deps" "$REPO/.gpu/vllm/vllm.sha256" /tmp/vparts/ \
+      && cp "$REPO"/.gpu/vllm/vllm.tar.xz.part-aa /tmp/vparts/
+    # pydantic and the rest first: the suite itself needs them before vLLM is put together
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$TARGET" \
+      /tmp/vparts/deps/*.whl && say "deps installed in $TARGET"
+    python3 -c "import suite.cli, suite.launchers.local, suite.stages.batch; print('suite imports')" ;;
   part)
-    mkdir -p /tmp/vparts && cp "$REPO/.gpu/vllm/vllm.tar.xz.part-$2" /tmp/vparts/ && ls -la /tmp/vparts ;;
+    mkdir -p /tmp/vparts && cp "$REPO/.gpu/vllm/vllm.tar.xz.part-$2" /tmp/vparts/ && ls -la /tmp/vparts
+    if [ "${3:-}" = setup ]; then
+      for model in random-qwen3 random-llama-1b; do
+        say "== $model: the checkpoint (seed 0)"; suite setup --model $model 2>&1 | tail -3
+      done
+    fi ;;
+  restarts)
+    ARM=${2:?arm}; CACHES=${3:?fresh|kept|both}; K=${4:-3}
+    install_vllm || { pack; exit 1; }
+    say "== random-qwen3 $ARM: gate 5 x 3 prompts, then $K restarts ($CACHES compile caches)"
+    timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-qwen3 --arms "$ARM" \
+        --profile standard --stages gate,restarts --gate-requests 5 --restarts "$K" --restart-caches "$CACHES" \
+        --no-auto-controls 2>&1 | tail -30
+    pack ;;
+  coldgate)
+    install_vllm || { pack; exit 1; }
+    say "== random-llama-1b vllm-gpu: gate 20 x 3 prompts (128-token cap), then the prefix-caching-off control"
+    timeout $(( 330 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b --arms vllm-gpu \
+        --profile standard --stages gate --controls prefix-caching-off 2>&1 | tail -30
+    pack
+    say "== random-llama-1b vllm-gpu-humming-w4a16: gate 20 x 3 prompts"
+    timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b \
+        --arms vllm-gpu-humming-w4a16 --profile standard --stages gate --no-auto-controls 2>&1 | tail -30
+    pack ;;
   gate)
-    if [ ! -d "$TARGET/vllm" ]; then
-      cp -r "$REPO/.gpu/vllm/deps" "$REPO/.gpu/vllm/vllm.sha256" /tmp/vparts/ && cp "$REPO"/.gpu/vllm/vllm.tar.xz.part-* /tmp/vparts/ 2>/dev/null
-      bash "$REPO/.gpu/vllm/install-vllm-parts.sh" /tmp/vparts "$TARGET" || { say "vLLM install failed"; pack; exit 1; }
-      suite doctor 2>&1 | grep -i "vllm\|gpu" | head -8
-    fi
+    install_vllm || { pack; exit 1; }
     say "== random-llama-1b: the checkpoint (seed 0)"
     suite setup --model random-llama-1b 2>&1 | tail -3
     B="--profile quick --gate-requests 200 --stages gate --batch-composition --batch-trials 6 --batch-sizes 8,16,32 --no-auto-controls"
