@@ -10,7 +10,7 @@
 #     bash benchmarks/gpu/run_vllm_studies.sh part ab       # copy one vLLM part (carried in .gpu/vllm/)
 #     bash benchmarks/gpu/run_vllm_studies.sh part ac setup # ... and build the random-weight checkpoints
 #     bash benchmarks/gpu/run_vllm_studies.sh restarts ARM CACHES K   # random-qwen3: study 3 on one arm
-#     bash benchmarks/gpu/run_vllm_studies.sh coldgate      # random-llama-1b: gate 20 x 3 prompts, prefix caching off; HUMMING
+#     bash benchmarks/gpu/run_vllm_studies.sh coldgate      # random-qwen3: gate 20 x 3 prompts, prefix caching off; HUMMING on random-llama-1b
 #     bash benchmarks/gpu/run_vllm_studies.sh gate          # random-llama-1b: gate (200), batch, both modes
 #     bash benchmarks/gpu/run_vllm_studies.sh studies       # sessions x replicates with a LoRA adapter
 #     (prep: the AMX check of the llama.cpp build, when its inputs travel)
@@ -45,6 +45,7 @@ install_vllm() {
   cp "$REPO"/.gpu/vllm/vllm.tar.xz.part-* /tmp/vparts/ 2>/dev/null
   bash "$REPO/.gpu/vllm/install-vllm-parts.sh" /tmp/vparts "$TARGET" || { say "vLLM install failed"; return 1; }
   suite doctor 2>&1 | grep -i "vllm\|gpu" | head -8
+  return 0
 }
 case "$PHASE" in
   prep)
@@ -90,6 +91,7 @@ case "$PHASE" in
   restarts)
     ARM=${2:?arm}; CACHES=${3:?fresh|kept|both}; K=${4:-3}
     install_vllm || { pack; exit 1; }
+    [ -d "$SUITE_CACHE/models/random-qwen3" ] || { say "== random-qwen3: the checkpoint (seed 0)"; suite setup --model random-qwen3 2>&1 | tail -3; }
     say "== random-qwen3 $ARM: gate 5 x 3 prompts, then $K restarts ($CACHES compile caches)"
     timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-qwen3 --arms "$ARM" \
         --profile standard --stages gate,restarts --gate-requests 5 --restarts "$K" --restart-caches "$CACHES" \
@@ -97,10 +99,12 @@ case "$PHASE" in
     pack ;;
   coldgate)
     install_vllm || { pack; exit 1; }
-    say "== random-llama-1b vllm-gpu: gate 20 x 3 prompts (128-token cap), then the prefix-caching-off control"
-    timeout $(( 330 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b --arms vllm-gpu \
+    [ -d "$SUITE_CACHE/models/random-qwen3" ] || { say "== random-qwen3: the checkpoint (seed 0)"; suite setup --model random-qwen3 2>&1 | tail -3; }
+    say "== random-qwen3 vllm-gpu: gate 20 x 3 prompts (128-token cap), then the prefix-caching-off control"
+    timeout $(( 300 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-qwen3 --arms vllm-gpu \
         --profile standard --stages gate --controls prefix-caching-off 2>&1 | tail -30
     pack
+    [ -d "$SUITE_CACHE/models/random-llama-1b" ] || { say "== random-llama-1b: the checkpoint (seed 0)"; suite setup --model random-llama-1b 2>&1 | tail -3; }
     say "== random-llama-1b vllm-gpu-humming-w4a16: gate 20 x 3 prompts"
     timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b \
         --arms vllm-gpu-humming-w4a16 --profile standard --stages gate --no-auto-controls 2>&1 | tail -30
