@@ -162,6 +162,48 @@ def test_a_resume_with_another_configuration_starts_a_new_run(tmp_path: Path, fa
     RunRecord.open_incomplete(old.dir).release()  # released: a later resume of the same configuration may take it
 
 
+HOSTILE_LINES = [b'{"kind": "gate", "stage": "gate", "index": 0, "text": "\xff\xfe"}',  # not UTF-8
+                 b'[{"stage": "gate"}]',  # JSON, not an object
+                 b'"a string"', b"null",
+                 b'{"kind": "gate", "stage": ["gate"], "index": 1}',  # a stage that is not a name
+                 b"[" * 100_000 + b'{"stage": "gate"}',  # nested too deep
+                 b'{"kind": "gate", "stage": "gate", "ind']  # torn
+
+
+@pytest.mark.fault
+def test_a_resume_reads_hostile_request_lines_without_a_traceback(tmp_path: Path, fault_report) -> None:
+    """An interrupted run's requests.jsonl with lines that are not what they claim: setting the
+    unfinished stage aside and counting its answers go on, and every line stays, byte for byte."""
+    manifest = golden_manifest()
+    results = tmp_path / "results"
+    rec = RunRecord.create(results, manifest)
+    rec.record_request("gate", stage="gate", prompt_id="p", index=0, text="finished stage")
+    rec.record_request("gate", stage="latency", prompt_id="p", index=0, text="unfinished stage")
+    with rec.requests_path.open("ab") as fh:
+        fh.write(b"\n".join(HOSTILE_LINES) + b"\n")
+    rec.release()
+    before = rec.requests_path.read_bytes().splitlines()
+    plan = plan_arms("tiny", ["llamacpp"], "local", manifest.profile)[0]
+    session = BenchSession(plan, results)
+    session.record = RunRecord.open_incomplete(rec.dir)
+    try:
+        answered = session._answered("gate")
+        moved = session.record.set_aside_unfinished({"gate"})
+    except Exception as exc:  # noqa: BLE001 - measured below
+        fault_report(tracebacks=1, records_lost=len(before))
+        raise AssertionError(f"the resume raised {type(exc).__name__}") from None
+    finally:
+        session.record.release()
+    kept = rec.requests_path.read_bytes().splitlines()
+    aside = (rec.dir / "requests-interrupted.jsonl").read_bytes().splitlines()
+    fault_report(records_lost=len(before) - len(kept) - len(aside),
+                 records_mixed=sum(b"unfinished stage" in ln for ln in kept))
+    assert answered == 1
+    assert sorted(kept + aside) == sorted(before), "a line was lost or rewritten"
+    assert kept == [before[0], *HOSTILE_LINES[1:4]]  # the finished stage's line, and JSON that names no stage
+    assert moved == len(aside) == 5 and aside[0] == before[1] and HOSTILE_LINES[0] in aside
+
+
 # ---------------------------------------------------------------- durability of a linked record
 
 
