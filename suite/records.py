@@ -545,11 +545,18 @@ class RunRecord:
             stage = data.get("stage") if isinstance(data, dict) else None
             (keep if stage is None or (isinstance(stage, str) and stage in done) else moved).append(ln)
         if moved:
+            # durable in this order: a crash leaves a line in both files at worst, never in neither
             with (self.dir / "requests-interrupted.jsonl").open("ab") as fh:
                 fh.write(b"\n".join(moved) + b"\n")
+                fh.flush()
+                os.fsync(fh.fileno())
             tmp = self.requests_path.with_suffix(".jsonl.tmp")
-            tmp.write_bytes(b"".join(ln + b"\n" for ln in keep))
+            with tmp.open("wb") as fh:
+                fh.write(b"".join(ln + b"\n" for ln in keep))
+                fh.flush()
+                os.fsync(fh.fileno())
             tmp.replace(self.requests_path)
+            fsync_dir(self.dir)
         return len(moved)
 
     def stage_done(self, name: str) -> bool:

@@ -230,6 +230,36 @@ def test_the_run_folder_is_fsynced_after_a_record_is_linked(tmp_path: Path, monk
         "the folder is not synced after the record's name was linked in"
 
 
+def test_lines_set_aside_are_durable_before_the_request_lines_are_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash while a resume sets lines aside leaves each line in one file or both, never neither."""
+    rec = RunRecord.create(tmp_path, golden_manifest().model_copy(update={"run_id": "r4"}))
+    rec.record_request("gate", stage="gate", prompt_id="p", index=0, text="finished")
+    rec.record_request("gate", stage="latency", prompt_id="p", index=0, text="unfinished")
+    events: list[tuple[str, object]] = []
+    real_replace, real_fsync = os.replace, os.fsync
+
+    def replace(src, dst, *a, **k):
+        real_replace(src, dst, *a, **k)
+        events.append(("replace", Path(dst).name))
+
+    def fsync(fd):
+        real_fsync(fd)
+        st = os.fstat(fd)
+        events.append(("fsync", (st.st_dev, st.st_ino)))
+
+    aside = rec.dir / "requests-interrupted.jsonl"
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "fsync", fsync)
+    assert rec.set_aside_unfinished({"gate"}) == 1
+    rec.release()
+    node = lambda p: (os.stat(p).st_dev, os.stat(p).st_ino)  # noqa: E731
+    replaced = events.index(("replace", "requests.jsonl"))
+    assert ("fsync", node(aside)) in events[:replaced], "the lines set aside were not synced first"
+    assert ("fsync", node(rec.requests_path)) in events[:replaced], "the new request lines were not synced"
+    assert ("fsync", node(rec.dir)) in events[replaced + 1:], "the run folder was not synced after the swap"
+
+
 def test_listing_runs_takes_no_lock_and_writes_nothing(tmp_path: Path) -> None:
     """`suite results` and the site read incomplete runs while a bench writes them: no lock is
     taken (the writer is not refused), no file appears, and a live run says it is under way."""
