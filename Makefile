@@ -10,7 +10,7 @@ LAUNCHER ?= auto
 TEST_MARKERS ?= not slow and not gpu
 PYTEST_ARGS ?=
 
-.PHONY: setup bench test site lint clean-site
+.PHONY: setup bench test faults site lint clean-site
 
 $(BIN)/suite: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ test: $(BIN)/suite
 	bash .ci/browser-setup.sh
 	$(BIN)/python -m pytest -m "$(TEST_MARKERS)" $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "error: no tests ran"; exit 1; fi; exit $$rc
+
+# Every injected fault in one go (tests marked `fault`), ending with one line over all of them:
+# "N faults injected, 0 records lost or mixed, 0 tracebacks, 0 processes killed that the suite did not start".
+faults: $(BIN)/suite
+	$(BIN)/suite setup --model tiny
+	$(BIN)/python -m pytest -m fault $(PYTEST_ARGS)
 
 lint: $(BIN)/suite
 	$(BIN)/hadolint images/*/Dockerfile

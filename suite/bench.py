@@ -617,16 +617,18 @@ class BenchSession:
         import json
 
         n = 0
+        marker = f'"stage": "{stage}"'.encode()
         try:
-            with self.record.requests_path.open(encoding="utf-8") as fh:
+            with self.record.requests_path.open("rb") as fh:
                 for line in fh:
-                    if f'"stage": "{stage}"' not in line:
+                    if marker not in line:
                         continue
                     try:
                         data = json.loads(line)
-                    except ValueError:
+                    except (ValueError, RecursionError):  # torn, not UTF-8, nested too deep: not an answer
                         continue
-                    if data.get("stage") == stage and not data.get("error") and data.get("kind") != "extraction-fact":
+                    if isinstance(data, dict) and data.get("stage") == stage and not data.get("error") \
+                            and data.get("kind") != "extraction-fact":
                         n += 1
         except OSError:
             return 0

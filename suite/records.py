@@ -525,24 +525,38 @@ class RunRecord:
 
     def set_aside_unfinished(self, done: set[str]) -> int:
         """Before a resume: move the request lines of stages that did not finish to
-        `requests-interrupted.jsonl`, so the record reads as one run. Returns how many moved."""
+        `requests-interrupted.jsonl`, so the record reads as one run. Returns how many moved.
+
+        Lines are moved and kept byte for byte: one that cannot be read (cut short, not UTF-8,
+        nested too deep, a stage that is not a name) goes aside with the unfinished stages; one that
+        is JSON but not an object names no stage and stays (`read_requests` skips it, naming it)."""
         if not self.requests_path.exists():
             return 0
-        keep, moved = [], []
-        for ln in self.requests_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        keep: list[bytes] = []
+        moved: list[bytes] = []
+        for ln in self.requests_path.read_bytes().split(b"\n"):
+            if not ln.strip():
+                continue
             try:
-                stage = json.loads(ln).get("stage")
-            except ValueError:
-                stage = None  # a torn last line of the interrupted run
+                data = json.loads(ln)
+            except (ValueError, RecursionError):  # a torn last line of the interrupted run, or worse
                 moved.append(ln)
                 continue
-            (keep if stage is None or stage in done else moved).append(ln)
+            stage = data.get("stage") if isinstance(data, dict) else None
+            (keep if stage is None or (isinstance(stage, str) and stage in done) else moved).append(ln)
         if moved:
-            with (self.dir / "requests-interrupted.jsonl").open("a", encoding="utf-8") as fh:
-                fh.write("\n".join(moved) + "\n")
+            # durable in this order: a crash leaves a line in both files at worst, never in neither
+            with (self.dir / "requests-interrupted.jsonl").open("ab") as fh:
+                fh.write(b"\n".join(moved) + b"\n")
+                fh.flush()
+                os.fsync(fh.fileno())
             tmp = self.requests_path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
+            with tmp.open("wb") as fh:
+                fh.write(b"".join(ln + b"\n" for ln in keep))
+                fh.flush()
+                os.fsync(fh.fileno())
             tmp.replace(self.requests_path)
+            fsync_dir(self.dir)
         return len(moved)
 
     def stage_done(self, name: str) -> bool:

@@ -85,9 +85,12 @@ def results_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # Fault injection: every test marked `fault` injects one fault and reports what it cost through
-# `fault_report`; the session ends with one line over all of them (tests/test_fault_injection.py
-# and `pytest -m fault` print it), e.g. "12 faults injected, 0 records lost or mixed, ...".
+# `fault_report`; the session ends with one line over all of them (`make faults`, or
+# `pytest -m fault`, runs every one in one go), e.g. "12 faults injected, 0 records lost or mixed, ...".
+# A fault test that failed, or passed without reporting, is named on a line of its own: the sums
+# cannot speak for it.
 FAULT_OUTCOMES: list[dict] = []
+FAULT_TESTS: dict[str, str] = {}  # nodeid -> outcome of each fault test that ran (a skip injected nothing)
 
 
 @pytest.fixture
@@ -102,12 +105,21 @@ def fault_report(request: pytest.FixtureRequest):
     return report
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "fault" in report.keywords and (report.when == "call" or report.failed):
+        FAULT_TESTS[report.nodeid] = "failed" if report.failed else report.outcome
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    if not FAULT_OUTCOMES:
-        return
-    lost = sum(o["records_lost"] + o["records_mixed"] for o in FAULT_OUTCOMES)
-    tb = sum(o["tracebacks"] for o in FAULT_OUTCOMES)
-    kills = sum(o["foreign_kills"] for o in FAULT_OUTCOMES)
-    terminalreporter.write_line(
-        f"{len(FAULT_OUTCOMES)} faults injected, {lost} records lost or mixed, {tb} tracebacks, "
-        f"{kills} processes killed that the suite did not start")
+    if FAULT_OUTCOMES:
+        lost = sum(o["records_lost"] + o["records_mixed"] for o in FAULT_OUTCOMES)
+        tb = sum(o["tracebacks"] for o in FAULT_OUTCOMES)
+        kills = sum(o["foreign_kills"] for o in FAULT_OUTCOMES)
+        terminalreporter.write_line(
+            f"{len(FAULT_OUTCOMES)} faults injected, {lost} records lost or mixed, {tb} tracebacks, "
+            f"{kills} processes killed that the suite did not start")
+    reported = {o["fault"] for o in FAULT_OUTCOMES}
+    unsound = sorted(n for n, outcome in FAULT_TESTS.items()
+                     if outcome == "failed" or (outcome == "passed" and n not in reported))
+    if unsound:
+        terminalreporter.write_line(f"{len(unsound)} fault tests failed or measured nothing: {', '.join(unsound)}")

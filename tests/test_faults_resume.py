@@ -162,6 +162,48 @@ def test_a_resume_with_another_configuration_starts_a_new_run(tmp_path: Path, fa
     RunRecord.open_incomplete(old.dir).release()  # released: a later resume of the same configuration may take it
 
 
+HOSTILE_LINES = [b'{"kind": "gate", "stage": "gate", "index": 0, "text": "\xff\xfe"}',  # not UTF-8
+                 b'[{"stage": "gate"}]',  # JSON, not an object
+                 b'"a string"', b"null",
+                 b'{"kind": "gate", "stage": ["gate"], "index": 1}',  # a stage that is not a name
+                 b"[" * 100_000 + b'{"stage": "gate"}',  # nested too deep
+                 b'{"kind": "gate", "stage": "gate", "ind']  # torn
+
+
+@pytest.mark.fault
+def test_a_resume_reads_hostile_request_lines_without_a_traceback(tmp_path: Path, fault_report) -> None:
+    """An interrupted run's requests.jsonl with lines that are not what they claim: setting the
+    unfinished stage aside and counting its answers go on, and every line stays, byte for byte."""
+    manifest = golden_manifest()
+    results = tmp_path / "results"
+    rec = RunRecord.create(results, manifest)
+    rec.record_request("gate", stage="gate", prompt_id="p", index=0, text="finished stage")
+    rec.record_request("gate", stage="latency", prompt_id="p", index=0, text="unfinished stage")
+    with rec.requests_path.open("ab") as fh:
+        fh.write(b"\n".join(HOSTILE_LINES) + b"\n")
+    rec.release()
+    before = rec.requests_path.read_bytes().splitlines()
+    plan = plan_arms("tiny", ["llamacpp"], "local", manifest.profile)[0]
+    session = BenchSession(plan, results)
+    session.record = RunRecord.open_incomplete(rec.dir)
+    try:
+        answered = session._answered("gate")
+        moved = session.record.set_aside_unfinished({"gate"})
+    except Exception as exc:  # noqa: BLE001 - measured below
+        fault_report(tracebacks=1, records_lost=len(before))
+        raise AssertionError(f"the resume raised {type(exc).__name__}") from None
+    finally:
+        session.record.release()
+    kept = rec.requests_path.read_bytes().splitlines()
+    aside = (rec.dir / "requests-interrupted.jsonl").read_bytes().splitlines()
+    fault_report(records_lost=len(before) - len(kept) - len(aside),
+                 records_mixed=sum(b"unfinished stage" in ln for ln in kept))
+    assert answered == 1
+    assert sorted(kept + aside) == sorted(before), "a line was lost or rewritten"
+    assert kept == [before[0], *HOSTILE_LINES[1:4]]  # the finished stage's line, and JSON that names no stage
+    assert moved == len(aside) == 5 and aside[0] == before[1] and HOSTILE_LINES[0] in aside
+
+
 # ---------------------------------------------------------------- durability of a linked record
 
 
@@ -186,6 +228,36 @@ def test_the_run_folder_is_fsynced_after_a_record_is_linked(tmp_path: Path, monk
     linked = events.index(("link", path))
     assert ("fsync", (folder.st_dev, folder.st_ino)) in events[linked + 1:], \
         "the folder is not synced after the record's name was linked in"
+
+
+def test_lines_set_aside_are_durable_before_the_request_lines_are_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash while a resume sets lines aside leaves each line in one file or both, never neither."""
+    rec = RunRecord.create(tmp_path, golden_manifest().model_copy(update={"run_id": "r4"}))
+    rec.record_request("gate", stage="gate", prompt_id="p", index=0, text="finished")
+    rec.record_request("gate", stage="latency", prompt_id="p", index=0, text="unfinished")
+    events: list[tuple[str, object]] = []
+    real_replace, real_fsync = os.replace, os.fsync
+
+    def replace(src, dst, *a, **k):
+        real_replace(src, dst, *a, **k)
+        events.append(("replace", Path(dst).name))
+
+    def fsync(fd):
+        real_fsync(fd)
+        st = os.fstat(fd)
+        events.append(("fsync", (st.st_dev, st.st_ino)))
+
+    aside = rec.dir / "requests-interrupted.jsonl"
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "fsync", fsync)
+    assert rec.set_aside_unfinished({"gate"}) == 1
+    rec.release()
+    node = lambda p: (os.stat(p).st_dev, os.stat(p).st_ino)  # noqa: E731
+    replaced = events.index(("replace", "requests.jsonl"))
+    assert ("fsync", node(aside)) in events[:replaced], "the lines set aside were not synced first"
+    assert ("fsync", node(rec.requests_path)) in events[:replaced], "the new request lines were not synced"
+    assert ("fsync", node(rec.dir)) in events[replaced + 1:], "the run folder was not synced after the swap"
 
 
 def test_listing_runs_takes_no_lock_and_writes_nothing(tmp_path: Path) -> None:
