@@ -177,6 +177,21 @@ def test_the_last_line_is_not_an_error_line_for_being_last() -> None:
      "terminate called after throwing an instance of 'std::runtime_error'"),
     # an ERROR line that mentions INFO later is still an error line
     ("ERROR 12-01 cannot read INFO file\n", "ERROR 12-01 cannot read INFO file"),
+    # vLLM 0.24.0 on an H200 whose HUMMING kernels were another release than its pin (the log's
+    # own lines, shortened): the cause is the engine's TypeError, not the API server's
+    # `raise RuntimeError(` source line nor the "see root cause above" wrapper after it
+    ("(EngineCore pid=3597) ERROR 12-02 01:00:18 [core.py:1231] TypeError: quantize_weight() got an "
+     "unexpected keyword argument 'has_global_scale'\n"
+     "(EngineCore pid=3597)     raise e\n"
+     "(EngineCore pid=3597) TypeError: quantize_weight() got an unexpected keyword argument 'has_global_scale'\n"
+     '(APIServer pid=3466)   File "/t/vllm/v1/engine/utils.py", line 1272, in wait_for_engine_startup\n'
+     "(APIServer pid=3466)     raise RuntimeError(\n"
+     "(APIServer pid=3466)              ^^^^^^^^^^^^^\n"
+     "(APIServer pid=3466) RuntimeError: Engine core initialization failed. See root cause above. "
+     "Failed core proc(s): {}\n",
+     "(EngineCore pid=3597) TypeError: quantize_weight() got an unexpected keyword argument 'has_global_scale'"),
+    ('Traceback (most recent call last):\n  File "x.py", line 3, in start_error_handler\n'
+     "    raise ValueError(msg)\nValueError: bad --max-model-len\n", "ValueError: bad --max-model-len"),
 ])
 def test_error_lines_are_found(log: str, expected: str) -> None:
     assert find_error_line(log) == expected

@@ -221,6 +221,12 @@ _INFO_MARK = re.compile(
     r"|^\d+\.\d+\.\d+\.\d+ [ID] ",  # llama.cpp with timestamps: 0.01.234.567 I ...
     re.I)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# A Python traceback's frame and source lines ('File "x.py", line 3, in f', "raise RuntimeError(",
+# the ^^^ markers) quote code, not the failure, even where the code names an error: the message
+# is the "SomeError: ..." line that follows them. A process prefix such as vLLM's
+# "(EngineCore pid=7)" is read past.
+_PROCESS_PREFIX = re.compile(r"^\(\w+ pid=\d+\)\s*")
+_TRACEBACK_SOURCE = re.compile(r'^(File "|raise\b|Traceback \(most recent call last\)|[\^~]+$)')
 
 
 def is_info_line(line: str) -> bool:
@@ -237,9 +243,10 @@ def find_error_line(log_text: str, patterns: list[str] | None = None) -> str | N
     """The line of a runtime log that says why it failed, or None when no line reads as an error.
 
     A line matching one of the definition's refusal patterns wins; else the last line that looks
-    like an error and is not marked as information (an INFO line never stands for the cause, and
-    neither does the last line merely for being last: a runtime that crashed without a word has
-    no error line, and its log's tail is shown instead).
+    like an error and is not marked as information (an INFO line never stands for the cause, nor
+    does a traceback's source line such as `raise RuntimeError(`, nor the last line merely for
+    being last: a runtime that crashed without a word has no error line, and its log's tail is
+    shown instead).
     """
     lines = [_ANSI.sub("", ln).strip() for ln in log_text.splitlines()]
     lines = [ln for ln in lines if ln]
@@ -248,7 +255,8 @@ def find_error_line(log_text: str, patterns: list[str] | None = None) -> str | N
         for ln in lines:
             if rx.search(ln):
                 return ln[:500]
-    hinted = [ln for ln in lines if _ERROR_HINT.search(ln) and not is_info_line(ln)]
+    hinted = [ln for ln in lines if _ERROR_HINT.search(ln) and not is_info_line(ln)
+              and not _TRACEBACK_SOURCE.match(_PROCESS_PREFIX.sub("", ln))]
     for ln in reversed(hinted):
         if not _WRAPPER.search(ln):
             return ln[:500]
