@@ -138,6 +138,41 @@ def test_one_answer_in_a_control_row_is_not_credited_when_the_default_row_rarely
     assert "one answer in 20 against 1 other answer in 20 at default" in result.elimination
 
 
+def test_a_cold_start_transient_is_tested_over_launches_not_requests():
+    # vLLM on an H200 (random-qwen3, document-4k): the default row's first request alone differed
+    # (the prompt computed before the prefix cache held it); prefix caching off gave one answer in 20.
+    # That difference comes once per launch: more requests per row could never tell, launches can.
+    from suite.analysis.repro import Sample, analyse
+    from suite.stages.controls import _row_from_gate, eliminate
+    from suite.stages.gate import GatePromptResult, GateResult
+
+    def gate(first_odd: bool, label: str) -> GateResult:
+        samples = [Sample(index=i, text="b" if first_odd and i == 0 else "a",
+                          token_ids=[2] if first_odd and i == 0 else [1]) for i in range(20)]
+        p = GatePromptResult.from_analysis(analyse(samples), prompt_id="document-4k", max_tokens=8)
+        return GateResult(label=label, n_requests=20, seed=42, temperature=0.0, logprobs=False, prompts=[p],
+                          reproducible=None, verdict="", wall_s=1.0, http_s=1.0)
+
+    default = _row_from_gate(ControlRow(configuration="default", status="ok"), gate(True, "default"))
+    assert default.gate.prompts[0].pattern == "cold-transient"
+    row = _row_from_gate(ControlRow(configuration="prefix-caching-off", status="ok"),
+                         gate(False, "prefix-caching-off"))
+    result = ControlsResult(runtime="vllm", arm="vllm-gpu", requested=["prefix-caching-off"], n_requests=20,
+                            prompts=["document-4k"], rows=[default, row])
+    eliminate(result, gate(True, "default"))
+    (t,) = result.rows[1].tests
+    assert t.unit == "launch" and not t.credited and t.p_value == pytest.approx(0.5)
+    assert t.needed == 3  # 0 of 3 launches against 3 of 3: p = 1/C(6, 3) = 0.05
+    assert "so launches are the unit: 0 of 1 launch with it against 1 of 1 at default" in result.elimination
+    assert "about 3 launches per row would tell" in result.elimination
+    assert "requests per row would tell" not in result.elimination
+    # a control row that shows the transient too is a second answer, as before
+    again = _row_from_gate(ControlRow(configuration="eager", status="ok"), gate(True, "eager"))
+    result.rows.append(again)
+    eliminate(result, gate(True, "default"))
+    assert result.rows[2].tests[0].unit == "request" and not result.rows[2].tests[0].credited
+
+
 def test_a_control_row_that_answered_twice_is_not_credited():
     from suite.stages.controls import eliminate
 

@@ -70,7 +70,10 @@ class RowTest(BaseModel):
     default_others: int
     p_value: float | None = None  # one-sided Fisher's exact test: fewer other answers than default
     credited: bool = False  # one answer, and p <= alpha
-    needed: int | None = None  # requests per row that could decide, where this row could not
+    needed: int | None = None  # requests (or launches) per row that could decide, where this row could not
+    # What the test counts: answers, or launches where the default row's odd answer is a cold-start
+    # transient (its first request only: once per launch, however many requests follow)
+    unit: Literal["request", "launch"] = "request"
     stopped_early: bool = False  # the row stopped at its second answer
     text: str = ""
 
@@ -395,6 +398,8 @@ def row_test(row: ControlRow, default: ControlRow, pid: str, alpha: float = ELIM
     if n == 0 or d_n == 0:
         t.text = f"{row.configuration} on {pid}: no answer in {'the row' if n == 0 else 'the default row'}"
         return t
+    if row.distinct.get(pid, 0) <= 1 and _pattern(default, pid) == "cold-transient":
+        return _launch_test(t, row, default, alpha)
     t.p_value = fisher_fewer_others(others, n, d_others, d_n)
     if row.distinct.get(pid, 0) > 1:
         t.text = (f"{row.configuration} on {pid}: a second answer after {row.sent.get(pid, n)} requests"
@@ -412,6 +417,36 @@ def row_test(row: ControlRow, default: ControlRow, pid: str, alpha: float = ELIM
                 "the default row showed no other answer here, nothing to tell apart" if not d_others else
                 "more requests than the suite would send would be needed")
         t.text = f"{row.configuration} on {pid}: {versus} > {alpha:g}): cannot tell; {need}"
+    return t
+
+
+def _pattern(row: ControlRow, pid: str) -> str | None:
+    """How the row's answers to one prompt varied (suite.analysis.repro's pattern), if it ran."""
+    return next((p.pattern for p in (row.gate.prompts if row.gate else []) if p.prompt_id == pid), None)
+
+
+def _launch_test(t: RowTest, row: ControlRow, default: ControlRow, alpha: float) -> RowTest:
+    """A control against a default row whose odd answer is a cold-start transient.
+
+    Such a difference comes once per launch (the first request of the prompt, before a cache
+    holds it), however many requests follow: more requests per row cannot tell a control that
+    removes it from chance, more launches can. The unit is the launch: each row is one launch,
+    and the default's launch showed the transient. One-sided Fisher's exact test over launches.
+    """
+    t.unit = "launch"
+    launches, d_launches = 1, 1
+    t.p_value = fisher_fewer_others(0, launches, 1, d_launches)
+    assert t.p_value is not None
+    t.credited = t.p_value <= alpha
+    versus = (f"one answer in {t.n}, where the default row's other answer is a cold-start transient (its first "
+              f"request only, once per launch), so launches are the unit: 0 of {launches} launch with it against "
+              f"1 of {d_launches} at default (one-sided Fisher's exact test p = {t.p_value:.2g}")
+    if t.credited:
+        t.text = f"{row.configuration} on {t.prompt_id}: {versus} <= {alpha:g})"
+    else:
+        t.needed = requests_needed(1.0, alpha)
+        t.text = (f"{row.configuration} on {t.prompt_id}: {versus} > {alpha:g}): cannot tell; about {t.needed} "
+                  f"launches per row would tell")
     return t
 
 
