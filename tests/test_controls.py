@@ -166,6 +166,14 @@ def test_a_cold_start_transient_is_tested_over_launches_not_requests():
     assert "so launches are the unit: 0 of 1 launch with it against 1 of 1 at default" in result.elimination
     assert "about 3 launches per row would tell" in result.elimination
     assert "requests per row would tell" not in result.elimination
+    # as on the H200: prefix caching off answered every time what the default's cold request did
+    assert "its one answer is the default row's first (cold) answer" not in result.elimination
+    cold_row = _row_from_gate(ControlRow(configuration="prefix-caching-off", status="ok"), gate(False, "x"))
+    for a in cold_row.gate.prompts[0].answers:
+        a.token_ids, a.text = [2], "b"
+    result.rows[1] = cold_row
+    eliminate(result, gate(True, "default"))
+    assert "its one answer is the default row's first (cold) answer, not the later one" in result.elimination
     # a control row that shows the transient too is a second answer, as before
     again = _row_from_gate(ControlRow(configuration="eager", status="ok"), gate(True, "eager"))
     result.rows.append(again)

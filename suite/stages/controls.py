@@ -447,7 +447,25 @@ def _launch_test(t: RowTest, row: ControlRow, default: ControlRow, alpha: float)
         t.needed = requests_needed(1.0, alpha)
         t.text = (f"{row.configuration} on {t.prompt_id}: {versus} > {alpha:g}): cannot tell; about {t.needed} "
                   f"launches per row would tell")
+    if _same_as_cold(row, default, t.prompt_id):
+        # what the answers are, not a test: the control's every answer is the one the default's
+        # cold first request gave, not the one its later requests gave
+        t.text += "; its one answer is the default row's first (cold) answer, not the later one"
     return t
+
+
+def _same_as_cold(row: ControlRow, default: ControlRow, pid: str) -> bool:
+    """Whether a one-answer row answered what the default row's cold first request answered."""
+    def answers(r: ControlRow):
+        return next((p.answers for p in (r.gate.prompts if r.gate else []) if p.prompt_id == pid), [])
+
+    mine, theirs = answers(row), answers(default)
+    cold = next((a for a in theirs if a.first_index == 0 and a.rank > 0), None)
+    if len(mine) != 1 or cold is None:
+        return False
+    if mine[0].token_ids is not None and cold.token_ids is not None:
+        return mine[0].token_ids == cold.token_ids
+    return mine[0].text == cold.text
 
 
 def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
