@@ -231,12 +231,12 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
 
     ids = list(load_gate_prompts())
     assert len(ids) >= 2
-    gate = SimpleNamespace(prompts=[SimpleNamespace(prompt_id=ids[0], distinct_answers=2)] +
-                           [SimpleNamespace(prompt_id=pid, distinct_answers=1) for pid in ids[1:]])
+    gate = SimpleNamespace(prompts=[SimpleNamespace(prompt_id=ids[0], distinct_answers=2, pattern="varies")] +
+                           [SimpleNamespace(prompt_id=pid, distinct_answers=1, pattern="stable") for pid in ids[1:]])
     asked: list[tuple[str, list[str] | None, int | None]] = []
 
     def fake_gate_on(ctx, running, client, label, controls_, extra=None, process_cold=True, prompts=None,
-                     stop_after_distinct=None):
+                     stop_after_distinct=None, requests=None):
         asked.append((label, prompts, stop_after_distinct))
         return _gate_with(0, 4, label)
 
@@ -259,3 +259,82 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
     result = controls.run(SimpleNamespace(**{**vars(ctx), "controls_request": ["all"]}))
     assert "default" in [a[0] for a in asked] and len(asked) == 1 + len(get_definition("llamacpp").controls)
     assert result.lora is None
+
+
+def test_a_transient_is_eliminated_launch_by_launch(monkeypatch):
+    """The gate's only variance is a cold-start transient: every row is three launches of a short
+    gate (3 requests per prompt), and a control whose launches never show it is credited, 3 of 3
+    default launches against 0 of 3 (p = 0.05); one that shows it in one launch is not."""
+    from contextlib import contextmanager
+
+    import suite.stages.controls as controls
+    from suite.analysis.repro import Sample, analyse
+    from suite.stages.gate import GatePromptResult, GateResult, load_gate_prompts
+
+    pid = list(load_gate_prompts())[0]
+    gate = SimpleNamespace(prompts=[SimpleNamespace(prompt_id=pid, distinct_answers=2, pattern="cold-transient")])
+    asked: list[tuple[str, int | None, int | None]] = []
+    launches_seen: dict[str, int] = {}
+
+    def series(first_odd: bool, n: int, label: str) -> GateResult:
+        samples = [Sample(index=i, text="b" if first_odd and i == 0 else "a",
+                          token_ids=[2] if first_odd and i == 0 else [1]) for i in range(n)]
+        p = GatePromptResult.from_analysis(analyse(samples), prompt_id=pid, max_tokens=8)
+        return GateResult(label=label, n_requests=n, seed=42, temperature=0.0, logprobs=False, prompts=[p],
+                          reproducible=None, verdict="", wall_s=1.0, http_s=1.0)
+
+    def fake_gate_on(ctx, running, client, label, controls_, extra=None, process_cold=True, prompts=None,
+                     stop_after_distinct=None, requests=None):
+        asked.append((label, requests, stop_after_distinct))
+        launches_seen[label] = launches_seen.get(label, 0) + 1
+        odd = label == "default" or (label == "slots-off" and launches_seen[label] == 2)
+        return series(odd, requests or 20, label)
+
+    @contextmanager
+    def launch(**kw):
+        yield SimpleNamespace(startup_s=1.0, command=["x"], alive=lambda: True), None
+
+    monkeypatch.setattr(controls, "_gate_on", fake_gate_on)
+    runtime = get_definition("llamacpp")
+    cache_off = "prompt-cache-off"
+    other = next(n for n in runtime.controls if n not in (cache_off, "concurrency-4"))
+    monkeypatch.setattr(runtime, "controls", {cache_off: runtime.controls[cache_off], "slots-off": runtime.controls[other]})
+    ctx = SimpleNamespace(runtime=runtime, controls_request=[cache_off, "slots-off"], arm_name="a",
+                          profile=SimpleNamespace(gate_prompts=None, gate_requests=20), results={"gate": gate},
+                          automatic_controls=True, launch=launch)
+    result = controls.run(ctx)
+    # a control row stops at its first launch that shows the transient: it cannot be credited then
+    assert [a[0] for a in asked] == ["default"] * 3 + [cache_off] * 3 + ["slots-off"] * 2
+    assert all(a[1] == controls.TRANSIENT_REQUESTS and a[2] is None for a in asked)
+    assert result.launches_per_row == 3 and result.n_requests == 3
+    by = {r.configuration: r for r in result.rows}
+    assert by["default"].cold_odd[pid] == [True, True, True] and by[cache_off].cold_odd[pid] == [False] * 3
+    assert by["default"].launches == 3
+    assert result.restoring == [cache_off]
+    (t,) = by[cache_off].tests
+    assert t.unit == "launch" and t.credited and t.p_value == pytest.approx(0.05)
+    assert f"{cache_off} on {pid}: the first answer alone differed in 0 of 3 launches against 3 of 3 at default" in result.elimination
+    (s,) = by["slots-off"].tests
+    assert not s.credited and s.others == 1 and "1 of 2 launches" in s.text
+
+
+def test_llama_servers_prompt_cache_transient_is_eliminated_over_launches(tmp_path):
+    """A real llama-server on the tiny model: 20 identical requests, the first after the start alone
+    differs (its prompt cache); the elimination then runs three launches per row and credits
+    prompt-cache-off, 3 of 3 default launches against 0 of 3 (p = 0.05), whose one answer is the
+    default's cold one."""
+    from suite.bench import run_bench
+
+    (s,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["gate", "controls"], results=tmp_path / "results",
+                     controls=["prompt-cache-off"], gate_requests=20)
+    assert s.status == "complete", s.reason
+    (p,) = s.gate.prompts
+    assert p.pattern == "cold-transient", p.pattern_text
+    c = s.controls
+    assert c.launches_per_row == 3
+    by = {r.configuration: r for r in c.rows}
+    assert by["default"].cold_odd[p.prompt_id] == [True, True, True]
+    assert by["prompt-cache-off"].cold_odd[p.prompt_id] == [False, False, False]
+    assert c.restoring == ["prompt-cache-off"]
+    assert "0 of 3 launches against 3 of 3 at default" in c.elimination
+    assert "its one answer is the default row's first (cold) answer" in c.elimination

@@ -749,7 +749,9 @@ def control_row_line(row: dict[str, Any]) -> str:
     cells = [c for c in row["cells"] if c is not None]
     if row["status"] != "ok" or not cells:
         return f"{row['configuration']}: {row['status']}" + (f" ({row['reason']})" if row.get("reason") else "")
-    distinct = "; ".join(f"{c['distinct']} distinct of {c['answered']}" for c in cells)
+    distinct = "; ".join(f"{c['distinct']} distinct of {c['answered']}"
+                         + (f" (first answer alone different in {c['cold_odd'][0]} of {c['cold_odd'][1]} launches)"
+                            if c.get("cold_odd") else "") for c in cells)
     parts = [distinct]
     if row["configuration"] != "default":
         if row.get("cost") is not None:
@@ -771,7 +773,9 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
         cut = row_truncation(r.gate)
         cells = [None if pid not in r.distinct else {
             "distinct": r.distinct[pid], "answered": r.answered.get(pid), "lengths": r.lengths.get(pid),
-            "truncated": cut.get(pid, (None, None))[0], "max_tokens": cut.get(pid, (None, None))[1]}
+            "truncated": cut.get(pid, (None, None))[0], "max_tokens": cut.get(pid, (None, None))[1],
+            # a transient's row: launches whose first answer alone differed, of the launches run
+            "cold_odd": (sum(1 for x in r.cold_odd[pid] if x), len(r.cold_odd[pid])) if pid in r.cold_odd else None}
             for pid in prompts]
         rows.append({
             "configuration": r.configuration, "description": r.description, "status": r.status,
@@ -789,7 +793,8 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
         row["cost"] = tps / default_tps if tps is not None and default_tps else None
         row["energy_cost"] = jpt / default_jpt if jpt is not None and default_jpt else None
         row["line"] = control_row_line(row)
-    return {"prompts": prompts, "rows": rows, "n": c.n_requests, "elimination": c.elimination,
+    return {"prompts": prompts, "rows": rows, "n": c.n_requests, "launches": c.launches_per_row,
+            "elimination": c.elimination,
             "automatic": c.automatic, "restoring": c.restoring, "spread_prompts": c.spread_prompts,
             "by_conf": {row["configuration"]: row for row in rows}, "lora": c.lora}
 

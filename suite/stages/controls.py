@@ -58,6 +58,12 @@ ADAPTER_NAME = "suite-test-lora"
 CONTROL_STOP_AFTER_DISTINCT = 2
 # The level of the elimination's test (one-sided Fisher's exact test, per control and prompt).
 ELIMINATION_ALPHA = 0.05
+# Where the gate's variance is a cold-start transient (once per launch), each row is this many
+# launches of a short gate: the transient in 3 of 3 default launches against 0 of 3 under a control
+# is p = 1/C(6, 3) = 0.05, the fewest that can credit a control. Three requests per prompt per
+# launch: the cold one and two after it, which must agree with each other.
+TRANSIENT_LAUNCHES = 3
+TRANSIENT_REQUESTS = 3
 
 
 class RowTest(BaseModel):
@@ -107,7 +113,13 @@ class ControlRow(BaseModel):
     sent: dict[str, int] = Field(default_factory=dict)  # prompt id -> requests sent (fewer: stopped early)
     tests: list[RowTest] = Field(default_factory=list)  # against the default row, per prompt that varied
     reproducible: bool | None = None
-    gate: GateResult | None = None
+    gate: GateResult | None = None  # the (first) launch's gate
+    # Where the gate's every varied prompt varied only as a cold-start transient, each row is
+    # TRANSIENT_LAUNCHES launches of a short gate (the cold request and those after it): per prompt,
+    # per launch, whether its first answer alone differed (True), it gave one answer (False), or the
+    # requests after the first differed among themselves (None).
+    launches: int = 1
+    cold_odd: dict[str, list[bool | None]] = Field(default_factory=dict)
 
 
 class LoraOutcome(BaseModel):
@@ -135,6 +147,7 @@ class ControlsResult(BaseModel):
     restoring: list[str] = Field(default_factory=list)
     elimination: str = ""
     alpha: float = ELIMINATION_ALPHA
+    launches_per_row: int = 1  # > 1: the rows were launches of a short gate (a cold-start transient)
 
 
 # -- configurations -------------------------------------------------------------------------------
@@ -195,23 +208,26 @@ def _with_energy(row: ControlRow, meter: EnergyMeter) -> ControlRow:
 
 def _gate_on(ctx: "StageContext", running: Any, client: Any, label: str, controls: list[str],
              extra: dict[str, Any] | None = None, process_cold: bool = True,
-             prompts: list[str] | None = None, stop_after_distinct: int | None = None) -> GateResult:
+             prompts: list[str] | None = None, stop_after_distinct: int | None = None,
+             requests: int | None = None) -> GateResult:
     # the client carries the row's controls' request fields (ctx.launch made it); `extra`: LoRA's
     chosen = select_prompts(ctx.profile.gate_prompts)
     if prompts is not None:
         chosen = [p for p in chosen if p.id in prompts] or chosen
     return run_gate(
-        client, chosen, ctx.profile.gate_requests, stop_after_distinct=stop_after_distinct,
+        client, chosen, requests or ctx.profile.gate_requests, stop_after_distinct=stop_after_distinct,
         max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
         concurrency=concurrency_of(ctx, [c for c in controls if c != LORA]), extra=extra, record=ctx.record_request, alive=running.alive, death_reason=death_reason_of(running),
         label=label, controls=controls, kind="controls", process_cold=process_cold,
     )
 
 
-def run_configuration(ctx: "StageContext", name: str, prompts: list[str] | None = None) -> ControlRow:
+def run_configuration(ctx: "StageContext", name: str, prompts: list[str] | None = None,
+                      requests: int | None = None) -> ControlRow:
     """One row: a fresh runtime with the control, the gate on it (`prompts`: only these), stopped.
 
     A control row stops a prompt at its second answer; the default row, the comparison, runs in full.
+    `requests`: a short gate of this many requests per prompt, in full (a launch of a transient row).
     """
     control = ctx.runtime.control(name)
     controls = [] if name == "default" else [name]
@@ -222,8 +238,9 @@ def run_configuration(ctx: "StageContext", name: str, prompts: list[str] | None 
             row.startup_s = running.startup_s
             _ran_with(row, running)
             with EnergyMeter() as meter:
+                stop = None if name == "default" or requests else CONTROL_STOP_AFTER_DISTINCT
                 gate = _gate_on(ctx, running, client, name, controls, prompts=prompts,
-                                stop_after_distinct=None if name == "default" else CONTROL_STOP_AFTER_DISTINCT)
+                                stop_after_distinct=stop, requests=requests)
             return _with_energy(_row_from_gate(row, gate), meter)
     except RuntimeStartError as exc:
         # refused: the log said the runtime does not support it; failed: it did not start for another reason
@@ -233,6 +250,51 @@ def run_configuration(ctx: "StageContext", name: str, prompts: list[str] | None 
     except EnvironmentUnavailable as exc:
         row.status, row.reason = "skipped", str(exc)
     return row
+
+
+def transient_prompts(gate: GateResult | None) -> list[str] | None:
+    """The gate's varied prompts where every one varied only as a cold-start transient, else None."""
+    spread = [p for p in (gate.prompts if gate else []) if p.distinct_answers > 1]
+    if spread and all(p.pattern == "cold-transient" for p in spread):
+        return [p.prompt_id for p in spread]
+    return None
+
+
+def cold_odd_of(prompt: Any) -> bool | None:
+    """One launch's series of a prompt: its first answer alone differs (True), one answer (False),
+    or the requests after the first differ among themselves (None)."""
+    answers = list(prompt.answers)
+    if len(answers) == 1:
+        return False
+    first = next((a for a in answers if 0 in a.indices), None)
+    if len(answers) == 2 and first is not None and first.indices == [0]:
+        return True
+    return None
+
+
+def run_transient_row(ctx: "StageContext", name: str, prompts: list[str]) -> ControlRow:
+    """A row of TRANSIENT_LAUNCHES launches, each a short gate of TRANSIENT_REQUESTS requests per
+    prompt: whether each launch's first answer alone differs, the unit a transient is tested in."""
+    first: ControlRow | None = None
+    odd: dict[str, list[bool | None]] = {pid: [] for pid in prompts}
+    for i in range(TRANSIENT_LAUNCHES):
+        row = run_configuration(ctx, name, prompts=prompts, requests=TRANSIENT_REQUESTS)
+        if row.status != "ok" or row.gate is None:
+            if first is None:
+                return row
+            first.status, first.reason = row.status, f"launch {i + 1} of {TRANSIENT_LAUNCHES}: {row.reason}"
+            break
+        for p in row.gate.prompts:
+            odd.setdefault(p.prompt_id, []).append(cold_odd_of(p))
+        if first is None:
+            first = row
+        else:
+            first.launches += 1
+        if name != "default" and any(x is not False for xs in odd.values() for x in xs):
+            break  # a control launch that varied cannot be credited: its row stops there
+    assert first is not None
+    first.cold_odd = odd
+    return first
 
 
 # -- LoRA -----------------------------------------------------------------------------------------
@@ -364,8 +426,15 @@ def run(ctx: "StageContext") -> ControlsResult:
     if automatic:
         # the LoRA rows eliminate nothing (they compare base and adapter): named, not automatic
         names = [n for n in names if n != LORA]
+    # A cold-start transient comes once per launch: its rows are launches of a short gate, on the
+    # prompts that showed it (LoRA's rows, which compare base and adapter, stay as they are).
+    transient = transient_prompts(gate)
+    if transient:
+        prompts = [pid for pid in prompts if pid in transient] or transient
     result = ControlsResult(runtime=ctx.runtime.name, arm=ctx.arm_name, requested=list(requested or ["all"]),
-                            n_requests=ctx.profile.gate_requests, prompts=prompts, rows=[], automatic=automatic)
+                            n_requests=TRANSIENT_REQUESTS if transient else ctx.profile.gate_requests,
+                            prompts=prompts, rows=[], automatic=automatic,
+                            launches_per_row=TRANSIENT_LAUNCHES if transient else 1)
     for name in names:
         t0 = time.monotonic()
         if name == LORA:
@@ -379,6 +448,8 @@ def run(ctx: "StageContext") -> ControlsResult:
             if common:
                 outcome.adapter_changes_output = any(a[k] != b[k] for k in common)
             result.lora = outcome
+        elif transient:
+            result.rows.append(run_transient_row(ctx, name, prompts))
         else:
             result.rows.append(run_configuration(ctx, name, prompts=only))
         log.info("controls %s: %s done in %.0f s", ctx.arm_name, name, time.monotonic() - t0)
@@ -398,6 +469,8 @@ def row_test(row: ControlRow, default: ControlRow, pid: str, alpha: float = ELIM
     if n == 0 or d_n == 0:
         t.text = f"{row.configuration} on {pid}: no answer in {'the row' if n == 0 else 'the default row'}"
         return t
+    if pid in row.cold_odd and pid in default.cold_odd:
+        return _launches_test(t, row, default, alpha)
     if row.distinct.get(pid, 0) <= 1 and _pattern(default, pid) == "cold-transient":
         return _launch_test(t, row, default, alpha)
     t.p_value = fisher_fewer_others(others, n, d_others, d_n)
@@ -468,6 +541,38 @@ def _same_as_cold(row: ControlRow, default: ControlRow, pid: str) -> bool:
     return mine[0].text == cold.text
 
 
+def _launches_test(t: RowTest, row: ControlRow, default: ControlRow, alpha: float) -> RowTest:
+    """A transient row against the default row, launch by launch: in how many launches did the
+    prompt's first answer alone differ. One-sided Fisher's exact test over launches; credited
+    only where the control's every launch gave one answer."""
+    t.unit = "launch"
+    mine, theirs = row.cold_odd[t.prompt_id], default.cold_odd[t.prompt_id]
+    c, lc = sum(1 for x in mine if x), len(mine)
+    d, ld = sum(1 for x in theirs if x), len(theirs)
+    t.n, t.others, t.default_n, t.default_others = lc, c, ld, d
+    unit = "launch" if lc == 1 else "launches"
+    head = (f"{row.configuration} on {t.prompt_id}: the first answer alone differed in {c} of {lc} {unit} "
+            f"against {d} of {ld} at default (a cold-start transient comes once per launch: launches are the unit")
+    if any(x is None for x in mine):
+        t.text = f"{head}); the requests after the first differed among themselves in a launch: not one answer"
+        return t
+    t.p_value = fisher_fewer_others(c, lc, d, ld)
+    assert t.p_value is not None
+    t.credited = c == 0 and t.p_value <= alpha
+    versus = f"{head}; one-sided Fisher's exact test p = {t.p_value:.2g}"
+    if t.credited:
+        t.text = f"{versus} <= {alpha:g})"
+    elif not d:
+        t.text = f"{versus} > {alpha:g}): the default showed no transient in its launches, nothing to tell apart"
+    else:
+        t.needed = requests_needed(d / ld, alpha)
+        t.text = (f"{versus} > {alpha:g}): cannot tell"
+                  + (f"; about {t.needed} launches per row would tell" if t.needed else ""))
+    if c == 0 and _same_as_cold(row, default, t.prompt_id):
+        t.text += "; its one answer is the default row's first (cold) answer, not the later one"
+    return t
+
+
 def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
     """Which control, if any, brings the prompts that varied back to one answer each, by a test.
 
@@ -496,8 +601,10 @@ def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
         result.elimination = ("no default row ran in this matrix: a control can only be credited against it"
                               + tail)
         return
-    d_text = ", ".join(f"{pid} {default.distinct.get(pid, 0)} distinct in {default.answered.get(pid, 0)}"
-                       for pid in spread)
+    d_text = ", ".join(
+        f"{pid}: first answer alone different in {sum(1 for x in default.cold_odd[pid] if x)} of "
+        f"{len(default.cold_odd[pid])} launches" if pid in default.cold_odd else
+        f"{pid} {default.distinct.get(pid, 0)} distinct in {default.answered.get(pid, 0)}" for pid in spread)
     for r in tried:
         r.tests = [row_test(r, default, pid, result.alpha) for pid in spread if pid in r.answered]
     result.restoring = [r.configuration for r in tried
@@ -516,7 +623,9 @@ def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
 
 def format_controls_table(result: ControlsResult) -> Table:
     """configuration -> distinct answers and lengths (count), per prompt, as a rich table."""
-    table = Table(title=Text(f"{result.arm} ({result.runtime}): gate per configuration, {result.n_requests} requests"))
+    launches = f" x {result.launches_per_row} launches" if result.launches_per_row > 1 else ""
+    table = Table(title=Text(f"{result.arm} ({result.runtime}): gate per configuration, "
+                             f"{result.n_requests} requests{launches}"))
     table.add_column("configuration")
     table.add_column("status")
     for pid in result.prompts:
