@@ -90,6 +90,8 @@ def test_gpu_vllm_example_tree_shows_the_prefix_cache_transient_and_its_control(
     assert "random weights" in page
     assert "cold-start transient: only the first request after the start differs (1 of 20)" in page
     assert "prefix-caching-off" in page and "--no-enable-prefix-caching" in page
+    # the cut restarts run: its 30 restart requests are named on the page, not silently dropped
+    assert "sent 30 requests of this stage and stopped before its result" in page
     # what the records hold, tested again with this code: the control's one answer is the cold one
     from suite.stages.controls import eliminate
 

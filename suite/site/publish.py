@@ -307,6 +307,26 @@ def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None
     return {"ttft": ttft_svg, "itl": itl_svg, "memory": memory_svg, "sweep": sweep_svg}
 
 
+def _with_interrupted(site: _Site, model: ModelRuns, lines: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Each section's lines, with one per arm that has no result of the stage but a run that sent
+    requests of it before it stopped (cut by a time limit, say): what was measured is named, and
+    where it is kept, never silently dropped."""
+    for arm in model.arms.values():
+        for stage in PAGE_STAGES:
+            if getattr(arm.for_stage(stage).s, stage, None) is not None:
+                continue
+            for r in arm.runs:
+                if r.s.status == "complete" or getattr(r.s, stage, None) is not None:
+                    continue
+                sent = sum(1 for q in read_requests(r.run_dir, (stage, "gate"))
+                           if (getattr(q, "stage", None) or q.kind) == stage)
+                if sent:
+                    lines.setdefault(stage, []).append(
+                        f"{arm.name}: run {r.s.run_id} ({r.s.status}) sent {sent} requests of this stage and "
+                        f"stopped before its result; they are kept in that run's requests.jsonl")
+    return lines
+
+
 def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, "Future[str | None]"]) -> None:
     """One column per arm: its current run (`ArmRuns.current`) in the cards, and each stage from the
     newest run that ran it (`ArmRuns.for_stage`), named where that is another run."""
@@ -378,7 +398,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         restarts=restarts, restart_prompts=restart_prompts, control_configs=control_configs,
         arm_comparisons=arm_comparisons(gate_runs, arms), sessions=[sessions_view(r.s.sessions) for r in by["sessions"]],
         gate_settings=gate_settings_text([r.s.gate for r in gate_runs], arms),
-        batch=batch, stage_runs=by, borrowed=model.borrowed(PAGE_STAGES),
+        batch=batch, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),
     )
 
 
