@@ -30,6 +30,7 @@ from suite import gpu, progress
 from suite.catalog import (Arm, ModelCard, arm_runtime, format_dir, format_path, get_card, prepare_format,
                            prepared_checksum, prepared_model)
 from suite.client import GenerationParams, OpenAIClient
+from suite.contention import ContentionMeter
 from suite.definitions import RuntimeDefinition, get_definition
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers import launcher_for, reap_orphans
@@ -758,8 +759,13 @@ class BenchSession:
                 ctx.stage = name
                 # a bar with the stage's requests (count, rate, time left) or plain lines in a log
                 with progress.stage(f"{name} {plan.arm_name}", total=stage.requests_for(ctx.profile)), \
-                        gpu.EnergyMeter() as meter:
+                        gpu.EnergyMeter() as meter, ContentionMeter(own_runtime=plan.launcher.name == "local") as cpu:
                     result = stage.run(ctx)
+                contention = cpu.result()
+                if contention is not None:
+                    self.summary.contention[name] = contention
+                    if contention.busy:
+                        log.warning("arm %s: stage %s: %s", plan.arm_name, name, contention.text())
                 energy = meter.result(ctx.output_tokens.get(name))
                 if energy is not None:
                     self.summary.energy[name] = energy

@@ -33,6 +33,7 @@ from typing import Annotated, Any, Callable, Iterable, Literal, Union
 from memwatch.report import WatchdogReport
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
+from suite.contention import Contention
 from suite.errors import SuiteError
 from suite.gpu import Energy
 from suite.signature import Signature, scrub
@@ -162,6 +163,8 @@ class SummaryBase(RunIdentity):
     # counter; empty where no NVIDIA driver answers). A stage that starts runtimes of its own
     # (restarts, sessions, controls) includes their start-ups.
     energy: dict[str, Energy] = Field(default_factory=dict)
+    # per stage, other processes' share of the CPUs while it ran (suite.contention): busy marks its timings
+    contention: dict[str, Contention] = Field(default_factory=dict)
     invocation: Invocation | None = None  # the command line and the profile's overrides
     failure: RuntimeFailure | None = None  # how the runtime failed (a crash, an exit, a timeout); None: it did not
     # the watchdog of every fresh launch beside the main one, in the order they ran (the memory

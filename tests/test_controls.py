@@ -328,6 +328,8 @@ def test_llama_servers_prompt_cache_transient_is_eliminated_over_launches(tmp_pa
     (s,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["gate", "controls"], results=tmp_path / "results",
                      controls=["prompt-cache-off"], gate_requests=20)
     assert s.status == "complete", s.reason
+    # every stage says how much of the CPUs other processes took while it ran (the runtime is ours)
+    assert set(s.contention) == {"gate", "controls"} and all(0 <= c.others_share <= 1 for c in s.contention.values())
     (p,) = s.gate.prompts
     assert p.pattern == "cold-transient", p.pattern_text
     c = s.controls

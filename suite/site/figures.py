@@ -410,6 +410,17 @@ class Run:
         return out
 
     @property
+    def busy(self) -> str:
+        """Where other processes took a share of the CPUs while this run's stages ran (suite.contention),
+        one line naming those stages and the largest share; "" when none."""
+        busy = {name: c for name, c in self.summary.contention.items() if c.busy}
+        if not busy:
+            return ""
+        worst = max(c.others_share for c in busy.values())
+        return (f"busy machine during {', '.join(busy)}: other processes used up to {worst:.0%} of the CPUs' time; "
+                "these timings are not the runtime's alone")
+
+    @property
     def overrides(self) -> str:
         """What this run was asked beyond its profile: the settings it changed (`restarts 6 ·
         reloads 1`), the stages when not a bench's own, the control sets asked for; or ""."""
