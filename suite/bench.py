@@ -423,11 +423,11 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
     try:
         plan.launcher.check_available()
         plan.launcher.prepare(plan.runtime, prepared_model)
-        if plan.launcher.name != "external":  # an external server has its model loaded already
+        if plan.launcher.starts_runtimes:  # an external server has its model loaded already
             prepare_format(plan.card, plan.arm.format)
     except EnvironmentUnavailable as exc:
         # An arm that cannot run here: the CLI prints its one line (what it needs, what is missing).
-        log.log(logging.DEBUG if plan.launcher.name == "none" else logging.WARNING, "arm %s skipped: %s",
+        log.log(logging.DEBUG if not plan.launcher.can_run else logging.WARNING, "arm %s skipped: %s",
                 plan.arm_name, exc)
         return Summary(run_id="-", model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
                        launcher=plan.launcher.name, profile=plan.profile.name, started_at=started,
@@ -742,7 +742,7 @@ class BenchSession:
                 if watchdog.tripped:
                     break
                 stage = get_stage(name)
-                if stage.fresh_runtimes and plan.launcher.name == "external":
+                if stage.fresh_runtimes and not plan.launcher.starts_runtimes:
                     from suite.launchers.external import NOT_STARTED
 
                     log.info("arm %s: stage %s not run: %s", plan.arm_name, name, NOT_STARTED)
@@ -759,7 +759,7 @@ class BenchSession:
                 ctx.stage = name
                 # a bar with the stage's requests (count, rate, time left) or plain lines in a log
                 with progress.stage(f"{name} {plan.arm_name}", total=stage.requests_for(ctx.profile)), \
-                        gpu.EnergyMeter() as meter, ContentionMeter(own_runtime=plan.launcher.name == "local") as cpu:
+                        gpu.EnergyMeter() as meter, ContentionMeter(own_runtime=plan.launcher.runs_children) as cpu:
                     result = stage.run(ctx)
                 contention = cpu.result()
                 if contention is not None:
@@ -964,7 +964,7 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
     check_controls(plans, controls)
     if judge is not None:
         judge = probe_judge(judge, explicit_model=judge_model is not None)
-    if any(plan.launcher.name not in ("external", "none") for plan in plans):
+    if any(plan.launcher.starts_runtimes and plan.launcher.can_run for plan in plans):
         # What a suite killed with -9 left (a container, a runtime's workers) may hold the GPU:
         # end it before the GPU is checked, or the check refuses and the orphan stays.
         reap_orphans()
@@ -974,7 +974,7 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
         # after the arm, wait until device memory is back to its baseline (no-ops without a GPU).
         # A server the suite did not start holds its GPU already, and an arm that cannot run
         # here starts nothing: no lease for either.
-        device = gpu.exclusive_device() if plan.launcher.name not in ("external", "none") else contextlib.nullcontext(
+        device = gpu.exclusive_device() if plan.launcher.starts_runtimes and plan.launcher.can_run else contextlib.nullcontext(
             gpu.DeviceLease(locked=False, reason=f"launcher {plan.launcher.name}"))
         with device as lease:
             summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume, judge, command=command))

@@ -210,7 +210,7 @@ def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare.")
 
     wanted = _split(runtime)
     plans = [p for p in plan_arms(model, None, launcher, "quick") if not wanted or p.runtime.name in wanted]
-    unavailable = [p for p in plans if p.launcher.name == "none"]
+    unavailable = [p for p in plans if not p.launcher.can_run]
     err = Console(stderr=True)
     for plan in unavailable:
         line = rich.markup.escape(f"{plan.card.name}/{plan.arm_name} {plan.launcher.reason}")  # type: ignore[attr-defined]

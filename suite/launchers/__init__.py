@@ -105,6 +105,7 @@ class UnavailableLauncher(Launcher):
     """The launcher of an arm that cannot run here: every call says what it needs and lacks."""
 
     name = "none"
+    can_run = False
 
     def __init__(self, reason: str, wanted: str = "auto"):
         self.reason = reason

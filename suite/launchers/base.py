@@ -129,6 +129,10 @@ class Launcher(abc.ABC):
     """A way to run runtimes: a local process group, or a Docker container."""
 
     name: ClassVar[str]
+    # What the bench asks of a launcher, instead of its name:
+    starts_runtimes: ClassVar[bool] = True  # False: it talks to a server it did not start (no restarts)
+    runs_children: ClassVar[bool] = False  # True: the runtime runs as this suite's child process tree
+    can_run: ClassVar[bool] = True  # False: it stands for an arm that cannot run here, with the reason
 
     @abc.abstractmethod
     def check_available(self) -> None:

@@ -307,6 +307,7 @@ class ExternalLauncher(Launcher):
     """Starts nothing; `start` hands back the server at the URL, probed again."""
 
     name = "external"
+    starts_runtimes = False
 
     def __init__(self, info: ServerInfo, tokenizer: LocalTokenizer | None = None):
         self.info = info

@@ -476,6 +476,7 @@ class LocalRuntime(RunningRuntime):
 
 class LocalLauncher(Launcher):
     name = "local"
+    runs_children = True
 
     def check_available(self) -> None:  # a local process group can always be started
         return None
