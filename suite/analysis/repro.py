@@ -612,18 +612,44 @@ def launches_for_bound(confidence: float = UNSEEN_CONFIDENCE) -> int:
     return next(k for k in range(1, 100) if alike_bound(k, confidence) is not None)
 
 
+def _table_seed(groups: Sequence[Sequence[Hashable]], seed: int = 0) -> int:
+    """A seed from a launch x answer table: launch sizes and per-launch counts of each answer, the
+    answers in order of first appearance (what they are does not enter, only how they fall)."""
+    import hashlib
+
+    order: dict[Hashable, int] = {}
+    for g in groups:
+        for a in g:
+            order.setdefault(a, len(order))
+    table = [sorted(Counter(order[a] for a in g).items()) for g in groups]
+    digest = hashlib.sha256(repr((seed, table)).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
 def launch_permutation_p(groups: Sequence[Sequence[Hashable]], permutations: int = PERMUTATIONS, seed: int = 0,
                          stop_after: int = 20) -> float | None:
     """Permutation test over launch labels: do the launches' answer distributions differ?
 
     The statistic is the chi-square of the launch x answer table (as sum n_ia^2 / (n_i n_a), which
     orders tables alike when the margins are fixed); each permutation deals the pooled answers
-    back to launches of the same sizes. Monte Carlo with a fixed seed and the sequential stop of
-    Besag and Clifford (stop once `stop_after` permutations reach the observed statistic: p =
-    stop_after / drawn; else (exceeding + 1) / (drawn + 1)), a valid p-value either way; once the
-    exceedances so far put the p-value below ALPHA with 99.9 % certainty it stops there too (the
-    verdict would not change; the p shown is then the Monte Carlo estimate at that point).
-    None with fewer than two answering launches; 1.0 when every answer is the same.
+    back to launches of the same sizes. Monte Carlo with the sequential stop of Besag and Clifford
+    (stop once `stop_after` permutations reach the observed statistic: p = stop_after / drawn; else
+    (exceeding + 1) / (drawn + 1)), a valid p-value either way; once the exceedances so far put the
+    p-value below ALPHA with 99.9 % certainty it stops there too (the verdict would not change; the
+    p shown is then the Monte Carlo estimate at that point). None with fewer than two answering
+    launches; 1.0 when every answer is the same.
+
+    The permutations are drawn from a stream seeded by the observed table (its launch sizes and
+    per-launch answer counts, with `seed`): the same answers always give the same p, and tables of
+    one design do not share one set of permutations. A Monte Carlo test is at its level only on
+    average over its random permutations; with one fixed seed, every table of the same size and
+    minority count was judged against the same few hundred permutations, whose own 95th percentile
+    sits a percentage point or more off the true one: on one set of 2,000 tables of 6 launches x
+    200 requests with no difference between launches, seeds 0-3 rejected 3.7-6.2 % where 20 % of
+    requests failed and 5.4-8.0 % where none did. Failed requests only moved the tables onto
+    another such set (the answered totals differ from K x N): seed 0 said "NOT consistent" in 6.0 %
+    of 10,000 runs there. Seeded by the table, the rate is the test's own (4.4 % on fresh tables of
+    that design, beside 4.2 % for 20,000 permutations each).
     """
     groups = [list(g) for g in groups if g]
     k = len(groups)
@@ -660,7 +686,7 @@ def launch_permutation_p(groups: Sequence[Sequence[Hashable]], permutations: int
             if a != background:
                 observed_cells[(i, a)] += 1
     observed = statistic(observed_cells) - 1e-9
-    rng = random.Random(seed)
+    rng = random.Random(_table_seed(groups, seed))
     from bisect import bisect_right
 
     exceed = 0
