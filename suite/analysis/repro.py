@@ -22,7 +22,9 @@ the answers they collected; the site and the CLI read what they return.
 - A cold-start transient is named only where chance would rarely put the odd answers on the
   first request(s): with m odd answers among n, all on the c cold requests, random order does that
   with probability C(c, m) / C(n, m) (1 in 20 for one odd answer in 20); above 5 % the series is
-  "undetermined" and says how many requests would tell.
+  "undetermined" and says how many requests would tell. Where two or more launches show that shape,
+  one switch that stays, placed at random in each, must also put it there at most 5 % of the time
+  (c / (n - 1) per launch: two launches of 5 requests both changing right after the first, 1 in 16).
 - Across launches: the share of answer pairs from two different launches that are identical
   (across-launch agreement), beside the share of pairs inside one launch (within-launch
   agreement). Its 95% interval is a jackknife t-interval over launches (sessions), not requests,
@@ -347,10 +349,26 @@ def cold_transient_p(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequen
     return math.comb(c, m) / math.comb(n, m)
 
 
-def requests_for_transient(m: int = 1, c: int = 1, alpha: float = ALPHA) -> int:
-    """Answers a series needs before m odd answers on its c cold requests can be told from chance."""
+def switch_at_start_p(n: int, c: int = 1) -> float | None:
+    """How often one switch that stays, at a uniformly placed request, would fall on the c cold ones.
+
+    A series of n answers whose answer changes once and stays changes after one of its first n - 1
+    requests; the odd answers are then confined to the c cold requests with probability
+    c / (n - 1), a little more than random order's 1 / n for one odd answer. None below 3 answers
+    (no switch that stays fits in two).
+    """
+    if n < 3:
+        return None
+    return min(1.0, c / (n - 1))
+
+
+def requests_for_transient(m: int = 1, c: int = 1, alpha: float = ALPHA, series: int = 1) -> int:
+    """Answers per series needed before m odd answers on the c cold requests, repeated in `series`
+    series, can be told from chance: from random order alone for one series, and for two or more
+    also from one switch placed at random in each (`switch_at_start_p`)."""
     n = max(c, m, 2)
-    while math.comb(c, m) / math.comb(n, m) > alpha:
+    while ((math.comb(c, m) / math.comb(n, m)) ** series > alpha
+           or (series >= 2 and (switch_at_start_p(n, c) or 1.0) ** series > alpha)):
         n += 1
     return n
 
@@ -746,6 +764,11 @@ class LaunchesAnalysis(BaseModel):
     # Where every launch that varied did so only at its first request(s): the joint chance of that
     # under random order (product over those launches); None otherwise.
     cold_transient_p: float | None = None
+    # The same under one switch that stays, placed at random in each of those launches (product of
+    # `switch_at_start_p`), and how many launches showed the shape: from two on, the within-launch
+    # verdict names a transient only where both chances are at most ALPHA.
+    cold_switch_p: float | None = None
+    cold_series: int = 0
     across: Literal["alike", "alike up to the cap", "differ", "no detectable difference", "too few",
                     "undetermined"] = "undetermined"
     across_text: str = ""
@@ -856,12 +879,16 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
                 f"p = {perm_p:.2g}, {k} launches)")
     stable_each = all(len(set(kk)) <= 1 for kk in answering) if answering else None
     cold_ps = []
+    switch_ps = []
     for launch in ordered:
         ok = [s for s in launch if s.ok]
         first = [s.index for s in launch[:max(1, cold_count)]]
         if len({answer_key(s, by) for s in ok}) > 1:
             cold_ps.append(cold_transient_p(ok, by, first))
-    cold_p = math.prod(cold_ps) if cold_ps and all(p is not None for p in cold_ps) else None
+            switch_ps.append(switch_at_start_p(len(ok), sum(1 for s in ok if s.index in first)))
+    shaped = bool(cold_ps) and all(p is not None for p in cold_ps)
+    cold_p = math.prod(cold_ps) if shaped else None
+    cold_switch = math.prod(switch_ps) if shaped and all(p is not None for p in switch_ps) else None
     across_diff, apart = launch_logprob_gaps(modal_samples)
     return LaunchesAnalysis(
         compared_by=by,
@@ -878,6 +905,8 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
         permutation_p=perm_p,
         unseen_bound=unseen_share_bound(n_answers) if stable_each else None,
         cold_transient_p=cold_p,
+        cold_switch_p=cold_switch,
+        cold_series=len(cold_ps) if shaped else 0,
         across=across,
         across_text=text,
         lengths_text=format_lengths(length_counts(flat)),
