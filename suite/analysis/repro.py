@@ -1016,8 +1016,10 @@ def jackknife_pair_sums(sums: list[list[float]], counts: list[list[int]],
     jackknife's (the latter where sessions split evenly into camps). A percentile bootstrap over groups
     covered 83 % of the time at 8 sessions when every prompt varied a little run by run (a pooled
     pair mean is a U-statistic: resampling groups, and never pairing a group with itself, leaves
-    out part of its variance); this covers at 93 % or more in every scenario of
-    benchmarks/bench_calibration.py's `runs` family. None with fewer than three groups.
+    out part of its variance). Alone it covered 89 % at 12 sessions and 92 % at 24 where one prompt in
+    ten varied 10 % of the time (a few rare differing answers, which leaving sessions out sees as
+    next to no variance); `analyse_runs` joins it with `count_projection`. None with fewer than
+    three groups.
     """
     k = len(sums)
     if k < 3:
@@ -1047,6 +1049,41 @@ def jackknife_pair_sums(sums: list[list[float]], counts: list[list[int]],
     return max(0.0, theta - half), min(1.0, theta + half)
 
 
+def count_projection(estimate: float, unlike: int, answers: int,
+                     level: float = 0.95) -> tuple[float, float] | None:
+    """An agreement's range over the exact interval of how many answers were unlike the rest.
+
+    `unlike` of `answers` (prompt x run answers) differ from their prompt's modal answer. Near the
+    ceiling the disagreement 1 - `estimate` is, to first order, proportional to the share of such
+    answers (each pairs, unlike, with the modal answers of the other sessions), and that count of
+    rare independent events is what an interval from leaving sessions out misjudges: one differing
+    answer among 36 runs leaves eleven of twelve sessions alike. The disagreement is scaled by the
+    Clopper-Pearson interval of the count over the count seen (farther from the ceiling the
+    disagreement grows less than in proportion, so the scaled upper end still bounds it). Joined
+    with the jackknife, never used alone (it takes the runs as independent, which a session-level
+    difference is not). None without an unlike answer.
+    """
+    if unlike <= 0 or answers <= 0 or unlike > answers:
+        return None
+    ci = clopper_pearson(unlike, answers, level)
+    assert ci is not None
+    share = unlike / answers
+    d = 1.0 - estimate
+    return max(0.0, 1.0 - d * ci[1] / share), min(1.0, 1.0 - d * ci[0] / share)
+
+
+def unlike_answers(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequence[str], by: str) -> tuple[int, int]:
+    """Over every prompt: answers unlike the prompt's modal answer, and answers (failed ones left out)."""
+    unlike = total = 0
+    for pid in items:
+        keys = Counter(answer_key(run[pid], by) for s in sessions for run in s if pid in run and run[pid].ok)
+        n = sum(keys.values())
+        if n:
+            total += n
+            unlike += n - keys.most_common(1)[0][1]
+    return unlike, total
+
+
 def analyse_runs(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequence[str] | None = None,
                  resamples: int = 2000, seed: int = 0) -> RunsAnalysis:
     """Study 2's unit: a run is one pass over the prompt set; its output hash covers every answer.
@@ -1058,7 +1095,8 @@ def analyse_runs(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequenc
     the longer answer, averaged over prompts); each pooled over run pairs, with a 95% interval
     over sessions from `MIN_LAUNCHES_FOR_CI` answering sessions on: for identical runs the
     launches' `agreement_interval` over output hashes, for the graded measures
-    `jackknife_pair_sums` (chosen by benchmarks/bench_calibration.py, family `runs`). Within
+    `jackknife_pair_sums` joined with `count_projection` (chosen by benchmarks/bench_calibration.py,
+    family `runs`). Within
     sessions the same three measures over pairs of runs of one session. A run with a failed
     prompt has no output hash (counted apart); it still enters the item and token measures.
     """
@@ -1091,6 +1129,7 @@ def analyse_runs(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequenc
                             counts[m][i][j] += 1
                             counts[m][j][i] += 1
     agreements: list[RunAgreement] = []
+    unlike = unlike_answers(answering, items, by)
     for m in measures:
         total = sum(counts[m][i][j] for i in range(k) for j in range(i + 1, k))
         across = (sum(sums[m][i][j] for i in range(k) for j in range(i + 1, k)) / total) if total else None
@@ -1108,9 +1147,15 @@ def analyse_runs(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequenc
         else:
             # identical runs is the agreement of output hashes: the launches' interval (the jackknife
             # joined with exact projections, for splits inside and between sessions); the graded
-            # measures, the jackknife of their pooled pair means
-            ci = (agreement_interval([[h for h in hs if h is not None] for hs in hashes]) if m == "identical runs"
-                  else jackknife_pair_sums(sums[m], counts[m]))
+            # measures, the jackknife of their pooled pair means joined with the exact interval of
+            # the count of unlike answers (near the ceiling)
+            if m == "identical runs":
+                ci = agreement_interval([[h for h in hs if h is not None] for hs in hashes])
+            else:
+                ci = jackknife_pair_sums(sums[m], counts[m])
+                proj = count_projection(across, *unlike)
+                if ci is not None and proj is not None:
+                    ci = (min(ci[0], proj[0]), max(ci[1], proj[1]))
         agreements.append(RunAgreement(
             measure=m, label=RUN_MEASURE_LABELS[m], across=across, across_ci95=ci, ci_note=note,
             across_pairs=total, within=(within_sum[m] / within_n[m]) if within_n[m] else None,
