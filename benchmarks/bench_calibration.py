@@ -230,7 +230,7 @@ def launch_scenarios(quick: bool) -> list[dict[str, Any]]:
         return [dict(mode="launch", K=6, N=20, q=0.1), dict(mode="launch", K=8, N=20, q=0.1),
                 dict(mode="iid", K=6, N=20, q=0.5), dict(mode="iid", K=8, N=5, q=0.1),
                 dict(mode="cold-one", K=6, N=20, q=0.0), dict(mode="iid", K=6, N=5, q=0.3),
-                dict(mode="cap", K=6, N=20, q=0.05)]
+                dict(mode="cap", K=6, N=20, q=0.05), dict(mode="switch", K=2, N=5, q=0.0)]
     # N = 200 with K = 2 and 6 only: 200 requests in each of 24 launches is 4,800 answers per run,
     # and a statistic that holds at N = 20 does not lose calibration with more answers per launch.
     grid = [(k, n) for k in ks for n in ns if n < 200 or k in (2, 6)]
@@ -452,7 +452,7 @@ def run_runs(rng: random.Random, p: dict[str, Any]) -> Outcome:
 
 def runs_scenarios(quick: bool) -> list[dict[str, Any]]:
     if quick:
-        return [dict(kind="session", K=8, R=3)]
+        return [dict(kind="session", K=8, R=3), dict(kind="rare", K=12, R=3)]
     return [dict(kind=kd, K=k, R=3) for kd in ("iid", "session", "rare") for k in (6, 8, 12, 24)]
 
 

@@ -4,7 +4,8 @@ functions the pages use; every interval must reach its coverage and every claim 
 A handful of scenarios at 200 runs each (the full form, `python benchmarks/bench_calibration.py`,
 runs every scenario 1,000 times): those where the suite's earlier statistics failed most (one
 launch in ten differing at 6 and 8 launches, a control with no effect at n = 5 and 20, a paired
-difference from 2 and 3 sections, answers cut at the cap, a transient in one launch).
+difference from 2 and 3 sections, answers cut at the cap, a transient in one launch, two launches
+that switch right after their first request, one prompt in ten varying rarely over 12 sessions).
 """
 
 from __future__ import annotations

@@ -179,6 +179,22 @@ def test_a_cold_start_transient_needs_enough_requests_to_be_told_from_chance():
     assert every.within_verdict.startswith("cold-start transient within launches")
 
 
+def test_a_switch_right_after_the_first_request_in_two_launches_is_not_yet_a_transient():
+    # two launches of 5 that both change after their first request and stay: random order does
+    # that (1/5)^2 = 4 % of the time, one switch placed at random in each (1/4)^2 = 6 %
+    two = _launches([[[9]] + [[1, 2]] * 4] * 2)
+    assert two.within_verdict.startswith("undetermined within launches")
+    assert "one switch placed at random in each" in two.within_verdict
+    assert "6 requests per launch would tell, 5 were sent" in two.within_verdict
+    # at 6 requests each: (1/5)^2 = 4 % under switches as well
+    six = _launches([[[9]] + [[1, 2]] * 5] * 2)
+    assert six.within_verdict.startswith("cold-start transient within launches")
+    assert "p = 0.04" in six.within_verdict
+    # one launch of 20 alone is held to random order, as the gate is: 1/20
+    one = _launches([[[9]] + [[1, 2]] * 19] + [[[1, 2]] * 20] * 2)
+    assert one.within_verdict.startswith("cold-start transient within launches")
+
+
 def test_stable_within_carries_its_bound_and_the_cap():
     r = _launches([[[1, 2]] * 20] * 6)
     assert "an answer more common than 2.5% per request would likely have shown" in r.within_verdict

@@ -22,7 +22,9 @@ the answers they collected; the site and the CLI read what they return.
 - A cold-start transient is named only where chance would rarely put the odd answers on the
   first request(s): with m odd answers among n, all on the c cold requests, random order does that
   with probability C(c, m) / C(n, m) (1 in 20 for one odd answer in 20); above 5 % the series is
-  "undetermined" and says how many requests would tell.
+  "undetermined" and says how many requests would tell. Where two or more launches show that shape,
+  one switch that stays, placed at random in each, must also put it there at most 5 % of the time
+  (c / (n - 1) per launch: two launches of 5 requests both changing right after the first, 1 in 16).
 - Across launches: the share of answer pairs from two different launches that are identical
   (across-launch agreement), beside the share of pairs inside one launch (within-launch
   agreement). Its 95% interval is a jackknife t-interval over launches (sessions), not requests,
@@ -347,10 +349,26 @@ def cold_transient_p(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequen
     return math.comb(c, m) / math.comb(n, m)
 
 
-def requests_for_transient(m: int = 1, c: int = 1, alpha: float = ALPHA) -> int:
-    """Answers a series needs before m odd answers on its c cold requests can be told from chance."""
+def switch_at_start_p(n: int, c: int = 1) -> float | None:
+    """How often one switch that stays, at a uniformly placed request, would fall on the c cold ones.
+
+    A series of n answers whose answer changes once and stays changes after one of its first n - 1
+    requests; the odd answers are then confined to the c cold requests with probability
+    c / (n - 1), a little more than random order's 1 / n for one odd answer. None below 3 answers
+    (no switch that stays fits in two).
+    """
+    if n < 3:
+        return None
+    return min(1.0, c / (n - 1))
+
+
+def requests_for_transient(m: int = 1, c: int = 1, alpha: float = ALPHA, series: int = 1) -> int:
+    """Answers per series needed before m odd answers on the c cold requests, repeated in `series`
+    series, can be told from chance: from random order alone for one series, and for two or more
+    also from one switch placed at random in each (`switch_at_start_p`)."""
     n = max(c, m, 2)
-    while math.comb(c, m) / math.comb(n, m) > alpha:
+    while ((math.comb(c, m) / math.comb(n, m)) ** series > alpha
+           or (series >= 2 and (switch_at_start_p(n, c) or 1.0) ** series > alpha)):
         n += 1
     return n
 
@@ -612,18 +630,44 @@ def launches_for_bound(confidence: float = UNSEEN_CONFIDENCE) -> int:
     return next(k for k in range(1, 100) if alike_bound(k, confidence) is not None)
 
 
+def _table_seed(groups: Sequence[Sequence[Hashable]], seed: int = 0) -> int:
+    """A seed from a launch x answer table: launch sizes and per-launch counts of each answer, the
+    answers in order of first appearance (what they are does not enter, only how they fall)."""
+    import hashlib
+
+    order: dict[Hashable, int] = {}
+    for g in groups:
+        for a in g:
+            order.setdefault(a, len(order))
+    table = [sorted(Counter(order[a] for a in g).items()) for g in groups]
+    digest = hashlib.sha256(repr((seed, table)).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
 def launch_permutation_p(groups: Sequence[Sequence[Hashable]], permutations: int = PERMUTATIONS, seed: int = 0,
                          stop_after: int = 20) -> float | None:
     """Permutation test over launch labels: do the launches' answer distributions differ?
 
     The statistic is the chi-square of the launch x answer table (as sum n_ia^2 / (n_i n_a), which
     orders tables alike when the margins are fixed); each permutation deals the pooled answers
-    back to launches of the same sizes. Monte Carlo with a fixed seed and the sequential stop of
-    Besag and Clifford (stop once `stop_after` permutations reach the observed statistic: p =
-    stop_after / drawn; else (exceeding + 1) / (drawn + 1)), a valid p-value either way; once the
-    exceedances so far put the p-value below ALPHA with 99.9 % certainty it stops there too (the
-    verdict would not change; the p shown is then the Monte Carlo estimate at that point).
-    None with fewer than two answering launches; 1.0 when every answer is the same.
+    back to launches of the same sizes. Monte Carlo with the sequential stop of Besag and Clifford
+    (stop once `stop_after` permutations reach the observed statistic: p = stop_after / drawn; else
+    (exceeding + 1) / (drawn + 1)), a valid p-value either way; once the exceedances so far put the
+    p-value below ALPHA with 99.9 % certainty it stops there too (the verdict would not change; the
+    p shown is then the Monte Carlo estimate at that point). None with fewer than two answering
+    launches; 1.0 when every answer is the same.
+
+    The permutations are drawn from a stream seeded by the observed table (its launch sizes and
+    per-launch answer counts, with `seed`): the same answers always give the same p, and tables of
+    one design do not share one set of permutations. A Monte Carlo test is at its level only on
+    average over its random permutations; with one fixed seed, every table of the same size and
+    minority count was judged against the same few hundred permutations, whose own 95th percentile
+    sits a percentage point or more off the true one: on one set of 2,000 tables of 6 launches x
+    200 requests with no difference between launches, seeds 0-3 rejected 3.7-6.2 % where 20 % of
+    requests failed and 5.4-8.0 % where none did. Failed requests only moved the tables onto
+    another such set (the answered totals differ from K x N): seed 0 said "NOT consistent" in 6.0 %
+    of 10,000 runs there. Seeded by the table, the rate is the test's own (4.4 % on fresh tables of
+    that design, beside 4.2 % for 20,000 permutations each).
     """
     groups = [list(g) for g in groups if g]
     k = len(groups)
@@ -660,7 +704,7 @@ def launch_permutation_p(groups: Sequence[Sequence[Hashable]], permutations: int
             if a != background:
                 observed_cells[(i, a)] += 1
     observed = statistic(observed_cells) - 1e-9
-    rng = random.Random(seed)
+    rng = random.Random(_table_seed(groups, seed))
     from bisect import bisect_right
 
     exceed = 0
@@ -720,6 +764,11 @@ class LaunchesAnalysis(BaseModel):
     # Where every launch that varied did so only at its first request(s): the joint chance of that
     # under random order (product over those launches); None otherwise.
     cold_transient_p: float | None = None
+    # The same under one switch that stays, placed at random in each of those launches (product of
+    # `switch_at_start_p`), and how many launches showed the shape: from two on, the within-launch
+    # verdict names a transient only where both chances are at most ALPHA.
+    cold_switch_p: float | None = None
+    cold_series: int = 0
     across: Literal["alike", "alike up to the cap", "differ", "no detectable difference", "too few",
                     "undetermined"] = "undetermined"
     across_text: str = ""
@@ -830,12 +879,16 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
                 f"p = {perm_p:.2g}, {k} launches)")
     stable_each = all(len(set(kk)) <= 1 for kk in answering) if answering else None
     cold_ps = []
+    switch_ps = []
     for launch in ordered:
         ok = [s for s in launch if s.ok]
         first = [s.index for s in launch[:max(1, cold_count)]]
         if len({answer_key(s, by) for s in ok}) > 1:
             cold_ps.append(cold_transient_p(ok, by, first))
-    cold_p = math.prod(cold_ps) if cold_ps and all(p is not None for p in cold_ps) else None
+            switch_ps.append(switch_at_start_p(len(ok), sum(1 for s in ok if s.index in first)))
+    shaped = bool(cold_ps) and all(p is not None for p in cold_ps)
+    cold_p = math.prod(cold_ps) if shaped else None
+    cold_switch = math.prod(switch_ps) if shaped and all(p is not None for p in switch_ps) else None
     across_diff, apart = launch_logprob_gaps(modal_samples)
     return LaunchesAnalysis(
         compared_by=by,
@@ -852,6 +905,8 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
         permutation_p=perm_p,
         unseen_bound=unseen_share_bound(n_answers) if stable_each else None,
         cold_transient_p=cold_p,
+        cold_switch_p=cold_switch,
+        cold_series=len(cold_ps) if shaped else 0,
         across=across,
         across_text=text,
         lengths_text=format_lengths(length_counts(flat)),
@@ -961,8 +1016,10 @@ def jackknife_pair_sums(sums: list[list[float]], counts: list[list[int]],
     jackknife's (the latter where sessions split evenly into camps). A percentile bootstrap over groups
     covered 83 % of the time at 8 sessions when every prompt varied a little run by run (a pooled
     pair mean is a U-statistic: resampling groups, and never pairing a group with itself, leaves
-    out part of its variance); this covers at 93 % or more in every scenario of
-    benchmarks/bench_calibration.py's `runs` family. None with fewer than three groups.
+    out part of its variance). Alone it covered 89 % at 12 sessions and 92 % at 24 where one prompt in
+    ten varied 10 % of the time (a few rare differing answers, which leaving sessions out sees as
+    next to no variance); `analyse_runs` joins it with `count_projection`. None with fewer than
+    three groups.
     """
     k = len(sums)
     if k < 3:
@@ -992,6 +1049,41 @@ def jackknife_pair_sums(sums: list[list[float]], counts: list[list[int]],
     return max(0.0, theta - half), min(1.0, theta + half)
 
 
+def count_projection(estimate: float, unlike: int, answers: int,
+                     level: float = 0.95) -> tuple[float, float] | None:
+    """An agreement's range over the exact interval of how many answers were unlike the rest.
+
+    `unlike` of `answers` (prompt x run answers) differ from their prompt's modal answer. Near the
+    ceiling the disagreement 1 - `estimate` is, to first order, proportional to the share of such
+    answers (each pairs, unlike, with the modal answers of the other sessions), and that count of
+    rare independent events is what an interval from leaving sessions out misjudges: one differing
+    answer among 36 runs leaves eleven of twelve sessions alike. The disagreement is scaled by the
+    Clopper-Pearson interval of the count over the count seen (farther from the ceiling the
+    disagreement grows less than in proportion, so the scaled upper end still bounds it). Joined
+    with the jackknife, never used alone (it takes the runs as independent, which a session-level
+    difference is not). None without an unlike answer.
+    """
+    if unlike <= 0 or answers <= 0 or unlike > answers:
+        return None
+    ci = clopper_pearson(unlike, answers, level)
+    assert ci is not None
+    share = unlike / answers
+    d = 1.0 - estimate
+    return max(0.0, 1.0 - d * ci[1] / share), min(1.0, 1.0 - d * ci[0] / share)
+
+
+def unlike_answers(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequence[str], by: str) -> tuple[int, int]:
+    """Over every prompt: answers unlike the prompt's modal answer, and answers (failed ones left out)."""
+    unlike = total = 0
+    for pid in items:
+        keys = Counter(answer_key(run[pid], by) for s in sessions for run in s if pid in run and run[pid].ok)
+        n = sum(keys.values())
+        if n:
+            total += n
+            unlike += n - keys.most_common(1)[0][1]
+    return unlike, total
+
+
 def analyse_runs(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequence[str] | None = None,
                  resamples: int = 2000, seed: int = 0) -> RunsAnalysis:
     """Study 2's unit: a run is one pass over the prompt set; its output hash covers every answer.
@@ -1003,7 +1095,8 @@ def analyse_runs(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequenc
     the longer answer, averaged over prompts); each pooled over run pairs, with a 95% interval
     over sessions from `MIN_LAUNCHES_FOR_CI` answering sessions on: for identical runs the
     launches' `agreement_interval` over output hashes, for the graded measures
-    `jackknife_pair_sums` (chosen by benchmarks/bench_calibration.py, family `runs`). Within
+    `jackknife_pair_sums` joined with `count_projection` (chosen by benchmarks/bench_calibration.py,
+    family `runs`). Within
     sessions the same three measures over pairs of runs of one session. A run with a failed
     prompt has no output hash (counted apart); it still enters the item and token measures.
     """
@@ -1036,6 +1129,7 @@ def analyse_runs(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequenc
                             counts[m][i][j] += 1
                             counts[m][j][i] += 1
     agreements: list[RunAgreement] = []
+    unlike = unlike_answers(answering, items, by)
     for m in measures:
         total = sum(counts[m][i][j] for i in range(k) for j in range(i + 1, k))
         across = (sum(sums[m][i][j] for i in range(k) for j in range(i + 1, k)) / total) if total else None
@@ -1053,9 +1147,15 @@ def analyse_runs(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequenc
         else:
             # identical runs is the agreement of output hashes: the launches' interval (the jackknife
             # joined with exact projections, for splits inside and between sessions); the graded
-            # measures, the jackknife of their pooled pair means
-            ci = (agreement_interval([[h for h in hs if h is not None] for hs in hashes]) if m == "identical runs"
-                  else jackknife_pair_sums(sums[m], counts[m]))
+            # measures, the jackknife of their pooled pair means joined with the exact interval of
+            # the count of unlike answers (near the ceiling)
+            if m == "identical runs":
+                ci = agreement_interval([[h for h in hs if h is not None] for hs in hashes])
+            else:
+                ci = jackknife_pair_sums(sums[m], counts[m])
+                proj = count_projection(across, *unlike)
+                if ci is not None and proj is not None:
+                    ci = (min(ci[0], proj[0]), max(ci[1], proj[1]))
         agreements.append(RunAgreement(
             measure=m, label=RUN_MEASURE_LABELS[m], across=across, across_ci95=ci, ci_note=note,
             across_pairs=total, within=(within_sum[m] / within_n[m]) if within_n[m] else None,

@@ -73,6 +73,8 @@ class RestartPromptResult(BaseModel):
     permutation_p: float | None = None  # the launches' answers differ (small p), by launch labels
     unseen_bound: float | None = None  # one answer per launch: an answer more common would have shown
     cold_transient_p: float | None = None  # chance that random order puts the odd answers first
+    cold_switch_p: float | None = None  # chance that one switch placed at random in each launch does
+    cold_series: int = 0  # launches whose answers varied only at the first request(s)
     lengths_text: str
     errors: int
     truncated: int = 0  # answers over all launches that stopped at max_tokens
@@ -136,7 +138,14 @@ def within_verdict_of(prompts: list[RestartPromptResult]) -> str:
 
     "stable" carries what it bounds (an answer more common per request would likely have shown)
     and, where answers stopped at max_tokens, that it holds up to the cap; "cold-start transient"
-    only where random order would put the odd answers on the first requests at most 5 % of the time.
+    only where random order would put the odd answers on the first requests at most 5 % of the time,
+    and, where two or more launch-prompt series show that shape, also one switch that stays placed
+    at random in each of them: two launches of 5 requests that both change right after the first
+    do that (1/4)^2 = 6 % of the time under switches (random order: (1/5)^2 = 4 %), so they are
+    undetermined and the page says how many requests per launch would tell (6). One series alone is
+    held to random order only, as in the gate: its 20 requests put a switch there 1/19 = 5.3 % of
+    the time, and that series cannot tell a change that stays right after the first request from
+    a cold-start effect anyway.
     """
     patterns = [(p.prompt_id, pat) for p in prompts for pat in p.within_patterns]
     unstable = [(pid, pat) for pid, pat in patterns if pat not in ("stable", "undetermined")]
@@ -158,17 +167,26 @@ def within_verdict_of(prompts: list[RestartPromptResult]) -> str:
         whats = {("only the first request after the start differs" if cold.get(pid, True) else
                   "only the prompt's first request differs (the runtime had served other prompts before it)")
                  for pid, _ in unstable}
-        ps = [p.cold_transient_p for p in prompts if any(x == "cold-transient" for x in p.within_patterns)]
+        shaped = [p for p in prompts if any(x == "cold-transient" for x in p.within_patterns)]
+        ps = [p.cold_transient_p for p in shaped]
         joint = math.prod(ps) if ps and all(x is not None for x in ps) else None
+        # two or more series that changed right after their first request: a switch placed at
+        # random in each does that too, a little more often than random order
+        series = len(unstable)
+        chance = "random order"
+        if joint is not None and series >= 2:
+            switch = [p.cold_switch_p for p in shaped]
+            joint = max(joint, math.prod(switch)) if all(x is not None for x in switch) else None
+            chance = "random order, or one switch placed at random in each,"
         if joint is not None and joint <= ALPHA:
             return (f"cold-start transient within launches ({where}: in {len(unstable)} launch-prompt series of "
-                    f"{len(patterns)}, {'; '.join(sorted(whats))}; the rest agree; random order "
+                    f"{len(patterns)}, {'; '.join(sorted(whats))}; the rest agree; {chance} "
                     f"would put the odd answers there with p = {joint:.2g}){cap}")
         per = max((len(x.within_patterns) and max(y.answered for y in x.per_launch)) for x in prompts)
         return (f"undetermined within launches ({where}: in {len(unstable)} launch-prompt series of "
-                f"{len(patterns)} only the first request differs, but random order would put the odd answers "
+                f"{len(patterns)} only the first request differs, but {chance} would put the odd answers "
                 f"there with p = {joint if joint is not None else 1:.2g}: too few to call it a cold-start transient; "
-                f"{requests_for_transient()} requests per launch would tell, {per} were sent){cap}")
+                f"{requests_for_transient(series=series)} requests per launch would tell, {per} were sent){cap}")
     kinds = ", ".join(f"{pid}: {'/'.join(p.within_patterns)}" for p in prompts
                       for pid in [p.prompt_id] if any(x not in ("stable", "undetermined") for x in p.within_patterns))
     return f"NOT stable within launches ({kinds}; {n_launches} launches){cap}"
@@ -232,7 +250,7 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
             agreement=a.agreement, agreement_ci95=a.agreement_ci95, ci_note=a.ci_note, ci_method=a.ci_method,
             within_agreement=a.within_agreement, across=a.across, across_text=a.across_text,
             alike_bound=a.alike_bound, permutation_p=a.permutation_p, unseen_bound=a.unseen_bound,
-            cold_transient_p=a.cold_transient_p,
+            cold_transient_p=a.cold_transient_p, cold_switch_p=a.cold_switch_p, cold_series=a.cold_series,
             lengths_text=a.lengths_text, errors=a.errors,
             truncated=sum(1 for l in launches for s in l if s.ok and s.truncated),
             answered=sum(1 for l in launches for s in l if s.ok),
