@@ -28,7 +28,8 @@ from suite.errors import SuiteError
 from suite.launchers.local import LocalLauncher, install_env, install_prefix, is_installed
 from suite.paths import CARDS_DIR, IMAGES_DIR
 
-TINY_GGUF = (CARDS_DIR / "tiny.toml").read_text().split("[arms.llamacpp]")[0]
+# the tiny card up to its first arm (whichever it is): its formats, without its arms
+TINY_GGUF = (CARDS_DIR / "tiny.toml").read_text().split("\n[arms.")[0] + "\n"
 
 
 def card_file(tmp_path: Path, arms: str, name: str = "mine") -> Path:
