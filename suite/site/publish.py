@@ -26,6 +26,7 @@ import os
 import shutil
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -311,6 +312,7 @@ def _with_interrupted(site: _Site, model: ModelRuns, lines: dict[str, list[str]]
     """Each section's lines, with one per arm that has no result of the stage but a run that sent
     requests of it before it stopped (cut by a time limit, say): what was measured is named, and
     where it is kept, never silently dropped."""
+    sent: dict[Path, Counter[str]] = {}  # per unfinished run, requests sent per stage (read once)
     for arm in model.arms.values():
         for stage in PAGE_STAGES:
             if getattr(arm.for_stage(stage).s, stage, None) is not None:
@@ -318,12 +320,13 @@ def _with_interrupted(site: _Site, model: ModelRuns, lines: dict[str, list[str]]
             for r in arm.runs:
                 if r.s.status == "complete" or getattr(r.s, stage, None) is not None:
                     continue
-                sent = sum(1 for q in read_requests(r.run_dir, (stage, "gate"))
-                           if (getattr(q, "stage", None) or q.kind) == stage)
-                if sent:
+                if r.run_dir not in sent:
+                    sent[r.run_dir] = Counter((getattr(q, "stage", None) or q.kind)
+                                              for q in read_requests(r.run_dir, (*PAGE_STAGES, "gate")))
+                if sent[r.run_dir][stage]:
                     lines.setdefault(stage, []).append(
-                        f"{arm.name}: run {r.s.run_id} ({r.s.status}) sent {sent} requests of this stage and "
-                        f"stopped before its result; they are kept in that run's requests.jsonl")
+                        f"{arm.name}: run {r.s.run_id} ({r.s.status}) sent {sent[r.run_dir][stage]} requests of "
+                        f"this stage and stopped before its result; they are kept in that run's requests.jsonl")
     return lines
 
 

@@ -493,9 +493,15 @@ def row_test(row: ControlRow, default: ControlRow, pid: str, alpha: float = ELIM
     return t
 
 
+def _prompt(row: ControlRow, pid: str) -> Any | None:
+    """The row's gate result for one prompt, if it ran."""
+    return next((p for p in (row.gate.prompts if row.gate else []) if p.prompt_id == pid), None)
+
+
 def _pattern(row: ControlRow, pid: str) -> str | None:
     """How the row's answers to one prompt varied (suite.analysis.repro's pattern), if it ran."""
-    return next((p.pattern for p in (row.gate.prompts if row.gate else []) if p.prompt_id == pid), None)
+    prompt = _prompt(row, pid)
+    return prompt.pattern if prompt is not None else None
 
 
 def _launch_test(t: RowTest, row: ControlRow, default: ControlRow, alpha: float) -> RowTest:
@@ -520,17 +526,22 @@ def _launch_test(t: RowTest, row: ControlRow, default: ControlRow, alpha: float)
         t.needed = requests_needed(1.0, alpha)
         t.text = (f"{row.configuration} on {t.prompt_id}: {versus} > {alpha:g}): cannot tell; about {t.needed} "
                   f"launches per row would tell")
+    return _with_cold_note(t, row, default)
+
+
+def _with_cold_note(t: RowTest, row: ControlRow, default: ControlRow) -> RowTest:
+    """What the answers are, not a test: where the control's every answer is the one the default's
+    cold first request gave, not the one its later requests gave, the verdict says so."""
     if _same_as_cold(row, default, t.prompt_id):
-        # what the answers are, not a test: the control's every answer is the one the default's
-        # cold first request gave, not the one its later requests gave
         t.text += "; its one answer is the default row's first (cold) answer, not the later one"
     return t
 
 
 def _same_as_cold(row: ControlRow, default: ControlRow, pid: str) -> bool:
     """Whether a one-answer row answered what the default row's cold first request answered."""
-    def answers(r: ControlRow):
-        return next((p.answers for p in (r.gate.prompts if r.gate else []) if p.prompt_id == pid), [])
+    def answers(r: ControlRow) -> list[Any]:
+        prompt = _prompt(r, pid)
+        return list(prompt.answers) if prompt is not None else []
 
     mine, theirs = answers(row), answers(default)
     cold = next((a for a in theirs if a.first_index == 0 and a.rank > 0), None)
@@ -568,9 +579,7 @@ def _launches_test(t: RowTest, row: ControlRow, default: ControlRow, alpha: floa
         t.needed = requests_needed(d / ld, alpha)
         t.text = (f"{versus} > {alpha:g}): cannot tell"
                   + (f"; about {t.needed} launches per row would tell" if t.needed else ""))
-    if c == 0 and _same_as_cold(row, default, t.prompt_id):
-        t.text += "; its one answer is the default row's first (cold) answer, not the later one"
-    return t
+    return _with_cold_note(t, row, default) if c == 0 else t
 
 
 def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
