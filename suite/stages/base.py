@@ -111,6 +111,22 @@ class Stage:
     # Loads and checks every file the stage will read for a profile (prompts, documents), so that
     # the bench's preflight finds a broken one before any runtime starts; raises a SuiteError.
     inputs: "Callable[[Profile], object] | None" = None
+    # Its place in the schedule, for a stage that is not in every bench (`in_bench` False): `when`
+    # says for which profiles it may run; with `on_verdict` None it is added before the run (where
+    # `needs` are all in it too), right after the stage `after` (first, where that one is not in the
+    # run); with `on_verdict` set it is added at the end of the run, once the stage that gives the
+    # verdict (`verdict`) has run and said it. A stage the run asked for is never added twice.
+    when: "Callable[[Profile], bool] | None" = None
+    after: str | None = None
+    needs: tuple[str, ...] = ()
+    on_verdict: bool | None = None  # the reproducibility verdict that adds it (False: more than one answer)
+    # The stage that gives the reproducibility verdict (the gate): its result's verdict, which reaches
+    # the later stages through `StageContext.reproducible`.
+    verdict: "Callable[[Any], bool | None] | None" = None
+
+    def may_run(self, profile: "Profile") -> bool:
+        """Whether a stage not in every bench may be added to one with this profile."""
+        return self.when is not None and bool(self.when(profile))
 
     def requests_for(self, profile: "Profile") -> int | None:
         """`planned(profile)`, or None when the stage cannot say (or the profile is one it refuses:

@@ -463,4 +463,5 @@ def _inputs(profile: "Profile") -> object:
 STAGE = Stage(name="batch", result=BatchResult, run=run, fresh_runtimes=False, in_bench=False,
               summary="the target prompt alone, then inside batches of other prompts and of shared prefixes: "
                       "does its answer depend on its batch",
-              planned=planned, inputs=_inputs)
+              planned=planned, inputs=_inputs,
+              when=lambda p: p.batch_composition, after="gate")  # the profile's or --batch-composition

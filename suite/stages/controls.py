@@ -664,4 +664,7 @@ def format_controls_table(result: ControlsResult) -> Table:
 STAGE = Stage(name="controls", result=ControlsResult, run=run, fresh_runtimes=True, in_bench=False,
               summary="the gate once per determinism control, each on a fresh runtime",
               inputs=lambda p: select_prompts(p.gate_prompts),
-              planned=None)  # its rows depend on the runtime's controls: a count and a rate, no total
+              planned=None,  # its rows depend on the runtime's controls: a count and a rate, no total
+              # the process of elimination: where the gate found more than one answer, one control
+              # at a time, after the rest (the profile's auto_controls; --controls asks for it anyway)
+              when=lambda p: p.auto_controls, on_verdict=False)

@@ -358,4 +358,5 @@ def run(ctx: "StageContext") -> GateResult:
 STAGE = Stage(name="gate", result=GateResult, run=run, fresh_runtimes=False, in_bench=True,
               summary="the same request N times per gate prompt: how many different answers came back",
               inputs=lambda p: select_prompts(p.gate_prompts),
-              planned=lambda p: p.gate_requests * len(select_prompts(p.gate_prompts)))
+              planned=lambda p: p.gate_requests * len(select_prompts(p.gate_prompts)),
+              verdict=lambda result: getattr(result, "reproducible", None))
