@@ -162,3 +162,40 @@ def test_preflight_reads_every_stage_that_may_run(monkeypatch, profile, update, 
     if extra:
         assert extra <= expected
     assert checked[0] == "latency" and set(checked) == expected and len(checked) == len(expected)
+
+
+@pytest.mark.parametrize("stages, expected", [
+    (list(ORDER), ["gate", "controls", "latency", "extraction", "restarts"]),
+    (["latency", "gate"], ["latency", "gate", "controls"]),
+    (["latency"], ["controls", "latency"]),  # without the gate: first
+    (["gate", "controls"], ["gate", "controls"]),  # asked for already: not twice
+])
+def test_controls_asked_for_go_right_after_the_gate(stages, expected):
+    from suite.stages import place
+
+    assert place(stages, "controls") == expected
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["bench", "--controls", "all"], ["gate", "controls", "latency", "extraction", "restarts"]),
+    (["bench", "--stages", "latency,gate", "--controls", "all"], ["latency", "gate", "controls"]),
+    (["bench", "--stages", "latency", "--controls", "all"], ["controls", "latency"]),
+    (["bench", "--stages", "latency,extraction"], ["latency", "extraction"]),
+    (["gate"], ["gate"]),
+    (["gate", "--controls", "all"], ["gate", "controls"]),
+    (["study", "sessions", "--sessions", "2", "--replicates", "2"], ["sessions"]),
+])
+def test_the_stages_the_command_line_asks_for(monkeypatch, args, expected):
+    from typer.testing import CliRunner
+
+    from suite import cli
+
+    asked: list[list[str]] = []
+
+    def run_bench(model: Any, arms: Any, launcher: Any, profile: Any, stages: list[str], **kwargs: Any) -> list[Any]:
+        asked.append(list(stages))
+        return []
+
+    monkeypatch.setattr(bench, "run_bench", run_bench)
+    CliRunner().invoke(cli.app, args)
+    assert asked == [expected]

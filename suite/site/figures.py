@@ -27,6 +27,7 @@ from suite.errors import SuiteError
 from suite.gpu import ratio_text
 from suite.records import AnswerLine, LatencyLine, Summary, load_all
 from suite.signature import flatten_signature
+from suite.stages import ORDER
 from suite.stages.controls import ControlsResult
 from suite.stages.extraction import ExtractionResult
 from suite.stages.batch import BatchResult, gap_text
@@ -351,7 +352,7 @@ class Run:
             return None
         f = getattr(s, "failure", None)
         invocation = getattr(s, "invocation", None)
-        asked = list(invocation.stages) if invocation and invocation.stages else ["gate", "latency", "extraction", "restarts"]
+        asked = list(invocation.stages) if invocation and invocation.stages else list(ORDER)  # a bench's own
         not_run = [name for name in asked if getattr(s, name, None) is None]
         if f is None:  # a record from before failures were typed: its reason says what failed
             return {"what": s.reason or "failed", "error_line": None, "tail": [], "log": self.log_page,

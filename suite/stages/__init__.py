@@ -6,9 +6,10 @@ stage lists from here. A bench runs the stages with `in_bench` in this order (th
 verdict reaches the later stages through `ctx.reproducible`; restarts last among them, since it
 stops and starts the runtime); the others run on request, where each says (`Stage.when`, `after`,
 `needs`, `on_verdict`): batch composition right after the gate where the profile or
-`--batch-composition` asks for it, reloads right after extraction, the control matrix at the end
-where the gate found more than one answer. `schedule`, `added_on_verdict` and `may_run` read those
-fields for the bench; no other module names a stage to place it.
+`--batch-composition` asks for it, reloads right after extraction, the control matrix right after
+the gate where `--controls` asks for it and at the end where the gate found more than one answer.
+`place`, `schedule`, `added_on_verdict` and `may_run` read those fields for the bench and the
+command line; no other module names a stage to place it.
 """
 
 from __future__ import annotations
@@ -34,15 +35,25 @@ def get_stage(name: str) -> Stage:
     return STAGES[name]
 
 
+def place(stages: list[str], name: str) -> list[str]:
+    """`stages` with stage `name` in its place where it is not among them already: right after its
+    `after` stage (first, where that one is not in the run)."""
+    out = list(stages)
+    if name not in out:
+        after = get_stage(name).after
+        out.insert(out.index(after) + 1 if after in out else 0, name)
+    return out
+
+
 def schedule(stages: list[str], profile: "Profile") -> list[str]:
-    """The stages a run asked for, with those its profile adds before it starts: each right after
-    its `after` stage (first, where that one is not in the run), where its `needs` are in the run."""
+    """The stages a run asked for, with those its profile adds before it starts, each in its place
+    (`place`), where its `needs` are in the run."""
     out = list(stages)
     for stage in STAGES.values():
         if stage.on_verdict is not None or stage.name in out or not stage.may_run(profile):
             continue
         if all(need in out for need in stage.needs):
-            out.insert(out.index(stage.after) + 1 if stage.after in out else 0, stage.name)
+            out = place(out, stage.name)
     return out
 
 
@@ -69,5 +80,5 @@ def may_run(stages: list[str], profile: "Profile") -> list[str]:
     return list(dict.fromkeys([*stages, *(s.name for s in STAGES.values() if s.may_run(profile))]))
 
 
-__all__ = ["STAGES", "ORDER", "Stage", "StageContext", "FreshLaunch", "LaunchFactory", "get_stage", "schedule",
+__all__ = ["STAGES", "ORDER", "Stage", "StageContext", "FreshLaunch", "LaunchFactory", "get_stage", "place", "schedule",
            "verdict_of", "added_on_verdict", "may_run"]

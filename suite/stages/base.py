@@ -135,7 +135,8 @@ class Stage:
     # says for which profiles it may run; with `on_verdict` None it is added before the run (where
     # `needs` are all in it too), right after the stage `after` (first, where that one is not in the
     # run); with `on_verdict` set it is added at the end of the run, once the stage that gives the
-    # verdict (`verdict`) has run and said it. A stage the run asked for is never added twice.
+    # verdict (`verdict`) has run and said it (asked for by an option, it goes after `after`). A
+    # stage the run asked for is never added twice.
     when: "Callable[[Profile], bool] | None" = None
     after: str | None = None
     needs: tuple[str, ...] = ()

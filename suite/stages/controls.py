@@ -689,6 +689,7 @@ STAGE = Stage(name="controls", result=ControlsResult, run=run, fresh_runtimes=Tr
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=None,  # its rows depend on the runtime's controls: a count and a rate, no total
               # the process of elimination: where the gate found more than one answer, one control
-              # at a time, after the rest (the profile's auto_controls; --controls asks for it anyway)
-              when=lambda p: p.auto_controls, on_verdict=False,
+              # at a time, after the rest (the profile's auto_controls); asked for (--controls), right
+              # after the gate
+              when=lambda p: p.auto_controls, on_verdict=False, after="gate",
               tables=(ExportTable("controls", export_rows),), exported_requests=("controls",))
