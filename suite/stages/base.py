@@ -148,6 +148,9 @@ class Stage:
     # the run's key columns first) and the kinds of its request lines the `requests` table holds.
     tables: tuple["ExportTable", ...] = ()
     exported_requests: tuple[str, ...] = ()
+    # Its section's name on a model page (None: no section of its own there; the reloads show in
+    # the extraction's).
+    page_title: str | None = None
 
     def may_run(self, profile: "Profile") -> bool:
         """Whether a stage not in every bench may be added to one with this profile."""

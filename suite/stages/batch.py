@@ -487,4 +487,5 @@ STAGE = Stage(name="batch", result=BatchResult, run=run, fresh_runtimes=False, i
                       "does its answer depend on its batch",
               planned=planned, inputs=_inputs,
               when=lambda p: p.batch_composition, after="gate",  # the profile's or --batch-composition
-              tables=(ExportTable("batch", export_rows),), exported_requests=("batch",))
+              tables=(ExportTable("batch", export_rows),), exported_requests=("batch",),
+              page_title="batch composition")

@@ -692,4 +692,5 @@ STAGE = Stage(name="controls", result=ControlsResult, run=run, fresh_runtimes=Tr
               # at a time, after the rest (the profile's auto_controls); asked for (--controls), right
               # after the gate
               when=lambda p: p.auto_controls, on_verdict=False, after="gate",
-              tables=(ExportTable("controls", export_rows),), exported_requests=("controls",))
+              tables=(ExportTable("controls", export_rows),), exported_requests=("controls",),
+              page_title="control matrix")

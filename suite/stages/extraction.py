@@ -401,4 +401,5 @@ STAGE = Stage(name="extraction", result=ExtractionResult, run=run, fresh_runtime
               planned=lambda p: len(select_sections(p.extraction_sections)) * p.extraction_repeats,
               tables=(ExportTable("extraction_sections", export_rows),),
               # its answers, each answer's facts and the judge's grading (the reloads' answers are extraction lines too)
-              exported_requests=("extraction", "extraction-fact", "judge"))
+              exported_requests=("extraction", "extraction-fact", "judge"),
+              page_title="extraction")

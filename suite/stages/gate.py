@@ -381,4 +381,5 @@ STAGE = Stage(name="gate", result=GateResult, run=run, fresh_runtimes=False, in_
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=lambda p: p.gate_requests * len(select_prompts(p.gate_prompts)),
               verdict=lambda result: getattr(result, "reproducible", None),
-              tables=(ExportTable("gate", export_rows),), exported_requests=("gate",))
+              tables=(ExportTable("gate", export_rows),), exported_requests=("gate",),
+              page_title="gate")

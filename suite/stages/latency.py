@@ -602,4 +602,5 @@ def export_rows(result: LatencyResult) -> list[dict[str, Any]]:
 STAGE = Stage(name="latency", result=LatencyResult, run=run, fresh_runtimes=False, in_bench=True,
               summary="streamed requests timed by the suite and the runtime, at each concurrency level",
               planned=lambda p: p.latency_warmup + sum(level_requests(p.latency_requests, c) for c in p.concurrency),
-              tables=(ExportTable("latency", export_rows),), exported_requests=("latency",))
+              tables=(ExportTable("latency", export_rows),), exported_requests=("latency",),
+              page_title="latency")

@@ -371,4 +371,5 @@ STAGE = Stage(name="restarts", result=RestartsResult, run=run, fresh_runtimes=Tr
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=lambda p: (p.restarts * p.restart_requests * len(select_prompts(p.gate_prompts))
                                  * (2 if p.restart_caches == "both" else 1)),
-              tables=(ExportTable("restarts", export_rows),), exported_requests=("restarts",))
+              tables=(ExportTable("restarts", export_rows),), exported_requests=("restarts",),
+              page_title="restarts")

@@ -314,4 +314,5 @@ STAGE = Stage(name="sessions", result=SessionsResult, run=run, fresh_runtimes=Tr
               planned=lambda p: (p.sessions * p.replicates * len(select_prompts(p.gate_prompts))
                                  if not p.sessions_lora else 0),  # with an adapter: not known (the runtime may not serve one)
               # its request lines are many (K x R passes over the prompt set): not in the requests table
-              tables=(ExportTable("sessions", export_rows),))
+              tables=(ExportTable("sessions", export_rows),),
+              page_title="sessions")
