@@ -40,7 +40,7 @@ from suite.records import (RESULT_MODELS, DeterminismOutcome, Invocation, Launch
                            RunRecord, RuntimeFailure, Summary, find_incomplete, new_run_id, utcnow)
 from suite.signature import (REDACTED, SECRET_NAME, Signature, cache_dirs, cache_state, current_node, detect_hardware,
                              prompt_set_hash, redact_args, redact_env, resolve_revision)
-from suite.stages import ORDER, STAGES, StageContext, get_stage
+from suite.stages import ORDER, STAGES, StageContext, added_on_verdict, get_stage, may_run, schedule, verdict_of
 from suite.stages.gate import death_reason_of, died_text
 
 log = logging.getLogger(__name__)
@@ -726,18 +726,15 @@ class BenchSession:
         """The stages in order, each result written as soon as it exists; a failure ends the arm."""
         plan, ctx, record, rt, watchdog = self.plan, self.ctx, self.record, self.runtime, self.watchdog
         assert record is not None
-        stages = list(stages)
-        if plan.profile.reloads > 0 and "extraction" in stages and "reloads" not in stages:
-            stages.insert(stages.index("extraction") + 1, "reloads")
-        if plan.profile.batch_composition and "batch" not in stages:
-            stages.insert(stages.index("gate") + 1 if "gate" in stages else 0, "batch")
+        stages = schedule(stages, plan.profile)
         name = ""
         try:
             for name in stages:
                 if record.stage_done(name):
                     ctx.results[name] = record.read_stage(name)
-                    if name == "gate":
-                        ctx.reproducible = getattr(ctx.results[name], "reproducible", None)
+                    gives, verdict = verdict_of(name, ctx.results[name])
+                    if gives:
+                        ctx.reproducible = verdict
                     continue
                 if watchdog.tripped:
                     break
@@ -779,13 +776,16 @@ class BenchSession:
                     # What the stage measured before the runtime died is kept (its result and
                     # every request line); the arm stops here and the bench goes on.
                     raise self._died(name)
-                if name == "gate":
-                    ctx.reproducible = getattr(result, "reproducible", None)
-                    if ctx.reproducible is False and plan.profile.auto_controls and "controls" not in stages:
-                        # The process of elimination: one control at a time, after the rest.
-                        log.info("arm %s: the gate found more than one answer; the control matrix runs last",
-                                 plan.arm_name)
-                        stages.append("controls")
+                gives, verdict = verdict_of(name, result)
+                if gives:
+                    ctx.reproducible = verdict
+                    added = added_on_verdict(stages, plan.profile, verdict)
+                    if added:
+                        # The process of elimination (the control matrix): one control at a time, after the rest.
+                        log.info("arm %s: stage %s found %s; %s run%s last", plan.arm_name, name,
+                                 "more than one answer" if verdict is False else "one answer", ", ".join(added),
+                                 "" if len(added) > 1 else "s")
+                        stages.extend(added)
                         ctx.automatic_controls = True
         except WatchdogTripped:
             self.status, self.reason = "stopped-by-watchdog", "a restarted runtime was stopped by the memory watchdog"
@@ -866,9 +866,7 @@ class WatchdogTripped(SuiteError):
 def preflight(stages: list[str], profile: Profile, judge: JudgeChoice | None) -> None:
     """Every file the stages will read, loaded and checked before any runtime starts: a broken
     prompt file, document or judge rubric is one line now, not an hour into the bench."""
-    names = [*stages, *(["controls"] if profile.auto_controls else []), *(["reloads"] if profile.reloads > 0 else []),
-             *(["batch"] if profile.batch_composition else [])]
-    for name in dict.fromkeys(names):
+    for name in may_run(stages, profile):
         stage = get_stage(name)
         if stage.inputs is not None:
             stage.inputs(profile)

@@ -394,11 +394,9 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
         return
     stage_list = _split(stages)
     if controls:
-        from suite.stages import ORDER
+        from suite.stages import ORDER, controls as controls_stage, place
 
-        stage_list = list(stage_list or ORDER)
-        if "controls" not in stage_list:
-            stage_list.insert(stage_list.index("gate") + 1 if "gate" in stage_list else 0, "controls")
+        stage_list = place(list(stage_list or ORDER), controls_stage.STAGE.name)
     summaries = run_bench(model, _split(arms), launcher, profile, stage_list, results=out, resume=resume,
                           controls=_split(controls),
                           judge_url=judge_url, judge_model=judge_model,
@@ -475,7 +473,11 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
     from suite.bench import run_bench
     from suite.paths import results_dir
 
-    stages = ["gate"] + (["controls"] if controls else [])
+    from suite.stages import controls as controls_stage, gate as gate_stage, place
+
+    stages = [gate_stage.STAGE.name]
+    if controls:
+        stages = place(stages, controls_stage.STAGE.name)
     out = results_folder.expanduser().resolve() if results_folder else results_dir()
     summaries = run_bench(model, _split(arms), launcher, profile, stages, results=out, controls=_split(controls),
                           command=command_line())
@@ -597,7 +599,9 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
 
     if sessions < 2 or replicates < 2:
         raise SuiteError(f"--sessions {sessions} --replicates {replicates}: each must be at least 2")
-    summaries = run_bench(model, _split(arms), launcher, profile, ["sessions"],
+    from suite.stages import sessions as sessions_stage
+
+    summaries = run_bench(model, _split(arms), launcher, profile, [sessions_stage.STAGE.name],
                           overrides={"sessions": sessions, "replicates": replicates, "sessions_lora": lora},
                           command=command_line())
     _print_summaries(summaries)

@@ -285,7 +285,7 @@ def test_live_llamacpp_batches(llamacpp_server: Any, tmp_path: Path) -> None:
 def test_the_page_shows_the_modes_beside_the_gate_and_the_export_has_rows(stand_in: StandIn, tmp_path: Path) -> None:
     import shutil
 
-    from suite.export import batch_rows
+    from suite.export import TABLES
     from suite.site.figures import load_runs
     from suite.site.publish import build_site
 
@@ -309,7 +309,7 @@ def test_the_page_shows_the_modes_beside_the_gate_and_the_export_has_rows(stand_
     assert "emptied before every trial" in section
     assert "<script>alert(9)" not in html and "&lt;script&gt;alert(9)" in section
     rows = [x for m in load_runs(results).values() for a in m.arms.values() for run in a.runs
-            for x in batch_rows([run])]
+            for x in TABLES["batch"]([run])]
     assert [x["mode"] for x in rows] == ["single", "mixed", "prefix"] * 2
     assert rows[1]["first_divergence_token"] == 3 and rows[1]["differ_from_single"] == 3
 

@@ -256,7 +256,7 @@ def test_batch_modes_read_against_the_first_arm_in_time_and_energy() -> None:
 def test_the_export_has_energy_rows_per_stage_and_control_row(tmp_path: Path) -> None:
     import shutil
 
-    from suite.export import controls_rows, energy_rows
+    from suite.export import TABLES, energy_rows
     from suite.site.figures import load_runs
 
     golden = Path(__file__).resolve().parent / "golden" / "results"
@@ -273,5 +273,5 @@ def test_the_export_has_energy_rows_per_stage_and_control_row(tmp_path: Path) ->
     runs = [run for m in load_runs(results).values() for a in m.arms.values() for run in a.runs]
     rows = energy_rows(runs)
     assert rows and all(r["stage"] == "gate" and r["j_per_token"] == 0.3 for r in rows)
-    with_controls = [r for r in controls_rows(runs) if r["energy_j"] is not None]
+    with_controls = [r for r in TABLES["controls"](runs) if r["energy_j"] is not None]
     assert all(r["j_per_token"] == 0.3 for r in with_controls)

@@ -276,6 +276,22 @@ class MeanSE(BaseModel):
     se: float | None = Field(default=None, description="standard error of the mean (None when n < 2)")
 
 
+def distribution_fields(model: BaseModel | None, prefix: str = "") -> dict[str, tuple[Distribution, str]]:
+    """Every Distribution field of a model, nested models included, by dotted field name, in the
+    model's field order, with the unit its field declares (its `unit` metadata; "" without)."""
+    out: dict[str, tuple[Distribution, str]] = {}
+    if model is None:
+        return out
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        if isinstance(value, Distribution):
+            extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+            out[prefix + name] = (value, str(extra.get("unit", "")))
+        elif isinstance(value, BaseModel):
+            out.update(distribution_fields(value, f"{prefix}{name}."))
+    return out
+
+
 def mean_se(values: Sequence[float]) -> MeanSE:
     """Mean and standard error of `values`."""
     xs = [float(v) for v in values if v is not None]

@@ -22,15 +22,16 @@ from memwatch.report import WatchdogReport
 from pydantic import BaseModel
 
 from suite.analysis.repro import PromptAnalysis, Sample, analyse, first_diff
-from suite.analysis.stats import Distribution, MeanSE, PairedDifference, paired_difference
+from suite.analysis.stats import Distribution, MeanSE, PairedDifference, distribution_fields, paired_difference
 from suite.errors import SuiteError
 from suite.gpu import ratio_text
 from suite.records import AnswerLine, LatencyLine, Summary, load_all
 from suite.signature import flatten_signature
+from suite.stages import ORDER
 from suite.stages.controls import ControlsResult
 from suite.stages.extraction import ExtractionResult
 from suite.stages.batch import BatchResult, gap_text
-from suite.stages.gate import GateResult
+from suite.stages.gate import GateResult, truncation_by_prompt
 from suite.stages.latency import LatencyLevel, LatencyResult
 from suite.stages.restarts import RestartsResult
 from suite.stages.sessions import SessionsResult
@@ -274,17 +275,7 @@ class Metric:
 def distributions(model: BaseModel | None, prefix: str = "") -> dict[str, Metric]:
     """Every Distribution field of a model, nested models included, by dotted field name, in the
     model's field order, with the unit its field declares."""
-    out: dict[str, Metric] = {}
-    if model is None:
-        return out
-    for name, info in type(model).model_fields.items():
-        value = getattr(model, name)
-        if isinstance(value, Distribution):
-            extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-            out[prefix + name] = Metric(value, str(extra.get("unit", "")))
-        elif isinstance(value, BaseModel):
-            out.update(distributions(value, f"{prefix}{name}."))
-    return out
+    return {name: Metric(dist, unit) for name, (dist, unit) in distribution_fields(model, prefix).items()}
 
 
 def latency_level(latency: LatencyResult | None) -> LatencyLevel | None:
@@ -361,7 +352,7 @@ class Run:
             return None
         f = getattr(s, "failure", None)
         invocation = getattr(s, "invocation", None)
-        asked = list(invocation.stages) if invocation and invocation.stages else ["gate", "latency", "extraction", "restarts"]
+        asked = list(invocation.stages) if invocation and invocation.stages else list(ORDER)  # a bench's own
         not_run = [name for name in asked if getattr(s, name, None) is None]
         if f is None:  # a record from before failures were typed: its reason says what failed
             return {"what": s.reason or "failed", "error_line": None, "tail": [], "log": self.log_page,
@@ -749,9 +740,7 @@ def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> lis
     return out
 
 
-def row_truncation(gate: GateResult | None) -> dict[str, tuple[int, int]]:
-    """Per prompt of a control row's gate: (answers cut at max_tokens, the cap); empty without a gate."""
-    return {p.prompt_id: (p.truncated, p.max_tokens) for p in gate.prompts} if gate is not None else {}
+row_truncation = truncation_by_prompt  # per prompt of a control row's gate: (answers cut at max_tokens, the cap)
 
 
 def control_row_line(row: dict[str, Any]) -> str:

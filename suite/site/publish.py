@@ -44,6 +44,7 @@ from suite.site.figures import (
 )
 from suite.paths import SITE_DIR, cache_dir
 from suite.records import AnswerLine, LatencyLine, read_requests
+from suite.stages import STAGES
 
 log = logging.getLogger(__name__)
 
@@ -281,8 +282,7 @@ def _gate_page(model: ModelRuns, prompt_id: str) -> str:
 
 
 # The stages a model page shows from the newest run holding each (record field -> name on the page).
-PAGE_STAGES = {"gate": "gate", "batch": "batch composition", "controls": "control matrix",
-               "restarts": "restarts", "sessions": "sessions", "latency": "latency", "extraction": "extraction"}
+PAGE_STAGES = {stage.name: stage.page_title for stage in STAGES.values() if stage.page_title is not None}
 
 
 def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None]"]:
@@ -322,7 +322,7 @@ def _with_interrupted(site: _Site, model: ModelRuns, lines: dict[str, list[str]]
                     continue
                 if r.run_dir not in sent:
                     sent[r.run_dir] = Counter((getattr(q, "stage", None) or q.kind)
-                                              for q in read_requests(r.run_dir, (*PAGE_STAGES, "gate")))
+                                              for q in read_requests(r.run_dir, PAGE_STAGES))
                 if sent[r.run_dir][stage]:
                     lines.setdefault(stage, []).append(
                         f"{arm.name}: run {r.s.run_id} ({r.s.status}) sent {sent[r.run_dir][stage]} requests of "

@@ -4,15 +4,24 @@ Each stage module ends with its `STAGE = Stage(...)` (suite/stages/base.py). `ST
 name to it; the run record's summary, the records reader, the site and the export derive their
 stage lists from here. A bench runs the stages with `in_bench` in this order (the gate first: its
 verdict reaches the later stages through `ctx.reproducible`; restarts last among them, since it
-stops and starts the runtime); the others run on request (batch composition, after the gate, where
-the profile or `--batch-composition` asks for it).
+stops and starts the runtime); the others run on request, where each says (`Stage.when`, `after`,
+`needs`, `on_verdict`): batch composition right after the gate where the profile or
+`--batch-composition` asks for it, reloads right after extraction, the control matrix right after
+the gate where `--controls` asks for it and at the end where the gate found more than one answer.
+`place`, `schedule`, `added_on_verdict` and `may_run` read those fields for the bench and the
+command line; no other module names a stage to place it.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from suite.errors import SuiteError
 from suite.stages import batch, controls, extraction, gate, latency, reloads, restarts, sessions
 from suite.stages.base import FreshLaunch, LaunchFactory, Stage, StageContext
+
+if TYPE_CHECKING:
+    from suite.profiles import Profile
 
 STAGES: dict[str, Stage] = {s.name: s for s in (
     gate.STAGE, batch.STAGE, latency.STAGE, extraction.STAGE, reloads.STAGE, restarts.STAGE, controls.STAGE, sessions.STAGE,
@@ -26,4 +35,50 @@ def get_stage(name: str) -> Stage:
     return STAGES[name]
 
 
-__all__ = ["STAGES", "ORDER", "Stage", "StageContext", "FreshLaunch", "LaunchFactory", "get_stage"]
+def place(stages: list[str], name: str) -> list[str]:
+    """`stages` with stage `name` in its place where it is not among them already: right after its
+    `after` stage (first, where that one is not in the run)."""
+    out = list(stages)
+    if name not in out:
+        after = get_stage(name).after
+        out.insert(out.index(after) + 1 if after in out else 0, name)
+    return out
+
+
+def schedule(stages: list[str], profile: "Profile") -> list[str]:
+    """The stages a run asked for, with those its profile adds before it starts, each in its place
+    (`place`), where its `needs` are in the run."""
+    out = list(stages)
+    for stage in STAGES.values():
+        if stage.on_verdict is not None or stage.name in out or not stage.may_run(profile):
+            continue
+        if all(need in out for need in stage.needs):
+            out = place(out, stage.name)
+    return out
+
+
+def verdict_of(name: str, result: Any) -> tuple[bool, bool | None]:
+    """Whether stage `name` gives the reproducibility verdict, and the verdict its result gives."""
+    stage = STAGES.get(name)
+    if stage is None or stage.verdict is None:
+        return False, None
+    return True, stage.verdict(result)
+
+
+def added_on_verdict(stages: list[str], profile: "Profile", verdict: bool | None) -> list[str]:
+    """The stages a verdict adds at the end of a run (the control matrix, where the gate found more
+    than one answer and the profile asks for it), those the run has not already."""
+    if verdict is None:
+        return []
+    return [s.name for s in STAGES.values()
+            if s.on_verdict is not None and s.on_verdict == verdict and s.name not in stages and s.may_run(profile)]
+
+
+def may_run(stages: list[str], profile: "Profile") -> list[str]:
+    """Every stage a run of `stages` with `profile` may run: those asked for, then every stage the
+    profile may add (whether or not the verdict or the stages it needs come): the preflight's list."""
+    return list(dict.fromkeys([*stages, *(s.name for s in STAGES.values() if s.may_run(profile))]))
+
+
+__all__ = ["STAGES", "ORDER", "Stage", "StageContext", "FreshLaunch", "LaunchFactory", "get_stage", "place", "schedule",
+           "verdict_of", "added_on_verdict", "may_run"]

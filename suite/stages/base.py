@@ -4,7 +4,9 @@ A stage is one `Stage` object (name, result model, whether it needs fresh runtim
 defined at the foot of its module and registered in `suite.stages.STAGES`. `run(ctx)` gets a
 `StageContext` (the arm, its running runtime and client, the record, the earlier results) and
 returns its result model, which the bench writes to `stages/<name>.json` and, at the end, under
-the stage's name in `summary.json`. `planned(profile)`, where a stage can say it in advance, is
+the stage's name in `summary.json`. Its place in the schedule (`when`, `after`, `needs`,
+`on_verdict`, `verdict`) and what `suite export` writes of it (`tables`, `exported_requests`) are
+fields of the record too, so the bench and the export iterate the registry. `planned(profile)`, where a stage can say it in advance, is
 how many requests it will send (the progress display's total and time left); every request line
 a stage records passes through `StageContext.record_request`, which also advances that display.
 """
@@ -95,6 +97,24 @@ class StageContext:
 
 
 @dataclass(frozen=True)
+class ExportTable:
+    """One table of `suite export` a stage gives: its name (the file's) and its rows for one run's
+    result of the stage, in column order (the export adds the run's key columns before them)."""
+
+    name: str
+    rows: Callable[[Any], list[dict[str, Any]]]
+
+
+def export_cell(v: Any) -> Any:
+    """A value as one cell of an exported table: a list joined with commas, a mapping left out."""
+    if isinstance(v, (list, tuple)):
+        return ", ".join(str(x) for x in v)
+    if isinstance(v, dict):
+        return None
+    return v
+
+
+@dataclass(frozen=True)
 class Stage:
     """One stage: its name (the record's key), result model, and how it runs."""
 
@@ -111,6 +131,30 @@ class Stage:
     # Loads and checks every file the stage will read for a profile (prompts, documents), so that
     # the bench's preflight finds a broken one before any runtime starts; raises a SuiteError.
     inputs: "Callable[[Profile], object] | None" = None
+    # Its place in the schedule, for a stage that is not in every bench (`in_bench` False): `when`
+    # says for which profiles it may run; with `on_verdict` None it is added before the run (where
+    # `needs` are all in it too), right after the stage `after` (first, where that one is not in the
+    # run); with `on_verdict` set it is added at the end of the run, once the stage that gives the
+    # verdict (`verdict`) has run and said it (asked for by an option, it goes after `after`). A
+    # stage the run asked for is never added twice.
+    when: "Callable[[Profile], bool] | None" = None
+    after: str | None = None
+    needs: tuple[str, ...] = ()
+    on_verdict: bool | None = None  # the reproducibility verdict that adds it (False: more than one answer)
+    # The stage that gives the reproducibility verdict (the gate): its result's verdict, which reaches
+    # the later stages through `StageContext.reproducible`.
+    verdict: "Callable[[Any], bool | None] | None" = None
+    # What `suite export` writes of it: its tables (each row of one run's result; the export puts
+    # the run's key columns first) and the kinds of its request lines the `requests` table holds.
+    tables: tuple["ExportTable", ...] = ()
+    exported_requests: tuple[str, ...] = ()
+    # Its section's name on a model page (None: no section of its own there; the reloads show in
+    # the extraction's).
+    page_title: str | None = None
+
+    def may_run(self, profile: "Profile") -> bool:
+        """Whether a stage not in every bench may be added to one with this profile."""
+        return self.when is not None and bool(self.when(profile))
 
     def requests_for(self, profile: "Profile") -> int | None:
         """`planned(profile)`, or None when the stage cannot say (or the profile is one it refuses:

@@ -41,7 +41,7 @@ from suite.analysis.repro import (ALPHA, DistinctAnswer, Divergence, PromptAnaly
                                   divergence, launches_for_bound, prefix_logprob_diff, unseen_share_bound)
 from suite.client import ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.errors import SuiteError
-from suite.stages.base import Stage
+from suite.stages.base import ExportTable, Stage, export_cell
 from suite.stages.gate import TOP_LOGPROBS, GatePrompt, death_reason_of, logprobs_for, select_prompts
 
 if TYPE_CHECKING:
@@ -460,7 +460,32 @@ def _inputs(profile: "Profile") -> object:
     return batch_prompt(profile)
 
 
+def export_rows(result: BatchResult) -> list[dict[str, Any]]:
+    """`suite export`'s batch table: one row per mode: the target's distinct answers with n, how many
+    differ from its one-at-a-time answer, the first departure and the logprob gap there, tokens/s, energy."""
+    rows = []
+    b = result
+    for m in b.modes:
+        d = m.first_divergence
+        rows.append({
+            "prompt_id": b.prompt_id, "mode": m.mode, "trials": m.trials, "batch_sizes": export_cell(m.batch_sizes),
+            "requests": m.requests, "failed": m.failed, "answered": m.target.answered,
+            "distinct_answers": m.target.distinct_answers, "same_as_single": m.same_as_single,
+            "differ_from_single": m.differ_from_single,
+            "first_divergence_token": d.token_index if d else None,
+            "logprob_reference": d.modal_logprob if d else None, "logprob_other": d.other_logprob if d else None,
+            "reference_margin": d.modal_margin if d else None,
+            "same_tokens_logprob_diff": m.same_tokens_logprob_diff, "output_tokens": m.output_tokens,
+            "wall_s": m.wall_s, "tokens_per_s": m.tokens_per_s, "energy_j": m.energy_j,
+            "j_per_token": m.j_per_token, "cache_reset": b.cache_reset, "varies_with_batch": b.varies_with_batch,
+        })
+    return rows
+
+
 STAGE = Stage(name="batch", result=BatchResult, run=run, fresh_runtimes=False, in_bench=False,
               summary="the target prompt alone, then inside batches of other prompts and of shared prefixes: "
                       "does its answer depend on its batch",
-              planned=planned, inputs=_inputs)
+              planned=planned, inputs=_inputs,
+              when=lambda p: p.batch_composition, after="gate",  # the profile's or --batch-composition
+              tables=(ExportTable("batch", export_rows),), exported_requests=("batch",),
+              page_title="batch composition")

@@ -38,11 +38,12 @@ from rich.table import Table
 from rich.text import Text
 
 from suite.analysis.stats import fisher_fewer_others, requests_needed
-from suite.stages.base import Stage
+from suite.stages.base import ExportTable, Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.gpu import Energy, EnergyMeter
 from suite.launchers.base import LoraAdapter
-from suite.stages.gate import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts
+from suite.stages.gate import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts, \
+    truncation_by_prompt
 
 if TYPE_CHECKING:
     from suite.catalog import ModelCard
@@ -661,7 +662,35 @@ def format_controls_table(result: ControlsResult) -> Table:
     return table
 
 
+def export_rows(result: ControlsResult) -> list[dict[str, Any]]:
+    """`suite export`'s controls table: one row per control configuration and gate prompt."""
+    rows = []
+    for row in result.rows:
+        e = row.energy
+        base = {"configuration": row.configuration, "status": row.status, "reason": row.reason,
+                "concurrency": row.concurrency, "startup_s": row.startup_s,
+                "controls": ", ".join(row.ran_controls),
+                "tokens_per_s": row.tokens_per_s, "energy_j": e.joules if e else None,
+                "j_per_token": e.j_per_token if e else None,
+                "mean_power_w": e.mean_power_w if e else None}
+        cut = truncation_by_prompt(row.gate)
+        if not row.distinct:
+            rows.append(base | {"prompt_id": None, "distinct_answers": None, "answered": None, "lengths": None,
+                                "truncated": None, "max_tokens": None})
+        for pid, d in row.distinct.items():
+            rows.append(base | {"prompt_id": pid, "distinct_answers": d, "answered": row.answered.get(pid),
+                                "lengths": row.lengths.get(pid), "truncated": cut.get(pid, (None, None))[0],
+                                "max_tokens": cut.get(pid, (None, None))[1]})
+    return rows
+
+
 STAGE = Stage(name="controls", result=ControlsResult, run=run, fresh_runtimes=True, in_bench=False,
               summary="the gate once per determinism control, each on a fresh runtime",
               inputs=lambda p: select_prompts(p.gate_prompts),
-              planned=None)  # its rows depend on the runtime's controls: a count and a rate, no total
+              planned=None,  # its rows depend on the runtime's controls: a count and a rate, no total
+              # the process of elimination: where the gate found more than one answer, one control
+              # at a time, after the rest (the profile's auto_controls); asked for (--controls), right
+              # after the gate
+              when=lambda p: p.auto_controls, on_verdict=False, after="gate",
+              tables=(ExportTable("controls", export_rows),), exported_requests=("controls",),
+              page_title="control matrix")

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import ClientError
-from suite.stages.base import Stage
+from suite.stages.base import ExportTable, Stage, export_cell
 from suite.errors import SuiteError
 from suite.analysis.jsonextract import extract_json_object
 from suite.paths import DOCUMENTS_DIR, EXTRACTION_DIR
@@ -390,7 +390,16 @@ def summarise(sections: list[Section], answers: dict[str, list[Answer]], repeats
     }
 
 
+def export_rows(result: ExtractionResult) -> list[dict[str, Any]]:
+    """`suite export`'s extraction_sections table: one row per document section."""
+    return [{k: export_cell(v) for k, v in sec.model_dump().items()} for sec in result.per_section]
+
+
 STAGE = Stage(name="extraction", result=ExtractionResult, run=run, fresh_runtimes=False, in_bench=True,
               summary="facts extracted as JSON, repeated, scored against gold (and a judge)",
               inputs=lambda p: (select_sections(p.extraction_sections), load_prompt()),
-              planned=lambda p: len(select_sections(p.extraction_sections)) * p.extraction_repeats)
+              planned=lambda p: len(select_sections(p.extraction_sections)) * p.extraction_repeats,
+              tables=(ExportTable("extraction_sections", export_rows),),
+              # its answers, each answer's facts and the judge's grading (the reloads' answers are extraction lines too)
+              exported_requests=("extraction", "extraction-fact", "judge"),
+              page_title="extraction")

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import ClientError, Completion, OpenAIClient
 from suite.definitions import load_validated
-from suite.stages.base import Stage
+from suite.stages.base import ExportTable, Stage
 from suite.errors import SuiteError
 from suite.paths import PROMPTS_DIR
 from suite.analysis.repro import PromptAnalysis, Sample, analyse, group_answers, unseen_share_bound
@@ -355,7 +355,31 @@ def run(ctx: "StageContext") -> GateResult:
     return result
 
 
+def truncation_by_prompt(gate: GateResult | None) -> dict[str, tuple[int, int]]:
+    """Per prompt of a gate (a control row's): (answers cut at max_tokens, the cap); empty without a gate."""
+    return {p.prompt_id: (p.truncated, p.max_tokens) for p in gate.prompts} if gate is not None else {}
+
+
+def export_rows(result: GateResult) -> list[dict[str, Any]]:
+    """`suite export`'s gate table: one row per gate prompt: distinct answers, lengths, cold vs warm."""
+    rows = []
+    for p in result.prompts:
+        cw = p.cold_warm
+        rows.append({
+            "prompt_id": p.prompt_id, "requests": p.requests, "answered": p.answered, "errors": p.errors,
+            "distinct_answers": p.distinct_answers, "modal_share": p.modal_share,
+            "lengths": p.lengths_text, "compared_by": p.compared_by,
+            "truncated": p.truncated, "max_tokens": p.max_tokens, "modal_tied": p.modal_tied,
+            "cold_is_modal": cw.cold_is_modal if cw else None, "warm_distinct": cw.warm_distinct if cw else None,
+            "warm_count": cw.warm_count if cw else None,
+        })
+    return rows
+
+
 STAGE = Stage(name="gate", result=GateResult, run=run, fresh_runtimes=False, in_bench=True,
               summary="the same request N times per gate prompt: how many different answers came back",
               inputs=lambda p: select_prompts(p.gate_prompts),
-              planned=lambda p: p.gate_requests * len(select_prompts(p.gate_prompts)))
+              planned=lambda p: p.gate_requests * len(select_prompts(p.gate_prompts)),
+              verdict=lambda result: getattr(result, "reproducible", None),
+              tables=(ExportTable("gate", export_rows),), exported_requests=("gate",),
+              page_title="gate")

@@ -52,9 +52,9 @@ import httpx
 from pydantic import BaseModel, Field
 
 from suite.client import AsyncOpenAIClient, ClientError, Completion, OpenAIClient, event_loop_factory
-from suite.stages.base import Stage
+from suite.stages.base import ExportTable, Stage
 from suite.errors import SuiteError
-from suite.analysis.stats import Distribution, summarize
+from suite.analysis.stats import Distribution, distribution_fields, summarize
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
@@ -589,6 +589,18 @@ def run(ctx: "StageContext") -> LatencyResult:
                          prompt_cache=PROMPT_CACHE, prompt_prefix=PROMPT_PREFIX)
 
 
+def export_rows(result: LatencyResult) -> list[dict[str, Any]]:
+    """`suite export`'s latency table: one row per concurrency level and metric: n, mean, p50, p90, p99, min, max."""
+    rows = []
+    for level in result.levels:
+        for metric, (dist, _unit) in distribution_fields(level).items():
+            rows.append({"concurrency": level.concurrency, "metric": metric} |
+                        dist.model_dump(include={"n", "mean", "p50", "p90", "p99", "min", "max"}))
+    return rows
+
+
 STAGE = Stage(name="latency", result=LatencyResult, run=run, fresh_runtimes=False, in_bench=True,
               summary="streamed requests timed by the suite and the runtime, at each concurrency level",
-              planned=lambda p: p.latency_warmup + sum(level_requests(p.latency_requests, c) for c in p.concurrency))
+              planned=lambda p: p.latency_warmup + sum(level_requests(p.latency_requests, c) for c in p.concurrency),
+              tables=(ExportTable("latency", export_rows),), exported_requests=("latency",),
+              page_title="latency")

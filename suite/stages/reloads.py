@@ -126,4 +126,5 @@ def run(ctx: "StageContext") -> ReloadsResult:
 STAGE = Stage(name="reloads", result=ReloadsResult, run=run, fresh_runtimes=True, in_bench=False,
               summary="the extraction asked again in a fresh launch (the profile's or --reloads N)",
               inputs=lambda p: (select_sections(p.extraction_sections), load_prompt()),
-              planned=lambda p: p.reloads * len(select_sections(p.extraction_sections)))
+              planned=lambda p: p.reloads * len(select_sections(p.extraction_sections)),
+              when=lambda p: p.reloads > 0, after="extraction", needs=("extraction",))

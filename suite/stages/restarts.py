@@ -30,11 +30,11 @@ import math
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from suite.stages.base import FreshLaunch, Stage
+from suite.stages.base import ExportTable, FreshLaunch, Stage, export_cell
 from suite.launchers.base import COMPILE_CACHE_DIRS, COMPILE_CACHE_SETTINGS
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.analysis.repro import ALPHA, LaunchFigures, LaunchPair, Pattern, analyse_launches, requests_for_transient
@@ -350,8 +350,26 @@ def run(ctx: "StageContext") -> RestartsResult:
     return run_launches(ctx, mode)
 
 
+def export_rows(result: RestartsResult) -> list[dict[str, Any]]:
+    """`suite export`'s restarts table: one row per gate prompt: within/across-launch figures, agreement interval."""
+    rows = []
+    for p in result.prompts:
+        low, high = p.agreement_ci95 or (None, None)
+        rows.append({
+            "launches": result.launches, "launched": result.launched, "prompt_id": p.prompt_id,
+            "within_distinct": export_cell(p.within_distinct), "across_distinct": p.across_distinct,
+            "agreement": p.agreement, "agreement_ci95_low": low, "agreement_ci95_high": high,
+            "lengths": p.lengths_text, "answered": p.answered or sum(x.answered for x in p.per_launch),
+            "truncated": p.truncated, "cache_mode": result.cache_mode, "controls": ", ".join(result.controls),
+            "cache_files_before": export_cell([o.cache_files_before for o in result.launch_outcomes]),
+        })
+    return rows
+
+
 STAGE = Stage(name="restarts", result=RestartsResult, run=run, fresh_runtimes=True, in_bench=True,
               summary="K fresh launches of the same configuration, a short gate on each",
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=lambda p: (p.restarts * p.restart_requests * len(select_prompts(p.gate_prompts))
-                                 * (2 if p.restart_caches == "both" else 1)))
+                                 * (2 if p.restart_caches == "both" else 1)),
+              tables=(ExportTable("restarts", export_rows),), exported_requests=("restarts",),
+              page_title="restarts")

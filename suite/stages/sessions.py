@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import logging
 from itertools import combinations
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from suite.stages.base import FreshLaunch, Stage
+from suite.stages.base import ExportTable, FreshLaunch, Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
 from suite.analysis.repro import RunsAnalysis, Sample, analyse_launches, analyse_runs, answer_key
@@ -285,8 +285,34 @@ def table_lines(result: SessionsResult) -> list[str]:
     return lines
 
 
+def export_rows(result: SessionsResult) -> list[dict[str, Any]]:
+    """`suite export`'s sessions table (study 2's): per configuration, each agreement measure between
+    runs (one pass over the prompt set) across sessions with its interval, and within sessions."""
+    rows = []
+    for c in result.configurations:
+        base = {"sessions": result.sessions, "replicates": result.replicates, "configuration": c.label,
+                "status": c.status, "reason": c.reason, "controls": ", ".join(result.controls)}
+        runs_ = c.runs
+        if runs_ is None:
+            rows.append(base)
+            continue
+        for a in runs_.agreements:
+            low, high = a.across_ci95 or (None, None)
+            rows.append(base | {
+                "runs": runs_.runs, "distinct_runs": runs_.distinct_runs, "prompts": runs_.items,
+                "incomplete_runs": runs_.incomplete_runs, "truncated": runs_.truncated,
+                "measure": a.measure, "across": a.across, "across_ci95_low": low, "across_ci95_high": high,
+                "across_pairs": a.across_pairs, "ci_note": a.ci_note, "within": a.within,
+                "within_pairs": a.within_pairs, "first_run_only_difference": runs_.transient_only,
+            })
+    return rows
+
+
 STAGE = Stage(name="sessions", result=SessionsResult, run=run, fresh_runtimes=True, in_bench=False,
               summary="K server processes x R replicates (study 2), base and adapter",
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=lambda p: (p.sessions * p.replicates * len(select_prompts(p.gate_prompts))
-                                 if not p.sessions_lora else 0))  # with an adapter: not known (the runtime may not serve one)
+                                 if not p.sessions_lora else 0),  # with an adapter: not known (the runtime may not serve one)
+              # its request lines are many (K x R passes over the prompt set): not in the requests table
+              tables=(ExportTable("sessions", export_rows),),
+              page_title="sessions")
