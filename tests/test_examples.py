@@ -79,8 +79,8 @@ def test_gpu_vllm_example_tree_shows_the_prefix_cache_transient_and_its_control(
     launches: its request lines stand, and the page names the run as incomplete."""
     root = EXAMPLES / "gpu-vllm-results"
     runs = [s for s in load_all(root) if s.model == "random-qwen3"]
-    (complete,) = [s for s in runs if s.status == "complete"]
-    assert complete.gate is not None and complete.controls is not None
+    (complete,) = [s for s in runs if s.status == "complete" and s.controls is not None]
+    assert complete.gate is not None
     doc = next(p for p in complete.gate.prompts if p.prompt_id == "document-4k")
     assert (doc.requests, doc.distinct_answers, doc.pattern) == (20, 2, "cold-transient")
     assert [p.distinct_answers for p in complete.gate.prompts if p.prompt_id != "document-4k"] == [1, 1]
@@ -88,13 +88,56 @@ def test_gpu_vllm_example_tree_shows_the_prefix_cache_transient_and_its_control(
     assert off.distinct["document-4k"] == 1 and off.answered["document-4k"] == 20
     page = _model_page(root, tmp_path, "random-qwen3")
     assert "random weights" in page
-    assert "cold-start transient: only the first request after the start differs (1 of 20)" in page
+    # the page shows each stage's latest run: the gate of the kept-caches restarts run (5 requests),
+    # too short to call the transient one; its restarts (9 launch-prompt series) do
+    assert "not enough to call it a cold-start transient (20 answers would tell)" in page
+    assert "in 3 launch-prompt series of 9, only the first request after the start differs" in page
+    assert "compile-cache files at each launch's start: 0, 637, 637" in page
     assert "prefix-caching-off" in page and "--no-enable-prefix-caching" in page
-    # the cut restarts run: its 30 restart requests are named on the page, not silently dropped
-    assert "sent 30 requests of this stage and stopped before its result" in page
+    # the restarts run cut on 2026-12-02 (30 requests kept in its record) is superseded on the page
+    # by the later complete restarts run; the cut run's note is tested in the site's own tests
+    cut = [s for s in runs if s.status != "complete"]
+    assert cut and all(s.restarts is None for s in cut)
     # what the records hold, tested again with this code: the control's one answer is the cold one
     from suite.stages.controls import eliminate
 
     eliminate(complete.controls, complete.gate)
     assert "so launches are the unit" in complete.controls.elimination
     assert "its one answer is the default row's first (cold) answer" in complete.controls.elimination
+
+
+def test_gpu_vllm_example_tree_restarts_with_kept_caches_and_humming(tmp_path: Path) -> None:
+    """Study 3 with kept compile caches on the random-weight Qwen3 (the first launch fills an empty
+    cache root, the next two find its 637 files): the same answer sequence in every launch, the
+    prefix cache's cold answer included, with identical log-probabilities; too few launches to
+    bound how often one would differ. The HUMMING W4A16 arm (vLLM 0.24.0's pinned
+    humming-kernels 0.1.6) on the random-weight Llama: 20 distinct answers in 20 on every gate
+    prompt one request at a time, where the bf16 arm of the same weights gave one in 200."""
+    root = EXAMPLES / "gpu-vllm-results"
+    runs = load_all(root)
+    (kept,) = [s for s in runs if s.model == "random-qwen3" and s.restarts is not None
+               and s.restarts.cache_mode == "kept"]
+    r = kept.restarts
+    assert r.launched == 3 and [o.cache_files_before for o in r.launch_outcomes] == [0, 637, 637]
+    doc = next(p for p in r.prompts if p.prompt_id == "document-4k")
+    assert doc.same_sequence and doc.across == "too few" and doc.cold_series == 3
+    assert doc.across_logprob_diff == 0.0
+    (humming,) = [s for s in runs if s.arm == "vllm-gpu-humming-w4a16" and s.status == "complete"]
+    assert humming.gate is not None and humming.gate.reproducible is False
+    assert [(p.requests, p.distinct_answers, p.pattern) for p in humming.gate.prompts] == [(20, 20, "varies")] * 3
+    page = _model_page(root, tmp_path, "random-llama-1b")
+    assert "answers vary in random order (20 distinct, 19 changes in 20)" in page
+
+
+def test_a_cut_run_is_named_where_no_later_run_has_the_stage(tmp_path: Path) -> None:
+    """The random-qwen3 records without the later kept-caches run: the only restarts requests are
+    those of the run cut during its third launch, and its section names them and where they are."""
+    import shutil
+
+    src = EXAMPLES / "gpu-vllm-results" / "random-qwen3" / "vllm-gpu"
+    root = tmp_path / "results"
+    for run in src.iterdir():
+        if not run.name.startswith("20261202T0346"):  # leave out the kept-caches restarts run
+            shutil.copytree(run, root / "random-qwen3" / "vllm-gpu" / run.name)
+    page = _model_page(root, tmp_path, "random-qwen3")
+    assert "sent 30 requests of this stage and stopped before its result" in page
