@@ -58,6 +58,7 @@ class ArmPlan:
     model_path: Path
     profile: Profile
     lora: list[LoraAdapter] = field(default_factory=list)
+    retry_refused: bool = False  # start the determinism mode even where this machine saw it refused (suite.refusals)
 
     def spec(self, controls: list[str], log_path: Path) -> LaunchSpec:
         env: dict[str, str] = {}
@@ -348,22 +349,42 @@ def failure_in_stage(rt: RunningRuntime, where: str, stage: str, done: int | Non
 
 
 def start_with_determinism(plan: ArmPlan, log_dir: Path, extra_controls: list[str]) -> tuple[RunningRuntime, LaunchSpec, DeterminismOutcome]:
-    """Start in the runtime's determinism mode; on refusal, record it and start in default mode."""
+    """Start in the runtime's determinism mode; on refusal, record it and start in default mode.
+
+    A refusal of the same configuration on this machine is remembered (suite.refusals): the mode is
+    then not started again unless `plan.retry_refused`; the outcome says when it was seen."""
+    from suite import refusals
+
     control = plan.runtime.determinism_control
     if control and not plan.arm.determinism_mode:  # the arm measures the default mode
         spec = plan.spec(extra_controls, log_dir / "runtime.log")
         return plan.launcher.start(spec), spec, DeterminismOutcome(control=control, outcome="off")
     if control and control not in extra_controls:
         spec = plan.spec([control, *extra_controls], log_dir / f"runtime-{control}.log")
-        try:
-            rt = plan.launcher.start(spec)
-            return rt, spec, DeterminismOutcome(control=control, outcome="on")
-        except RuntimeStartError as exc:
-            word = "refused" if exc.refused else "failed to start in"
-            log.warning("%s %s its determinism mode %s: %s", plan.runtime.name, word, control,
-                        exc.error_line or (f"{exc.ended} {exc.after_s or 0:.1f} s after start" if exc.ended else exc))
-            outcome = DeterminismOutcome(control=control, outcome="refused" if exc.refused else "failed",
-                                         error_line=exc.error_line)
+        key = refusals.refusal_key(plan.launcher, spec, control)
+        seen = None if plan.retry_refused else refusals.known(key)
+        if seen is not None:
+            log.info("%s: its determinism mode %s was %s on this machine at %s%s; not started again "
+                     "(--retry-refused tries it)", plan.runtime.name, control, seen.outcome, seen.seen_at,
+                     f" (run {seen.run_id})" if seen.run_id else "")
+            outcome = DeterminismOutcome(control=control, outcome="refused" if seen.outcome == "refused" else "failed",
+                                         error_line=seen.error_line, known_from=seen.run_id or seen.seen_at)
+        else:
+            try:
+                rt = plan.launcher.start(spec)
+                refusals.forget(key)
+                return rt, spec, DeterminismOutcome(control=control, outcome="on")
+            except RuntimeStartError as exc:
+                word = "refused" if exc.refused else "failed to start in"
+                log.warning("%s %s its determinism mode %s: %s", plan.runtime.name, word, control,
+                            exc.error_line or (f"{exc.ended} {exc.after_s or 0:.1f} s after start" if exc.ended else exc))
+                outcome = DeterminismOutcome(control=control, outcome="refused" if exc.refused else "failed",
+                                             error_line=exc.error_line)
+                if exc.refused:  # a crash or a time-out may not come again: only a refusal is remembered
+                    refusals.remember(key, refusals.KnownRefusal(runtime=plan.runtime.name, control=control,
+                                                                 outcome=outcome.outcome, error_line=exc.error_line,
+                                                                 seen_at=utcnow()))
+                    outcome.memo_key = key
     else:
         outcome = DeterminismOutcome(control=control, outcome="on" if control else "not-offered")
     spec = plan.spec(extra_controls, log_dir / "runtime.log")
@@ -509,6 +530,12 @@ class BenchSession:
                                    profile_settings=plan.profile.model_dump(mode="json"),
                                    invocation=self.invocation)
             self.record = RunRecord.create(self.results, manifest)
+        if determinism.memo_key is not None:  # a refusal seen in this run: later benches name it
+            from suite import refusals
+
+            seen = refusals.known(determinism.memo_key)
+            if seen is not None:
+                refusals.remember(determinism.memo_key, seen.model_copy(update={"run_id": self.record.manifest.run_id}))
         self._move_logs()
         self.summary = Summary(run_id=self.record.manifest.run_id, model=plan.card.name, arm=plan.arm_name,
                                runtime=plan.runtime.name, launcher=plan.launcher.name, profile=plan.profile.name,
@@ -932,7 +959,8 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
               concurrency: list[int] | None = None, gate_requests: int | None = None,
               restarts: int | None = None, overrides: dict[str, Any] | None = None,
               url: str | None = None, served_model: str | None = None, tokenizer: str | None = None,
-              on_arm: Callable[[Summary], None] | None = None, command: list[str] | None = None) -> list[Summary]:
+              on_arm: Callable[[Summary], None] | None = None, command: list[str] | None = None,
+              retry_refused: bool = False) -> list[Summary]:
     """Every arm of `model` (or, with `url`, the one server at that URL) through the stages.
 
     Each arm is prepared (runtime installed, model format made) just before it runs, never while
@@ -957,6 +985,8 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
     else:
         plans = plan_arms(model or "tiny", arms, launcher, profile, concurrency, gate_requests, restarts, overrides)
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
+    for plan in plans:
+        plan.retry_refused = retry_refused
     for profile in {plan.profile.model_dump_json(): plan.profile for plan in plans}.values():  # the arms share one
         preflight(stages or list(ORDER), profile, judge)
     check_controls(plans, controls)

@@ -266,6 +266,8 @@ def _print_summaries(summaries) -> None:
         prompts = s.gate.prompts if s.gate else []
         distinct = ", ".join(f"{p.prompt_id}: {p.distinct_answers}/{p.requests}" for p in prompts) or "-"
         det = s.determinism.outcome + (f" ({s.determinism.control})" if s.determinism.control else "")
+        if s.determinism.known_from:
+            det += f", as in run {s.determinism.known_from}"
         table.add_row(*progress.cells(s.arm, s.launcher if s.status != "skipped" else "-",
                                       s.status + (f": {s.reason}" if s.reason else ""), det, distinct,
                                       f"{s.wall_s:.0f}" if s.wall_s else "-", s.run_id))
@@ -346,6 +348,9 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
           site: bool = typer.Option(False, "--site/--no-site", help="Build the site afterwards."),
           fail_on_variance: bool = typer.Option(False, "--fail-on-variance", help="Exit 1 when any gate prompt "
                                                 "of any arm gave more than one distinct answer (for CI)."),
+          retry_refused: bool = typer.Option(False, "--retry-refused", help="Start each runtime's determinism "
+                                             "mode even where this machine saw the same configuration refuse it "
+                                             "(a refusal is remembered in the suite cache's refusals.json)."),
           as_json: bool = typer.Option(False, "--json", help="Print the final table as JSON on stdout "
                                        "(progress and log lines stay on stderr).")) -> None:
     """Benchmark every arm of a model: gate, latency, extraction, restarts; write the run records.
@@ -403,7 +408,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                           concurrency=_int_list("--concurrency", concurrency),
                           gate_requests=gate_requests, restarts=restarts, url=url, served_model=served_model,
                           tokenizer=tokenizer, overrides=overrides, command=command_line(),
-                          on_arm=_site_after_arm(out) if site else None)
+                          on_arm=_site_after_arm(out) if site else None, retry_refused=retry_refused)
     _end_of_bench(summaries, out, as_json, fail_on_variance)
 
 

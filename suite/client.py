@@ -50,8 +50,9 @@ class ClientError(SuiteError):
     """The runtime answered with an HTTP error, a malformed reply, or not at all. Its message is one
     line (a transport's own multi-line words are joined), as a request record holds it."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, status: int | None = None):
         super().__init__(" ".join(line.strip() for line in str(message).splitlines() if line.strip()))
+        self.status = status  # the HTTP status of a reply that was not 200; None for every other fault
 
 
 class _Stalled(ClientError):
@@ -75,6 +76,7 @@ class Completion(BaseModel):
     server_timings: dict[str, Any] | None = None  # llama-server's `timings`
     system_fingerprint: str | None = None
     error: str | None = None
+    error_status: int | None = None  # the HTTP status where the runtime answered the request with an error
 
     @property
     def n_tokens(self) -> int | None:
@@ -486,7 +488,7 @@ class OpenAIClient:
             raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
         content = b"".join(pieces)
         if r.status_code != 200:
-            raise ClientError(f"{where}: HTTP {r.status_code}: {_text(content[:200])}")
+            raise ClientError(f"{where}: HTTP {r.status_code}: {_text(content[:200])}", status=r.status_code)
         try:
             return json.loads(content)
         except (ValueError, RecursionError):
@@ -765,7 +767,7 @@ class _Response:
         self.ended = True
         if self.done_at is None:
             if self.status != 200:
-                raise ClientError(f"{self.state.where}: HTTP {self.status}: {self.error_body[:300]!r}")
+                raise ClientError(f"{self.state.where}: HTTP {self.status}: {self.error_body[:300]!r}", status=self.status)
             self.state.end(t - self.t_send)
             self.done_at = t
 
@@ -1034,7 +1036,7 @@ class AsyncOpenAIClient:
             async with session.post(self.base_url + path, data=payload,
                                     headers={"Content-Type": "application/json"}) as r:
                 if r.status != 200:
-                    raise ClientError(f"{where}: HTTP {r.status}: {(await r.read())[:300]!r}")
+                    raise ClientError(f"{where}: HTTP {r.status}: {(await r.read())[:300]!r}", status=r.status)
                 content = r.content
                 t_close = None
                 size = 0
@@ -1146,7 +1148,7 @@ class AsyncOpenAIClient:
             async with asyncio.timeout(self.timeout_s), \
                     self._http.stream("POST", path, json=body, headers=_SSE_HEADERS) as r:
                 if r.status_code != 200:
-                    raise ClientError(f"{where}: HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+                    raise ClientError(f"{where}: HTTP {r.status_code}: {(await r.aread())[:300]!r}", status=r.status_code)
                 size = 0
                 async for data in r.aiter_bytes():
                     size += len(data)

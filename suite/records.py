@@ -71,6 +71,10 @@ class DeterminismOutcome(BaseModel):
     # off: offered, and the card's arm asked for the default mode (`determinism_mode = false`).
     outcome: Literal["on", "refused", "failed", "not-offered", "off"] = "not-offered"
     error_line: str | None = None  # the log line that says why it was refused or failed
+    # Refused in an earlier run of the same configuration on this machine (that run's id, or when):
+    # not started again this time (suite.refusals; `suite bench --retry-refused` tries it).
+    known_from: str | None = None
+    memo_key: str | None = Field(default=None, exclude=True)  # the refusal's key, this process only
 
 
 class Invocation(BaseModel):

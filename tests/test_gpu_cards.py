@@ -177,10 +177,14 @@ def test_every_page_marks_random_weights_and_the_default_mode_arm(tmp_path: Path
     assert "default mode, as the arm asks; batch-invariant offered" in model
 
 
-def test_an_arm_in_default_mode_starts_without_the_determinism_control() -> None:
+def test_an_arm_in_default_mode_starts_without_the_determinism_control(monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    from suite import bench
+    from suite import bench, refusals
+
+    monkeypatch.setattr(refusals, "refusal_key", lambda launcher, spec, control: "key")
+    monkeypatch.setattr(refusals, "known", lambda key: None)
+    monkeypatch.setattr(refusals, "forget", lambda key: None)
     from suite.catalog import Arm
     from suite.definitions import get_definition
 
@@ -188,7 +192,8 @@ def test_an_arm_in_default_mode_starts_without_the_determinism_control() -> None
     launcher = SimpleNamespace(start=lambda spec: started.append(spec.controls) or "rt")
     for mode, want, outcome in ((False, [], "off"), (True, ["batch-invariant"], "on")):
         plan = SimpleNamespace(runtime=get_definition("vllm"), arm=Arm(runtime="vllm", format="hf", determinism_mode=mode),
-                               launcher=launcher, spec=lambda controls, log: SimpleNamespace(controls=controls))
+                               launcher=launcher, spec=lambda controls, log: SimpleNamespace(controls=controls),
+                               retry_refused=False)
         rt, spec, det = bench.start_with_determinism(plan, Path("/tmp"), [])  # type: ignore[arg-type]
         assert spec.controls == want and det.outcome == outcome and det.control == "batch-invariant"
     assert started == [[], ["batch-invariant"]]

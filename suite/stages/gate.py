@@ -13,7 +13,8 @@ Verdict: more than one distinct answer on any prompt marks the arm unreproducibl
 
 A runtime error or an empty answer is recorded per request and the gate goes on; a runtime that
 dies (or fails `MAX_CONSECUTIVE_ERRORS` requests in a row) stops the gate with a clear reason,
-keeping what was measured. `run_gate` is reused by the controls and restarts stages and for
+keeping what was measured. A prompt the runtime refuses that many times in a row (HTTP 4xx: longer
+than its context, say) ends that prompt's series with the reason, and the next prompt runs. `run_gate` is reused by the controls and restarts stages and for
 LoRA adapters (a request field that selects the adapter).
 """
 
@@ -160,7 +161,8 @@ def verdict_of(prompts: list[GatePromptResult], stopped: str | None) -> tuple[bo
         return False, f"not reproducible: {parts}{tail}"
     thin = [p for p in prompts if p.answered < 2]
     if stopped or thin or not prompts:
-        why = stopped or (f"{thin[0].prompt_id}: {_answered(thin[0])} answer(s)" if thin else "no prompts")
+        why = stopped or (f"{thin[0].prompt_id}: {thin[0].answered} answer(s) in {thin[0].requests} requests"
+                          + (f" ({thin[0].stopped_reason})" if thin[0].stopped_reason else "") if thin else "no prompts")
         return None, f"undetermined: {why}{tail}"
     n_min = min(p.answered for p in prompts)
     bound = unseen_share_bound(n_min)
@@ -190,7 +192,13 @@ def _one_request(client: OpenAIClient, prompt: GatePrompt, max_tokens: int, logp
         return client.complete(prompt.prompt, max_tokens=max_tokens, logprobs=TOP_LOGPROBS if logprobs else None,
                                extra=extra or None)
     except ClientError as exc:
-        return Completion(error=str(exc))
+        return Completion(error=str(exc), error_status=exc.status)
+
+
+def refused(c: Completion) -> bool:
+    """The runtime answered this request with a client error (HTTP 4xx: a prompt longer than its
+    context, a field it rejects): it is up and refusing this request, not failing."""
+    return c.error_status is not None and 400 <= c.error_status < 500
 
 
 def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, max_tokens_cap: int | None = None, logprobs: bool = False, concurrency: int = 1,
@@ -228,7 +236,7 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, max_tok
             max_tokens = min(prompt.max_tokens, max_tokens_cap) if max_tokens_cap else prompt.max_tokens
             samples: list[Sample] = []
             errors: list[str] = []
-            consecutive = 0
+            consecutive = refusals = 0  # failed requests in a row; of them, refused ones in a row
             prompt_stopped: str | None = None
             for wave_start in range(0, n, concurrency):
                 indices = list(range(wave_start, min(n, wave_start + concurrency)))
@@ -249,21 +257,29 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, max_tok
                                system_fingerprint=c.system_fingerprint, error=c.error)
                     if c.error:
                         consecutive += 1
+                        refusals = refusals + 1 if refused(c) else 0
                         if c.error not in errors:
                             errors.append(c.error)
                         log.warning("%s %s request %d failed: %s", label, prompt.id, i, c.error)
                     else:
-                        consecutive = 0
+                        consecutive = refusals = 0
                 if any(c.error for c in outs):
                     if alive is not None and not alive():
                         why = death_reason() if death_reason else None
                         answered = sum(1 for x in samples if not x.error)
                         stopped = prompt_stopped = died_text(why, f"during {prompt.id} after {answered} of {n} requests")
+                    elif refusals >= MAX_CONSECUTIVE_ERRORS:
+                        # the runtime is up and refuses this prompt: the other prompts still run
+                        prompt_stopped = (f"the runtime refused {refusals} requests in a row of {prompt.id} "
+                                          f"(HTTP {c.error_status}); last error: {errors[-1]}")
                     elif consecutive >= MAX_CONSECUTIVE_ERRORS:
                         stopped = prompt_stopped = (f"{consecutive} requests in a row failed on {prompt.id}; "
                                                     f"last error: {errors[-1]}")
                 if stopped:
                     log.error("gate stopped: %s", stopped)
+                    break
+                if prompt_stopped:
+                    log.error("gate: %s; the next prompt goes on", prompt_stopped)
                     break
                 if stop_after_distinct is not None and len(group_answers(samples)) >= stop_after_distinct:
                     break
