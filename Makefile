@@ -22,7 +22,7 @@ $(BIN)/suite: pyproject.toml
 setup: $(BIN)/suite
 	$(BIN)/suite setup --model $(MODEL) --launcher $(LAUNCHER)
 
-# Each arm is prepared just before it runs; the site is rebuilt after each arm.
+# Each arm is prepared just before it runs; the site is rebuilt after each stage's result.
 bench: $(BIN)/suite
 	$(BIN)/suite bench --model $(MODEL) --profile $(PROFILE) --launcher $(LAUNCHER) --site
 

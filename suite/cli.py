@@ -402,13 +402,15 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
         from suite.stages import ORDER, controls as controls_stage, place
 
         stage_list = place(list(stage_list or ORDER), controls_stage.STAGE.name)
+    rebuilder = _SiteRebuilder(out) if site else None
     summaries = run_bench(model, _split(arms), launcher, profile, stage_list, results=out, resume=resume,
                           controls=_split(controls),
                           judge_url=judge_url, judge_model=judge_model,
                           concurrency=_int_list("--concurrency", concurrency),
                           gate_requests=gate_requests, restarts=restarts, url=url, served_model=served_model,
                           tokenizer=tokenizer, overrides=overrides, command=command_line(),
-                          on_arm=_site_after_arm(out) if site else None, retry_refused=retry_refused)
+                          on_arm=rebuilder.after_arm if rebuilder else None,
+                          on_result=rebuilder.after_stage if rebuilder else None, retry_refused=retry_refused)
     _end_of_bench(summaries, out, as_json, fail_on_variance)
 
 
@@ -499,30 +501,38 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
         raise typer.Exit(1)
 
 
-def _site_after_arm(results: Path):
-    """After each arm: rebuild the site and say where the model's page is (the first time)."""
-    from suite.paths import site_out_dir
-    from suite.site.publish import build_site
+class _SiteRebuilder:
+    """Rebuilds the site after each stage's result and after each arm, and says where the model's
+    page is the first time it exists: the first gate's page can be read while the rest runs."""
 
-    shown: set[str] = set()
+    def __init__(self, results: Path) -> None:
+        self.results = results
+        self.shown: set[str] = set()
 
-    def rebuild(summary) -> None:
-        if summary.status == "skipped":
-            return
+    def after_arm(self, summary: Any) -> None:
+        if summary.status != "skipped":
+            self.rebuild(summary.model)
+
+    def after_stage(self, model: str, stage: str) -> None:
+        self.rebuild(model)
+
+    def rebuild(self, model: str) -> None:
+        from suite.paths import site_out_dir
+        from suite.site.publish import build_site
+
         out_dir = site_out_dir()
         try:
-            build_site(results, out_dir)
-        except (SuiteError, OSError) as exc:  # a full disk, say: the next arm runs all the same
+            build_site(self.results, out_dir)
+        except (SuiteError, OSError) as exc:  # a full disk, say: the bench goes on all the same
             reason = str(exc) if isinstance(exc, SuiteError) else f"{out_dir}: {exc.strerror or exc}"
             console.print(f"[yellow]site not rebuilt:[/yellow] {escape(reason)}")
             return
         from suite.site.figures import slug
 
-        page = out_dir / "models" / f"{slug(summary.model)}.html"
-        if summary.model not in shown and page.exists():
-            shown.add(summary.model)
-            console.print(f"site: {page} (rebuilt after each arm: reload it as the others finish)", soft_wrap=True)
-    return rebuild
+        page = out_dir / "models" / f"{slug(model)}.html"
+        if model not in self.shown and page.exists():
+            self.shown.add(model)
+            console.print(f"site: {page} (rebuilt after each stage: reload it as the bench goes on)", soft_wrap=True)
 
 
 def _build_site(results: Optional[Path] = None, out: Optional[Path] = None) -> None:

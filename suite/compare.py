@@ -70,9 +70,26 @@ class PromptComparison(BaseModel):
     # (or both) was cut, they may differ past it; None: compared in full.
     caveat: Literal["tied", "cap"] | None = None
     shared_answers: int | None = None  # distinct answers both runs gave (of each run's distinct answers)
+    a_prompt_tokens: list[int] = Field(default_factory=list)  # the prompt's token counts each runtime reported
+    b_prompt_tokens: list[int] = Field(default_factory=list)
+
+    @property
+    def tokens_differ(self) -> bool:
+        """Both runtimes reported the prompt's length, and not the same: they read different input
+        (another tokenizer, template or BOS), so their answers are not answers to the same tokens."""
+        return bool(self.a_prompt_tokens and self.b_prompt_tokens and self.a_prompt_tokens != self.b_prompt_tokens)
+
+    def _input_note(self) -> str:
+        if not self.tokens_differ:
+            return ""
+        return (f" (the runtimes read the prompt as different tokens: {'/'.join(map(str, self.a_prompt_tokens))} "
+                f"against {'/'.join(map(str, self.b_prompt_tokens))})")
 
     @property
     def summary(self) -> str:
+        return self._summary() + self._input_note()
+
+    def _summary(self) -> str:
         if self.caveat == "tied":
             which = " and ".join(r for r, t in (("A", self.a_tied), ("B", self.b_tied)) if t)
             return (f"no modal answer in run {which} (its most common answers are tied): not compared by modal; "
@@ -128,7 +145,8 @@ def compare_prompt(pa: GatePromptResult, pb: GatePromptResult) -> PromptComparis
         a_distinct=pa.distinct_answers, b_distinct=pb.distinct_answers,
         a_answered=pa.answered, b_answered=pb.answered, compared_by=by, modal_agree=None,
         a_tied=pa.modal_tied, b_tied=pb.modal_tied, a_max_tokens=pa.max_tokens, b_max_tokens=pb.max_tokens,
-        a_cut=bool(pa.answers and pa.answers[0].truncated), b_cut=bool(pb.answers and pb.answers[0].truncated))
+        a_cut=bool(pa.answers and pa.answers[0].truncated), b_cut=bool(pb.answers and pb.answers[0].truncated),
+        a_prompt_tokens=pa.prompt_tokens, b_prompt_tokens=pb.prompt_tokens)
     if ma is None or mb is None:
         return out
     keys_a = {answer_key(_as_sample(a), by) for a in pa.answers}
@@ -213,6 +231,12 @@ def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> Ru
         changed = [p.prompt_id for p in prompts if not p.same_prompt]
         if changed:
             verdict += f" (the prompt file changed between the runs: {', '.join(changed)})"
+        other_input = [p for p in prompts if p.tokens_differ]
+        if other_input:
+            verdict += ("; the runtimes read the prompt as different tokens on "
+                        + ", ".join(f"{p.prompt_id} ({'/'.join(map(str, p.a_prompt_tokens))} against "
+                                    f"{'/'.join(map(str, p.b_prompt_tokens))})" for p in other_input)
+                        + ": another tokenizer, template or BOS, so those answers are not to the same input")
     return RunComparison(a=_ref(a), b=_ref(b), prompts=prompts, signature_diff=diff, verdict=verdict)
 
 

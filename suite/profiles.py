@@ -5,10 +5,14 @@
 48 sections, 3 repeats).
 
 `standard` keeps the design (20 identical requests per gate prompt, every prompt, 3 launches)
-and shortens what costs time on a small CPU machine: every gate answer is capped at 128 tokens
-(the long essay's 1,024 tokens took about 52 s per answer on vLLM's CPU build, 17 minutes for its
-gate alone; a capped answer is counted as cut, so its verdict says it covers the first 128
-tokens), 10 latency requests and 8 extraction sections. `full` restores the studies' numbers.
+and shortens what costs time on a small CPU machine: every gate, restart and control answer is
+capped at 64 tokens (a capped answer is counted as cut, so its verdict says it covers the first 64
+tokens; every place where two answers parted in the example records, CPU and H200 alike, lies at
+token 0-52), latency answers at 64 tokens, 10 latency requests, 8 extraction sections, and the
+restarts keep their compile caches (study 3's other half, fresh caches, is in `full`). Measured on
+a 2-core machine, 2026-12-02: the three CPU arms' standard bench took 40 minutes at a 128-token
+cap with fresh caches (vLLM's CPU build alone 20, of which about 2 minutes per start-up and 48 s
+of each compiling again); `full` restores the studies' numbers and runs both cache modes.
 """
 
 from __future__ import annotations
@@ -58,15 +62,16 @@ PROFILES: dict[str, Profile] = {
                      latency_max_tokens=32, concurrency=[1], extraction_sections=3,
                      extraction_repeats=2, extraction_max_tokens=160, judge_repeats=3,
                      auto_controls=False, sessions=2, replicates=3, batch_trials=2, batch_sizes=[3, 4]),
-    "standard": Profile(name="standard", gate_requests=20, gate_max_tokens=128, gate_prompts=None,
+    "standard": Profile(name="standard", gate_requests=20, gate_max_tokens=64, gate_prompts=None,
                         restarts=3, restart_requests=5, latency_requests=10, latency_warmup=2,
-                        latency_max_tokens=128, concurrency=[1], extraction_sections=8,
-                        extraction_repeats=3, extraction_max_tokens=256, judge_repeats=5),
+                        latency_max_tokens=64, concurrency=[1], extraction_sections=8,
+                        extraction_repeats=3, extraction_max_tokens=256, judge_repeats=5,
+                        restart_caches="kept"),
     "full": Profile(name="full", gate_requests=20, gate_max_tokens=None, gate_prompts=None,
                     restarts=3, restart_requests=5, latency_requests=50, latency_warmup=3,
                     latency_max_tokens=256, concurrency=[1, 2, 4], extraction_sections=48,
                     extraction_repeats=3, extraction_max_tokens=384, judge_repeats=10,
-                    batch_composition=True, batch_trials=8, batch_sizes=[8, 16, 32]),
+                    batch_composition=True, batch_trials=8, batch_sizes=[8, 16, 32], restart_caches="both"),
 }
 
 

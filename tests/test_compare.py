@@ -57,6 +57,30 @@ def test_a_changed_prompt_file_is_flagged():
     assert c.same_prompt is False
 
 
+def test_runtimes_that_read_the_prompt_as_other_tokens_are_named():
+    """Two runs whose runtimes report another length for the same prompt file answered other input
+    (the tiny model's derived tokenizer on one machine read a 3,034-token prompt as over 8,065):
+    the prompt's line and the verdict say so; the same or an unreported length says nothing."""
+    a, b = prompt("doc", [1, 2], "ab"), prompt("doc", [1, 2], "ab")
+    a.prompt_tokens, b.prompt_tokens = [3034], [8065]
+    (c,) = compare_gates(gate(a), gate(b))
+    assert c.tokens_differ and c.summary.endswith("(the runtimes read the prompt as different tokens: 3034 against 8065)")
+    from suite.compare import compare_summaries
+    from suite.records import Summary
+
+    def run(g, run_id):
+        return Summary(run_id=run_id, model="tiny", arm="x", runtime="r", launcher="local", profile="quick",
+                       started_at="2026-12-02T00:00:00Z", gate=g)
+
+    verdict = compare_summaries(run(gate(a), "a"), run(gate(b), "b")).verdict
+    assert "the runtimes read the prompt as different tokens on doc (3034 against 8065)" in verdict
+    b.prompt_tokens = [3034]
+    (same,) = compare_gates(gate(a), gate(b))
+    assert not same.tokens_differ and "different tokens" not in same.summary
+    b.prompt_tokens = []
+    assert not compare_gates(gate(a), gate(b))[0].tokens_differ  # a runtime that reports no length: no claim
+
+
 def test_compare_two_golden_runs_of_one_arm_names_what_differs():
     runs = [d for d in iter_run_dirs(GOLDEN) if d.parent.name == "llamacpp" and d.parent.parent.name == "tiny"]
     assert len(runs) == 2

@@ -271,7 +271,7 @@ def test_the_tokenizer_is_in_the_external_signature(bare_server: str, tokenizer_
     # the profile's gate cap is part of the configuration (quick caps every gate prompt at 48 tokens)
     assert sig.sampling is not None and sig.sampling["gate_max_tokens"] == 48
     standard = make_signature(plan_external(bare_server, "m", None, None, "standard"), rt, spec)
-    assert standard.sampling is not None and standard.sampling["gate_max_tokens"] == 128
+    assert standard.sampling is not None and standard.sampling["gate_max_tokens"] == 64
     assert standard.digest != without.digest
 
 

@@ -1,5 +1,5 @@
 """A first page early: each arm is prepared just before it runs and the site is rebuilt after each
-arm, so the first arm's page exists while the others still run."""
+stage's result and each arm, so the first arm's gate is on the page while the rest still runs."""
 
 from __future__ import annotations
 
@@ -29,6 +29,27 @@ def test_the_site_is_rebuilt_after_each_arm(tmp_path: Path, tiny_gguf: Path) -> 
               on_arm=after)
     # the model page existed after the first arm, before the second one started
     assert pages == [("llamacpp", True), ("llamacpp-python", True)]
+
+
+def test_the_site_is_rebuilt_after_each_stage_with_the_run_under_way(tmp_path: Path, tiny_gguf: Path) -> None:
+    """After the first arm's gate, before its next stage: the page exists, names the run as under
+    way, and shows the gate's answers."""
+    from conftest import installed_definition
+    from suite.bench import run_bench
+    from suite.site.publish import build_site
+
+    installed_definition("llamacpp")
+    seen: list[tuple[str, str, bool, bool]] = []
+
+    def after(model: str, stage: str) -> None:
+        build_site(tmp_path / "results", tmp_path / "site")
+        page = tmp_path / "site" / "models" / f"{model}.html"
+        text = page.read_text() if page.exists() else ""
+        seen.append((model, stage, "the run is under way" in text, "short-open" in text))
+
+    run_bench("tiny", ["llamacpp"], "local", "quick", ["gate", "latency"], results=tmp_path / "results",
+              on_result=after)
+    assert seen == [("tiny", "gate", True, True), ("tiny", "latency", True, True)]
 
 
 def test_bench_site_prints_the_page_once_and_make_bench_prepares_per_arm(tmp_path: Path, tiny_gguf: Path) -> None:

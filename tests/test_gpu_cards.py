@@ -241,3 +241,33 @@ def test_a_downloaded_checkpoint_of_random_weights_not_marked_is_one_line(tmp_pa
     card = load_card(_card(tmp_path, source="hf:org/random-model", shape=""))
     with pytest.raises(SuiteError, match="holds random weights .*the card must say random_weights = true"):
         catalog.prepare_format(card, "hf")
+
+
+def test_a_derived_tokenizer_that_reads_the_probe_otherwise_is_refused_in_one_line() -> None:
+    """The derive recipe's tokenizer check (suite/recipes/derive_hf.py `check_probe`), on the tiny
+    model's derived tokenizer in the tools environment: the card's probe (llama.cpp's ids) passes;
+    the same text against ids that differ in one place gives one line with both counts and where
+    they part. (A transformers release whose GGUF conversion differed read the tiny model's
+    3,034-token document prompt as more than 8,065 tokens on the GPU test machine.)"""
+    import subprocess
+
+    from suite.catalog import format_path, get_card, is_prepared
+
+    card = get_card("tiny")
+    if not is_prepared(card, "hf-bf16"):
+        pytest.skip("the tiny model's derived checkpoint is not prepared here (suite setup --model tiny)")
+    probe = card.formats["hf-bf16"].tokenizer_probe
+    assert probe is not None
+    wrong = probe.model_copy(update={"ids": [*probe.ids[:5], 7, *probe.ids[6:]]})
+    script = ("import json, sys; sys.path.insert(0, sys.argv[1]); from derive_hf import check_probe; "
+              "from transformers import AutoTokenizer; tok = AutoTokenizer.from_pretrained(sys.argv[2]); "
+              "print(json.dumps([check_probe(tok, json.loads(a)) for a in sys.argv[3:]]))")
+    from suite.catalog import RECIPES
+
+    out = subprocess.run([str(_tools_python()), "-c", script, str(RECIPES), str(format_path(card, "hf-bf16")),
+                          probe.model_dump_json(), wrong.model_dump_json()], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ok, differs = json.loads(out.stdout.strip().splitlines()[-1])
+    assert ok is None
+    assert differs.startswith("the derived tokenizer (transformers ") and "reads the probe text as 41 ids" in differs
+    assert "the GGUF's own tokenizer as 41; they part at id 5 " in differs and differs.endswith("no checkpoint is made")

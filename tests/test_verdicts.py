@@ -158,7 +158,7 @@ def test_full_profile_takes_each_prompt_files_cap_and_standard_caps_them():
     assert get_profile("full").gate_max_tokens is None
     caps = {p.id: p.max_tokens for p in select_prompts(None)}
     assert caps["long-open"] == 1024
-    assert get_profile("standard").gate_max_tokens == 128 and get_profile("standard").gate_requests == 20
+    assert get_profile("standard").gate_max_tokens == 64 and get_profile("standard").gate_requests == 20
 
 
 def test_gate_requests_and_restarts_from_the_command_line():
@@ -231,7 +231,7 @@ def test_one_answer_bounds_what_can_be_missed():
 
 def test_all_failed_is_undetermined_not_reproducible():
     g = gate_of(series(None, None, None))
-    assert g.reproducible is None and "0 answered of 3" in g.verdict
+    assert g.reproducible is None and "0 answer(s) in 3 requests" in g.verdict
 
 
 def test_logprob_drift_is_measured_among_requests_with_the_same_tokens():

@@ -1,7 +1,13 @@
 """Derive an HF checkpoint (bf16) from a GGUF file: the same weights in a second format.
 
 Runs in the model-preparation tools venv (torch, transformers, gguf), never in the suite's own
-environment. Usage: derive_hf.py GGUF_PATH OUT_DIR
+environment. Usage: derive_hf.py GGUF_PATH OUT_DIR [PROBE_JSON]
+
+PROBE_JSON (`{"text": ..., "ids": [...]}`, the card's `tokenizer_probe`): the ids the GGUF's own
+tokenizer (llama.cpp) gives the text. transformers converts a GGUF's tokenizer itself, and a
+release whose conversion differs reads every prompt as other tokens (one such release made a
+3,034-token prompt of the tiny model longer than 8,192): the derived tokenizer must give the same
+ids, else nothing is written and the last line says where they part.
 
 The GGUF's chat template is carried over too (ChatML, the format llama.cpp's runtimes fall back
 to, when the GGUF has none), so that a chat request is the same token sequence on both formats.
@@ -19,7 +25,21 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
-def main(gguf_path: str, out_dir: str) -> None:
+def check_probe(tok, probe: dict) -> str | None:
+    """None when `tok` reads the probe's text as its ids; else one line saying how it differs."""
+    import transformers
+
+    got = tok(probe["text"])["input_ids"]
+    want = list(probe["ids"])
+    if got == want:
+        return None
+    at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    return (f"the derived tokenizer (transformers {transformers.__version__}) reads the probe text as "
+            f"{len(got)} ids, the GGUF's own tokenizer as {len(want)}; they part at id {at} "
+            f"({got[at:at + 3]} against {want[at:at + 3]}): no checkpoint is made")
+
+
+def main(gguf_path: str, out_dir: str, probe_json: str | None = None) -> None:
     gguf = Path(gguf_path)
     out = Path(out_dir)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -43,6 +63,10 @@ def main(gguf_path: str, out_dir: str) -> None:
         sys.exit(f"derived tokenizer does not add BOS ({tok.bos_token_id}): {ids}")
     if template and not check.chat_template:
         sys.exit("derived tokenizer lost the GGUF's chat template")
+    if probe_json:
+        differs = check_probe(check, json.loads(probe_json))
+        if differs:
+            sys.exit(differs)
     print(json.dumps({"out": str(out), "bos_id": tok.bos_token_id, "probe_ids": ids}))
 
 
@@ -86,4 +110,4 @@ def fix_bos(out: Path, bos: str, bos_id: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])

@@ -102,15 +102,19 @@ class GatePromptResult(PromptAnalysis):
     max_tokens: int
     error_messages: list[str] = Field(default_factory=list)  # first few distinct errors
     stopped_reason: str | None = None
+    # The prompt's length in tokens as the runtime reported it (each distinct count, answered
+    # requests; empty where it reports none): two runtimes that read the prompt as different
+    # tokens answer different input (suite.compare says so).
+    prompt_tokens: list[int] = Field(default_factory=list)
 
     @classmethod
     def from_analysis(cls, a: PromptAnalysis, *, prompt_id: str, prompt_version: int = 1, prompt_sha256: str = "",
                       kind: str = "completion", max_tokens: int, error_messages: list[str] | None = None,
-                      stopped_reason: str | None = None) -> "GatePromptResult":
+                      stopped_reason: str | None = None, prompt_tokens: list[int] | None = None) -> "GatePromptResult":
         """One prompt's result from the analysis of its series."""
         return cls(prompt_id=prompt_id, prompt_version=prompt_version, prompt_sha256=prompt_sha256, kind=kind,
                    max_tokens=max_tokens, error_messages=error_messages or [], stopped_reason=stopped_reason,
-                   **a.model_dump())
+                   prompt_tokens=prompt_tokens or [], **a.model_dump())
 
 
 class GateResult(BaseModel):
@@ -236,6 +240,7 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, max_tok
             max_tokens = min(prompt.max_tokens, max_tokens_cap) if max_tokens_cap else prompt.max_tokens
             samples: list[Sample] = []
             errors: list[str] = []
+            lengths: set[int] = set()  # the prompt's token counts the runtime reported
             consecutive = refusals = 0  # failed requests in a row; of them, refused ones in a row
             prompt_stopped: str | None = None
             for wave_start in range(0, n, concurrency):
@@ -263,6 +268,8 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, max_tok
                         log.warning("%s %s request %d failed: %s", label, prompt.id, i, c.error)
                     else:
                         consecutive = refusals = 0
+                        if c.prompt_tokens is not None:
+                            lengths.add(c.prompt_tokens)
                 if any(c.error for c in outs):
                     if alive is not None and not alive():
                         why = death_reason() if death_reason else None
@@ -286,7 +293,8 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, max_tok
             a = analyse(samples, cold_count=concurrency, process_cold=process_cold and not results)
             results.append(GatePromptResult.from_analysis(
                 a, prompt_id=prompt.id, prompt_version=prompt.version, prompt_sha256=prompt.sha256,
-                kind=prompt.kind, max_tokens=max_tokens, error_messages=errors[:5], stopped_reason=prompt_stopped))
+                kind=prompt.kind, max_tokens=max_tokens, error_messages=errors[:5], stopped_reason=prompt_stopped,
+                prompt_tokens=sorted(lengths)))
             log.info("%s %s: %d distinct in %d (lengths %s)", label, prompt.id, a.distinct_answers, a.answered, a.lengths_text)
     finally:
         if pool:
