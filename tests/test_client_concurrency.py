@@ -19,7 +19,9 @@ import httpx
 import pytest
 
 from suite.site import charts
-from suite.client import ClientError, OpenAIClient, StreamState, _Response, _SSEProtocol
+from suite.client import ClientError, OpenAIClient, StreamState
+from suite.client.aio import _SSEProtocol
+from suite.client.wire import _Response
 from suite.site.figures import latency_sweep
 from suite.stages import latency as lat
 

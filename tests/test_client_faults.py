@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 import pytest
 
 from conftest import send_body
-from suite.client import BACKENDS, ClientError, OpenAIClient
+from suite.client import ClientError, OpenAIClient
 from suite.stages import latency as lat
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from client_transports import BACKENDS  # noqa: E402  (the transports only the benchmarks compare)
 
 STALL_S = 1.0  # the client's stall timeout in these tests
 TOKENS = 6
@@ -175,7 +180,7 @@ def test_concurrent_faults_are_per_request_errors(stand_in: Any, backend: str) -
     srv = stand_in(modes)
     client = OpenAIClient(srv.url, "m", timeout_s=30, stall_timeout_s=STALL_S)
     t0 = time.perf_counter()
-    run = lat.run_concurrent(client, 12, 6, lat.prompt_for, max_tokens=TOKENS, backend=backend)
+    run = lat.run_concurrent(client, 12, 6, lat.prompt_for, max_tokens=TOKENS, backend=BACKENDS[backend])
     assert time.perf_counter() - t0 < STALL_S + 5
     errors = {i: r for i, r in enumerate(run.results) if isinstance(r, str)}
     assert sorted(errors) == sorted(modes), errors
@@ -211,7 +216,7 @@ def test_sync_stream_keeps_its_connection_and_retries_one_the_server_closed(stan
 def test_concurrent_stream_retries_a_kept_connection_the_server_closed(stand_in: Any, backend: str) -> None:
     srv = stand_in({0: "oneshot", 1: "oneshot", 2: "oneshot"})
     client = OpenAIClient(srv.url, "m", timeout_s=30, stall_timeout_s=STALL_S)
-    run = lat.run_concurrent(client, 4, 1, lat.prompt_for, max_tokens=TOKENS, backend=backend)
+    run = lat.run_concurrent(client, 4, 1, lat.prompt_for, max_tokens=TOKENS, backend=BACKENDS[backend])
     assert all(not isinstance(c, str) and len(c.chunk_times_s) == TOKENS for c in run.results), run.results
     client.close()
 

@@ -8,15 +8,20 @@ chunk), and end-to-end at the last token chunk, not when the stream closes.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from suite.client import BACKENDS, OpenAIClient, is_token_choice
+from suite.client import OpenAIClient, is_token_choice
 from suite.stages.latency import run_concurrent
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from client_transports import BACKENDS  # noqa: E402  (the transports only the benchmarks compare)
 
 Script = list[tuple[float, str]]
 GAP = 0.4  # seconds between scripted events: large against a busy machine's jitter
@@ -127,7 +132,7 @@ def test_the_concurrent_path_times_a_stream_alike(stand_in: Any, backend: str) -
         (0.0, _chunk(choices=[{"index": 0, "text": "", "finish_reason": "stop"}], timings={"predicted_n": 1})),
         (0.0, _chunk(choices=[], usage={"prompt_tokens": 5, "completion_tokens": 1})),
     ], tail_s=GAP)
-    (c,) = run_concurrent(client, 1, 1, lambda i: "p", max_tokens=4, backend=backend).results
+    (c,) = run_concurrent(client, 1, 1, lambda i: "p", max_tokens=4, backend=BACKENDS[backend]).results
     assert not isinstance(c, str), c
     assert c.text == "a" and c.finish_reason == "stop" and c.completion_tokens == 1
     assert c.server_timings == {"predicted_n": 1}

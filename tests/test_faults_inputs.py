@@ -13,6 +13,7 @@ import asyncio
 import json
 import re
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -20,9 +21,12 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from suite.client import (BACKENDS, MAX_BODY_BYTES, MAX_HEAD_BYTES, MAX_LINE_BYTES, ClientError, OpenAIClient,
+from suite.client import (MAX_BODY_BYTES, MAX_HEAD_BYTES, MAX_LINE_BYTES, ClientError, OpenAIClient,
                           event_loop_factory)
 from suite.stages import latency as lat
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from client_transports import BACKENDS  # noqa: E402  (the transports only the benchmarks compare)
 
 
 # -- the stand-in: a raw socket server whose reply a test scripts byte by byte --------------------------
@@ -150,7 +154,7 @@ def _call(url: str, path: str, timeout_s: float = 10.0, stall_s: float = 5.0) ->
         backend = path.removeprefix("async-")
 
         async def go() -> Any:
-            async with client.async_client(backend=backend) as ac:
+            async with client.async_client(backend=BACKENDS[backend]) as ac:
                 return await ac.complete_stream("p", max_tokens=4)
 
         loop = event_loop_factory()()
@@ -267,7 +271,7 @@ def test_wrong_shapes_in_the_latency_stage_are_per_request_errors(raw_server: An
     srv = raw_server(script)
     client = OpenAIClient(srv.url, "m", timeout_s=10, stall_timeout_s=5)
     try:
-        run = lat.run_concurrent(client, 8, 4, lat.prompt_for, max_tokens=1, backend=backend)
+        run = lat.run_concurrent(client, 8, 4, lat.prompt_for, max_tokens=1, backend=BACKENDS[backend])
     except BaseException as exc:  # noqa: BLE001 - measured below
         fault_report(tracebacks=1, records_lost=8)
         raise AssertionError(f"the level was aborted: {exc!r}") from exc

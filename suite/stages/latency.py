@@ -343,7 +343,7 @@ def _cpu_s() -> float:
 
 
 async def _run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, max_tokens: int,
-                          backend: str) -> ConcurrentRun:
+                          backend: type[AsyncOpenAIClient]) -> ConcurrentRun:
     results: list[Completion | str] = [""] * n
     lags: list[float] = []
     next_index = 0
@@ -377,11 +377,12 @@ async def _run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt
 
 
 def run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, *, max_tokens: int,
-                   backend: str = "httptools") -> ConcurrentRun:
+                   backend: type[AsyncOpenAIClient] = AsyncOpenAIClient) -> ConcurrentRun:
     """`n` streamed completions, `concurrency` in flight, on one event loop in this thread (with
     the client's params).
 
-    `backend`: the `AsyncOpenAIClient` transport (`suite.client.BACKENDS`).
+    `backend`: the `AsyncOpenAIClient` class, that is the transport (the suite's own by default;
+    benchmarks/client_transports.py holds the others the benchmarks compare).
 
     `prompt(i)` gives request i's prompt. Nothing is written while the streams run (a record
     written on the loop would delay every other stream's timestamps): the caller books them after.
