@@ -50,6 +50,14 @@ install_vllm() {
   suite doctor 2>&1 | grep -i "vllm\|gpu" | head -8
   return 0
 }
+humming_gate() {  # random-llama-1b's HUMMING W4A16 arm: its gate, with the kernels' release printed
+  [ -d "$SUITE_CACHE/models/random-llama-1b" ] || { say "== random-llama-1b: the checkpoint (seed 0)"; suite setup --model random-llama-1b 2>&1 | tail -3; }
+  python3 -c "import humming, importlib.metadata as m; print('humming-kernels', m.version('humming-kernels'))" 2>&1 | tail -2
+  say "== random-llama-1b vllm-gpu-humming-w4a16: gate 20 x 3 prompts"
+  timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b \
+      --arms vllm-gpu-humming-w4a16 --profile standard --stages gate --no-auto-controls 2>&1 | tail -30
+  pack
+}
 case "$PHASE" in
   prep)
     nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv
@@ -125,19 +133,10 @@ case "$PHASE" in
     timeout $(( 300 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-qwen3 --arms vllm-gpu \
         --profile standard --stages gate --controls prefix-caching-off 2>&1 | tail -30
     pack
-    [ -d "$SUITE_CACHE/models/random-llama-1b" ] || { say "== random-llama-1b: the checkpoint (seed 0)"; suite setup --model random-llama-1b 2>&1 | tail -3; }
-    say "== random-llama-1b vllm-gpu-humming-w4a16: gate 20 x 3 prompts"
-    timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b \
-        --arms vllm-gpu-humming-w4a16 --profile standard --stages gate --no-auto-controls 2>&1 | tail -30
-    pack ;;
+    humming_gate ;;
   humming)
     install_vllm || { pack; exit 1; }
-    [ -d "$SUITE_CACHE/models/random-llama-1b" ] || { say "== random-llama-1b: the checkpoint (seed 0)"; suite setup --model random-llama-1b 2>&1 | tail -3; }
-    python3 -c "import humming, importlib.metadata as m; print('humming-kernels', m.version('humming-kernels'))" 2>&1 | tail -2
-    say "== random-llama-1b vllm-gpu-humming-w4a16: gate 20 x 3 prompts"
-    timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b \
-        --arms vllm-gpu-humming-w4a16 --profile standard --stages gate --no-auto-controls 2>&1 | tail -30
-    pack ;;
+    humming_gate ;;
   gate)
     install_vllm || { pack; exit 1; }
     say "== random-llama-1b: the checkpoint (seed 0)"
