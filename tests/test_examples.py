@@ -79,7 +79,8 @@ def test_gpu_vllm_example_tree_shows_the_prefix_cache_transient_and_its_control(
     launches: its request lines stand, and the page names the run as incomplete."""
     root = EXAMPLES / "gpu-vllm-results"
     runs = [s for s in load_all(root) if s.model == "random-qwen3"]
-    (complete,) = [s for s in runs if s.status == "complete" and s.controls is not None]
+    (complete,) = [s for s in runs if s.status == "complete" and s.controls is not None
+                   and s.controls.launches_per_row == 1]
     assert complete.gate is not None
     doc = next(p for p in complete.gate.prompts if p.prompt_id == "document-4k")
     assert (doc.requests, doc.distinct_answers, doc.pattern) == (20, 2, "cold-transient")
@@ -88,9 +89,8 @@ def test_gpu_vllm_example_tree_shows_the_prefix_cache_transient_and_its_control(
     assert off.distinct["document-4k"] == 1 and off.answered["document-4k"] == 20
     page = _model_page(root, tmp_path, "random-qwen3")
     assert "random weights" in page
-    # the page shows each stage's latest run: the gate of the kept-caches restarts run (5 requests),
-    # too short to call the transient one; its restarts (9 launch-prompt series) do
-    assert "not enough to call it a cold-start transient (20 answers would tell)" in page
+    # the page shows each arm's latest run of each stage: vllm-gpu's restarts are the kept-caches
+    # run's (9 launch-prompt series), its gate and controls the later elimination run's
     assert "in 3 launch-prompt series of 9, only the first request after the start differs" in page
     assert "compile-cache files at each launch's start: 0, 637, 637" in page
     assert "prefix-caching-off" in page and "--no-enable-prefix-caching" in page
@@ -116,7 +116,7 @@ def test_gpu_vllm_example_tree_restarts_with_kept_caches_and_humming(tmp_path: P
     root = EXAMPLES / "gpu-vllm-results"
     runs = load_all(root)
     (kept,) = [s for s in runs if s.model == "random-qwen3" and s.restarts is not None
-               and s.restarts.cache_mode == "kept"]
+               and s.restarts.cache_mode == "kept" and s.arm == "vllm-gpu"]
     r = kept.restarts
     assert r.launched == 3 and [o.cache_files_before for o in r.launch_outcomes] == [0, 637, 637]
     doc = next(p for p in r.prompts if p.prompt_id == "document-4k")
@@ -127,6 +127,52 @@ def test_gpu_vllm_example_tree_restarts_with_kept_caches_and_humming(tmp_path: P
     assert [(p.requests, p.distinct_answers, p.pattern) for p in humming.gate.prompts] == [(20, 20, "varies")] * 3
     page = _model_page(root, tmp_path, "random-llama-1b")
     assert "answers vary in random order (20 distinct, 19 changes in 20)" in page
+
+
+def test_gpu_vllm_example_tree_eliminates_the_prefix_cache_transient_over_launches(tmp_path: Path) -> None:
+    """The process of elimination on the GPU where the gate varied (random-qwen3, vLLM 0.24.0, H200,
+    2026-12-02): the gate's document-4k gave its cold answer first and another on the 19 after;
+    each control row is then three launches of a short gate, since a cold-start transient comes
+    once per launch. At default the first answer alone differed in 3 of 3 launches, with prefix
+    caching off in 0 of 3: the one-sided Fisher's exact test over launches gives p = 0.05, the
+    least three launches a row can give, and the control is credited."""
+    root = EXAMPLES / "gpu-vllm-results"
+    (run,) = [s for s in load_all(root) if s.model == "random-qwen3" and s.controls is not None
+              and s.controls.launches_per_row == 3]
+    doc = next(p for p in run.gate.prompts if p.prompt_id == "document-4k")
+    assert (doc.requests, doc.distinct_answers, doc.pattern) == (20, 2, "cold-transient")
+    rows = {r.configuration: r for r in run.controls.rows}
+    assert rows["default"].cold_odd == {"document-4k": [True, True, True]}
+    assert rows["prefix-caching-off"].cold_odd == {"document-4k": [False, False, False]}
+    assert rows["prefix-caching-off"].energy is not None and rows["prefix-caching-off"].energy.j_per_token > 0
+    text = run.controls.elimination
+    assert text.startswith("prefix-caching-off bring(s) document-4k back to one answer")
+    assert "in 0 of 3 launches against 3 of 3 at default" in text and "p = 0.05 <= 0.05" in text
+    page = _model_page(root, tmp_path, "random-qwen3")
+    assert "prefix-caching-off bring(s) document-4k back to one answer" in page
+
+
+def test_gpu_vllm_example_tree_compares_the_tiny_models_gpu_and_cpu_answers() -> None:
+    """The tiny model's own weights (Gemma 3 270M) on vLLM 0.24.0 on an H200 (bf16 checkpoint derived
+    there from the GGUF, with a tokenizer that reads the card's probe as llama.cpp does) against
+    vLLM's CPU build here: both read every gate prompt as the same tokens, and the modal answers
+    part on document-4k and long-open; the GPU arm shows the prefix cache's cold answer too."""
+    from suite.compare import compare_runs
+
+    gpu_root, cpu_root = EXAMPLES / "gpu-vllm-results", EXAMPLES / "cpu-results"
+    (gpu,) = [d for d in (gpu_root / "tiny-gpu" / "vllm-gpu").iterdir() if d.name.startswith("20261202T0703")]
+    (cpu,) = [d for d in (cpu_root / "tiny" / "vllm-cpu").iterdir() if (d / "run.json").exists()]
+    out = compare_runs(str(cpu), str(gpu), cpu_root, across_models=True)
+    by = {p.prompt_id: p for p in out.prompts}
+    assert out.verdict.startswith("the same modal answer on 0 of 3 prompts")
+    assert "different tokens" not in out.verdict
+    assert by["long-open"].token_index == 19 and by["document-4k"].token_index == 1
+    assert by["short-open"].caveat == "cap"
+    (s,) = [s for s in load_all(gpu_root) if s.run_id == gpu.name]
+    doc = next(p for p in s.gate.prompts if p.prompt_id == "document-4k")
+    # 3,034 tokens: what llama.cpp's tokenizer reads (the checkpoint derived on 2026-12-02 at 03:58,
+    # whose tokenizer failed the probe, read more than 8,065)
+    assert (doc.distinct_answers, doc.pattern, doc.prompt_tokens) == (2, "cold-transient", [3034])
 
 
 def test_a_cut_run_is_named_where_no_later_run_has_the_stage(tmp_path: Path) -> None:
