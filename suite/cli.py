@@ -689,6 +689,12 @@ def main() -> None:
         signal.signal(signum, _sigterm)
     # Every runtime this process started is stopped first (suite.lifetime), then the above runs.
     REGISTRY.install_signal_handlers()
+    from suite.stages import LOAD_ERRORS
+
+    if LOAD_ERRORS:  # an installed stage that cannot be added: said before anything runs
+        for line in LOAD_ERRORS:
+            Console(stderr=True).print(f"[red]error:[/red] {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     try:
         # Without standalone mode typer returns the exit code (130 after Ctrl-C) instead of exiting.
         code = app(standalone_mode=False, prog_name="suite")

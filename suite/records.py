@@ -187,101 +187,11 @@ Summary = create_model(  # type: ignore[call-overload]
 
 
 # -- request lines (requests.jsonl) ----------------------------------------------------------------
-# One JSON line per request, `kind` first. Each kind has a model (the fields the readers use;
-# any other field a stage writes is kept as it is); `RequestLine` picks the model by `kind`.
+# One JSON line per request, `kind` first. Each stage declares the models of the lines it writes
+# (`Stage.lines`); `RequestLine` joins them and picks the model by `kind`.
 
-class _Base(BaseModel):
-    """What every line has."""
-
-    model_config = ConfigDict(extra="allow")
-
-    at: str
-    stage: str | None = None  # the stage that sent it (lines from before stages said so: None)
-    signature_digest: str | None = None
-
-
-class _Line(_Base):
-    """A line of one request to a runtime (or the judge)."""
-
-    error: str | None = None  # the request failed (HTTP or protocol error)
-    text: str | None = None
-    finish_reason: str | None = None
-    completion_tokens: int | None = None
-    e2e_s: float | None = None
-
-
-class AnswerLine(_Line):
-    """One request of a repeated series: the gate, a control row, a restart, a session."""
-
-    kind: Literal["gate", "controls", "restarts", "sessions"]
-    label: str = "default"
-    prompt_id: str
-    index: int
-    seed: int | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-    token_ids: list[int] | None = None
-    logprobs: list[float] | None = None
-    ttft_s: float | None = None
-
-
-class BatchLine(_Line):
-    """One request of the batch-composition stage: the target prompt or one of the others in its batch."""
-
-    kind: Literal["batch"]
-    mode: Literal["single", "mixed", "prefix"]
-    trial: int
-    role: Literal["target", "other"]
-    position: int  # its place in the batch's sending order
-    batch_size: int
-    prompt_id: str | None = None  # the target's gate prompt (None for the others)
-    prompt_chars: int | None = None
-    shared_prefix_chars: int | None = None  # prefix mode: the characters it shares with the target
-    index: int = 0
-    seed: int | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-    token_ids: list[int] | None = None
-    logprobs: list[float] | None = None
-    ttft_s: float | None = None
-
-
-class LatencyLine(_Line):
-    kind: Literal["latency"]
-    concurrency: int = 1
-    index: int
-    warmup: bool = False
-    incomplete: bool = False  # the stream ended without a finish reason
-    prompt_id: str | None = None
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    chunk_times_s: list[float] = Field(default_factory=list)
-
-
-class ExtractionLine(_Line):
-    kind: Literal["extraction"]
-    section: str
-    repeat: int
-    reload: int | None = None  # the reload it was asked in (None: the arm's own launch)
-
-
-class FactLine(_Base):
-    """One gold fact of an extraction answer, scored."""
-
-    kind: Literal["extraction-fact"]
-    section: str
-    repeat: int
-    key: str
-    verdict: str
-
-
-class JudgeLine(_Line):
-    kind: Literal["judge", "judge-gate"]
-    section: str | None = None
-    judge_model: str | None = None
-
-
-RequestLine = Annotated[Union[AnswerLine, BatchLine, LatencyLine, ExtractionLine, FactLine, JudgeLine], Field(discriminator="kind")]
+LINE_MODELS: tuple[type[BaseModel], ...] = tuple(dict.fromkeys(m for stage in STAGES.values() for m in stage.lines))
+RequestLine = Annotated[Union[LINE_MODELS], Field(discriminator="kind")]  # type: ignore[valid-type]
 REQUEST_LINE: TypeAdapter[Any] = TypeAdapter(RequestLine)
 _KIND_PREFIX = re.compile(r'\{"kind": "([^"\\]*)"')
 _ERROR_FIELDS = ("error", "reason", "error_line")  # a request line's fields that quote an error message

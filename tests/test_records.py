@@ -68,7 +68,8 @@ def test_a_cut_request_line_is_skipped(tmp_path: Path) -> None:
 
 def test_request_lines_are_read_as_their_kinds_models(tmp_path: Path) -> None:
     """Each kind of line comes back as its model; a line that does not match it is skipped, not fatal."""
-    from suite.records import AnswerLine, LatencyLine
+    from suite.stages.latency import LatencyLine
+    from suite.stages.lines import AnswerLine
 
     run = tmp_path / "run"
     shutil.copytree(next(GOLDEN.glob("tiny/llamacpp/*")), run)

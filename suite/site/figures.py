@@ -25,7 +25,9 @@ from suite.analysis.repro import PromptAnalysis, Sample, analyse, first_diff
 from suite.analysis.stats import Distribution, MeanSE, PairedDifference, distribution_fields, paired_difference
 from suite.errors import SuiteError
 from suite.gpu import ratio_text
-from suite.records import AnswerLine, LatencyLine, Summary, load_all
+from suite.records import Summary, load_all
+from suite.stages.latency import LatencyLine
+from suite.stages.lines import AnswerLine
 from suite.signature import flatten_signature
 from suite.stages import ORDER
 from suite.stages.controls import ControlsResult

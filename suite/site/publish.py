@@ -43,7 +43,9 @@ from suite.site.figures import (
     restarts_view, sessions_view, signature_rows, slug, watchdog_view, with_thousands,
 )
 from suite.paths import SITE_DIR, cache_dir
-from suite.records import AnswerLine, LatencyLine, read_requests
+from suite.records import read_requests
+from suite.stages.latency import LatencyLine
+from suite.stages.lines import AnswerLine
 from suite.stages import STAGES
 
 log = logging.getLogger(__name__)
@@ -389,6 +391,11 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
 
     batch = [batch_view(r.s.batch) for r in by["batch"]]
     batch_ratios(batch, arms)
+    # the sections of stages the page does not draw by hand (a stage added as its own package)
+    stage_sections = [
+        {"name": stage.name, "title": stage.page_title, "summary": stage.summary,
+         "arms": [(r.s.arm, stage.page_section(getattr(r.s, stage.name, None))) for r in by[stage.name]]}
+        for stage in STAGES.values() if stage.section is not None and stage.name in by]
     site.write(
         model.page, "model.html", model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
         gate=gate, generated=generated, ttft_svg=drawn["ttft"].result(), itl_svg=drawn["itl"].result(),
@@ -401,7 +408,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         restarts=restarts, restart_prompts=restart_prompts, control_configs=control_configs,
         arm_comparisons=arm_comparisons(gate_runs, arms), sessions=[sessions_view(r.s.sessions) for r in by["sessions"]],
         gate_settings=gate_settings_text([r.s.gate for r in gate_runs], arms),
-        batch=batch, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),
+        batch=batch, stage_sections=stage_sections, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),
     )
 
 

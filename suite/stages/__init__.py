@@ -10,6 +10,11 @@ stops and starts the runtime); the others run on request, where each says (`Stag
 the gate where `--controls` asks for it and at the end where the gate found more than one answer.
 `place`, `schedule`, `added_on_verdict` and `may_run` read those fields for the bench and the
 command line; no other module names a stage to place it.
+
+A stage from another package joins with one line in that package's metadata, an entry point of
+the group `suite.stages` naming its `Stage` (`probe = "mypackage.probe:STAGE"`): its result in
+the run record and summary, its request lines (`Stage.lines`), its export tables, its place in
+the schedule, `--resume` and its model-page section (`Stage.section`) all come from that record.
 """
 
 from __future__ import annotations
@@ -23,9 +28,40 @@ from suite.stages.base import FreshLaunch, LaunchFactory, Stage, StageContext
 if TYPE_CHECKING:
     from suite.profiles import Profile
 
-STAGES: dict[str, Stage] = {s.name: s for s in (
+BUILT_IN: tuple[Stage, ...] = (
     gate.STAGE, batch.STAGE, latency.STAGE, extraction.STAGE, reloads.STAGE, restarts.STAGE, controls.STAGE, sessions.STAGE,
-)}
+)
+ENTRY_POINT_GROUP = "suite.stages"
+# Why an installed stage could not be added (one line each): the command line says them and exits
+# 2 before anything runs (suite.cli.main).
+LOAD_ERRORS: list[str] = []
+
+
+def _installed(taken: set[str]) -> list[Stage]:
+    """Stages from installed packages: each entry point of the group `suite.stages` names a
+    `Stage` ("package.module:STAGE"), added after the built-in ones in the order found."""
+    from importlib.metadata import entry_points
+
+    out: list[Stage] = []
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        where = f"stage entry point {ep.name!r} ({ep.value})"
+        try:
+            obj = ep.load()
+        except Exception as exc:  # noqa: BLE001 - a plugin's import error becomes one line
+            LOAD_ERRORS.append(f"{where}: cannot load it: {type(exc).__name__}: {exc}")
+            continue
+        if not isinstance(obj, Stage):
+            LOAD_ERRORS.append(f"{where}: not a suite.stages.base.Stage but a {type(obj).__name__}")
+        elif obj.name in taken:
+            LOAD_ERRORS.append(f"{where}: a stage named {obj.name!r} exists already")
+        else:
+            taken.add(obj.name)
+            out.append(obj)
+    return out
+
+
+STAGES: dict[str, Stage] = {s.name: s for s in BUILT_IN}
+STAGES.update((s.name, s) for s in _installed(set(STAGES)))
 ORDER: list[str] = [name for name, s in STAGES.items() if s.in_bench]  # a bench's stages
 
 
@@ -80,5 +116,5 @@ def may_run(stages: list[str], profile: "Profile") -> list[str]:
     return list(dict.fromkeys([*stages, *(s.name for s in STAGES.values() if s.may_run(profile))]))
 
 
-__all__ = ["STAGES", "ORDER", "Stage", "StageContext", "FreshLaunch", "LaunchFactory", "get_stage", "place", "schedule",
+__all__ = ["STAGES", "ORDER", "LOAD_ERRORS", "Stage", "StageContext", "FreshLaunch", "LaunchFactory", "get_stage", "place", "schedule",
            "verdict_of", "added_on_verdict", "may_run"]

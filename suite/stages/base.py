@@ -115,6 +115,26 @@ def export_cell(v: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class PageSection:
+    """One arm's part of a stage's section on a model page, for a stage whose section the page does
+    not draw by hand: a sentence (its verdict or summary) and a table. Every cell is text the page
+    escapes."""
+
+    sentence: str
+    columns: list[str]
+    rows: list[list[Any]]
+
+
+def section_from_tables(tables: tuple[ExportTable, ...], result: Any, sentence: str = "") -> PageSection:
+    """A stage's page section from its export tables: their rows for this result, one table (the
+    columns of the first row), and `sentence` above it."""
+    rows = [row for table in tables for row in table.rows(result)]
+    columns = list(rows[0]) if rows else []
+    return PageSection(sentence=sentence, columns=columns,
+                       rows=[[export_cell(row.get(c)) for c in columns] for row in rows])
+
+
+@dataclass(frozen=True)
 class Stage:
     """One stage: its name (the record's key), result model, and how it runs."""
 
@@ -148,13 +168,28 @@ class Stage:
     # the run's key columns first) and the kinds of its request lines the `requests` table holds.
     tables: tuple["ExportTable", ...] = ()
     exported_requests: tuple[str, ...] = ()
+    # The models of the request lines it writes (`suite.stages.lines`): the record store checks each
+    # line against them before writing it, and reads them back by `kind`.
+    lines: tuple[type[BaseModel], ...] = ()
     # Its section's name on a model page (None: no section of its own there; the reloads show in
     # the extraction's).
     page_title: str | None = None
+    # Its section, where the model page does not draw one by hand (a stage added as a package of its
+    # own): a function from its result to the arm's `PageSection`, or "tables" for its export
+    # tables under the result's `verdict` (if it has one). None: the page draws it (or none).
+    section: "Callable[[Any], PageSection] | Literal['tables'] | None" = None
 
     def may_run(self, profile: "Profile") -> bool:
         """Whether a stage not in every bench may be added to one with this profile."""
         return self.when is not None and bool(self.when(profile))
+
+    def page_section(self, result: Any) -> PageSection | None:
+        """This stage's part of a model page for one arm's result, where it declares a `section`."""
+        if self.section is None or result is None:
+            return None
+        if self.section == "tables":
+            return section_from_tables(self.tables, result, str(getattr(result, "verdict", "") or ""))
+        return self.section(result)
 
     def requests_for(self, profile: "Profile") -> int | None:
         """`planned(profile)`, or None when the stage cannot say (or the profile is one it refuses:

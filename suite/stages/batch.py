@@ -42,6 +42,7 @@ from suite.analysis.repro import (ALPHA, DistinctAnswer, Divergence, PromptAnaly
 from suite.client import ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.errors import SuiteError
 from suite.stages.base import ExportTable, Stage, export_cell
+from suite.stages.lines import RequestLineBase
 from suite.stages.gate import TOP_LOGPROBS, GatePrompt, death_reason_of, logprobs_for, select_prompts
 
 if TYPE_CHECKING:
@@ -482,7 +483,30 @@ def export_rows(result: BatchResult) -> list[dict[str, Any]]:
     return rows
 
 
-STAGE = Stage(name="batch", result=BatchResult, run=run, fresh_runtimes=False, in_bench=False,
+# -- its request lines ------------------------------------------------------------------------------
+
+class BatchLine(RequestLineBase):
+    """One request of the batch-composition stage: the target prompt or one of the others in its batch."""
+
+    kind: Literal["batch"]
+    mode: Literal["single", "mixed", "prefix"]
+    trial: int
+    role: Literal["target", "other"]
+    position: int  # its place in the batch's sending order
+    batch_size: int
+    prompt_id: str | None = None  # the target's gate prompt (None for the others)
+    prompt_chars: int | None = None
+    shared_prefix_chars: int | None = None  # prefix mode: the characters it shares with the target
+    index: int = 0
+    seed: int | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    ttft_s: float | None = None
+
+
+STAGE = Stage(name="batch", result=BatchResult, run=run, lines=(BatchLine,), fresh_runtimes=False, in_bench=False,
               summary="the target prompt alone, then inside batches of other prompts and of shared prefixes: "
                       "does its answer depend on its batch",
               planned=planned, inputs=_inputs,

@@ -39,6 +39,7 @@ from rich.text import Text
 
 from suite.analysis.stats import fisher_fewer_others, requests_needed
 from suite.stages.base import ExportTable, Stage
+from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.gpu import Energy, EnergyMeter
 from suite.launchers.base import LoraAdapter
@@ -684,7 +685,7 @@ def export_rows(result: ControlsResult) -> list[dict[str, Any]]:
     return rows
 
 
-STAGE = Stage(name="controls", result=ControlsResult, run=run, fresh_runtimes=True, in_bench=False,
+STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
               summary="the gate once per determinism control, each on a fresh runtime",
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=None,  # its rows depend on the runtime's controls: a count and a rate, no total

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import ClientError
 from suite.stages.base import ExportTable, Stage, export_cell
+from suite.stages.lines import LineBase, RequestLineBase
 from suite.errors import SuiteError
 from suite.analysis.jsonextract import extract_json_object
 from suite.paths import DOCUMENTS_DIR, EXTRACTION_DIR
@@ -395,7 +396,32 @@ def export_rows(result: ExtractionResult) -> list[dict[str, Any]]:
     return [{k: export_cell(v) for k, v in sec.model_dump().items()} for sec in result.per_section]
 
 
-STAGE = Stage(name="extraction", result=ExtractionResult, run=run, fresh_runtimes=False, in_bench=True,
+# -- its request lines ------------------------------------------------------------------------------
+
+class ExtractionLine(RequestLineBase):
+    kind: Literal["extraction"]
+    section: str
+    repeat: int
+    reload: int | None = None  # the reload it was asked in (None: the arm's own launch)
+
+
+class FactLine(LineBase):
+    """One gold fact of an extraction answer, scored."""
+
+    kind: Literal["extraction-fact"]
+    section: str
+    repeat: int
+    key: str
+    verdict: str
+
+
+class JudgeLine(RequestLineBase):
+    kind: Literal["judge", "judge-gate"]
+    section: str | None = None
+    judge_model: str | None = None
+
+
+STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(ExtractionLine, FactLine, JudgeLine,), fresh_runtimes=False, in_bench=True,
               summary="facts extracted as JSON, repeated, scored against gold (and a judge)",
               inputs=lambda p: (select_sections(p.extraction_sections), load_prompt()),
               planned=lambda p: len(select_sections(p.extraction_sections)) * p.extraction_repeats,

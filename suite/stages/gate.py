@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from suite.client import ClientError, Completion, OpenAIClient
 from suite.definitions import load_validated
 from suite.stages.base import ExportTable, Stage
+from suite.stages.lines import AnswerLine
 from suite.errors import SuiteError
 from suite.paths import PROMPTS_DIR
 from suite.analysis.repro import PromptAnalysis, Sample, analyse, group_answers, unseen_share_bound
@@ -400,7 +401,7 @@ def export_rows(result: GateResult) -> list[dict[str, Any]]:
     return rows
 
 
-STAGE = Stage(name="gate", result=GateResult, run=run, fresh_runtimes=False, in_bench=True,
+STAGE = Stage(name="gate", result=GateResult, run=run, lines=(AnswerLine,), fresh_runtimes=False, in_bench=True,
               summary="the same request N times per gate prompt: how many different answers came back",
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=lambda p: p.gate_requests * len(select_prompts(p.gate_prompts)),

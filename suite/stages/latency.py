@@ -53,6 +53,7 @@ from pydantic import BaseModel, Field
 
 from suite.client import AsyncOpenAIClient, ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.stages.base import ExportTable, Stage
+from suite.stages.lines import RequestLineBase
 from suite.errors import SuiteError
 from suite.analysis.stats import Distribution, distribution_fields, summarize
 
@@ -600,7 +601,21 @@ def export_rows(result: LatencyResult) -> list[dict[str, Any]]:
     return rows
 
 
-STAGE = Stage(name="latency", result=LatencyResult, run=run, fresh_runtimes=False, in_bench=True,
+# -- its request lines ------------------------------------------------------------------------------
+
+class LatencyLine(RequestLineBase):
+    kind: Literal["latency"]
+    concurrency: int = 1
+    index: int
+    warmup: bool = False
+    incomplete: bool = False  # the stream ended without a finish reason
+    prompt_id: str | None = None
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    chunk_times_s: list[float] = Field(default_factory=list)
+
+
+STAGE = Stage(name="latency", result=LatencyResult, run=run, lines=(LatencyLine,), fresh_runtimes=False, in_bench=True,
               summary="streamed requests timed by the suite and the runtime, at each concurrency level",
               planned=lambda p: p.latency_warmup + sum(level_requests(p.latency_requests, c) for c in p.concurrency),
               tables=(ExportTable("latency", export_rows),), exported_requests=("latency",),

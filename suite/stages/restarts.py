@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from suite.stages.base import ExportTable, FreshLaunch, Stage, export_cell
+from suite.stages.lines import AnswerLine
 from suite.launchers.base import COMPILE_CACHE_DIRS, COMPILE_CACHE_SETTINGS
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.analysis.repro import ALPHA, LaunchFigures, LaunchPair, Pattern, analyse_launches, requests_for_transient
@@ -366,7 +367,7 @@ def export_rows(result: RestartsResult) -> list[dict[str, Any]]:
     return rows
 
 
-STAGE = Stage(name="restarts", result=RestartsResult, run=run, fresh_runtimes=True, in_bench=True,
+STAGE = Stage(name="restarts", result=RestartsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=True,
               summary="K fresh launches of the same configuration, a short gate on each",
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=lambda p: (p.restarts * p.restart_requests * len(select_prompts(p.gate_prompts))

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from suite.stages.base import ExportTable, FreshLaunch, Stage
+from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
 from suite.analysis.repro import RunsAnalysis, Sample, analyse_launches, analyse_runs, answer_key
@@ -308,7 +309,7 @@ def export_rows(result: SessionsResult) -> list[dict[str, Any]]:
     return rows
 
 
-STAGE = Stage(name="sessions", result=SessionsResult, run=run, fresh_runtimes=True, in_bench=False,
+STAGE = Stage(name="sessions", result=SessionsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
               summary="K server processes x R replicates (study 2), base and adapter",
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=lambda p: (p.sessions * p.replicates * len(select_prompts(p.gate_prompts))
