@@ -41,7 +41,7 @@ from suite.records import (RESULT_MODELS, DeterminismOutcome, Invocation, Launch
 from suite.signature import (REDACTED, SECRET_NAME, Signature, cache_dirs, cache_state, current_node, detect_hardware,
                              prompt_set_hash, redact_args, redact_env, resolve_revision)
 from suite.stages import ORDER, STAGES, StageContext, added_on_verdict, get_stage, may_run, schedule, verdict_of
-from suite.stages.gate import death_reason_of, died_text
+from suite.stages.repeat import death_reason_of, died_text
 
 log = logging.getLogger(__name__)
 

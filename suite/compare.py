@@ -26,7 +26,7 @@ from suite.errors import SuiteError
 from suite.records import Summary, incomplete_summary, iter_run_dirs, load_summary
 from suite.analysis.repro import Sample, answer_key, first_diff, prefix_logprob_diff
 from suite.signature import flatten_signature
-from suite.stages.gate import GatePromptResult, GateResult
+from suite.stages.repeat import GatePromptResult, GateResult
 
 log = logging.getLogger(__name__)
 

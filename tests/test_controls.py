@@ -105,7 +105,7 @@ def test_lora_base_and_adapter_in_one_llama_server(controls_run):
 def _gate_with(others: int, n: int, label: str = "default"):
     """n requests on one prompt, `others` of them (after the first) a second answer."""
     from suite.analysis.repro import Sample, analyse
-    from suite.stages.gate import GatePromptResult, GateResult
+    from suite.stages.repeat import GatePromptResult, GateResult
 
     samples = [Sample(index=i, text="b" if 0 < i <= others else "a", token_ids=[2] if 0 < i <= others else [1])
                for i in range(n)]
@@ -144,7 +144,7 @@ def test_a_cold_start_transient_is_tested_over_launches_not_requests():
     # That difference comes once per launch: more requests per row could never tell, launches can.
     from suite.analysis.repro import Sample, analyse
     from suite.stages.controls import _row_from_gate, eliminate
-    from suite.stages.gate import GatePromptResult, GateResult
+    from suite.stages.repeat import GatePromptResult, GateResult
 
     def gate(first_odd: bool, label: str) -> GateResult:
         samples = [Sample(index=i, text="b" if first_odd and i == 0 else "a",
@@ -203,7 +203,7 @@ def test_a_real_effect_is_credited_with_its_test_and_n():
 def test_a_control_row_stops_at_its_second_answer_and_the_table_says_so():
     from suite.analysis.repro import Sample  # noqa: F401
     from suite.client import Completion
-    from suite.stages.gate import load_gate_prompts, run_gate
+    from suite.stages.repeat import load_gate_prompts, run_gate
 
     prompt = next(iter(load_gate_prompts().values()))
     answers = iter(["a", "a", "b", "a", "a", "a"])
@@ -227,7 +227,7 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
     from contextlib import contextmanager
 
     import suite.stages.controls as controls
-    from suite.stages.gate import load_gate_prompts
+    from suite.stages.repeat import load_gate_prompts
 
     ids = list(load_gate_prompts())
     assert len(ids) >= 2
@@ -269,7 +269,7 @@ def test_a_transient_is_eliminated_launch_by_launch(monkeypatch):
 
     import suite.stages.controls as controls
     from suite.analysis.repro import Sample, analyse
-    from suite.stages.gate import GatePromptResult, GateResult, load_gate_prompts
+    from suite.stages.repeat import GatePromptResult, GateResult, load_gate_prompts
 
     pid = list(load_gate_prompts())[0]
     gate = SimpleNamespace(prompts=[SimpleNamespace(prompt_id=pid, distinct_answers=2, pattern="cold-transient")])

@@ -10,14 +10,7 @@ import pytest
 
 from suite.client import GenerationParams, OpenAIClient
 from suite.errors import SuiteError
-from suite.stages.gate import (
-    MAX_CONSECUTIVE_ERRORS,
-    GatePrompt,
-    load_gate_prompt,
-    load_gate_prompts,
-    run_gate,
-    select_prompts,
-)
+from suite.stages.repeat import MAX_CONSECUTIVE_ERRORS, GatePrompt, load_gate_prompt, load_gate_prompts, run_gate, select_prompts
 from tests.conftest import start_local
 
 
@@ -147,7 +140,7 @@ def test_runtime_dying_mid_gate_stops_with_its_reason(tiny_gguf, tmp_path):
             rt.kill()
 
     with rt, OpenAIClient(rt.base_url, "tiny", timeout_s=30) as c:
-        from suite.stages.gate import death_reason_of
+        from suite.stages.repeat import death_reason_of
 
         result = run_gate(c, [short(), short()], 5, max_tokens_cap=4,
                           record=record_then_kill, alive=rt.alive, death_reason=death_reason_of(rt))

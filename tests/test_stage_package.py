@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from suite.stages.base import ExportTable, Stage
-from suite.stages.gate import select_prompts
+from suite.stages.repeat import select_prompts
 from suite.stages.lines import RequestLineBase
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from suite.stages.controls import ControlRow, ControlsResult, eliminate
-from suite.stages.gate import GateResult
+from suite.stages.repeat import GateResult
 
 
 def _gate(others: dict[str, int], n: int = 20, label: str = "default", stop_at_second: bool = False) -> GateResult:
     """A gate of n requests per prompt, `others[pid]` of them a second answer (after the first)."""
     from suite.analysis.repro import Sample, analyse
-    from suite.stages.gate import GatePromptResult
+    from suite.stages.repeat import GatePromptResult
 
     prompts = []
     for pid, k in others.items():

@@ -1,7 +1,7 @@
 """The gate at concurrency: N identical requests per prompt, C in flight at once, against a running server.
 
 `suite bench --url` runs the gate one request at a time (the studies' design); this runs the same
-gate function (`suite.stages.gate.run_gate`: same prompts, seed, sampling, analysis and verdict)
+gate function (`suite.stages.repeat.run_gate`: same prompts, seed, sampling, analysis and verdict)
 with C requests in flight, so that batching inside the runtime gets its chance to change answers.
 One table row per (prompt, concurrency): distinct answers in N, the lengths with counts, the verdict.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from suite.client import GenerationParams, OpenAIClient  # noqa: E402
-from suite.stages.gate import run_gate, select_prompts  # noqa: E402
+from suite.stages.repeat import run_gate, select_prompts  # noqa: E402
 
 
 def main() -> int:

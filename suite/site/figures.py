@@ -33,7 +33,7 @@ from suite.stages import ORDER
 from suite.stages.controls import ControlsResult
 from suite.stages.extraction import ExtractionResult
 from suite.stages.batch import BatchResult, gap_text
-from suite.stages.gate import GateResult, truncation_by_prompt
+from suite.stages.repeat import GateResult, truncation_by_prompt
 from suite.stages.latency import LatencyLevel, LatencyResult
 from suite.stages.restarts import RestartsResult
 from suite.stages.sessions import SessionsResult

@@ -43,7 +43,7 @@ from suite.client import ClientError, Completion, OpenAIClient, event_loop_facto
 from suite.errors import SuiteError
 from suite.stages.base import ExportTable, Stage, export_cell
 from suite.stages.lines import RequestLineBase
-from suite.stages.gate import TOP_LOGPROBS, GatePrompt, death_reason_of, logprobs_for, select_prompts
+from suite.stages.repeat import TOP_LOGPROBS, GatePrompt, death_reason_of, logprobs_for, select_prompts
 
 if TYPE_CHECKING:
     from suite.profiles import Profile

@@ -43,8 +43,7 @@ from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.gpu import Energy, EnergyMeter
 from suite.launchers.base import LoraAdapter
-from suite.stages.gate import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts, \
-    truncation_by_prompt
+from suite.stages.repeat import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts, truncation_by_prompt
 
 if TYPE_CHECKING:
     from suite.catalog import ModelCard

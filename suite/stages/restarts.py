@@ -39,8 +39,7 @@ from suite.stages.lines import AnswerLine
 from suite.launchers.base import COMPILE_CACHE_DIRS, COMPILE_CACHE_SETTINGS
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.analysis.repro import ALPHA, LaunchFigures, LaunchPair, Pattern, analyse_launches, requests_for_transient
-from suite.stages.gate import (GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, samples_of,
-                               select_prompts)
+from suite.stages.repeat import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext

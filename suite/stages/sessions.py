@@ -34,8 +34,7 @@ from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
 from suite.analysis.repro import RunsAnalysis, Sample, analyse_launches, analyse_runs, answer_key
-from suite.stages.gate import (GateResult, death_reason_of, logprobs_for, run_gate, samples_of,
-                               select_prompts)
+from suite.stages.repeat import GateResult, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
