@@ -554,7 +554,7 @@ class BenchSession:
                                 controls_request=self.controls_request)
         self._stack.callback(self.ctx.client.close)
         if self.judge is not None:
-            from suite.judge import client_for_url
+            from suite.stages.extraction.judge import client_for_url
 
             sampling = plan.card.sampling
             self.ctx.judge = client_for_url(self.judge.url, self.judge.model, GenerationParams(
@@ -904,7 +904,7 @@ def preflight(stages: list[str], profile: Profile, judge: JudgeChoice | None) ->
         if stage.inputs is not None:
             stage.inputs(profile)
     if judge is not None:
-        from suite.judge import load_rubric
+        from suite.stages.extraction.judge import load_rubric
 
         load_rubric()
 
@@ -935,7 +935,7 @@ def probe_judge(judge: JudgeChoice, explicit_model: bool = True, timeout_s: floa
     Without a model name, a judge serving exactly one model is asked for that one."""
     import httpx
 
-    from suite.judge import JUDGE_API_KEY_ENV
+    from suite.stages.extraction.judge import JUDGE_API_KEY_ENV
     from suite.launchers.external import model_list
     from suite.signature import scrub
 

@@ -4,7 +4,7 @@ A `Section` is one section of an extraction document (its text and gold facts), 
 answer to it; `JsonChat` asks a runtime (or the judge) for an answer as JSON, falling back
 through the response_format modes; `changed_sections` says which sections' repeats differed.
 The extraction stage (`suite.stages.extraction`), the reloads stage and the LLM judge
-(`suite.judge`) all build on these; none of them is imported here.
+(`suite.stages.extraction.judge`) all build on these; none of them is imported here.
 """
 
 from __future__ import annotations

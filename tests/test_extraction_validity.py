@@ -15,7 +15,7 @@ import pytest
 
 from suite.site import figures
 from suite.analysis.scoring import score_section
-from suite.judge import JudgeResult
+from suite.stages.extraction.judge import JudgeResult
 from suite.stages import extraction as ex
 
 GOLDEN = Path(__file__).parent / "golden" / "results"

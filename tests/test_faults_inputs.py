@@ -389,7 +389,7 @@ def test_judge_credentials_never_reach_requests_jsonl(raw_server: Any, fault_rep
     """A judge URL with `user:pass@` whose endpoint fails: the recorded errors name it without them."""
     from types import SimpleNamespace
 
-    from suite import judge
+    from suite.stages.extraction import judge
     from suite.analysis.scoring import score_section
     from suite.records import RunManifest, RunRecord
     from suite.stages import extraction as ex
@@ -427,7 +427,7 @@ def test_a_hostile_answer_stays_inside_its_block_and_reaches_only_the_judges_sco
     judge's score for that answer, never the gold-based figures beside it."""
     from types import SimpleNamespace
 
-    from suite import judge
+    from suite.stages.extraction import judge
     from suite.analysis.scoring import score_section
     from suite.records import RunManifest, RunRecord
     from suite.stages import extraction as ex

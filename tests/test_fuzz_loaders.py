@@ -30,7 +30,7 @@ from suite.errors import SuiteError
 from suite.records import load_all, load_summary
 from suite.stages.extraction import load_document, load_prompt
 from suite.stages.repeat import load_gate_prompt
-from suite.judge import load_rubric
+from suite.stages.extraction.judge import load_rubric
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "results"

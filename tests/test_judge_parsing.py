@@ -7,7 +7,7 @@ import pytest
 from suite.errors import SuiteError
 from suite.analysis.scoring import score_section
 from suite.stages import extraction as ex
-from suite import judge
+from suite.stages.extraction import judge
 
 
 def test_rubric_and_prompt():

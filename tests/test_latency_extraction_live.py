@@ -22,7 +22,7 @@ from suite.profiles import get_profile
 from suite.records import RunManifest, RunRecord, new_run_id, utcnow
 from suite.stages import StageContext
 from suite.stages import extraction as ex
-from suite import judge as judge_stage
+from suite.stages.extraction import judge as judge_stage
 from suite.stages import latency as lat
 
 QUICK = get_profile("quick")

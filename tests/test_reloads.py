@@ -10,7 +10,7 @@ from typing import Any
 
 from suite.analysis.scoring import score_section
 from suite.stages import extraction as ex
-from suite.stages.reloads import ReloadOutcome, compare_after, reloads_line, stable_sections
+from suite.stages.extraction.reloads import ReloadOutcome, compare_after, reloads_line, stable_sections
 
 
 def _answer(section: ex.Section, repeat: int, obj: dict[str, Any] | None) -> ex.Answer:

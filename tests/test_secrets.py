@@ -20,7 +20,7 @@ from suite.launchers.local import LocalLauncher
 from suite.site.publish import build_site
 from suite.records import RunManifest, RunRecord, Summary, load_summary, new_run_id, utcnow
 from suite.signature import REDACTED
-from suite.judge import JUDGE_API_KEY_ENV, public_url
+from suite.stages.extraction.judge import JUDGE_API_KEY_ENV, public_url
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "results"
 PLANTED = {

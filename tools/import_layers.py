@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                     "suite.profiles", "suite.definitions")),
     ("analysis", ("suite.analysis",)),
     ("services", ("suite.client", "suite.gpu", "suite.contention", "suite.signature", "suite.sections",
-                  "suite.judge", "suite.launchers", "suite.recipes")),
+                  "suite.launchers", "suite.recipes")),
     ("inputs", ("suite.catalog",)),
     ("stages", ("suite.stages",)),
     ("records", ("suite.records",)),

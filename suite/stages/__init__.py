@@ -22,7 +22,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from suite.errors import SuiteError
-from suite.stages import batch, controls, extraction, gate, latency, reloads, restarts, sessions
+from suite.stages import batch, controls, extraction, gate, latency, restarts, sessions
+from suite.stages.extraction import reloads
 from suite.stages.base import FreshLaunch, LaunchFactory, Stage, StageContext
 
 if TYPE_CHECKING:

@@ -31,11 +31,11 @@ from suite.records import DeterminismOutcome, RunManifest, RunRecord, Summary  #
 from suite.analysis.repro import Sample, analyse, analyse_launches  # noqa: E402
 from suite.signature import Hardware, Signature  # noqa: E402
 from suite.stages.controls import ControlRow, ControlsResult, LoraOutcome, eliminate  # noqa: E402
-from suite.stages.reloads import ReloadOutcome, ReloadsResult  # noqa: E402
+from suite.stages.extraction.reloads import ReloadOutcome, ReloadsResult  # noqa: E402
 from suite.stages.sessions import SessionsResult, summarise_configuration, table_lines  # noqa: E402
 from suite.stages.extraction import ExtractionResult, RepeatScore, SectionSummary, TypeScore  # noqa: E402
 from suite.stages.repeat import GatePromptResult, GateResult, verdict_of  # noqa: E402
-from suite.judge import JudgeGate, JudgeResult  # noqa: E402
+from suite.stages.extraction.judge import JudgeGate, JudgeResult  # noqa: E402
 from suite.stages.latency import LatencyLevel, LatencyResult  # noqa: E402
 from suite.stages.restarts import LaunchOutcome, RestartsResult, summarise  # noqa: E402
 from suite.analysis.stats import mean_se, summarize  # noqa: E402

@@ -18,7 +18,7 @@ answers (valid JSON, no wrong fact: an all-null answer is clean) and the share o
 complete" answers (no wrong and no missing fact, the honest headline), as mean and standard
 error over sections; the spread over repeats; figures by fact type. Every fact goes to `requests.jsonl`
 (kind `extraction-fact`) with the arm's full configuration signature, so any fact can be traced
-to the exact configuration that produced it. An optional LLM judge (`suite.judge`) grades
+to the exact configuration that produced it. An optional LLM judge (`suite.stages.extraction.judge`) grades
 the answers too, when the context has one.
 """
 
@@ -41,7 +41,7 @@ from suite.analysis.jsonextract import extract_json_object
 from suite.paths import DOCUMENTS_DIR, EXTRACTION_DIR
 from suite.analysis.scoring import GoldFact, score_section
 from suite.analysis.stats import MeanSE, mean, mean_se
-from suite.judge import JudgeResult
+from suite.stages.extraction.judge import JudgeResult
 from suite.sections import Answer, JsonChat, Mode, Section, _answered_facts, changed_sections
 
 if TYPE_CHECKING:
@@ -320,7 +320,7 @@ def run(ctx: "StageContext") -> ExtractionResult:
     result = summarise(sections, answers, repeats)
     judge_result = None
     if ctx.judge is not None:
-        from suite import judge as judge_stage
+        from suite.stages.extraction import judge as judge_stage
 
         judge_result = judge_stage.grade(ctx, sections, answers)
     return ExtractionResult(
