@@ -115,10 +115,10 @@ def _gate_with(others: int, n: int, label: str = "default"):
 
 
 def _matrix(default_others: int, control_others: int, n: int, control_n: int | None = None) -> ControlsResult:
-    from suite.stages.controls import _row_from_gate
+    from suite.stages.controls import row_from_gate
 
-    default = _row_from_gate(ControlRow(configuration="default", status="ok"), _gate_with(default_others, n))
-    row = _row_from_gate(ControlRow(configuration="enforce-eager", status="ok"),
+    default = row_from_gate(ControlRow(configuration="default", status="ok"), _gate_with(default_others, n))
+    row = row_from_gate(ControlRow(configuration="enforce-eager", status="ok"),
                          _gate_with(control_others, control_n or n, "enforce-eager"))
     return ControlsResult(runtime="vllm-cpu", arm="vllm-cpu", requested=["all"], n_requests=n,
                           prompts=["long-open"], rows=[default, row])
@@ -143,7 +143,7 @@ def test_a_cold_start_transient_is_tested_over_launches_not_requests():
     # (the prompt computed before the prefix cache held it); prefix caching off gave one answer in 20.
     # That difference comes once per launch: more requests per row could never tell, launches can.
     from suite.analysis.repro import Sample, analyse
-    from suite.stages.controls import _row_from_gate, eliminate
+    from suite.stages.controls import row_from_gate, eliminate
     from suite.stages.repeat import GatePromptResult, GateResult
 
     def gate(first_odd: bool, label: str) -> GateResult:
@@ -153,9 +153,9 @@ def test_a_cold_start_transient_is_tested_over_launches_not_requests():
         return GateResult(label=label, n_requests=20, seed=42, temperature=0.0, logprobs=False, prompts=[p],
                           reproducible=None, verdict="", wall_s=1.0, http_s=1.0)
 
-    default = _row_from_gate(ControlRow(configuration="default", status="ok"), gate(True, "default"))
+    default = row_from_gate(ControlRow(configuration="default", status="ok"), gate(True, "default"))
     assert default.gate.prompts[0].pattern == "cold-transient"
-    row = _row_from_gate(ControlRow(configuration="prefix-caching-off", status="ok"),
+    row = row_from_gate(ControlRow(configuration="prefix-caching-off", status="ok"),
                          gate(False, "prefix-caching-off"))
     result = ControlsResult(runtime="vllm", arm="vllm-gpu", requested=["prefix-caching-off"], n_requests=20,
                             prompts=["document-4k"], rows=[default, row])
@@ -168,14 +168,14 @@ def test_a_cold_start_transient_is_tested_over_launches_not_requests():
     assert "requests per row would tell" not in result.elimination
     # as on the H200: prefix caching off answered every time what the default's cold request did
     assert "its one answer is the default row's first (cold) answer" not in result.elimination
-    cold_row = _row_from_gate(ControlRow(configuration="prefix-caching-off", status="ok"), gate(False, "x"))
+    cold_row = row_from_gate(ControlRow(configuration="prefix-caching-off", status="ok"), gate(False, "x"))
     for a in cold_row.gate.prompts[0].answers:
         a.token_ids, a.text = [2], "b"
     result.rows[1] = cold_row
     eliminate(result, gate(True, "default"))
     assert "its one answer is the default row's first (cold) answer, not the later one" in result.elimination
     # a control row that shows the transient too is a second answer, as before
-    again = _row_from_gate(ControlRow(configuration="eager", status="ok"), gate(True, "eager"))
+    again = row_from_gate(ControlRow(configuration="eager", status="ok"), gate(True, "eager"))
     result.rows.append(again)
     eliminate(result, gate(True, "default"))
     assert result.rows[2].tests[0].unit == "request" and not result.rows[2].tests[0].credited
@@ -340,3 +340,33 @@ def test_llama_servers_prompt_cache_transient_is_eliminated_over_launches(tmp_pa
     assert c.restoring == ["prompt-cache-off"]
     assert "0 of 3 launches against 3 of 3 at default" in c.elimination
     assert "its one answer is the default row's first (cold) answer" in c.elimination
+
+
+def test_a_transient_rows_speed_and_energy_cover_all_its_launches():
+    """A row of three launches reports tokens/s and J/token over the three gates (each launch's
+    requests, not its start-up), not over the first launch alone; a launch without an energy
+    reading leaves the row without one rather than with a part."""
+    import suite.stages.controls as controls
+    from suite.analysis.repro import Sample, analyse
+    from suite.gpu import Energy
+    from suite.stages.repeat import GatePromptResult, GateResult
+
+    def launch(n_tokens: int, http_s: float, joules: float | None) -> controls.ControlRow:
+        samples = [Sample(index=i, text="a", token_ids=[1] * n_tokens) for i in range(3)]
+        p = GatePromptResult.from_analysis(analyse(samples), prompt_id="doc", max_tokens=64)
+        gate = GateResult(label="default", n_requests=3, seed=42, temperature=0.0, logprobs=False, prompts=[p],
+                          reproducible=True, verdict="", wall_s=http_s, http_s=http_s)
+        row = controls.row_from_gate(controls.ControlRow(configuration="default", controls=[], status="ok"), gate)
+        row.energy = None if joules is None else Energy(joules=joules, wall_s=http_s, mean_power_w=joules / http_s).with_tokens(3 * n_tokens)
+        return row
+
+    rows = [launch(64, 1.0, 200.0), launch(64, 0.5, 100.0), launch(32, 0.5, 60.0)]
+    first = rows[0]
+    assert first.tokens_per_s == 192.0 and first.energy.j_per_token == pytest.approx(200 / 192, abs=1e-6)
+    controls.pool_launches(first, rows)
+    assert first.tokens_per_s == pytest.approx((192 + 192 + 96) / 2.0)
+    assert first.energy.joules == 360.0 and first.energy.output_tokens == 480
+    assert first.energy.j_per_token == pytest.approx(360 / 480) and first.energy.mean_power_w == pytest.approx(180.0)
+    partial = [launch(64, 1.0, 200.0), launch(64, 1.0, None)]
+    controls.pool_launches(partial[0], partial)
+    assert partial[0].energy is None and partial[0].tokens_per_s == 192.0

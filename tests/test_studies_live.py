@@ -26,12 +26,12 @@ def _gate(others: dict[str, int], n: int = 20, label: str = "default", stop_at_s
 
 
 def _row(conf: str, others: dict[str, int], status: str = "ok", n: int = 20) -> ControlRow:
-    from suite.stages.controls import _row_from_gate
+    from suite.stages.controls import row_from_gate
 
     row = ControlRow(configuration=conf, status=status)
     if status != "ok":
         return row
-    return _row_from_gate(row, _gate(others, n, conf, stop_at_second=conf != "default"))
+    return row_from_gate(row, _gate(others, n, conf, stop_at_second=conf != "default"))
 
 
 def test_elimination_names_the_control_that_brings_one_answer_back():

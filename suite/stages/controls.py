@@ -181,7 +181,7 @@ def _ran_with(row: ControlRow, running: Any) -> None:
     row.args = list(getattr(running, "launch_args", None) or [])
 
 
-def _row_from_gate(row: ControlRow, gate: GateResult) -> ControlRow:
+def row_from_gate(row: ControlRow, gate: GateResult) -> ControlRow:
     row.gate = gate
     row.reproducible = gate.reproducible
     row.request_extra = dict(gate.request_extra)
@@ -242,7 +242,7 @@ def run_configuration(ctx: "StageContext", name: str, prompts: list[str] | None 
                 stop = None if name == "default" or requests else CONTROL_STOP_AFTER_DISTINCT
                 gate = _gate_on(ctx, running, client, name, controls, prompts=prompts,
                                 stop_after_distinct=stop, requests=requests)
-            return _with_energy(_row_from_gate(row, gate), meter)
+            return _with_energy(row_from_gate(row, gate), meter)
     except RuntimeStartError as exc:
         # refused: the log said the runtime does not support it; failed: it did not start for another reason
         row.status, row.reason = ("refused" if exc.refused else "failed"), exc.error_line or str(exc)
@@ -277,6 +277,7 @@ def run_transient_row(ctx: "StageContext", name: str, prompts: list[str]) -> Con
     """A row of TRANSIENT_LAUNCHES launches, each a short gate of TRANSIENT_REQUESTS requests per
     prompt: whether each launch's first answer alone differs, the unit a transient is tested in."""
     first: ControlRow | None = None
+    ran: list[ControlRow] = []
     odd: dict[str, list[bool | None]] = {pid: [] for pid in prompts}
     for i in range(TRANSIENT_LAUNCHES):
         row = run_configuration(ctx, name, prompts=prompts, requests=TRANSIENT_REQUESTS)
@@ -285,6 +286,7 @@ def run_transient_row(ctx: "StageContext", name: str, prompts: list[str]) -> Con
                 return row
             first.status, first.reason = row.status, f"launch {i + 1} of {TRANSIENT_LAUNCHES}: {row.reason}"
             break
+        ran.append(row)
         for p in row.gate.prompts:
             odd.setdefault(p.prompt_id, []).append(cold_odd_of(p))
         if first is None:
@@ -295,7 +297,26 @@ def run_transient_row(ctx: "StageContext", name: str, prompts: list[str]) -> Con
             break  # a control launch that varied cannot be credited: its row stops there
     assert first is not None
     first.cold_odd = odd
+    pool_launches(first, ran)
     return first
+
+
+def pool_launches(row: ControlRow, launches: list[ControlRow]) -> None:
+    """A row of several launches: its tokens/s and its energy (each launch's gate, not its
+    start-up) over all of them, not over the first alone."""
+    if len(launches) < 2:
+        return
+    tokens = sum((a.n_tokens or 0) * a.count for r in launches if r.gate for p in r.gate.prompts for a in p.answers)
+    http_s = sum(r.gate.http_s for r in launches if r.gate)
+    row.tokens_per_s = round(tokens / http_s, 3) if http_s > 0 and tokens else None
+    energies = [r.energy for r in launches]
+    if all(e is not None for e in energies):
+        joules = sum(e.joules for e in energies if e)
+        wall = sum(e.wall_s for e in energies if e)
+        row.energy = Energy(joules=round(joules, 3), wall_s=round(wall, 4),
+                            mean_power_w=round(joules / wall, 2) if wall > 0 else None).with_tokens(tokens or None)
+    else:
+        row.energy = None  # a launch without a reading: no figure for the row rather than a part of one
 
 
 # -- LoRA -----------------------------------------------------------------------------------------
@@ -384,7 +405,7 @@ def run_lora(ctx: "StageContext") -> tuple[list[ControlRow], LoraOutcome]:
                 # The second label's requests reach a process that already served the first's.
                 with EnergyMeter() as meter:
                     gate = _gate_on(ctx, running, client, label, [LORA], fields, process_cold=n_label == 0)
-                rows.append(_with_energy(_row_from_gate(row, gate), meter))
+                rows.append(_with_energy(row_from_gate(row, gate), meter))
                 if not running.alive():
                     break
     except RuntimeStartError as exc:
