@@ -150,6 +150,11 @@ def test_gpu_vllm_example_tree_eliminates_the_prefix_cache_transient_over_launch
     assert "in 0 of 3 launches against 3 of 3 at default" in text and "p = 0.05 <= 0.05" in text
     page = _model_page(root, tmp_path, "random-qwen3")
     assert "prefix-caching-off bring(s) document-4k back to one answer" in page
+    # the first screen's one line for the arm says what varied and what the elimination found, with its n
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert ("cold-start transient: only the first request after the start differs (1 of 20); the 19 after agree; "
+            "prefix-caching-off bring(s) document-4k back to one answer: the first answer alone differed in 0 of 3 "
+            "launches against 3 of 3 at default on document-4k, p = 0.05") in index
 
 
 def test_gpu_vllm_example_tree_compares_the_tiny_models_gpu_and_cpu_answers() -> None:

@@ -371,3 +371,19 @@ def test_a_stage_comes_from_the_newest_run_that_ran_it() -> None:
     assert lines["gate"] == ["x: gate from run a (incomplete: interrupted), the newest of this arm that ran it"]
     assert ArmRuns("y", [study]).for_stage("gate") is study and ModelRuns("m", {"y": ArmRuns("y", [study])}).borrowed(
         {"gate": "gate"}) == {}
+
+
+def test_a_share_every_unit_gave_alike_shows_what_n_rules_out_not_a_zero_error() -> None:
+    """0 % ± 0.0 over 8 sections claims a certainty 8 sections cannot give: the page says how far the
+    true share could be (one-sided 95 %), and a spread where there is one."""
+    from suite.site.publish import fmt_pct_pm
+
+    assert fmt_pct_pm(0.0, 0.0, 8) == "0.0 % (0 of 8: up to 31 % is not ruled out, 95 %)"
+    assert fmt_pct_pm(1.0, 0.0, 8) == "100.0 % (8 of 8: down to 69 % is not ruled out, 95 %)"
+    assert fmt_pct_pm(0.5, 0.0, 4) == "50.0 % (all 4 alike: no spread to estimate)"
+    assert fmt_pct_pm(0.25, 0.1, 8) == "25.0 % ± 10.0"
+    assert fmt_pct_pm(None, None, 8) == "—" and fmt_pct_pm(0.0, None, None) == "0.0 %"
+    # the bound is calibrated: with a true share at the bound, all n units give 0 in 5 % of runs
+    for n in (1, 5, 8, 20):
+        bound = 1 - 0.05 ** (1 / n)
+        assert abs((1 - bound) ** n - 0.05) < 1e-12

@@ -880,12 +880,31 @@ def batch_ratios(views: list[dict[str, Any] | None], arms: list[str]) -> None:
             x["against"] = f"{', '.join(parts)} of {arms[base_i]}" if parts else None
 
 
-def controls_finding(controls: Any) -> str:
-    """What the process of elimination found, in the words of its own verdict; "" when it did not run."""
-    if controls is None:
+def controls_finding(controls: ControlsResult | None) -> str:
+    """What the process of elimination found, for an arm's one-line verdict: the head of its own
+    sentence, with the evidence of the first control it credited and its n ("prefix-caching-off
+    bring(s) document-4k back to one answer: the first answer alone differed in 0 of 3 launches
+    against 3 of 3 at default, p = 0.05"); "" when it did not run."""
+    if controls is None or not controls.elimination:
         return ""
-    verdict = getattr(controls, "verdict", None) or ""
-    return verdict.strip().rstrip(".")
+    head = controls.elimination.strip().split(" (", 1)[0].rstrip(".")
+    credited = [t for r in controls.rows if r.configuration in controls.restoring for t in r.tests if t.credited]
+    if not credited:
+        tests = [t for r in controls.rows for t in r.tests]
+        needed = [t for t in tests if t.needed]
+        if needed:
+            t = max(needed, key=lambda t: t.needed or 0)
+            return f"{head}: too few to tell (about {t.needed} {t.unit}s per row would)"
+        return head
+    t = credited[0]
+    if t.unit == "launch":
+        evidence = (f"the first answer alone differed in {t.others} of {t.n} launches against {t.default_others} "
+                    f"of {t.default_n} at default")
+    else:
+        evidence = (f"{t.others} other answer(s) in {t.n} against {t.default_others} in {t.default_n} at default")
+    p = f", p = {t.p_value:.2g}" if t.p_value is not None else ""
+    more = f" (and {len(credited) - 1} more prompt(s) alike)" if len(credited) > 1 else ""
+    return f"{head}: {evidence} on {t.prompt_id}{p}{more}"
 
 
 @dataclass

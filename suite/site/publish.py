@@ -110,10 +110,22 @@ def fmt_pm(mean: float | None, se: float | None, digits: int = 2) -> str:
     return f"{mean:.{digits}f}" + (f" ± {se:.{digits}f}" if se is not None else "")
 
 
-def fmt_pct_pm(mean: float | None, se: float | None) -> str:
+def fmt_pct_pm(mean: float | None, se: float | None, n: int | None = None) -> str:
+    """A share in percent with its standard error over `n` units (sections). Where every unit gave
+    the same share the standard error is zero and says nothing: at 0 % or 100 % the page gives
+    instead how far the true share could be with none (or all) of n seen (95 %, one-sided)."""
     if mean is None:
         return "—"
-    return f"{mean * 100:.1f} %" + (f" ± {se * 100:.1f}" if se is not None else "")
+    base = f"{mean * 100:.1f} %"
+    if se is None:
+        return base
+    if se == 0 and n:
+        if mean == 0:
+            return f"{base} (0 of {n}: up to {(1 - 0.05 ** (1 / n)) * 100:.0f} % is not ruled out, 95 %)"
+        if mean == 1:
+            return f"{base} ({n} of {n}: down to {0.05 ** (1 / n) * 100:.0f} % is not ruled out, 95 %)"
+        return f"{base} (all {n} alike: no spread to estimate)"
+    return f"{base} ± {se * 100:.1f}"
 
 
 def humanize(key: str) -> str:
@@ -528,7 +540,7 @@ def list_runs(results_dir: Path) -> "Any":
             status = s.status + (f": {s.reason}" if s.reason and s.status != "complete" else "")
             table.add_row(*cells(
                 run.date, s.model, s.arm, status, s.profile, s.determinism.outcome, h.distinct_text,
-                fmt_num(h.ttft_p50_ms), fmt_num(h.tokens_per_s), fmt_pct_pm(h.clean_share, h.clean_share_se),
+                fmt_num(h.ttft_p50_ms), fmt_num(h.tokens_per_s), fmt_pct_pm(h.clean_share, h.clean_share_se, h.clean_n),
                 run.digest, s.run_id,
             ))
     return table
