@@ -3,7 +3,7 @@
 Simulates, from stated truths, the data the suite analyses and feeds it through the same functions
 the stages, the site and the export use (`suite.stages.restarts.summarise` on gate results built
 by `suite.analysis.repro.analyse`, `suite.analysis.repro.analyse`, `suite.stages.controls.eliminate`
-on rows built by `_row_from_gate`, `suite.stages.sessions.summarise_prompt`,
+on rows built by `row_from_gate`, `suite.stages.sessions.summarise_prompt`,
 `suite.analysis.stats.paired_difference` and `suite.site.figures.paired_text`). Nothing here
 re-implements a statistic: it only generates data and compares what the suite printed with the
 truth it was generated from.
@@ -61,7 +61,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "watchdog")]
 
 from suite.analysis.repro import Sample, analyse  # noqa: E402
 from suite.analysis.stats import paired_difference  # noqa: E402
-from suite.stages.controls import ControlRow, ControlsResult, _row_from_gate, eliminate  # noqa: E402
+from suite.stages.controls import ControlRow, ControlsResult, row_from_gate, eliminate  # noqa: E402
 from suite.stages.repeat import GatePromptResult, GateResult  # noqa: E402
 from suite.stages.restarts import LaunchOutcome, summarise  # noqa: E402
 from suite.stages.sessions import summarise_prompt  # noqa: E402
@@ -288,8 +288,8 @@ def run_controls(rng: random.Random, p: dict[str, Any]) -> Outcome:
     stop_after = getattr(controls, "CONTROL_STOP_AFTER_DISTINCT", None)
     default_samples = _row_samples(rng, n, qd, None)
     main_gate = gate_of(_row_samples(rng, n, qd, None))  # the arm's own gate, which found the spread
-    default = _row_from_gate(ControlRow(configuration="default", status="ok"), gate_of(default_samples))
-    row = _row_from_gate(ControlRow(configuration="ctl", controls=["ctl"], status="ok"),
+    default = row_from_gate(ControlRow(configuration="default", status="ok"), gate_of(default_samples))
+    row = row_from_gate(ControlRow(configuration="ctl", controls=["ctl"], status="ok"),
                          gate_of(_row_samples(rng, n, qc, stop_after), label="ctl"))
     result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=n, prompts=[PID],
                             rows=[default, row])
@@ -328,7 +328,7 @@ def run_controls_transient(rng: random.Random, p: dict[str, Any]) -> Outcome:
         odd: list[bool | None] = []
         first: ControlRow | None = None
         for _ in range(launches):
-            r = _row_from_gate(ControlRow(configuration=name, status="ok"), gate_of(launch(rate), label=name))
+            r = row_from_gate(ControlRow(configuration=name, status="ok"), gate_of(launch(rate), label=name))
             odd.append(controls.cold_odd_of(r.gate.prompts[0]))
             first = first or r
             if name != "default" and odd[-1] is not False:
