@@ -91,7 +91,7 @@ class ArmPlan:
 
     def client(self, rt: RunningRuntime, controls: list[str]) -> OpenAIClient:
         return self.launcher.client(rt.base_url, self.card.served_name, params=self.params(controls),
-                                    api_key=getattr(rt, "api_key", None))
+                                    api_key=rt.api_key)
 
 
 def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_name: str,
@@ -148,7 +148,7 @@ def plan_external(url: str, served_model: str | None, model: str | None, arm_nam
     base = load_catalog().get(name)
     known = get_definition(info.kind) if info.kind else None
     runtime = RuntimeDefinition(
-        name=known.name if known else "external", protocol="openai", platforms=["cpu", "gpu"],
+        name=known.name if known else "external", platforms=["cpu", "gpu"],
         description=f"{known.name if known else 'an OpenAI-compatible server'} at {info.url}, started outside the suite",
         server=ServerSpec(ready_path="/v1/models", startup_timeout_s=30),
         capabilities=(known.capabilities.model_copy(update={"lora": False}) if known
@@ -300,9 +300,8 @@ def _relative(path: Path | str | None, run_dir: Path) -> str | None:
         return None
 
 
-def _secrets_of(rt: Any) -> tuple[str, ...]:
-    key = getattr(rt, "api_key", None)
-    return (key,) if isinstance(key, str) and key else ()
+def _secrets_of(rt: RunningRuntime) -> tuple[str, ...]:
+    return (rt.api_key,) if rt.api_key else ()
 
 
 def failure_at_start(exc: RuntimeStartError, log_path: Path | None, run_dir: Path) -> RuntimeFailure:

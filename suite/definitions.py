@@ -145,7 +145,6 @@ class RuntimeDefinition(Strict):
 
     name: str
     description: str
-    protocol: Literal["openai", "lmstudio"] = "openai"
     platforms: list[Literal["cpu", "gpu"]] = Field(default_factory=lambda: ["cpu"])
     base: str | None = None  # another definition whose image this one reuses (variants)
     server: ServerSpec = Field(default_factory=ServerSpec)
@@ -248,6 +247,9 @@ def load_definition(path: Path) -> RuntimeDefinition:
     data = load_toml(path)
     if "pinned_version" in data:  # set by with_version for an arm, never by the file
         raise SuiteError(f"{path}: unknown key: pinned_version (an arm names a version in its card)")
+    if "protocol" in data:  # read by nothing: the client speaks the OpenAI-compatible API to every runtime
+        raise SuiteError(f"{path}: unknown key: protocol (the suite speaks the OpenAI-compatible API to "
+                         "every runtime; remove the key)")
     data.setdefault("name", path.parent.name)
     definition = load_validated(path, RuntimeDefinition, {**data, "folder": path.parent})
     _check_templates(path, definition)

@@ -44,7 +44,7 @@ def test_shipped_definitions_and_cards_validate():
 
 def test_a_good_definition_loads(tmp_path):
     d = load_definition(write_runtime(tmp_path, GOOD))
-    assert d.name == "mine" and d.protocol == "openai"
+    assert d.name == "mine"
     assert render(d.local.command, {"prefix": "/p", "port": 9}) == ["/p/bin/server", "--port", "9"]
 
 
@@ -54,6 +54,7 @@ def test_a_good_definition_loads(tmp_path):
     (GOOD + "[capabilities]\nlogprobs = 3\n", "capabilities.logprobs"),
     (GOOD + "[controls.x]\ndescription = 'x'\nenv = { A = 1 }\n", "controls.x.env.A"),
     (GOOD + "[server]\nstartup_timeout_s = 'soon'\n", "server.startup_timeout_s"),
+    ('protocol = "openai"\n' + GOOD, "protocol"),
 ])
 def test_bad_definition_names_file_and_key(tmp_path, text, key):
     path = write_runtime(tmp_path, text)

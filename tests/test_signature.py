@@ -142,7 +142,8 @@ def test_make_signature_records_sampling_revision_and_stack(tmp_path: Path, monk
     spec = plan.spec([], tmp_path / "runtime.log")
     spec.env["HF_TOKEN"] = "hf_secret"
     monkeypatch.setitem(plan.runtime.request.extra_body, "api_key", "sk-body-secret")
-    rt = SimpleNamespace(base_url="http://127.0.0.1:9", log_path=Path("/nonexistent/runtime.log"), command=["python", "--api-key", "sk-secret"],
+    rt = SimpleNamespace(base_url="http://127.0.0.1:9", api_key=None, log_path=Path("/nonexistent/runtime.log"),
+                         command=["python", "--api-key", "sk-secret"],
                          image_digest=None)
     sig = bench.make_signature(plan, rt, spec)  # type: ignore[arg-type]
     assert sig.sampling is not None and sig.sampling["seed"] == 42 and sig.sampling["temperature"] == 0.0
@@ -161,7 +162,8 @@ def test_make_signature_without_a_python_runtime_has_no_stack(tmp_path: Path, mo
 
     monkeypatch.setenv("SUITE_CACHE", str(tmp_path))  # runtimes/<name> under tmp_path
     plan = bench.plan_arms("tiny", ["llamacpp"], "local", "full")[0]
-    rt = SimpleNamespace(base_url="http://127.0.0.1:9", log_path=Path("/nonexistent/runtime.log"), command=["llama-server"], image_digest=None)
+    rt = SimpleNamespace(base_url="http://127.0.0.1:9", api_key=None, log_path=Path("/nonexistent/runtime.log"),
+                         command=["llama-server"], image_digest=None)
     sig = bench.make_signature(plan, rt, plan.spec([], tmp_path / "r.log"))  # type: ignore[arg-type]
     assert sig.runtime_stack is None and sig.compile_cache is None
     assert sig.model_revision == "1.0.0" and sig.model_revision_resolved is None  # pypi: as given

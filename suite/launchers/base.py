@@ -90,6 +90,9 @@ class RunningRuntime(abc.ABC):
     container_id: str | None = None  # Docker container id (docker launcher)
     image_digest: str | None = None
     startup_s: float | None = None  # seconds from start to ready
+    # The key the server wants (`Authorization: Bearer`), where it wants one: an external server's,
+    # from SUITE_API_KEY. Clients and probes send it; failure records keep it out of log tails.
+    api_key: str | None = None
     # What this launch ran with, as the bench started it (secrets redacted): the controls, the
     # env they and the arm set, and the args they appended.
     launch_controls: list[str] | None = None
@@ -194,7 +197,7 @@ def server_version(runtime: "RuntimeDefinition", rt: RunningRuntime) -> str | No
     if not server.version_path:
         return None
     try:
-        with OpenAIClient(rt.base_url, "", timeout_s=10, api_key=getattr(rt, "api_key", None)) as c:
+        with OpenAIClient(rt.base_url, "", timeout_s=10, api_key=rt.api_key) as c:
             data: Any = c.get_json(server.version_path)
     except SuiteError:
         return None
