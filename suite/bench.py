@@ -129,13 +129,14 @@ def plan_external(url: str, served_model: str | None, model: str | None, arm_nam
 
     The card is synthetic: named after `model` (a catalog card's sampling, context length and
     watchdog thresholds are taken over when `model` names one), else "external"; its one format
-    is the server's. The runtime definition is synthetic too: the capabilities of the runtime the
-    server looks like (llama-server, vLLM), else an OpenAI-compatible server's safe defaults
-    (no logprobs asked for, no JSON schema). Unreachable URLs, servers that are not an OpenAI API
+    is the server's. The runtime definition is synthetic too: the capabilities, request fields and
+    reported timings (`[metrics]`, `[timings]`) of the runtime the server looks like (llama-server,
+    vLLM), else an OpenAI-compatible server's safe defaults (no logprobs asked for, no JSON schema,
+    no runtime timings read). Unreachable URLs, servers that are not an OpenAI API
     and served models the server does not list are one-line SuiteErrors.
     """
     from suite.catalog import ModelFormat, load_catalog
-    from suite.definitions import Capabilities, RequestSpec, ServerSpec
+    from suite.definitions import Capabilities, MetricsSpec, RequestSpec, ServerSpec, TimingsSpec
     from suite.launchers.external import ExternalLauncher, load_tokenizer, probe_server
 
     for what, value in (("--model", model), ("--arms", arm_name)):
@@ -153,7 +154,9 @@ def plan_external(url: str, served_model: str | None, model: str | None, arm_nam
         server=ServerSpec(ready_path="/v1/models", startup_timeout_s=30),
         capabilities=(known.capabilities.model_copy(update={"lora": False}) if known
                       else Capabilities(logprobs="none", token_ids=False, json_schema=False)),
-        request=known.request.model_copy() if known else RequestSpec())
+        request=known.request.model_copy() if known else RequestSpec(),
+        metrics=known.metrics.model_copy() if known else MetricsSpec(),
+        timings=known.timings.model_copy() if known else TimingsSpec())
     fmt_kind = "gguf" if info.kind == "llamacpp" else "hf"
     fmt = ModelFormat.model_construct(kind=fmt_kind, source=f"external:{info.url}", file=None, sha256=None,
                                       revision=None, quantization=None)

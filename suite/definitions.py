@@ -4,6 +4,10 @@ Adding a runtime that speaks the OpenAI-compatible API needs no Python: a folder
 with a `runtime.toml` (this schema) and a `Dockerfile`. Unknown keys, missing fields and wrong
 types are errors that name the file and the key.
 
+What only some runtimes report or keep is declared there too, read through the definition: the
+Prometheus histograms of its `/metrics` (`[metrics]`) and the fields of the `timings` object of
+its replies (`[timings]`).
+
 Command templates take the placeholders `{prefix}` (local install folder), `{model_path}`,
 `{served_name}`, `{host}`, `{port}`, `{seed}`, `{context_length}`, `{python}` (a Python runtime's
 interpreter: suite.launchers.pyenv), `{lora_args}` (expanded into
@@ -18,7 +22,7 @@ import re
 import string
 import tomllib
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -129,6 +133,58 @@ class RequestSpec(Strict):
     extra_body: dict[str, object] = Field(default_factory=dict)
 
 
+# A Prometheus metric name (the exposition format's rule).
+METRIC_NAME = r"^[A-Za-z_:][A-Za-z0-9_:]*$"
+MetricName = Annotated[str, Field(pattern=METRIC_NAME)]
+
+
+class MetricsSpec(Strict):
+    """Prometheus histograms the runtime serves on GET /metrics, one observation per request, by
+    quantity: the latency stage scrapes them before and after each level, and their deltas give the
+    runtime's own means for exactly that level's requests (vLLM's `vllm:time_to_first_token_seconds`,
+    ...). Several names where the runtime renamed one across versions: the first with new
+    observations counts. Not a per-token histogram (vLLM's `vllm:inter_token_latency_seconds`
+    observes every gap between tokens: another mean, another n). Empty: none the suite reads."""
+
+    ttft: list[MetricName] = Field(default_factory=list)  # time to first token, seconds
+    tpot: list[MetricName] = Field(default_factory=list)  # time per output token of a request, seconds
+    e2e: list[MetricName] = Field(default_factory=list)  # the request's whole time, seconds
+
+    def by_quantity(self) -> dict[str, list[str]]:
+        """The declared histograms, by quantity (ttft, tpot, e2e), in that order."""
+        return {q: names for q, names in (("ttft", self.ttft), ("tpot", self.tpot), ("e2e", self.e2e)) if names}
+
+    @property
+    def declared(self) -> bool:
+        return bool(self.ttft or self.tpot or self.e2e)
+
+
+class TimingsSpec(Strict):
+    """The runtime's own timings of each request, from the `timings` object it adds to a reply
+    (llama-server's): the name of its field for each quantity. With `prompt_ms` and `generation_ms`
+    the latency stage pairs every request's figures with the suite's (TTFT: the prompt's time; e2e:
+    both; TPOT: the generation time over the generated tokens after the first, which is sampled from
+    the prompt pass). Empty: the runtime reports none."""
+
+    prompt_ms: str | None = None  # the prompt's processing time, ms (llama-server: prompt_ms)
+    generation_ms: str | None = None  # the time generating the tokens, ms (llama-server: predicted_ms)
+    generated_tokens: str | None = None  # tokens generated (llama-server: predicted_n)
+    cached_tokens: str | None = None  # prompt tokens taken from the runtime's cache (llama-server: cache_n)
+
+    @model_validator(mode="after")
+    def _check_pairs(self) -> "TimingsSpec":
+        if (self.prompt_ms is None) != (self.generation_ms is None):
+            raise ValueError("prompt_ms and generation_ms go together (the runtime's TTFT and e2e need both)")
+        if self.generated_tokens is not None and self.prompt_ms is None:
+            raise ValueError("generated_tokens needs prompt_ms and generation_ms (it divides the generation time)")
+        return self
+
+    @property
+    def declared(self) -> bool:
+        """Whether the runtime reports its own request timings (not only its cached tokens)."""
+        return self.prompt_ms is not None and self.generation_ms is not None
+
+
 class Control(Strict):
     """A named set of env and args that changes the runtime's behaviour (a determinism control)."""
 
@@ -155,6 +211,8 @@ class RuntimeDefinition(Strict):
     determinism_control: str | None = None  # the control tried first; None: none offered
     controls: dict[str, Control] = Field(default_factory=dict)
     version: VersionSpec | None = None  # how an arm names another release; None: no version knob
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)  # its Prometheus histograms, per request
+    timings: TimingsSpec = Field(default_factory=TimingsSpec)  # its `timings` object's fields, per reply
     folder: Path = Path(".")  # set by the loader
     # The release an arm pinned (`with_version`); None: the definition's default. Not a TOML key.
     pinned_version: str | None = None
