@@ -224,7 +224,8 @@ def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signa
     What depends on how the runtime was launched comes from the arm's launcher: the version
     (`launcher.version`: a local install's version command, else the server's report), the env
     (`launcher.env`), torch / Triton / CUDA of a local Python runtime (`launcher.stack`, with the
-    compile-cache state then), the hardware (`launcher.hardware`: unknown for a remote server) and
+    state of the compile caches its definition declares then), the hardware (`launcher.hardware`:
+    unknown for a remote server) and
     the launcher's own fields (`launcher.reports`: an external server's URL and self-reports).
     A branch revision of an `hf:` format is resolved to its commit where it can be (see
     `resolve_revision`); else it is recorded as given, marked unresolved.
@@ -244,7 +245,9 @@ def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signa
     if request_extra:
         sampling["request_extra"] = request_extra
     stack = launcher.stack(runtime, env)
-    caches = cache_state(cache_dirs({**os.environ, **env})) if stack is not None else None
+    # The compile caches the definition declares, probed where the launcher knows the runtime's stack.
+    declared = runtime.compile_cache
+    caches = cache_state(cache_dirs(declared, {**os.environ, **env})) if stack is not None and declared.dirs else None
     parallel = parallel_fields(rt.command, env)
     return Signature(
         model=plan.card.name, model_format=plan.arm.format,

@@ -5,8 +5,8 @@ with a `runtime.toml` (this schema) and a `Dockerfile`. Unknown keys, missing fi
 types are errors that name the file and the key.
 
 What only some runtimes report or keep is declared there too, read through the definition: the
-Prometheus histograms of its `/metrics` (`[metrics]`) and the fields of the `timings` object of
-its replies (`[timings]`).
+Prometheus histograms of its `/metrics` (`[metrics]`), the fields of the `timings` object of its
+replies (`[timings]`), the compile/autotune caches it keeps on disk (`[compile_cache]`).
 
 Command templates take the placeholders `{prefix}` (local install folder), `{model_path}`,
 `{served_name}`, `{host}`, `{port}`, `{seed}`, `{context_length}`, `{python}` (a Python runtime's
@@ -133,8 +133,9 @@ class RequestSpec(Strict):
     extra_body: dict[str, object] = Field(default_factory=dict)
 
 
-# A Prometheus metric name (the exposition format's rule).
+# A Prometheus metric name (the exposition format's rule) and an environment variable's name.
 METRIC_NAME = r"^[A-Za-z_:][A-Za-z0-9_:]*$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 MetricName = Annotated[str, Field(pattern=METRIC_NAME)]
 
 
@@ -185,6 +186,53 @@ class TimingsSpec(Strict):
         return self.prompt_ms is not None and self.generation_ms is not None
 
 
+class CacheFolder(Strict):
+    """One compile/autotune cache the runtime keeps on disk, moved by an environment variable."""
+
+    env: str = Field(pattern=ENV_NAME)  # the variable that points it at a folder
+    # Its folder under a launch's cache root (the restarts stage), and its name in that stage's counts.
+    folder: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    # Its name in the signature's `compile_cache` and where it is when `env` is unset (`~`: the home
+    # folder; `{user}`: the user's name; `{cache_home}`: $XDG_CACHE_HOME of the runtime's env, else
+    # ~/.cache). None, both: the signature does not probe it.
+    recorded_as: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    default: str | None = None
+
+    @model_validator(mode="after")
+    def _check_recorded(self) -> "CacheFolder":
+        if (self.recorded_as is None) != (self.default is None):
+            raise ValueError("recorded_as and default go together (the signature finds the folder by its default)")
+        return self
+
+
+CACHE_DEFAULT_PLACEHOLDERS = ("user", "cache_home")
+
+
+class CompileCacheSpec(Strict):
+    """The compile and autotune caches the runtime keeps (Triton's kernels, TorchInductor's, ...):
+    the signature records each one's state at launch (`recorded_as`), and the restarts stage points
+    every one under a launch's own cache root, empty (fresh) or the first launch's (kept), with
+    `settings` beside them. Empty: the runtime keeps none."""
+
+    dirs: list[CacheFolder] = Field(default_factory=list)
+    # Env set with the folders: what the caches must hold to be worth keeping (Triton's autotuning
+    # choices, TRITON_CACHE_AUTOTUNING=1).
+    settings: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_unique(self) -> "CompileCacheSpec":
+        for what in ("env", "folder", "recorded_as"):
+            values = [getattr(d, what) for d in self.dirs if getattr(d, what) is not None]
+            twice = sorted({v for v in values if values.count(v) > 1})
+            if twice:
+                raise ValueError(f"dirs: {what} {twice[0]!r} named twice")
+        return self
+
+    def env_under(self, root: Path) -> dict[str, str]:
+        """The env that points every cache under `root` (each in its own folder), and the settings."""
+        return {d.env: str(root / d.folder) for d in self.dirs} | self.settings
+
+
 class Control(Strict):
     """A named set of env and args that changes the runtime's behaviour (a determinism control)."""
 
@@ -213,6 +261,7 @@ class RuntimeDefinition(Strict):
     version: VersionSpec | None = None  # how an arm names another release; None: no version knob
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)  # its Prometheus histograms, per request
     timings: TimingsSpec = Field(default_factory=TimingsSpec)  # its `timings` object's fields, per reply
+    compile_cache: CompileCacheSpec = Field(default_factory=CompileCacheSpec)  # the caches it compiles into
     folder: Path = Path(".")  # set by the loader
     # The release an arm pinned (`with_version`); None: the definition's default. Not a TOML key.
     pinned_version: str | None = None
@@ -398,11 +447,14 @@ def _check_templates(path: Path, definition: "RuntimeDefinition") -> None:
     checks.append(("capabilities.lora_args", definition.capabilities.lora_args, LORA_PLACEHOLDERS))
     if definition.version is not None:
         checks.append(("version.build_arg_value", [definition.version.build_arg_value], ("version",)))
+    for i, cache in enumerate(definition.compile_cache.dirs):
+        if cache.default is not None:
+            checks.append((f"compile_cache.dirs.{i}.default", [cache.default], CACHE_DEFAULT_PLACEHOLDERS))
     for key, parts, allowed in checks:
         for i, part in enumerate(parts):
             if key.endswith(".command") and part == "{lora_args}":
                 continue
             problem = template_problem(part, allowed)
             if problem is not None:
-                where = key if key == "version.build_arg_value" else f"{key}[{i}]"
+                where = key if key == "version.build_arg_value" or key.startswith("compile_cache.") else f"{key}[{i}]"
                 raise SuiteError(f"{path}: {where}: {part!r}: {problem}")

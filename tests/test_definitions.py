@@ -45,8 +45,8 @@ def test_shipped_definitions_and_cards_validate():
 def test_a_good_definition_loads(tmp_path):
     d = load_definition(write_runtime(tmp_path, GOOD))
     assert d.name == "mine"
-    # nothing declared: no runtime timings read
-    assert not d.metrics.declared and not d.timings.declared
+    # nothing declared: no runtime timings read, no compile caches pointed anywhere
+    assert not d.metrics.declared and not d.timings.declared and d.compile_cache.dirs == []
     assert render(d.local.command, {"prefix": "/p", "port": 9}) == ["/p/bin/server", "--port", "9"]
 
 

@@ -39,20 +39,6 @@ log = logging.getLogger(__name__)
 ModelPath = Callable[[str, str], Path]
 
 
-# The compile and autotune caches a runtime keeps on disk, by the variable that points each at a
-# folder, and that folder's name under a launch's cache root: Triton's kernels (and, with
-# TRITON_CACHE_AUTOTUNING=1, its autotuning choices), TorchInductor's, vLLM's cache root,
-# FlashInfer's JIT workspace (its kernels under `.cache/flashinfer` of it) and CUDA's
-# ComputeCache (PTX compiled for the GPU by the driver).
-COMPILE_CACHE_DIRS: dict[str, str] = {
-    "TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "VLLM_CACHE_ROOT": "vllm",
-    "FLASHINFER_WORKSPACE_BASE": "flashinfer", "CUDA_CACHE_PATH": "cuda-compute",
-}
-# Without it a kept Triton cache keeps the kernels but not the configuration autotuning chose
-# (study 3's block size of 64 or 128): every launch times the candidates again.
-COMPILE_CACHE_SETTINGS: dict[str, str] = {"TRITON_CACHE_AUTOTUNING": "1"}
-
-
 @dataclass
 class LoraAdapter:
     """A LoRA adapter served beside the base model, under its own name."""
