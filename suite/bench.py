@@ -91,7 +91,7 @@ class ArmPlan:
 
     def client(self, rt: RunningRuntime, controls: list[str]) -> OpenAIClient:
         return self.launcher.client(rt.base_url, self.card.served_name, params=self.params(controls),
-                                    api_key=getattr(rt, "api_key", None))
+                                    api_key=rt.api_key)
 
 
 def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_name: str,
@@ -129,13 +129,14 @@ def plan_external(url: str, served_model: str | None, model: str | None, arm_nam
 
     The card is synthetic: named after `model` (a catalog card's sampling, context length and
     watchdog thresholds are taken over when `model` names one), else "external"; its one format
-    is the server's. The runtime definition is synthetic too: the capabilities of the runtime the
-    server looks like (llama-server, vLLM), else an OpenAI-compatible server's safe defaults
-    (no logprobs asked for, no JSON schema). Unreachable URLs, servers that are not an OpenAI API
+    is the server's. The runtime definition is synthetic too: the capabilities, request fields and
+    reported timings (`[metrics]`, `[timings]`) of the runtime the server looks like (llama-server,
+    vLLM), else an OpenAI-compatible server's safe defaults (no logprobs asked for, no JSON schema,
+    no runtime timings read). Unreachable URLs, servers that are not an OpenAI API
     and served models the server does not list are one-line SuiteErrors.
     """
     from suite.catalog import ModelFormat, load_catalog
-    from suite.definitions import Capabilities, RequestSpec, ServerSpec
+    from suite.definitions import Capabilities, MetricsSpec, RequestSpec, ServerSpec, TimingsSpec
     from suite.launchers.external import ExternalLauncher, load_tokenizer, probe_server
 
     for what, value in (("--model", model), ("--arms", arm_name)):
@@ -148,12 +149,14 @@ def plan_external(url: str, served_model: str | None, model: str | None, arm_nam
     base = load_catalog().get(name)
     known = get_definition(info.kind) if info.kind else None
     runtime = RuntimeDefinition(
-        name=known.name if known else "external", protocol="openai", platforms=["cpu", "gpu"],
+        name=known.name if known else "external", platforms=["cpu", "gpu"],
         description=f"{known.name if known else 'an OpenAI-compatible server'} at {info.url}, started outside the suite",
         server=ServerSpec(ready_path="/v1/models", startup_timeout_s=30),
         capabilities=(known.capabilities.model_copy(update={"lora": False}) if known
                       else Capabilities(logprobs="none", token_ids=False, json_schema=False)),
-        request=known.request.model_copy() if known else RequestSpec())
+        request=known.request.model_copy() if known else RequestSpec(),
+        metrics=known.metrics.model_copy() if known else MetricsSpec(),
+        timings=known.timings.model_copy() if known else TimingsSpec())
     fmt_kind = "gguf" if info.kind == "llamacpp" else "hf"
     fmt = ModelFormat.model_construct(kind=fmt_kind, source=f"external:{info.url}", file=None, sha256=None,
                                       revision=None, quantization=None)
@@ -221,7 +224,8 @@ def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signa
     What depends on how the runtime was launched comes from the arm's launcher: the version
     (`launcher.version`: a local install's version command, else the server's report), the env
     (`launcher.env`), torch / Triton / CUDA of a local Python runtime (`launcher.stack`, with the
-    compile-cache state then), the hardware (`launcher.hardware`: unknown for a remote server) and
+    state of the compile caches its definition declares then), the hardware (`launcher.hardware`:
+    unknown for a remote server) and
     the launcher's own fields (`launcher.reports`: an external server's URL and self-reports).
     A branch revision of an `hf:` format is resolved to its commit where it can be (see
     `resolve_revision`); else it is recorded as given, marked unresolved.
@@ -241,7 +245,9 @@ def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signa
     if request_extra:
         sampling["request_extra"] = request_extra
     stack = launcher.stack(runtime, env)
-    caches = cache_state(cache_dirs({**os.environ, **env})) if stack is not None else None
+    # The compile caches the definition declares, probed where the launcher knows the runtime's stack.
+    declared = runtime.compile_cache
+    caches = cache_state(cache_dirs(declared, {**os.environ, **env})) if stack is not None and declared.dirs else None
     parallel = parallel_fields(rt.command, env)
     return Signature(
         model=plan.card.name, model_format=plan.arm.format,
@@ -300,9 +306,8 @@ def _relative(path: Path | str | None, run_dir: Path) -> str | None:
         return None
 
 
-def _secrets_of(rt: Any) -> tuple[str, ...]:
-    key = getattr(rt, "api_key", None)
-    return (key,) if isinstance(key, str) and key else ()
+def _secrets_of(rt: RunningRuntime) -> tuple[str, ...]:
+    return (rt.api_key,) if rt.api_key else ()
 
 
 def failure_at_start(exc: RuntimeStartError, log_path: Path | None, run_dir: Path) -> RuntimeFailure:

@@ -4,6 +4,10 @@ Adding a runtime that speaks the OpenAI-compatible API needs no Python: a folder
 with a `runtime.toml` (this schema) and a `Dockerfile`. Unknown keys, missing fields and wrong
 types are errors that name the file and the key.
 
+What only some runtimes report or keep is declared there too, read through the definition: the
+Prometheus histograms of its `/metrics` (`[metrics]`), the fields of the `timings` object of its
+replies (`[timings]`), the compile/autotune caches it keeps on disk (`[compile_cache]`).
+
 Command templates take the placeholders `{prefix}` (local install folder), `{model_path}`,
 `{served_name}`, `{host}`, `{port}`, `{seed}`, `{context_length}`, `{python}` (a Python runtime's
 interpreter: suite.launchers.pyenv), `{lora_args}` (expanded into
@@ -18,7 +22,7 @@ import re
 import string
 import tomllib
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -129,6 +133,106 @@ class RequestSpec(Strict):
     extra_body: dict[str, object] = Field(default_factory=dict)
 
 
+# A Prometheus metric name (the exposition format's rule) and an environment variable's name.
+METRIC_NAME = r"^[A-Za-z_:][A-Za-z0-9_:]*$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+MetricName = Annotated[str, Field(pattern=METRIC_NAME)]
+
+
+class MetricsSpec(Strict):
+    """Prometheus histograms the runtime serves on GET /metrics, one observation per request, by
+    quantity: the latency stage scrapes them before and after each level, and their deltas give the
+    runtime's own means for exactly that level's requests (vLLM's `vllm:time_to_first_token_seconds`,
+    ...). Several names where the runtime renamed one across versions: the first with new
+    observations counts. Not a per-token histogram (vLLM's `vllm:inter_token_latency_seconds`
+    observes every gap between tokens: another mean, another n). Empty: none the suite reads."""
+
+    ttft: list[MetricName] = Field(default_factory=list)  # time to first token, seconds
+    tpot: list[MetricName] = Field(default_factory=list)  # time per output token of a request, seconds
+    e2e: list[MetricName] = Field(default_factory=list)  # the request's whole time, seconds
+
+    def by_quantity(self) -> dict[str, list[str]]:
+        """The declared histograms, by quantity (ttft, tpot, e2e), in that order."""
+        return {q: names for q, names in (("ttft", self.ttft), ("tpot", self.tpot), ("e2e", self.e2e)) if names}
+
+    @property
+    def declared(self) -> bool:
+        return bool(self.ttft or self.tpot or self.e2e)
+
+
+class TimingsSpec(Strict):
+    """The runtime's own timings of each request, from the `timings` object it adds to a reply
+    (llama-server's): the name of its field for each quantity. With `prompt_ms` and `generation_ms`
+    the latency stage pairs every request's figures with the suite's (TTFT: the prompt's time; e2e:
+    both; TPOT: the generation time over the generated tokens after the first, which is sampled from
+    the prompt pass). Empty: the runtime reports none."""
+
+    prompt_ms: str | None = None  # the prompt's processing time, ms (llama-server: prompt_ms)
+    generation_ms: str | None = None  # the time generating the tokens, ms (llama-server: predicted_ms)
+    generated_tokens: str | None = None  # tokens generated (llama-server: predicted_n)
+    cached_tokens: str | None = None  # prompt tokens taken from the runtime's cache (llama-server: cache_n)
+
+    @model_validator(mode="after")
+    def _check_pairs(self) -> "TimingsSpec":
+        if (self.prompt_ms is None) != (self.generation_ms is None):
+            raise ValueError("prompt_ms and generation_ms go together (the runtime's TTFT and e2e need both)")
+        if self.generated_tokens is not None and self.prompt_ms is None:
+            raise ValueError("generated_tokens needs prompt_ms and generation_ms (it divides the generation time)")
+        return self
+
+    @property
+    def declared(self) -> bool:
+        """Whether the runtime reports its own request timings (not only its cached tokens)."""
+        return self.prompt_ms is not None and self.generation_ms is not None
+
+
+class CacheFolder(Strict):
+    """One compile/autotune cache the runtime keeps on disk, moved by an environment variable."""
+
+    env: str = Field(pattern=ENV_NAME)  # the variable that points it at a folder
+    # Its folder under a launch's cache root (the restarts stage), and its name in that stage's counts.
+    folder: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    # Its name in the signature's `compile_cache` and where it is when `env` is unset (`~`: the home
+    # folder; `{user}`: the user's name; `{cache_home}`: $XDG_CACHE_HOME of the runtime's env, else
+    # ~/.cache). None, both: the signature does not probe it.
+    recorded_as: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    default: str | None = None
+
+    @model_validator(mode="after")
+    def _check_recorded(self) -> "CacheFolder":
+        if (self.recorded_as is None) != (self.default is None):
+            raise ValueError("recorded_as and default go together (the signature finds the folder by its default)")
+        return self
+
+
+CACHE_DEFAULT_PLACEHOLDERS = ("user", "cache_home")
+
+
+class CompileCacheSpec(Strict):
+    """The compile and autotune caches the runtime keeps (Triton's kernels, TorchInductor's, ...):
+    the signature records each one's state at launch (`recorded_as`), and the restarts stage points
+    every one under a launch's own cache root, empty (fresh) or the first launch's (kept), with
+    `settings` beside them. Empty: the runtime keeps none."""
+
+    dirs: list[CacheFolder] = Field(default_factory=list)
+    # Env set with the folders: what the caches must hold to be worth keeping (Triton's autotuning
+    # choices, TRITON_CACHE_AUTOTUNING=1).
+    settings: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_unique(self) -> "CompileCacheSpec":
+        for what in ("env", "folder", "recorded_as"):
+            values = [getattr(d, what) for d in self.dirs if getattr(d, what) is not None]
+            twice = sorted({v for v in values if values.count(v) > 1})
+            if twice:
+                raise ValueError(f"dirs: {what} {twice[0]!r} named twice")
+        return self
+
+    def env_under(self, root: Path) -> dict[str, str]:
+        """The env that points every cache under `root` (each in its own folder), and the settings."""
+        return {d.env: str(root / d.folder) for d in self.dirs} | self.settings
+
+
 class Control(Strict):
     """A named set of env and args that changes the runtime's behaviour (a determinism control)."""
 
@@ -145,7 +249,6 @@ class RuntimeDefinition(Strict):
 
     name: str
     description: str
-    protocol: Literal["openai", "lmstudio"] = "openai"
     platforms: list[Literal["cpu", "gpu"]] = Field(default_factory=lambda: ["cpu"])
     base: str | None = None  # another definition whose image this one reuses (variants)
     server: ServerSpec = Field(default_factory=ServerSpec)
@@ -156,6 +259,9 @@ class RuntimeDefinition(Strict):
     determinism_control: str | None = None  # the control tried first; None: none offered
     controls: dict[str, Control] = Field(default_factory=dict)
     version: VersionSpec | None = None  # how an arm names another release; None: no version knob
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)  # its Prometheus histograms, per request
+    timings: TimingsSpec = Field(default_factory=TimingsSpec)  # its `timings` object's fields, per reply
+    compile_cache: CompileCacheSpec = Field(default_factory=CompileCacheSpec)  # the caches it compiles into
     folder: Path = Path(".")  # set by the loader
     # The release an arm pinned (`with_version`); None: the definition's default. Not a TOML key.
     pinned_version: str | None = None
@@ -248,6 +354,9 @@ def load_definition(path: Path) -> RuntimeDefinition:
     data = load_toml(path)
     if "pinned_version" in data:  # set by with_version for an arm, never by the file
         raise SuiteError(f"{path}: unknown key: pinned_version (an arm names a version in its card)")
+    if "protocol" in data:  # read by nothing: the client speaks the OpenAI-compatible API to every runtime
+        raise SuiteError(f"{path}: unknown key: protocol (the suite speaks the OpenAI-compatible API to "
+                         "every runtime; remove the key)")
     data.setdefault("name", path.parent.name)
     definition = load_validated(path, RuntimeDefinition, {**data, "folder": path.parent})
     _check_templates(path, definition)
@@ -338,11 +447,14 @@ def _check_templates(path: Path, definition: "RuntimeDefinition") -> None:
     checks.append(("capabilities.lora_args", definition.capabilities.lora_args, LORA_PLACEHOLDERS))
     if definition.version is not None:
         checks.append(("version.build_arg_value", [definition.version.build_arg_value], ("version",)))
+    for i, cache in enumerate(definition.compile_cache.dirs):
+        if cache.default is not None:
+            checks.append((f"compile_cache.dirs.{i}.default", [cache.default], CACHE_DEFAULT_PLACEHOLDERS))
     for key, parts, allowed in checks:
         for i, part in enumerate(parts):
             if key.endswith(".command") and part == "{lora_args}":
                 continue
             problem = template_problem(part, allowed)
             if problem is not None:
-                where = key if key == "version.build_arg_value" else f"{key}[{i}]"
+                where = key if key == "version.build_arg_value" or key.startswith("compile_cache.") else f"{key}[{i}]"
                 raise SuiteError(f"{path}: {where}: {part!r}: {problem}")

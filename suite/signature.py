@@ -8,7 +8,8 @@ hardware. Its `digest` is a SHA-256 over all of that, so two results with the sa
 from the same configuration. Every run record and every extracted fact carries it.
 
 One field is recorded but left out of the digest: `compile_cache`, whether the compile/autotune
-cache folders the runtime uses (Triton, TorchInductor, vLLM) were there at launch. That is the
+cache folders the runtime's definition declares (`[compile_cache]`, those `recorded_as` a name:
+vLLM's Triton, TorchInductor and vLLM folders) were there at launch. That is the
 machine's state, not a setting: every configuration starts cold once and warm after, and the
 restarts study compares exactly those launches of one configuration.
 
@@ -31,12 +32,15 @@ import logging
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Iterator, Literal
 
 from pydantic import BaseModel, Field
 
 import suite
 from suite.paths import PROMPTS_DIR
+
+if TYPE_CHECKING:
+    from suite.definitions import CompileCacheSpec
 
 log = logging.getLogger(__name__)
 
@@ -157,12 +161,6 @@ class CacheState(BaseModel):
 
 # Commit ids: a revision that already is one needs no resolving.
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
-# Compile/autotune caches, by name: (env variable that moves it, default under $HOME or /tmp).
-CACHE_DIRS: dict[str, tuple[str, str]] = {
-    "triton": ("TRITON_CACHE_DIR", "~/.triton/cache"),
-    "torchinductor": ("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_{user}"),
-    "vllm": ("VLLM_CACHE_ROOT", "~/.cache/vllm"),
-}
 _STACK_PROBE = (
     "import json, torch\n"
     "try:\n import triton; tv = triton.__version__\nexcept Exception: tv = None\n"
@@ -327,16 +325,20 @@ def probe_runtime_stack(python: Path, env: dict[str, str] | None = None, timeout
     return None
 
 
-def cache_dirs(env: dict[str, str], home: Path | None = None, user: str | None = None) -> dict[str, Path]:
-    """The compile/autotune cache folders a runtime with this env uses (its env over the defaults)."""
+def cache_dirs(caches: CompileCacheSpec, env: dict[str, str], home: Path | None = None,
+               user: str | None = None) -> dict[str, Path]:
+    """The compile/autotune cache folders a runtime with this env uses, by their recorded names:
+    each declared one with a `default` (its env variable over that default; `{cache_home}` is
+    $XDG_CACHE_HOME of the env, else ~/.cache)."""
     home = home or Path.home()
     user = user or os.environ.get("USER") or os.environ.get("LOGNAME") or "user"
+    cache_home = env["XDG_CACHE_HOME"].rstrip("/") if env.get("XDG_CACHE_HOME") else "~/.cache"
     out: dict[str, Path] = {}
-    for name, (var, default) in CACHE_DIRS.items():
-        if name == "vllm" and env.get("XDG_CACHE_HOME"):
-            default = env["XDG_CACHE_HOME"].rstrip("/") + "/vllm"
-        value = env.get(var) or default.format(user=user)
-        out[name] = Path(str(home) + value[1:]) if value.startswith("~") else Path(value)
+    for d in caches.dirs:
+        if d.recorded_as is None or d.default is None:
+            continue
+        value = env.get(d.env) or d.default.format(user=user, cache_home=cache_home)
+        out[d.recorded_as] = Path(str(home) + value[1:]) if value.startswith("~") else Path(value)
     return out
 
 

@@ -23,10 +23,15 @@ from suite.client import ClientError, OpenAIClient, StreamState
 from suite.client.aio import _SSEProtocol
 from suite.client.wire import _Response
 from suite.site.figures import latency_sweep
+from suite.definitions import RuntimeDefinition
 from suite.stages import latency as lat
 
 SERVER = Path(__file__).resolve().parents[1] / "benchmarks" / "sse_truth_server.py"
 TTFT_S, GAP_S, TOKENS, STREAMS = 0.02, 0.02, 24, 32
+
+
+# A runtime whose definition declares no timings of its own (the latency stage reads none).
+PLAIN = RuntimeDefinition(name="plain", description="an OpenAI-compatible server")
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +144,8 @@ def test_a_slow_client_is_flagged_saturated(truth_url: str, monkeypatch: pytest.
 def test_latency_stage_records_the_client_load_per_level(truth_url: str) -> None:
     recorded: list[dict[str, Any]] = []
     client = OpenAIClient(truth_url, "truth", timeout_s=30)
-    ctx = SimpleNamespace(client=client, base_url=truth_url, sampling=SimpleNamespace(seed=42, temperature=0.0),
+    ctx = SimpleNamespace(client=client, runtime=PLAIN, base_url=truth_url,
+                          sampling=SimpleNamespace(seed=42, temperature=0.0),
                           record_request=lambda kind, **f: recorded.append(dict(f, kind=kind)))
     level = lat.run_level(ctx, 8, lat.level_requests(4, 8), 6, first_index=10)  # type: ignore[arg-type]
     assert level.requests == 8 and level.failed == 0 and level.output_tokens.p50 == 6

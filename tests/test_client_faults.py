@@ -27,6 +27,7 @@ import pytest
 
 from conftest import send_body
 from suite.client import ClientError, OpenAIClient
+from suite.definitions import RuntimeDefinition
 from suite.stages import latency as lat
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -34,6 +35,10 @@ from client_transports import BACKENDS  # noqa: E402  (the transports only the b
 
 STALL_S = 1.0  # the client's stall timeout in these tests
 TOKENS = 6
+
+
+# A runtime whose definition declares no timings of its own (the latency stage reads none).
+PLAIN = RuntimeDefinition(name="plain", description="an OpenAI-compatible server")
 
 
 def _event(obj: dict[str, Any]) -> bytes:
@@ -131,7 +136,8 @@ def stand_in() -> Iterator[Callable[..., _StandIn]]:
 
 
 def _ctx(client: OpenAIClient, recorded: list[dict[str, Any]]) -> SimpleNamespace:
-    return SimpleNamespace(client=client, base_url=client.base_url, sampling=SimpleNamespace(seed=42, temperature=0.0),
+    return SimpleNamespace(client=client, runtime=PLAIN, base_url=client.base_url,
+                           sampling=SimpleNamespace(seed=42, temperature=0.0),
                            record_request=lambda kind, **f: recorded.append(dict(f, kind=kind)))
 
 

@@ -1,5 +1,6 @@
-"""Kept compile caches are kept, and said truthfully: the env each launch gets, the Docker mounts
-that carry it into a container, and the page's sentence counted from what each launch found.
+"""Kept compile caches are kept, and said truthfully: the env each launch gets (the caches the
+runtime's definition declares), the Docker mounts that carry it into a container, and the page's
+sentence counted from what each launch found.
 
 The Docker end to end (a container's cache file found by the next container) is in test_docker.
 """
@@ -8,12 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from suite.definitions import CompileCacheSpec, get_definition, load_definition
+from suite.errors import SuiteError
 from suite.launchers.docker import CACHE_MOUNT, cache_mounts
 from suite.stages.restarts import LaunchOutcome, RestartsResult, cache_counts, cache_env
 
+VLLM = get_definition("vllm").compile_cache
+
 
 def test_every_compile_cache_points_under_the_root_and_autotuning_is_kept(tmp_path: Path):
-    env = cache_env(tmp_path / "kept")
+    env = cache_env(tmp_path / "kept", VLLM)
     assert env["TRITON_CACHE_AUTOTUNING"] == "1"
     for var, sub in (("TRITON_CACHE_DIR", "triton"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
                      ("VLLM_CACHE_ROOT", "vllm"), ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
@@ -21,20 +28,52 @@ def test_every_compile_cache_points_under_the_root_and_autotuning_is_kept(tmp_pa
         assert env[var] == str(tmp_path / "kept" / sub)
     (tmp_path / "kept" / "triton" / "abc").mkdir(parents=True)
     (tmp_path / "kept" / "triton" / "abc" / "k.cubin").write_bytes(b"x")
-    assert cache_counts(tmp_path / "kept") == {"triton": 1, "inductor": 0, "vllm": 0, "flashinfer": 0,
+    assert cache_counts(tmp_path / "kept", VLLM) == {"triton": 1, "inductor": 0, "vllm": 0, "flashinfer": 0,
                                                "cuda-compute": 0}
 
 
 def test_the_docker_launcher_mounts_the_cache_root_and_rewrites_the_env(tmp_path: Path):
-    env = cache_env(tmp_path / "kept") | {"OTHER": "/x", "HF_HOME": "relative"}
-    volumes, inner = cache_mounts(env)
+    env = cache_env(tmp_path / "kept", VLLM) | {"OTHER": "/x", "HF_HOME": "relative"}
+    volumes, inner = cache_mounts(env, VLLM)
     # before: no mount at all, the container's TRITON_CACHE_DIR a host path that did not exist in it
     assert volumes == {str((tmp_path / "kept").resolve()): {"bind": CACHE_MOUNT, "mode": "rw"}}
     assert inner["TRITON_CACHE_DIR"] == f"{CACHE_MOUNT}/triton"
     assert inner["CUDA_CACHE_PATH"] == f"{CACHE_MOUNT}/cuda-compute"
     assert inner["TRITON_CACHE_AUTOTUNING"] == "1" and inner["OTHER"] == "/x" and inner["HF_HOME"] == "relative"
     assert (tmp_path / "kept" / "flashinfer").is_dir()  # made on the host, so the mount is the user's folder
-    assert cache_mounts({"PATH": "/usr/bin"}) == ({}, {"PATH": "/usr/bin"})
+    assert cache_mounts({"PATH": "/usr/bin"}, VLLM) == ({}, {"PATH": "/usr/bin"})
+    # a runtime that declares no caches: its env is left as it is, even a variable vLLM would move
+    assert cache_mounts(env, CompileCacheSpec()) == ({}, env)
+
+
+def test_the_vllm_runtimes_declare_the_same_caches_and_the_others_none(tmp_path: Path):
+    """vLLM on the GPU, its HUMMING variant and its CPU build count the same five folders (the
+    restarts records compare); llama.cpp's runtimes and LM Studio compile nothing they keep."""
+    for name in ("vllm-cpu", "vllm-humming"):
+        assert get_definition(name).compile_cache == VLLM
+    assert VLLM.settings == {"TRITON_CACHE_AUTOTUNING": "1"}
+    for name in ("llamacpp", "llamacpp-cuda", "llamacpp-python", "lmstudio"):
+        caches = get_definition(name).compile_cache
+        assert caches == CompileCacheSpec()
+        assert cache_env(tmp_path, caches) == {} and cache_counts(tmp_path, caches) == {}
+
+
+@pytest.mark.parametrize("table, key", [
+    ('dirs = [{ env = "A", folder = "a", recorded_as = "a" }]', "compile_cache.dirs.0"),
+    ('dirs = [{ env = "A", folder = "a", recorded_as = "a", default = "{home}/a" }]', "compile_cache.dirs.0.default"),
+    ('dirs = [{ env = "A B", folder = "a" }]', "compile_cache.dirs.0.env"),
+    ('dirs = [{ env = "A", folder = "../a" }]', "compile_cache.dirs.0.folder"),
+    ('dirs = [{ env = "A", folder = "a" }, { env = "B", folder = "a" }]', "compile_cache"),
+    ('settings = { "A B" = "1" }', "compile_cache.settings"),
+])
+def test_a_bad_compile_cache_declaration_is_one_line_naming_the_key(tmp_path: Path, table: str, key: str):
+    path = tmp_path / "mine" / "runtime.toml"
+    path.parent.mkdir()
+    path.write_text(f'name = "mine"\ndescription = "x"\n[compile_cache]\n{table}\n')
+    with pytest.raises(SuiteError) as err:
+        load_definition(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: ") and key in message and "\n" not in message
 
 
 def _result(mode: str, counts: list[int | None]) -> RestartsResult:

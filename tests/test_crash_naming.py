@@ -39,7 +39,7 @@ def standin_images(folder: Path, modes: dict[str, list[str]]) -> Path:
         (d / "install.sh").write_text('#!/bin/bash\nset -e\nmkdir -p "$1"\necho "stand-in" > "$1/.installed"\n')
         command = [sys.executable, str(STANDIN), "--port", "{port}", *extra]
         (d / "runtime.toml").write_text(
-            f'name = "{name}"\ndescription = "a stand-in runtime ({name})"\nprotocol = "openai"\n'
+            f'name = "{name}"\ndescription = "a stand-in runtime ({name})"\n'
             'platforms = ["cpu"]\n\n[server]\nready_path = "/health"\nstartup_timeout_s = 30\n\n'
             f'[local]\ninstall = "install.sh"\ncommand = {json.dumps(command)}\n\n'
             '[capabilities]\nlogprobs = "none"\ntoken_ids = false\nformats = ["gguf"]\n')

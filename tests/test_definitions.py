@@ -44,7 +44,9 @@ def test_shipped_definitions_and_cards_validate():
 
 def test_a_good_definition_loads(tmp_path):
     d = load_definition(write_runtime(tmp_path, GOOD))
-    assert d.name == "mine" and d.protocol == "openai"
+    assert d.name == "mine"
+    # nothing declared: no runtime timings read, no compile caches pointed anywhere
+    assert not d.metrics.declared and not d.timings.declared and d.compile_cache.dirs == []
     assert render(d.local.command, {"prefix": "/p", "port": 9}) == ["/p/bin/server", "--port", "9"]
 
 
@@ -54,6 +56,13 @@ def test_a_good_definition_loads(tmp_path):
     (GOOD + "[capabilities]\nlogprobs = 3\n", "capabilities.logprobs"),
     (GOOD + "[controls.x]\ndescription = 'x'\nenv = { A = 1 }\n", "controls.x.env.A"),
     (GOOD + "[server]\nstartup_timeout_s = 'soon'\n", "server.startup_timeout_s"),
+    (GOOD + "[metrics]\nttft = ['vllm time to first token']\n", "metrics.ttft.0"),
+    (GOOD + "[metrics]\nttft = 'vllm:time_to_first_token_seconds'\n", "metrics.ttft"),
+    (GOOD + "[metrics]\nitl = ['vllm:inter_token_latency_seconds']\n", "metrics.itl"),
+    (GOOD + "[timings]\nprompt_ms = 'prompt_ms'\n", "timings"),
+    (GOOD + "[timings]\ngenerated_tokens = 'predicted_n'\n", "timings"),
+    (GOOD + "[timings]\ncache_n = 'cache_n'\n", "timings.cache_n"),
+    ('protocol = "openai"\n' + GOOD, "protocol"),
 ])
 def test_bad_definition_names_file_and_key(tmp_path, text, key):
     path = write_runtime(tmp_path, text)

@@ -288,6 +288,8 @@ def toy_images(tmp_path_factory, docker_launcher) -> dict[str, RuntimeDefinition
         [docker]
         command = ["mkdir -p \\"$TRITON_CACHE_DIR\\" && date +%s%N > \\"$TRITON_CACHE_DIR/kernel-$HOSTNAME\\" && python3 -m http.server 8000"]
         gpu = "none"
+        [compile_cache]
+        dirs = [{ env = "TRITON_CACHE_DIR", folder = "triton" }]
         """))
     write_runtime(images, "broken", textwrap.dedent("""\
         description = "its image does not build"
@@ -311,7 +313,8 @@ def test_kept_compile_caches_reach_the_next_container(docker_launcher, toy_image
     from suite.stages.restarts import _files_in, cache_env
 
     root = tmp_path / "caches" / "kept"
-    spec = spec_for(toy_images["toy-compiles"], tiny_gguf, tmp_path, env=cache_env(root), startup_timeout_s=60.0)
+    toy = toy_images["toy-compiles"]
+    spec = spec_for(toy, tiny_gguf, tmp_path, env=cache_env(root, toy.compile_cache), startup_timeout_s=60.0)
     assert _files_in(root) == 0
     with docker_launcher.start(spec):
         pass

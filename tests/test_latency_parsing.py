@@ -6,9 +6,14 @@ from types import SimpleNamespace
 import pytest
 
 from suite.client import Completion, GenerationParams
+from suite.definitions import MetricsSpec, RuntimeDefinition, TimingsSpec, get_definition
 from suite.errors import SuiteError
 from suite.stages import latency as lat
 from suite.analysis.stats import summarize
+
+# What the shipped definitions declare: vLLM's histograms, llama-server's `timings` fields.
+VLLM = get_definition("vllm-cpu").metrics
+LLAMA = get_definition("llamacpp").timings
 
 VLLM_BEFORE = """
 # HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
@@ -41,22 +46,45 @@ def test_prometheus_deltas_give_the_means_of_the_new_requests():
     before, after = lat.parse_prometheus(VLLM_BEFORE), lat.parse_prometheus(VLLM_AFTER)
     assert before["process_cpu_seconds_total"] == 12.5
     assert "vllm:num_requests_running" not in after  # NaN samples are dropped
-    means = lat.vllm_means(before, after)
+    means = lat.histogram_means(before, after, VLLM)
     assert means["ttft"] == (pytest.approx(0.2), 4)
     # TPOT from the per-request histogram (4 requests, mean 0.025 s), not the per-token ITL one (200 gaps)
     assert means["tpot"] == (pytest.approx(0.025), 4)
     assert means["e2e"] == (pytest.approx(3.0), 4)
-    assert lat.vllm_means(after, after) == {}
+    assert lat.histogram_means(after, after, VLLM) == {}
 
 
 def test_llama_server_timings():
     t = {"prompt_n": 30, "prompt_ms": 40.0, "predicted_n": 11, "predicted_ms": 200.0,
          "predicted_per_token_ms": 18.18}
-    got = lat._llama_timings(t)
+    got = lat.reported_timings(t, LLAMA)
     assert got == {"ttft": pytest.approx(0.04), "e2e": pytest.approx(0.24), "tpot": pytest.approx(0.02)}
-    assert lat._llama_timings(None) is None
-    assert lat._llama_timings({"prompt_ms": "x"}) is None
-    assert "tpot" not in lat._llama_timings({"prompt_ms": 1, "predicted_ms": 1, "predicted_n": 1})
+    assert lat.reported_timings(None, LLAMA) is None
+    assert lat.reported_timings({"prompt_ms": "x"}, LLAMA) is None
+    assert "tpot" not in lat.reported_timings({"prompt_ms": 1, "predicted_ms": 1, "predicted_n": 1}, LLAMA)
+    # a runtime whose definition declares no [timings] reports none, whatever its replies carry
+    assert lat.reported_timings(t, TimingsSpec()) is None
+    # the fields are the definition's: another server's names read the same way
+    other = TimingsSpec(prompt_ms="p", generation_ms="g", generated_tokens="n")
+    assert lat.reported_timings({"p": 40.0, "g": 200.0, "n": 11}, other) == got
+
+
+def test_the_shipped_definitions_declare_what_their_servers_report():
+    """vLLM (GPU, CPU, HUMMING): the per-request histograms; llama-server (CPU, CUDA): its `timings`
+    fields; llama-cpp-python and LM Studio report neither."""
+    names = {"ttft": ["vllm:time_to_first_token_seconds"], "tpot": ["vllm:request_time_per_output_token_seconds"],
+             "e2e": ["vllm:e2e_request_latency_seconds"]}
+    for name in ("vllm", "vllm-cpu", "vllm-humming"):
+        d = get_definition(name)
+        assert d.metrics.by_quantity() == names and not d.timings.declared
+    for name in ("llamacpp", "llamacpp-cuda"):
+        d = get_definition(name)
+        assert d.timings == TimingsSpec(prompt_ms="prompt_ms", generation_ms="predicted_ms",
+                                        generated_tokens="predicted_n", cached_tokens="cache_n")
+        assert not d.metrics.declared
+    for name in ("llamacpp-python", "lmstudio"):
+        d = get_definition(name)
+        assert not d.metrics.declared and d.timings == TimingsSpec()
 
 
 def test_token_count_and_tpot_from_a_completion():
@@ -94,7 +122,7 @@ def test_vllm_cross_check_n_is_the_request_count_not_the_token_count():
         "vllm:request_time_per_output_token_seconds_sum 0.4\nvllm:request_time_per_output_token_seconds_count 20\n"
         "vllm:e2e_request_latency_seconds_sum 60.0\nvllm:e2e_request_latency_seconds_count 20\n")
     level = _level([0.05] * 20, [0.021] * 20, [3.0] * 20)
-    rt = lat._runtime_timings([], level, before, after)
+    rt = lat._runtime_timings([], level, before, after, VLLM)
     assert rt is not None and rt.source == "vllm /metrics"
     assert rt.n == 20
     assert (rt.n_ttft, rt.n_tpot, rt.n_e2e) == (20, 20, 20)
@@ -107,7 +135,7 @@ def test_vllm_without_the_per_request_tpot_histogram_reports_no_tpot():
                                   "vllm:inter_token_latency_seconds_sum 0\nvllm:inter_token_latency_seconds_count 0\n")
     after = lat.parse_prometheus("vllm:e2e_request_latency_seconds_sum 6\nvllm:e2e_request_latency_seconds_count 2\n"
                                  "vllm:inter_token_latency_seconds_sum 5\nvllm:inter_token_latency_seconds_count 250\n")
-    rt = lat._runtime_timings([], _level([0.1, 0.1], [0.02, 0.02], [3.0, 3.0]), before, after)
+    rt = lat._runtime_timings([], _level([0.1, 0.1], [0.02, 0.02], [3.0, 3.0]), before, after, VLLM)
     assert rt is not None and rt.n == 2 and rt.tpot_mean_s is None and rt.tpot_mean_diff_ms is None
 
 
@@ -169,11 +197,11 @@ class _FakeClient:
 
 def test_every_latency_request_has_its_own_prompt(monkeypatch: pytest.MonkeyPatch):
     """Warm-up and every level: no prompt repeats, so TTFT cannot be a prompt-cache hit."""
-    monkeypatch.setattr(lat, "scrape_metrics", lambda base_url: None)
+    monkeypatch.setattr(lat, "scrape_metrics", lambda base_url, spec: None)
     records: list[dict] = []
     client = _FakeClient()
     ctx = SimpleNamespace(
-        client=client, base_url="http://127.0.0.1:9",
+        client=client, base_url="http://127.0.0.1:9", runtime=get_definition("llamacpp"),
         sampling=SimpleNamespace(seed=42, temperature=0.0, top_p=None),
         profile=SimpleNamespace(name="t", latency_max_tokens=3, latency_warmup=2, latency_requests=5,
                                 concurrency=[1, 3]),
@@ -191,6 +219,32 @@ def test_every_latency_request_has_its_own_prompt(monkeypatch: pytest.MonkeyPatc
     assert lv.stream_close_s is not None and lv.stream_close_s.p50 == pytest.approx(0.5)  # ... not the close
     assert lv.prompt_tokens is not None and (lv.prompt_tokens.n, lv.prompt_tokens.min, lv.prompt_tokens.max) == (5, 40, 40)
     assert lv.prompt_cached_tokens is not None and lv.prompt_cached_tokens.p50 == 1
+    assert lv.runtime_timings is not None and lv.runtime_timings.source == "llama-server timings"
+    assert lv.runtime_timings.n == 5 and lv.runtime_timings.ttft_mean_s == pytest.approx(0.005)
+
+
+def test_a_runtime_that_declares_no_timings_gets_none(monkeypatch: pytest.MonkeyPatch):
+    """The same replies (a `timings` object with cache_n) from a runtime whose definition declares
+    neither [timings] nor [metrics]: no runtime timings, no cached tokens, no /metrics asked."""
+    asked: list[str] = []
+    monkeypatch.setattr(lat.httpx, "get", lambda url, **kw: asked.append(url))
+    ctx = SimpleNamespace(
+        client=_FakeClient(), base_url="http://127.0.0.1:9",
+        runtime=RuntimeDefinition(name="plain", description="an OpenAI-compatible server"),
+        record_request=lambda kind, **kw: None,
+    )
+    level = lat.run_level(ctx, 1, 3, 3)  # type: ignore[arg-type]
+    assert level.runtime_timings is None and level.prompt_cached_tokens is None and asked == []
+
+
+def test_metrics_are_scraped_only_where_declared_histograms_are_served(monkeypatch: pytest.MonkeyPatch):
+    pages = {"http://x/metrics": "process_cpu_seconds_total 1\nvllm:num_requests_running 0\n"}
+    monkeypatch.setattr(lat.httpx, "get", lambda url, **kw: SimpleNamespace(status_code=200, text=pages[url]))
+    assert lat.scrape_metrics("http://x", VLLM) is None  # no histogram of ours
+    pages["http://x/metrics"] = VLLM_BEFORE
+    got = lat.scrape_metrics("http://x", VLLM)
+    assert got is not None and got["vllm:e2e_request_latency_seconds_count"] == 3.0
+    assert lat.scrape_metrics("http://x", MetricsSpec()) is None
 
 
 def test_old_latency_records_still_validate():

@@ -175,7 +175,7 @@ def test_each_release_installs_once_in_its_own_folder(tmp_path: Path, monkeypatc
     assert (runtimes / "fake@2.0" / ".installed").read_text() == "fake 2.0\n"
     assert (runtimes / "runs.log").read_text().count("run") == 2
     assert install_prefix(default_named) == runtimes / "fake"
-    rt = SimpleNamespace(base_url="http://127.0.0.1:9")
+    rt = SimpleNamespace(base_url="http://127.0.0.1:9", api_key=None)
     assert launcher.version(pinned, rt) == "fake 2.0"  # type: ignore[arg-type]
     assert launcher.version(default, rt) == "fake 1.0"  # type: ignore[arg-type]
     assert launcher.command_for(SimpleNamespace(runtime=pinned, model_path=Path("m"), served_name="s", seed=1,
@@ -248,7 +248,7 @@ def test_the_release_is_in_the_signature(tmp_path: Path, releases: dict, monkeyp
     sigs = {}
     for plan in bench.plan_arms("mine", None, "local", "quick"):
         spec = plan.spec([], tmp_path / "r.log")
-        rt = SimpleNamespace(base_url="http://127.0.0.1:9", command=plan.launcher.command_for(spec, 1),
+        rt = SimpleNamespace(base_url="http://127.0.0.1:9", api_key=None, command=plan.launcher.command_for(spec, 1),
                              image_digest=None)
         sigs[plan.arm_name] = make_signature(plan, rt, spec)  # type: ignore[arg-type]
     old, new = sigs["old"], sigs["new"]

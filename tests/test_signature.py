@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from suite.definitions import get_definition
 from suite.records import load_all
 from suite.signature import (REDACTED, Hardware, RuntimeStack, Signature, cache_dirs, cache_state,
                              probe_runtime_stack, resolve_revision)
@@ -118,14 +119,18 @@ def test_cache_state(tmp_path: Path) -> None:
     (tmp_path / "inductor").mkdir()
     env = {"TRITON_CACHE_DIR": str(tmp_path / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
            "VLLM_CACHE_ROOT": str(tmp_path / "vllm")}
-    state = cache_state(cache_dirs(env))
+    vllm = get_definition("vllm").compile_cache
+    state = cache_state(cache_dirs(vllm, env))
+    assert list(state) == ["triton", "torchinductor", "vllm"]  # the names the signature records
     assert (state["triton"].state, state["triton"].files) == ("non-empty", 1)
     assert state["torchinductor"].state == "empty"
     assert state["vllm"].state == "absent"
-    defaults = cache_dirs({}, home=tmp_path / "home", user="u")
+    defaults = cache_dirs(vllm, {}, home=tmp_path / "home", user="u")
     assert defaults["triton"] == tmp_path / "home" / ".triton" / "cache"
     assert defaults["vllm"] == tmp_path / "home" / ".cache" / "vllm"
-    assert str(defaults["torchinductor"]).endswith("torchinductor_u")
+    assert defaults["torchinductor"] == Path("/tmp/torchinductor_u")
+    assert cache_dirs(vllm, {"XDG_CACHE_HOME": "/x/"}, home=tmp_path)["vllm"] == Path("/x/vllm")
+    assert cache_dirs(get_definition("llamacpp").compile_cache, {}) == {}
 
 
 def test_make_signature_records_sampling_revision_and_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,7 +147,8 @@ def test_make_signature_records_sampling_revision_and_stack(tmp_path: Path, monk
     spec = plan.spec([], tmp_path / "runtime.log")
     spec.env["HF_TOKEN"] = "hf_secret"
     monkeypatch.setitem(plan.runtime.request.extra_body, "api_key", "sk-body-secret")
-    rt = SimpleNamespace(base_url="http://127.0.0.1:9", log_path=Path("/nonexistent/runtime.log"), command=["python", "--api-key", "sk-secret"],
+    rt = SimpleNamespace(base_url="http://127.0.0.1:9", api_key=None, log_path=Path("/nonexistent/runtime.log"),
+                         command=["python", "--api-key", "sk-secret"],
                          image_digest=None)
     sig = bench.make_signature(plan, rt, spec)  # type: ignore[arg-type]
     assert sig.sampling is not None and sig.sampling["seed"] == 42 and sig.sampling["temperature"] == 0.0
@@ -161,7 +167,8 @@ def test_make_signature_without_a_python_runtime_has_no_stack(tmp_path: Path, mo
 
     monkeypatch.setenv("SUITE_CACHE", str(tmp_path))  # runtimes/<name> under tmp_path
     plan = bench.plan_arms("tiny", ["llamacpp"], "local", "full")[0]
-    rt = SimpleNamespace(base_url="http://127.0.0.1:9", log_path=Path("/nonexistent/runtime.log"), command=["llama-server"], image_digest=None)
+    rt = SimpleNamespace(base_url="http://127.0.0.1:9", api_key=None, log_path=Path("/nonexistent/runtime.log"),
+                         command=["llama-server"], image_digest=None)
     sig = bench.make_signature(plan, rt, plan.spec([], tmp_path / "r.log"))  # type: ignore[arg-type]
     assert sig.runtime_stack is None and sig.compile_cache is None
     assert sig.model_revision == "1.0.0" and sig.model_revision_resolved is None  # pypi: as given

@@ -39,20 +39,6 @@ log = logging.getLogger(__name__)
 ModelPath = Callable[[str, str], Path]
 
 
-# The compile and autotune caches a runtime keeps on disk, by the variable that points each at a
-# folder, and that folder's name under a launch's cache root: Triton's kernels (and, with
-# TRITON_CACHE_AUTOTUNING=1, its autotuning choices), TorchInductor's, vLLM's cache root,
-# FlashInfer's JIT workspace (its kernels under `.cache/flashinfer` of it) and CUDA's
-# ComputeCache (PTX compiled for the GPU by the driver).
-COMPILE_CACHE_DIRS: dict[str, str] = {
-    "TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "VLLM_CACHE_ROOT": "vllm",
-    "FLASHINFER_WORKSPACE_BASE": "flashinfer", "CUDA_CACHE_PATH": "cuda-compute",
-}
-# Without it a kept Triton cache keeps the kernels but not the configuration autotuning chose
-# (study 3's block size of 64 or 128): every launch times the candidates again.
-COMPILE_CACHE_SETTINGS: dict[str, str] = {"TRITON_CACHE_AUTOTUNING": "1"}
-
-
 @dataclass
 class LoraAdapter:
     """A LoRA adapter served beside the base model, under its own name."""
@@ -90,6 +76,9 @@ class RunningRuntime(abc.ABC):
     container_id: str | None = None  # Docker container id (docker launcher)
     image_digest: str | None = None
     startup_s: float | None = None  # seconds from start to ready
+    # The key the server wants (`Authorization: Bearer`), where it wants one: an external server's,
+    # from SUITE_API_KEY. Clients and probes send it; failure records keep it out of log tails.
+    api_key: str | None = None
     # What this launch ran with, as the bench started it (secrets redacted): the controls, the
     # env they and the arm set, and the args they appended.
     launch_controls: list[str] | None = None
@@ -194,7 +183,7 @@ def server_version(runtime: "RuntimeDefinition", rt: RunningRuntime) -> str | No
     if not server.version_path:
         return None
     try:
-        with OpenAIClient(rt.base_url, "", timeout_s=10, api_key=getattr(rt, "api_key", None)) as c:
+        with OpenAIClient(rt.base_url, "", timeout_s=10, api_key=rt.api_key) as c:
             data: Any = c.get_json(server.version_path)
     except SuiteError:
         return None

@@ -54,9 +54,9 @@ from urllib.parse import quote, unquote, urlparse, urlsplit, urlunsplit
 
 
 from suite import procid, progress
-from suite.definitions import DockerSpec, RuntimeDefinition, get_definition, render, version_spec
+from suite.definitions import CompileCacheSpec, DockerSpec, RuntimeDefinition, get_definition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers.base import (COMPILE_CACHE_DIRS, LaunchSpec, Launcher, ModelPath, RunningRuntime, exit_words,
+from suite.launchers.base import (LaunchSpec, Launcher, ModelPath, RunningRuntime, exit_words,
                                  find_error_line, free_port, wait_until_ready)
 from suite.lifetime import REGISTRY
 from suite.paths import cache_dir
@@ -580,10 +580,11 @@ def nvidia_runtime_present(client: "docker.DockerClient") -> bool:
 CACHE_MOUNT = "/suite-caches"
 
 
-def cache_mounts(env: dict[str, str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+def cache_mounts(env: dict[str, str], caches: CompileCacheSpec) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """The compile-cache folders of `env` as read-write mounts, and the env rewritten to them.
 
-    Each compile-cache variable (COMPILE_CACHE_DIRS) whose value is an absolute host path has
+    Each compile-cache variable the runtime declares (`caches`, its definition's
+    `[compile_cache]`) whose value is an absolute host path has
     that path's parent (the launch's cache root) mounted under `CACHE_MOUNT` and its value
     rewritten to the same folder inside the container; the host folders are made first. Without
     this a container starts with its own empty caches whatever the host keeps: "kept" caches
@@ -592,7 +593,7 @@ def cache_mounts(env: dict[str, str]) -> tuple[dict[str, dict[str, str]], dict[s
     volumes: dict[str, dict[str, str]] = {}
     inner_of: dict[str, str] = {}
     rewritten = dict(env)
-    for var in COMPILE_CACHE_DIRS:
+    for var in (d.env for d in caches.dirs):
         value = env.get(var)
         if not value or not os.path.isabs(value):
             continue
@@ -697,7 +698,7 @@ class DockerLauncher(Launcher):
                   "port": runtime.server.container_port, "seed": spec.seed, "context_length": spec.context_length}
         args = render(dspec.command, values, runtime.capabilities.lora_args, loras) + list(spec.args)
         env = {**dspec.env, **spec.env}
-        caches, env = cache_mounts(env)  # kept compile caches: the host folders, mounted
+        caches, env = cache_mounts(env, runtime.compile_cache)  # kept compile caches: the host folders, mounted
         volumes.update(caches)
         image = client.images.get(tag)
         entrypoint = list(image.attrs.get("Config", {}).get("Entrypoint") or [])

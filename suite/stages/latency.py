@@ -29,12 +29,14 @@ The suite's own time per request is measured and reported beside them in ms: the
 outside the HTTP exchange (building the body, parsing the streamed chunks) and, apart, the
 stage's time writing the request's record.
 
-Runtime-reported timings are stored next to the suite's: llama-server's `timings` object (per
-request: prompt and generation time) gives paired differences (ours - runtime's); vLLM's
-Prometheus `/metrics` histograms (`vllm:time_to_first_token_seconds`, ...) are scraped before
-and after each level and their deltas give the runtime's mean for exactly those requests; n is
-the count of a per-request histogram (TTFT, e2e), and TPOT is vLLM's per-request histogram
-(`vllm:request_time_per_output_token_seconds`), not the per-token inter-token one.
+Runtime-reported timings are stored next to the suite's, where the runtime's definition says
+where it reports them (`suite.definitions`): a `[timings]` table names the fields of the `timings`
+object of each reply (llama-server's: prompt and generation time, and the prompt tokens taken
+from its cache), which give paired differences per request (ours - runtime's); a `[metrics]` table
+names per-request Prometheus histograms on `/metrics` (vLLM's `vllm:time_to_first_token_seconds`,
+...), scraped before and after each level, whose deltas give the runtime's mean for exactly those
+requests; n is the count of a per-request histogram (e2e, TTFT), and TPOT a per-request histogram,
+not a per-token one. A runtime that declares neither gets no runtime timings.
 Every request goes to `requests.jsonl` (kind `latency`); the summary holds numbers only.
 """
 
@@ -52,6 +54,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from suite.client import AsyncOpenAIClient, ClientError, Completion, OpenAIClient, event_loop_factory
+from suite.definitions import MetricsSpec, TimingsSpec
 from suite.stages.base import ExportTable, Stage
 from suite.stages.lines import RequestLineBase
 from suite.errors import SuiteError
@@ -98,16 +101,13 @@ def prompt_for(index: int) -> str:
     return PROMPT_PREFIX.format(index=index) + PROMPT
 
 
-# vLLM histograms, per quantity, one observation per request: several names where vLLM renamed
-# them across versions. Not `vllm:time_per_output_token_seconds` / `vllm:inter_token_latency_seconds`:
-# those observe every gap between tokens (thousands for 20 requests), a different mean and n.
-VLLM_METRICS: dict[str, tuple[str, ...]] = {
-    "ttft": ("vllm:time_to_first_token_seconds",),
-    "tpot": ("vllm:request_time_per_output_token_seconds",),
-    "e2e": ("vllm:e2e_request_latency_seconds",),
-}
 # The quantities whose observation count is the number of requests, in order of preference.
-VLLM_REQUEST_COUNT = ("e2e", "ttft", "tpot")
+REQUEST_COUNT = ("e2e", "ttft", "tpot")
+# The recorded `source` of runtime timings, by where they came from: the `timings` object of each
+# reply ([timings]), or the histograms of /metrics ([metrics]). The labels are the records' own
+# since the first of them (llama-server and vLLM were the runtimes reporting each).
+TIMINGS_SOURCE: Literal["llama-server timings"] = "llama-server timings"
+METRICS_SOURCE: Literal["vllm /metrics"] = "vllm /metrics"
 
 
 class RuntimeTimings(BaseModel):
@@ -212,16 +212,20 @@ def _tpot(c: Completion, n: int) -> float | None:
     return (c.e2e_s - c.ttft_s) / (n - 1)
 
 
-def _llama_timings(t: dict[str, Any] | None) -> dict[str, float] | None:
-    """(ttft, tpot, e2e) in seconds from llama-server's `timings` object."""
-    if not t or not isinstance(t.get("prompt_ms"), (int, float)) or not isinstance(t.get("predicted_ms"), (int, float)):
+def reported_timings(t: dict[str, Any] | None, spec: TimingsSpec) -> dict[str, float] | None:
+    """(ttft, tpot, e2e) in seconds from a reply's `timings` object, read by the definition's
+    `[timings]` field names; None where it declares none or the reply lacks them."""
+    if not t or spec.prompt_ms is None or spec.generation_ms is None:
         return None
-    predicted_n = t.get("predicted_n") or 0
-    out = {"ttft": float(t["prompt_ms"]) / 1000.0, "e2e": (float(t["prompt_ms"]) + float(t["predicted_ms"])) / 1000.0}
-    # predicted_ms spans the tokens decoded after the prompt: the first token is sampled from the
-    # prompt pass, so the per-token gap is predicted_ms / (predicted_n - 1) when that is > 0.
-    if predicted_n >= 2:
-        out["tpot"] = float(t["predicted_ms"]) / 1000.0 / (predicted_n - 1)
+    prompt_ms, generation_ms = t.get(spec.prompt_ms), t.get(spec.generation_ms)
+    if not isinstance(prompt_ms, (int, float)) or not isinstance(generation_ms, (int, float)):
+        return None
+    generated = (t.get(spec.generated_tokens) if spec.generated_tokens is not None else None) or 0
+    out = {"ttft": float(prompt_ms) / 1000.0, "e2e": (float(prompt_ms) + float(generation_ms)) / 1000.0}
+    # The generation time spans the tokens decoded after the prompt: the first token is sampled
+    # from the prompt pass, so the per-token gap is generation_ms / (generated - 1) when that is > 0.
+    if generated >= 2:
+        out["tpot"] = float(generation_ms) / 1000.0 / (generated - 1)
     return out
 
 
@@ -246,8 +250,11 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
-def scrape_metrics(base_url: str) -> dict[str, float] | None:
-    """The runtime's Prometheus metrics, or None where it has none (or none we know)."""
+def scrape_metrics(base_url: str, spec: MetricsSpec) -> dict[str, float] | None:
+    """The runtime's Prometheus metrics, or None where it serves none of the definition's
+    `[metrics]` histograms (or declares none: then nothing is asked)."""
+    if not spec.declared:
+        return None
     try:
         r = httpx.get(f"{base_url.rstrip('/')}/metrics", timeout=10.0)
     except httpx.HTTPError:
@@ -255,13 +262,15 @@ def scrape_metrics(base_url: str) -> dict[str, float] | None:
     if r.status_code != 200:
         return None
     metrics = parse_prometheus(r.text)
-    return metrics if any(k.startswith("vllm:") for k in metrics) else None
+    known = [name for names in spec.by_quantity().values() for name in names]
+    return metrics if any(f"{name}_count" in metrics or f"{name}_sum" in metrics for name in known) else None
 
 
-def vllm_means(before: dict[str, float], after: dict[str, float]) -> dict[str, tuple[float, int]]:
+def histogram_means(before: dict[str, float], after: dict[str, float],
+                    spec: MetricsSpec) -> dict[str, tuple[float, int]]:
     """Per quantity, (mean seconds, count) of the observations added between two scrapes."""
     out: dict[str, tuple[float, int]] = {}
-    for quantity, names in VLLM_METRICS.items():
+    for quantity, names in spec.by_quantity().items():
         for name in names:
             s_key, c_key = f"{name}_sum", f"{name}_count"
             if s_key in after and c_key in after:
@@ -273,9 +282,9 @@ def vllm_means(before: dict[str, float], after: dict[str, float]) -> dict[str, t
     return out
 
 
-def vllm_request_count(means: dict[str, tuple[float, int]]) -> int:
-    """Requests behind vLLM's figures: the observation count of a per-request histogram."""
-    for quantity in VLLM_REQUEST_COUNT:
+def request_count(means: dict[str, tuple[float, int]]) -> int:
+    """Requests behind the histograms' figures: the observation count of a per-request histogram."""
+    for quantity in REQUEST_COUNT:
         if quantity in means:
             return means[quantity][1]
     return 0
@@ -305,9 +314,12 @@ def _one_request(client: OpenAIClient, *, index: int, max_tokens: int) -> Comple
     return client.complete(prompt_for(index), max_tokens=max_tokens, stream=True)
 
 
-def _cached_tokens(c: Completion) -> int | None:
-    """Prompt tokens the runtime reused from its cache (llama-server's `timings.cache_n`), if it says."""
-    v = (c.server_timings or {}).get("cache_n")
+def _cached_tokens(c: Completion, spec: TimingsSpec) -> int | None:
+    """Prompt tokens the runtime reused from its cache (its `timings` field `[timings] cached_tokens`
+    names: llama-server's `cache_n`), if it says."""
+    if spec.cached_tokens is None:
+        return None
+    v = (c.server_timings or {}).get(spec.cached_tokens)
     return int(v) if isinstance(v, (int, float)) else None
 
 
@@ -422,6 +434,7 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
     if not 1 <= concurrency <= MAX_CONCURRENCY:
         raise SuiteError(f"latency: concurrency must be 1 to {MAX_CONCURRENCY}, got {concurrency}")
     seed = ctx.client.params.seed
+    timings, metrics = ctx.runtime.timings, ctx.runtime.metrics  # where the runtime reports its own
     samples: list[_Sample] = []
     errors: list[str] = []
     incomplete: list[int] = []
@@ -445,10 +458,10 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
             return
         times = c.chunk_times_s
         itl = [b - a for a, b in zip(times, times[1:])]
-        runtime = _llama_timings(c.server_timings)
+        runtime = reported_timings(c.server_timings, timings)
         sample = _Sample(ttft=c.ttft_s, e2e=c.e2e_s, tpot=_tpot(c, n), n_tokens=n, itl=itl,
                          overhead_s=c.overhead_s, runtime=runtime, stream_close=c.stream_close_s,
-                         prompt_tokens=c.prompt_tokens, cached_tokens=_cached_tokens(c))
+                         prompt_tokens=c.prompt_tokens, cached_tokens=_cached_tokens(c, timings))
         ctx.record_request(
             "latency", concurrency=concurrency, index=index, warmup=False, prompt_id=PROMPT_ID,
             prompt_index=prompt_index, prompt_prefix=PROMPT_PREFIX.format(index=prompt_index), seed=seed,
@@ -460,7 +473,7 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
         sample.record_s = time.perf_counter() - t_book
         samples.append(sample)
 
-    metrics_before = scrape_metrics(ctx.base_url)
+    metrics_before = scrape_metrics(ctx.base_url, metrics)
     concurrent: ConcurrentRun | None = None
     if concurrency <= 1:
         t0 = time.perf_counter()
@@ -477,7 +490,7 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
         wall = concurrent.wall_s
         for i, c in enumerate(concurrent.results):
             book(i, c)
-    metrics_after = scrape_metrics(ctx.base_url) if metrics_before is not None else None
+    metrics_after = scrape_metrics(ctx.base_url, metrics) if metrics_before is not None else None
 
     if not samples:
         why = errors[0] if errors else f"{len(incomplete)} streams ended without a finish reason"
@@ -512,7 +525,7 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
         overhead_ms=summarize([s.overhead_s * 1000.0 for s in samples]),
         record_ms=summarize([s.record_s * 1000.0 for s in samples]),
     )
-    level.runtime_timings = _runtime_timings(samples, level, metrics_before, metrics_after)
+    level.runtime_timings = _runtime_timings(samples, level, metrics_before, metrics_after, metrics)
     if concurrent is not None:
         level.client = concurrent.client_load(level.itl_s.p50)
         if level.client.saturated:
@@ -522,7 +535,9 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
 
 
 def _runtime_timings(samples: list[_Sample], level: LatencyLevel, before: dict[str, float] | None,
-                     after: dict[str, float] | None) -> RuntimeTimings | None:
+                     after: dict[str, float] | None, metrics: MetricsSpec) -> RuntimeTimings | None:
+    """The runtime's own figures for the level: per request from its replies' `timings` (paired
+    with ours), else from its /metrics histograms' deltas; None where it gave neither."""
     paired = [s for s in samples if s.runtime]
     if paired:
         rt_ttft = [s.runtime["ttft"] for s in paired if s.runtime and "ttft" in s.runtime]
@@ -533,16 +548,16 @@ def _runtime_timings(samples: list[_Sample], level: LatencyLevel, before: dict[s
         d_tpot = [(s.tpot - s.runtime["tpot"]) * 1000.0 for s in paired
                   if s.runtime and s.tpot is not None and "tpot" in s.runtime]
         out = RuntimeTimings(
-            source="llama-server timings", n=len(paired),
+            source=TIMINGS_SOURCE, n=len(paired),
             ttft_mean_s=summarize(rt_ttft).mean, tpot_mean_s=summarize(rt_tpot).mean, e2e_mean_s=summarize(rt_e2e).mean,
             ttft_diff_ms=summarize(d_ttft), tpot_diff_ms=summarize(d_tpot),
         )
     elif before is not None and after is not None:
-        means = vllm_means(before, after)
+        means = histogram_means(before, after, metrics)
         if not means:
             return None
         out = RuntimeTimings(
-            source="vllm /metrics", n=vllm_request_count(means),
+            source=METRICS_SOURCE, n=request_count(means),
             ttft_mean_s=means.get("ttft", (None, 0))[0], tpot_mean_s=means.get("tpot", (None, 0))[0],
             e2e_mean_s=means.get("e2e", (None, 0))[0],
             n_ttft=means["ttft"][1] if "ttft" in means else None,

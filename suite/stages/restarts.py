@@ -13,10 +13,12 @@ across launches (pairs of answers from two launches, a jackknife 95% interval ov
 6 on) and within launches. A launch that fails to start is recorded with its error line and the
 stage goes on with the next one.
 
-Compile caches (study 3): each launch's Triton, TorchInductor, vLLM, FlashInfer JIT and CUDA
-ComputeCache folders point under one cache root (the Docker launcher mounts it into the
-container), and Triton keeps its autotuning choices there too (`TRITON_CACHE_AUTOTUNING=1`,
-recorded): without it a kept cache keeps kernels but not the configuration autotuning chose.
+Compile caches (study 3): each launch's compile/autotune cache folders, those the runtime's
+definition declares (`[compile_cache]`: vLLM's Triton, TorchInductor, vLLM, FlashInfer JIT and
+CUDA ComputeCache folders), point under one cache root (the Docker launcher mounts it into the
+container), with the definition's settings beside them (vLLM's: Triton keeps its autotuning
+choices there too, `TRITON_CACHE_AUTOTUNING=1`, recorded; without it a kept cache keeps kernels
+but not the configuration autotuning chose). A runtime that declares none gets no cache folders.
 `fresh` gives every launch an empty root (a kernel that autotunes by timing chooses anew), `kept`
 lets every launch after the first reuse the first's, `both` runs the two passes. Each launch
 records how many cache files it found before it started, so "kept" is a count on the page, not
@@ -36,12 +38,12 @@ from pydantic import BaseModel, Field
 
 from suite.stages.base import ExportTable, FreshLaunch, Stage, export_cell
 from suite.stages.lines import AnswerLine
-from suite.launchers.base import COMPILE_CACHE_DIRS, COMPILE_CACHE_SETTINGS
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.analysis.repro import ALPHA, LaunchFigures, LaunchPair, Pattern, analyse_launches, requests_for_transient
 from suite.stages.repeat import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
 
 if TYPE_CHECKING:
+    from suite.definitions import CompileCacheSpec
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
@@ -107,8 +109,8 @@ class RestartsResult(BaseModel):
     within_verdict: str = ""
     across_verdict: str = ""
     verdict: str
-    # "fresh": every launch started with empty compile/autotune caches (Triton, TorchInductor,
-    # vLLM's cache root, each pointed at a new folder); "kept": every launch after the first found
+    # "fresh": every launch started with empty compile/autotune caches (those the runtime's
+    # definition declares, each pointed at a new folder); "kept": every launch after the first found
     # the first launch's caches. With both, the kept pass is nested here.
     cache_mode: Literal["fresh", "kept"] = "fresh"
     with_kept_caches: "RestartsResult | None" = None
@@ -274,23 +276,19 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
                           within_verdict=within, across_verdict=across, verdict=verdict)
 
 
-# The folders where the runtimes that compile kernels keep them (suite.launchers.base).
-CACHE_ENV = COMPILE_CACHE_DIRS
-
-
-def cache_env(root: Path) -> dict[str, str]:
-    """The env that points every compile/autotune cache of a launch under `root`, and keeps
-    Triton's autotuning choices with its kernels."""
-    return {var: str(root / sub) for var, sub in CACHE_ENV.items()} | COMPILE_CACHE_SETTINGS
+def cache_env(root: Path, caches: "CompileCacheSpec") -> dict[str, str]:
+    """The env that points every compile/autotune cache the runtime declares under `root`, with
+    its settings (vLLM's: Triton keeps its autotuning choices with its kernels)."""
+    return caches.env_under(root)
 
 
 def _files_in(root: Path) -> int:
     return sum(1 for p in root.rglob("*") if p.is_file()) if root.exists() else 0
 
 
-def cache_counts(root: Path) -> dict[str, int]:
-    """Files in each compile cache under `root` (triton, inductor, ...), before a launch starts."""
-    return {sub: _files_in(root / sub) for sub in CACHE_ENV.values()}
+def cache_counts(root: Path, caches: "CompileCacheSpec") -> dict[str, int]:
+    """Files in each declared compile cache under `root` (triton, inductor, ...), before a launch starts."""
+    return {d.folder: _files_in(root / d.folder) for d in caches.dirs}
 
 
 def run_launches(ctx: "StageContext", mode: Literal["fresh", "kept"]) -> RestartsResult:
@@ -322,10 +320,11 @@ def _one_launch(ctx: "StageContext", i: int, mode: Literal["fresh", "kept"], cac
     """Launch i of the restarts: a fresh runtime, its short gate, stopped."""
     label = f"launch-{i}" if mode == "fresh" else "kept"
     root = caches / label
+    declared = ctx.runtime.compile_cache
     outcome = LaunchOutcome(index=i, status="ok", cache_dir=f"{mode}/{label}", cache_files_before=_files_in(root),
-                            cache_files=cache_counts(root), cache_settings=dict(COMPILE_CACHE_SETTINGS))
+                            cache_files=cache_counts(root, declared), cache_settings=dict(declared.settings))
     try:
-        with ctx.launch(env=cache_env(root)) as (running, client):
+        with ctx.launch(env=cache_env(root, declared)) as (running, client):
             outcome.startup_s = running.startup_s
             gate = run_gate(
                 client, prompts, n, max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
