@@ -22,7 +22,7 @@
 #
 # Steps: builds llama-server with CUDA (sm_90 by default: CUDA_ARCH=...), writes a random-weight
 # gemma3 GGUF with the tiny model's tokenizer (seed 42; benchmarks/gpu/make_random_gguf.py), runs the
-# NVML watchdog test (tests/test_watchdog_gpu.py) while the build runs, starts llama-server on the GPU
+# NVML watchdog test (tests/launchers/test_watchdog_gpu.py) while the build runs, starts llama-server on the GPU
 # (-ngl 99 --parallel 64 --ctx-size 65536 --seed 42), then against it: `suite bench --url` (quick
 # profile, 200 identical gate requests one at a time, latency at concurrency 1,8,32,64), the gate at
 # concurrency 8 and 64 (benchmarks/gpu/gate_concurrency.py), benchmarks/bench_client_concurrency.py
@@ -116,8 +116,8 @@ fi
 note gguf_sha256 "$(sha256sum "$GGUF" | cut -c1-64)"
 
 if [ ! -f "$WORK/watchdog.done" ]; then
-    say "== watchdog test on the GPU (tests/test_watchdog_gpu.py), during the build"
-    (cd "$REPO" && python3 -m pytest -q -m gpu -p no:cacheprovider -s tests/test_watchdog_gpu.py 2>&1)
+    say "== watchdog test on the GPU (tests/launchers/test_watchdog_gpu.py), during the build"
+    (cd "$REPO" && python3 -m pytest -q -m gpu -p no:cacheprovider -s tests/launchers/test_watchdog_gpu.py 2>&1)
     note watchdog_rc $?
     touch "$WORK/watchdog.done"
 fi

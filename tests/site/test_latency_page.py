@@ -1,0 +1,81 @@
+"""The latency section says whether TTFT includes prompt processing; old records still render."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from suite.site.figures import latency_table, load_runs, metric_label
+from suite.site.publish import make_env
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "results"
+
+
+def _a_run_with_latency():
+    models = load_runs(GOLDEN)
+    for m in models.values():
+        for arm in m.arms.values():
+            for run in arm.runs:
+                if run.s.latency:
+                    return m, run
+    raise AssertionError("no golden run has a latency result")
+
+
+def _render_run(model, run) -> str:
+    return make_env().get_template("run.html").render(
+        root="../", model=model, run=run, generated="now", gate=[], controls=None, restarts=None,
+        extraction=None, watchdog=None, latency_rows=latency_table([run]))
+
+
+def test_old_record_says_ttft_may_be_a_cache_hit() -> None:
+    model, run = _a_run_with_latency()
+    latency = run.s.latency.model_copy(update={"prompt_cache": None, "prompt_prefix": None})
+    run = type(run)(summary=run.s.model_copy(update={"latency": latency}), run_dir=run.run_dir,
+                    headline=run.headline, page=run.page)
+    html = _render_run(model, run)
+    assert "likely a prompt-cache hit" in html
+
+
+def test_unique_prefix_record_says_ttft_includes_prompt_processing() -> None:
+    model, run = _a_run_with_latency()
+    latency = run.s.latency.model_copy(update={"prompt_cache": "unique-prefix", "prompt_prefix": "Request {index:04d}: "})
+    run = type(run)(summary=run.s.model_copy(update={"latency": latency}), run_dir=run.run_dir,
+                    headline=run.headline, page=run.page)
+    html = _render_run(model, run)
+    assert "TTFT includes prompt processing" in html
+    assert "Request {index:04d}: " in html
+
+
+def test_new_latency_fields_have_labels_and_units() -> None:
+    assert metric_label("stream_close_s", "s") == ("Request to the stream's close", "ms", 1000.0)
+    assert metric_label("prompt_tokens", "tokens") == ("Prompt tokens per request", "tokens", 1.0)
+    assert metric_label("prompt_cached_tokens", "tokens")[1] == "tokens"
+    assert metric_label("e2e_s", "s")[0] == "End-to-end (to the last token)"
+    assert metric_label("runtime_timings.ttft_diff_ms", "ms") == (
+        "Time to first token: ours − the runtime's own", "ms", 1.0)
+
+
+def test_model_page_template_parses() -> None:
+    source = make_env().loader.get_source(make_env(), "model.html")[0]
+    assert "TTFT includes prompt processing" in source
+    make_env().get_template("model.html")  # a syntax error in the latency section fails here
+
+
+def test_model_page_says_which_arm_had_unique_prompts(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from suite.site.publish import build_site
+
+    results = tmp_path / "results"
+    shutil.copytree(GOLDEN, results)
+    summary = next(results.glob("tiny/vllm-cpu/*/summary.json"))
+    summary.chmod(0o644)
+    data = json.loads(summary.read_text())
+    data["latency"].update(version=2, prompt_cache="unique-prefix", prompt_prefix="Request {index:04d}: ")
+    summary.write_text(json.dumps(data))
+    build_site(results, tmp_path / "public")
+    page = next(p for p in (tmp_path / "public").rglob("*.html")
+                if "vllm-cpu: every request" in p.read_text(encoding="utf-8"))
+    html = page.read_text(encoding="utf-8")
+    assert "TTFT includes prompt processing" in html
+    assert "llamacpp: one repeated prompt" in html  # the old records of the other arms say so

@@ -1,0 +1,157 @@
+"""A stage added from another package: one module and one entry-point line, no file of the suite
+touched. Its result reaches the run record and summary, its request lines are checked and kept,
+`--resume` runs it where a run stopped before it, `suite export` writes its table and the model
+page draws its section. Live: llama-server on the tiny model, in a child process (the registry is
+read once, when the suite is imported)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = '''"""A stage from outside the suite: the first gate prompt sent twice, its answers counted."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from suite.stages.base import ExportTable, Stage
+from suite.stages.repeat import select_prompts
+from suite.stages.lines import RequestLineBase
+
+
+class ProbeLine(RequestLineBase):
+    kind: Literal["probe"]
+    index: int
+
+
+class ProbeResult(BaseModel):
+    answers: list[str]
+    distinct: int
+    verdict: str
+
+
+def run(ctx: Any) -> ProbeResult:
+    prompt = select_prompts(ctx.profile.gate_prompts)[0]
+    answers = []
+    for i in range(2):
+        c = ctx.client.complete(prompt.prompt, max_tokens=8)
+        ctx.record_request("probe", index=i, text=c.text, finish_reason=c.finish_reason,
+                           completion_tokens=c.completion_tokens)
+        answers.append(c.text)
+    n = len(set(answers))
+    return ProbeResult(answers=answers, distinct=n, verdict=f"probe verdict: {n} distinct of {len(answers)}")
+
+
+def rows(r: ProbeResult) -> list[dict[str, Any]]:
+    return [{"request": i, "answer_chars": len(a)} for i, a in enumerate(r.answers)]
+
+
+STAGE = Stage(name="probe", result=ProbeResult, run=run, fresh_runtimes=False, in_bench=False,
+              summary="the first gate prompt twice, from a package of its own", lines=(ProbeLine,),
+              tables=(ExportTable("probe", rows),), exported_requests=("probe",),
+              page_title="probe", section="tables")
+'''
+
+
+def _package(where: Path, module: str, entry: str) -> Path:
+    """An installed package on `where`: a module and its metadata with one entry point."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / f"{module}.py").write_text(PROBE)
+    meta = where / f"{module}-1.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 1.0\n")
+    (meta / "entry_points.txt").write_text(f"[suite.stages]\nprobe = {entry}\n")
+    return where
+
+
+def _suite(args: list[str], path: Path, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), str(ROOT)]), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "suite.cli", *args], cwd=cwd, env=env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def _kinds(run: Path) -> list[str]:
+    return [json.loads(line)["kind"] for line in (run / "requests.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.live
+def test_a_stage_from_another_package_reaches_record_resume_export_and_page(tmp_path: Path) -> None:
+    from conftest import installed_definition
+    from suite.catalog import get_card, is_prepared
+
+    installed_definition("llamacpp")
+    if not is_prepared(get_card("tiny"), "gguf"):
+        pytest.skip("the tiny GGUF is not prepared here (run `suite setup`)")
+    plugin = _package(tmp_path / "plugin", "suite_probe_stage", "suite_probe_stage:STAGE")
+    results = tmp_path / "results"
+    bench = ["bench", "--model", "tiny", "--arms", "llamacpp", "--launcher", "local", "--profile", "quick",
+             "--stages", "gate,probe", "--gate-requests", "2", "--no-auto-controls", "--results", str(results)]
+    done = _suite(bench, plugin, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (run,) = (results / "tiny" / "llamacpp").iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["probe"]["distinct"] in (1, 2) and len(summary["probe"]["answers"]) == 2
+    assert (run / "stages" / "probe.json").exists()
+    assert _kinds(run).count("probe") == 2
+
+    # --resume: a run that stopped after its gate (no probe result, no summary) runs the probe only
+    twin = run.with_name("20000101T000000000000Z-stopped")
+    shutil.copytree(run, twin)
+    (twin / "summary.json").unlink()
+    (twin / "stages" / "probe.json").unlink()
+    manifest = json.loads((twin / "run.json").read_text())
+    (twin / "run.json").write_text(json.dumps({**manifest, "run_id": twin.name}))
+    gate_lines = _kinds(twin).count("gate")
+    resumed = _suite([*bench, "--resume"], plugin, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((twin / "summary.json").read_text())["probe"] is not None
+    kinds = _kinds(twin)
+    assert kinds.count("gate") == gate_lines and kinds.count("probe") == 2  # the gate was not sent again
+    assert len(list((results / "tiny" / "llamacpp").iterdir())) == 2  # no third run
+
+    # the export's table and request lines
+    out = tmp_path / "export"
+    exported = _suite(["export", "--results", str(results), "--format", "csv", "--out", str(out)], plugin, tmp_path)
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    with (out / "probe.csv").open() as fh:
+        table = list(csv.DictReader(fh))
+    assert len(table) == 4 and {r["request"] for r in table} == {"0", "1"}
+    with (out / "requests.csv").open() as fh:
+        assert sum(r["kind"] == "probe" for r in csv.DictReader(fh)) == 4
+
+    # the model page's section, drawn from the stage's declaration
+    site = tmp_path / "site"
+    built = _suite(["site", "--results", str(results), "--out", str(site)], plugin, tmp_path)
+    assert built.returncode == 0, built.stderr[-2000:]
+    page = (site / "models" / "tiny.html").read_text()
+    assert '<section id="stage-probe"' in page and "the first gate prompt twice, from a package of its own" in page
+    assert "probe verdict:" in page and "answer_chars" in page
+
+
+def test_a_stage_package_that_cannot_load_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """An entry point naming a module that is not there, or an object that is not a stage: one
+    line naming the entry point, exit 2, before any command runs."""
+    missing = _package(tmp_path / "a", "suite_probe_missing", "suite_probe_gone:STAGE")
+    r = _suite(["--version"], missing, tmp_path, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.strip()]
+    assert "stage entry point 'probe' (suite_probe_gone:STAGE): cannot load it: ModuleNotFoundError" in line
+    wrong = _package(tmp_path / "b", "suite_probe_wrong", "suite_probe_wrong:ProbeResult")
+    r = _suite(["results", "--results", str(tmp_path / "none")], wrong, tmp_path, timeout=120)
+    assert r.returncode == 2 and "not a suite.stages.base.Stage but a ModelMetaclass" in r.stderr
+    taken = _package(tmp_path / "c", "suite_probe_taken", "suite_probe_taken:STAGE")
+    (taken / "suite_probe_taken.py").write_text(PROBE.replace('name="probe"', 'name="gate"'))
+    r = _suite(["--version"], taken, tmp_path, timeout=120)
+    assert r.returncode == 2 and "a stage named 'gate' exists already" in r.stderr
