@@ -24,7 +24,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from suite.errors import SuiteError
 from suite.paths import IMAGES_DIR
@@ -218,6 +218,20 @@ class CompileCacheSpec(Strict):
     # Env set with the folders: what the caches must hold to be worth keeping (Triton's autotuning
     # choices, TRITON_CACHE_AUTOTUNING=1).
     settings: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = Field(default_factory=dict)
+    # Log lines by which the runtime says it found a cache and did not use it (it compiled again):
+    # the restarts stage quotes the first such line of each launch, since a kept cache the runtime
+    # cannot load keeps nothing. Python regular expressions.
+    not_loaded_patterns: list[str] = Field(default_factory=list)
+
+    @field_validator("not_loaded_patterns")
+    @classmethod
+    def _check_patterns(cls, v: list[str]) -> list[str]:
+        for pattern in v:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {pattern!r} ({exc})") from None
+        return v
 
     @model_validator(mode="after")
     def _check_unique(self) -> "CompileCacheSpec":

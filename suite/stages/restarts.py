@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -56,6 +57,9 @@ class LaunchOutcome(FreshLaunch):
     cache_files_before: int | None = None  # files already in it when the launch started (0: empty)
     cache_files: dict[str, int] = Field(default_factory=dict)  # per cache (triton, inductor, ...), before the start
     cache_settings: dict[str, str] = Field(default_factory=dict)  # e.g. TRITON_CACHE_AUTOTUNING=1
+    # The runtime's own log line saying it found a cache and compiled again instead (the definition's
+    # `not_loaded_patterns`); None: it said no such thing.
+    cache_not_loaded: str | None = None
 
 
 class RestartPromptResult(BaseModel):
@@ -128,8 +132,13 @@ class RestartsResult(BaseModel):
                     f"every launch was to start with empty compile caches, but {len(found)} found files")
         later = counts[1:]
         if later and all(later):
-            return (f"launches after the first found the first's compile caches ({', '.join(map(str, later))} "
-                    "files at their start)")
+            found = (f"launches after the first found the first's compile caches ({', '.join(map(str, later))} "
+                     "files at their start)")
+            refused = [o for o in self.launch_outcomes[1:] if o.cache_not_loaded]
+            if refused:
+                found += (f", but the runtime did not load them in {len(refused)} of {len(later)} and compiled "
+                          f"again (its log: {refused[0].cache_not_loaded!r}): kept caches saved no compiling there")
+            return found
         return (f"launches after the first were to reuse the first's compile caches but found "
                 f"{', '.join(map(str, later)) or 'none'} files at their start: the runtime wrote no cache there, "
                 "nothing was kept")
@@ -315,6 +324,24 @@ def run_launches(ctx: "StageContext", mode: Literal["fresh", "kept"]) -> Restart
     return result
 
 
+def cache_not_loaded(log_path: Path | None, patterns: list[str]) -> str | None:
+    """The first line of a launch's log by which the runtime says it found a compile cache and did not
+    use it (one of `patterns`), cut to 300 characters and scrubbed of secrets; None when none says so."""
+    if not patterns or log_path is None or not Path(log_path).is_file():
+        return None
+    from suite.signature import scrub
+
+    compiled = [re.compile(p) for p in patterns]
+    with Path(log_path).open(errors="replace") as fh:
+        for line in fh:
+            found = next((m for m in (c.search(line) for c in compiled) if m), None)
+            if found is not None:
+                said = scrub(line[found.start():].strip())  # from the runtime's words on, not its log prefix
+                # its start and its end (where the reason is), a long path between them cut
+                return said if len(said) <= 300 else f"{said[:80]} … {said[-200:]}"
+    return None
+
+
 def _one_launch(ctx: "StageContext", i: int, mode: Literal["fresh", "kept"], caches: Path,
                 prompts: list, n: int) -> LaunchOutcome:
     """Launch i of the restarts: a fresh runtime, its short gate, stopped."""
@@ -334,6 +361,7 @@ def _one_launch(ctx: "StageContext", i: int, mode: Literal["fresh", "kept"], cac
             outcome.gate = gate
             if gate.stopped_reason:
                 outcome.status, outcome.reason = "failed", gate.stopped_reason
+            outcome.cache_not_loaded = cache_not_loaded(getattr(running, "log_path", None), declared.not_loaded_patterns)
     except (RuntimeStartError, EnvironmentUnavailable) as exc:
         outcome.did_not_start(exc, refused=isinstance(exc, RuntimeStartError))
         log.warning("restart %d of %s failed to start: %s", i, ctx.arm_name, outcome.reason)

@@ -14,7 +14,7 @@ import pytest
 from suite.definitions import CompileCacheSpec, get_definition, load_definition
 from suite.errors import SuiteError
 from suite.launchers.docker import CACHE_MOUNT, cache_mounts
-from suite.stages.restarts import LaunchOutcome, RestartsResult, cache_counts, cache_env
+from suite.stages.restarts import LaunchOutcome, RestartsResult, cache_counts, cache_env, cache_not_loaded
 
 VLLM = get_definition("vllm").compile_cache
 
@@ -65,6 +65,7 @@ def test_the_vllm_runtimes_declare_the_same_caches_and_the_others_none(tmp_path:
     ('dirs = [{ env = "A", folder = "../a" }]', "compile_cache.dirs.0.folder"),
     ('dirs = [{ env = "A", folder = "a" }, { env = "B", folder = "a" }]', "compile_cache"),
     ('settings = { "A B" = "1" }', "compile_cache.settings"),
+    ("not_loaded_patterns = ['again (']", "compile_cache.not_loaded_patterns"),
 ])
 def test_a_bad_compile_cache_declaration_is_one_line_naming_the_key(tmp_path: Path, table: str, key: str):
     path = tmp_path / "mine" / "runtime.toml"
@@ -92,3 +93,31 @@ def test_the_page_says_what_the_launches_found():
     assert "found 0, 0 files at their start" in empty and "nothing was kept" in empty
     assert _result("fresh", [0, 0]).caches_text == "every launch started with empty compile caches"
     assert _result("fresh", [None]).caches_text == "compile caches not recorded"
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "docs" / "examples"
+
+
+def test_a_kept_cache_the_runtime_could_not_load_is_said_from_its_own_log():
+    """vLLM 0.32.0's CPU build (the CPU example tree's kept-caches restarts, 2026-12-02) found the
+    first launch's compiled graph at each later start, failed to load it and compiled again: its
+    log says so, and so does the page, where before it said only that the caches were found. vLLM
+    0.24.0 on the H200 loaded its cache ("Directly load AOT compilation"): nothing to say there."""
+    patterns = get_definition("vllm-cpu").compile_cache.not_loaded_patterns
+    (run,) = (EXAMPLES / "cpu-results" / "tiny" / "vllm-cpu").iterdir()
+    said = [cache_not_loaded(log, patterns) for log in sorted((run / "logs").glob("runtime-default-*.log"))]
+    assert said[0] is None and all(s is not None for s in said[1:]) and len(said) == 3
+    assert said[1].startswith("Compiling model again due to a load failure from ")
+    assert said[1].endswith("reason: 'function' object has no attribute 'finalize_loading'")
+    (gpu,) = [d for d in (EXAMPLES / "gpu-vllm-results" / "random-qwen3" / "vllm-gpu").iterdir()
+              if d.name.startswith("20261202T0346")]  # the H200's kept-caches restarts
+    assert [cache_not_loaded(log, VLLM.not_loaded_patterns) for log in sorted((gpu / "logs").glob("runtime-default-*.log"))] \
+        == [None, None, None]
+    assert cache_not_loaded(None, patterns) is None and cache_not_loaded(run / "logs" / "runtime.log", []) is None
+    kept = _result("kept", [0, 93, 93])
+    for o, s in zip(kept.launch_outcomes, said):
+        o.cache_not_loaded = s
+    text = kept.caches_text
+    assert text.startswith("launches after the first found the first's compile caches (93, 93 files at their start), "
+                           "but the runtime did not load them in 2 of 2 and compiled again (its log: ")
+    assert text.endswith("kept caches saved no compiling there")
