@@ -38,8 +38,10 @@ from suite.launchers.base import LaunchSpec, Launcher, LoraAdapter, RunningRunti
 from suite.profiles import PROFILES, Profile, get_profile
 from suite.records import (RESULT_MODELS, DeterminismOutcome, Invocation, LaunchWatchdog, RunInUse, RunManifest,
                            RunRecord, RuntimeFailure, Summary, find_incomplete, new_run_id, utcnow)
-from suite.signature import (REDACTED, SECRET_NAME, Signature, cache_dirs, cache_state, current_node, detect_hardware,
-                             prompt_set_hash, redact_args, redact_env, resolve_revision)
+from suite.secrets import REDACTED, SECRET_NAME, redact_args, redact_env
+from suite.signature import Signature, current_node
+from suite.probes import cache_dirs, cache_state, detect_hardware
+from suite.hashing import prompt_set_hash, resolve_revision
 from suite.stages import ORDER, STAGES, StageContext, added_on_verdict, get_stage, may_run, schedule, verdict_of
 from suite.stages.repeat import death_reason_of, died_text
 
@@ -942,7 +944,7 @@ def probe_judge(judge: JudgeChoice, explicit_model: bool = True, timeout_s: floa
 
     from suite.stages.extraction.judge import JUDGE_API_KEY_ENV
     from suite.launchers.external import model_list
-    from suite.signature import scrub
+    from suite.secrets import scrub
 
     shown = scrub(judge.url)
     root = judge.url.rstrip("/").removesuffix("/v1")

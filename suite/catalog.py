@@ -32,7 +32,7 @@ from suite import progress
 from suite.definitions import RuntimeDefinition, Strict, get_definition, load_validated, version_spec, with_version
 from suite.errors import EnvironmentUnavailable, SuiteError
 from suite.paths import CARDS_DIR, DOCUMENTS_DIR, PROMPTS_DIR, REPO_ROOT, cache_dir, models_dir, tools_prefix
-from suite.signature import sha256_file
+from suite.hashing import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -458,7 +458,7 @@ def _derive_hf(gguf: Path, target: Path, probe: TokenizerProbe | None = None) ->
     tmp.rename(target)
     shutil.rmtree(old, ignore_errors=True)
     weights = sorted(target.glob("*.safetensors"))
-    from suite.signature import hash_files
+    from suite.hashing import hash_files
 
     with progress.step(f"checksum {target.name}"):
         return hash_files(weights)
@@ -483,7 +483,7 @@ def _random_hf(architecture: str, fmt: ModelFormat, target: Path) -> str:
             raise SuiteError(f"cannot generate random {architecture} weights: {last}")
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
-    from suite.signature import hash_files
+    from suite.hashing import hash_files
 
     with progress.step(f"checksum {target.name}"):
         return hash_files(sorted(target.glob("*.safetensors")))

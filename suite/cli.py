@@ -130,7 +130,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> Non
     from suite.definitions import load_definitions
     from suite.launchers.local import is_installed
     from suite.paths import cache_dir, results_dir
-    from suite.signature import detect_hardware
+    from suite.probes import detect_hardware
 
     hw = detect_hardware()
     table = Table("check", "state")
@@ -417,7 +417,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
 def command_line() -> list[str]:
     """This process's command line as the user typed it (`suite ...`), secrets redacted: it goes into
     the run records."""
-    from suite.signature import redact_args
+    from suite.secrets import redact_args
 
     return redact_args(["suite", *sys.argv[1:]])
 

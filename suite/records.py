@@ -36,7 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from suite.contention import Contention
 from suite.errors import SuiteError
 from suite.gpu import Energy
-from suite.signature import Signature, scrub
+from suite.signature import Signature
+from suite.secrets import scrub
 from suite.stages import STAGES
 
 log = logging.getLogger(__name__)

@@ -78,7 +78,7 @@ def _installed(spec: "LaunchSpec") -> str:
 
 def refusal_key(launcher: "Launcher", spec: "LaunchSpec", control: str) -> str:
     """The key of one determinism-mode start: everything that decides whether it is refused."""
-    from suite.signature import detect_hardware
+    from suite.probes import detect_hardware
 
     hw = detect_hardware()
     what = {

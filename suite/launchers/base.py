@@ -29,7 +29,7 @@ from suite.errors import RuntimeStartError
 if TYPE_CHECKING:
     from suite.client import OpenAIClient
     from suite.definitions import RuntimeDefinition
-    from suite.signature import Hardware, RuntimeStack
+    from suite.probes import Hardware, RuntimeStack
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class Launcher(abc.ABC):
     def features(self, runtime: "RuntimeDefinition", rt: RunningRuntime) -> str | None:
         """The runtime's own feature line (the CPU kernel paths it runs): its log's line that the
         definition's `feature_pattern` finds, where it prints one."""
-        from suite.signature import feature_line
+        from suite.probes import feature_line
 
         return feature_line(rt.log_path, runtime.server.feature_pattern)
 
@@ -159,7 +159,7 @@ class Launcher(abc.ABC):
 
     def hardware(self) -> "Hardware":
         """The hardware the runtime runs on: this machine's."""
-        from suite.signature import detect_hardware
+        from suite.probes import detect_hardware
 
         return detect_hardware()
 
@@ -261,7 +261,7 @@ def find_error_line(log_text: str, patterns: list[str] | None = None) -> str | N
 def log_tail(path: Path | str | None, lines: int = 20, secrets: tuple[str, ...] = ()) -> list[str]:
     """The last `lines` lines of a runtime log (colour codes removed, each cut at 500 characters,
     URL credentials, the suite's secret values and `secrets` replaced); [] when it cannot be read."""
-    from suite.signature import REDACTED, scrub
+    from suite.secrets import REDACTED, scrub
 
     if path is None:
         return []

@@ -37,7 +37,7 @@ from suite.launchers.base import LaunchSpec, Launcher, ModelPath, RunningRuntime
 
 if TYPE_CHECKING:
     from suite.definitions import RuntimeDefinition
-    from suite.signature import Hardware
+    from suite.probes import Hardware
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def model_list(http: httpx.Client, option: str, shown: str, key_env: str, who: s
     """GET /v1/models through `http`: its JSON and its list of models. A server that does not
     answer, refuses the key (named by `key_env`) or is no OpenAI-compatible API is one line naming
     `option` and the address."""
-    from suite.signature import scrub
+    from suite.secrets import scrub
 
     try:
         r = http.get("/v1/models")
@@ -180,7 +180,7 @@ def load_tokenizer(source: str) -> LocalTokenizer:
     (optionally `@revision`), whose `tokenizer.json` is downloaded with huggingface_hub into its
     cache (offline: `HF_HUB_OFFLINE=1` uses what is there).
     """
-    from suite.signature import sha256_file
+    from suite.hashing import sha256_file
 
     try:
         import tokenizers
@@ -343,7 +343,7 @@ class ExternalLauncher(Launcher):
 
     def hardware(self) -> "Hardware":
         """This machine's, only when the server runs here (a loopback address); else unknown."""
-        from suite.signature import Hardware, detect_hardware
+        from suite.probes import Hardware, detect_hardware
 
         host = urllib.parse.urlsplit(self.info.url).hostname or ""
         if host in ("127.0.0.1", "localhost", "::1") or host.startswith("127."):
@@ -362,7 +362,7 @@ class ExternalLauncher(Launcher):
 
 def scrub_report(value: Any) -> Any:
     """A server's self-report with secret-looking keys and known secret values removed."""
-    from suite.signature import REDACTED, scrub
+    from suite.secrets import REDACTED, scrub
 
     if isinstance(value, dict):
         return {k: (REDACTED if re.search(r"api[_-]?key|password|secret", str(k), re.I) else scrub_report(v))

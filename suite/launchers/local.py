@@ -68,7 +68,8 @@ from suite.launchers.base import (LaunchSpec, Launcher, ModelPath, RunningRuntim
                                  wait_until_ready)
 from suite.lifetime import REGISTRY
 from suite.paths import leases_dir, runtime_prefix
-from suite.signature import SECRET_ENV, RuntimeStack, command_version, probe_runtime_stack, redact_args
+from suite.secrets import SECRET_ENV, redact_args
+from suite.probes import RuntimeStack, command_version, probe_runtime_stack
 
 log = logging.getLogger(__name__)
 

@@ -430,7 +430,7 @@ LOG_COPY_BYTES = 1 << 20  # the end of a failed runtime's log copied into the si
 def _copy_failure_log(out_dir: Path, run: Run) -> str:
     """A failed run's runtime log, copied into the site as text (its last MiB, URL credentials and
     the suite's secret values scrubbed) so its page can link to it; "" when there is none."""
-    from suite.signature import scrub
+    from suite.secrets import scrub
 
     failure = getattr(run.s, "failure", None)
     if run.s.status != "failed" or failure is None or not failure.log_file:

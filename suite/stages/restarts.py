@@ -329,7 +329,7 @@ def cache_not_loaded(log_path: Path | None, patterns: list[str]) -> str | None:
     use it (one of `patterns`), cut to 300 characters and scrubbed of secrets; None when none says so."""
     if not patterns or log_path is None or not Path(log_path).is_file():
         return None
-    from suite.signature import scrub
+    from suite.secrets import scrub
 
     compiled = [re.compile(p) for p in patterns]
     with Path(log_path).open(errors="replace") as fh:

@@ -16,7 +16,8 @@ from suite.distributed import (GPU_GB, INSTALL_HINT, SUITE_HOST, arm_requirement
                                record_failed)
 from suite.errors import SuiteError
 from suite.records import iter_run_dirs, load_summary
-from suite.signature import Hardware, Signature, current_node, on_node
+from suite.probes import Hardware
+from suite.signature import Signature, current_node, on_node
 
 
 def _tar(files: dict[str, str]) -> bytes:

@@ -68,7 +68,8 @@ def test_the_signature_records_the_degree_and_the_gpus_only_where_there_are_seve
         "tensor_parallel": 2, "pipeline_parallel": 1, "gpus": ["0: NVIDIA H200", "1: NVIDIA H200"]}
     assert parallel_fields(["vllm", "-tp", "2"], {"CUDA_VISIBLE_DEVICES": "2,0"})["gpus"] == [
         "2: NVIDIA H200", "0: NVIDIA H200"]
-    from suite.signature import Hardware, Signature
+    from suite.probes import Hardware
+    from suite.signature import Signature
 
     base = dict(model="m", model_format="f", model_sha256=None, model_revision=None, runtime="vllm",
                 runtime_version="0.24.0", launcher="local", command=["vllm"], env={}, controls=[],

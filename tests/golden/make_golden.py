@@ -29,7 +29,8 @@ from memwatch.policy import Policy  # noqa: E402
 from memwatch.report import ProbeStatus, Timeline, TripEvent, WatchdogReport  # noqa: E402
 from suite.records import DeterminismOutcome, RunManifest, RunRecord, Summary  # noqa: E402
 from suite.analysis.repro import Sample, analyse, analyse_launches  # noqa: E402
-from suite.signature import Hardware, Signature  # noqa: E402
+from suite.probes import Hardware  # noqa: E402
+from suite.signature import Signature
 from suite.stages.controls import ControlRow, ControlsResult, LoraOutcome, eliminate  # noqa: E402
 from suite.stages.extraction.reloads import ReloadOutcome, ReloadsResult  # noqa: E402
 from suite.stages.sessions import SessionsResult, summarise_configuration, table_lines  # noqa: E402

@@ -20,7 +20,7 @@ import pytest
 
 from suite.definitions import get_definition
 from suite.launchers.local import install_prefix, is_installed
-from suite.signature import feature_line
+from suite.probes import feature_line
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA = REPO / "images" / "llamacpp"

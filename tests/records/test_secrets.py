@@ -19,7 +19,7 @@ from suite.launchers.base import RunningRuntime
 from suite.launchers.local import LocalLauncher
 from suite.site.publish import build_site
 from suite.records import RunManifest, RunRecord, Summary, load_summary, new_run_id, utcnow
-from suite.signature import REDACTED
+from suite.secrets import REDACTED
 from suite.stages.extraction.judge import JUDGE_API_KEY_ENV, public_url
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "results"

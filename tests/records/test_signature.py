@@ -16,8 +16,10 @@ import pytest
 
 from suite.definitions import get_definition
 from suite.records import load_all
-from suite.signature import (REDACTED, Hardware, RuntimeStack, Signature, cache_dirs, cache_state,
-                             probe_runtime_stack, resolve_revision)
+from suite.secrets import REDACTED
+from suite.probes import Hardware, RuntimeStack, cache_dirs, cache_state, probe_runtime_stack
+from suite.signature import Signature
+from suite.hashing import resolve_revision
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "results"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
