@@ -15,6 +15,7 @@ orphan stay.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -208,6 +209,11 @@ def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_req
             err = exc.errors()[0]
             key = str(err["loc"][0])  # the setting (a list's item: its list)
             raise SuiteError(f"--{key.replace('_', '-')} {overrides.get(key)!r}: {err['msg']}") from None
+    # the settings of stages that keep their own, resolved for this profile: the run record keeps them
+    own = {name: stage for name, stage in STAGES.items() if stage.settings is not None}
+    if own:
+        resolved = {name: stage.settings_for(profile).model_dump(mode="json") for name, stage in own.items()}
+        profile = profile.model_copy(update={"stage_settings": resolved})
     return profile
 
 
@@ -873,7 +879,10 @@ def configuration_differences(manifest: RunManifest, signature: Signature, profi
         out.append(f"profile {manifest.profile} then, {profile.name} now")
     elif manifest.profile_settings is not None:
         now = profile.model_dump(mode="json")
-        keys = sorted(k for k in {*manifest.profile_settings, *now} if manifest.profile_settings.get(k) != now.get(k))
+        then = {k: v.get_default(call_default_factory=True) for k, v in Profile.model_fields.items()
+                if not v.is_required()} | manifest.profile_settings  # a field added since: its default then
+        then = json.loads(json.dumps(then, default=str))
+        keys = sorted(k for k in {*then, *now} if then.get(k) != now.get(k))
         if keys:
             out.append(f"profile settings {', '.join(keys)}")
     if manifest.signature is None:
@@ -908,6 +917,7 @@ def preflight(stages: list[str], profile: Profile, judge: JudgeChoice | None) ->
     prompt file, document or judge rubric is one line now, not an hour into the bench."""
     for name in may_run(stages, profile):
         stage = get_stage(name)
+        stage.settings_for(profile)  # a stage's own settings, checked (one line naming the key)
         if stage.inputs is not None:
             stage.inputs(profile)
     if judge is not None:

@@ -170,7 +170,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> Non
             chosen = launcher_for(definition, "auto", card.gpu_memory_gb, gpus=arm.gpus(definition))
             state = (f"launcher {chosen.name}" if chosen.name != "none"
                      else f"cannot run here: {getattr(chosen, 'reason', '')}".replace(": see `suite doctor`", ""))
-            way = _python_way_line(definition, arm.version)
+            way = python_way_line(definition, arm.version)
             table.add_row(f"arm {card.name}/{arm_name}", state + (f"; {way}" if way else ""))
     if as_json:
         _print_json([{"check": check, "state": state} for check, state in zip(*(c.cells for c in table.columns))])
@@ -178,7 +178,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> Non
     console.print(table)
 
 
-def _python_way_line(definition: Any, version: str | None) -> str | None:
+def python_way_line(definition: Any, version: str | None) -> str | None:
     """Which way a Python runtime's arm would get its interpreter (its venv, a wheelhouse, an existing
     environment), for `suite doctor`."""
     from suite.definitions import with_version

@@ -423,7 +423,7 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:300] if text else type(exc).__name__
 
 
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """A host:port address must answer (Ray's own client retries for minutes); `auto`, ray://: left to Ray."""
     host, sep, port = address.rpartition(":")
     if address == "auto" or "://" in address or not sep or not port.isdigit():
@@ -462,7 +462,7 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
             "concurrency": concurrency, "gate_requests": gate_requests, "restarts": restarts,
             "overrides": overrides, "suite_version": SUITE_VERSION, "command": command}
     t_bench = time.monotonic()
-    _check_reachable(address)
+    check_reachable(address)
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -511,7 +511,7 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
                         progress.apply(event)
                     for ref in ready:
                         plan = pending.pop(ref)
-                        summaries.append(_collect(ray, ref, plan, out, progress, started_at[plan.arm_name],
+                        summaries.append(collect_arms(ray, ref, plan, out, progress, started_at[plan.arm_name],
                                                   max_retries))
             except KeyboardInterrupt:
                 progress.note(f"interrupted: cancelling {len(pending)} arm task(s); their runtimes stop on their nodes")
@@ -535,7 +535,7 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
     return summaries
 
 
-def _collect(ray: Any, ref: Any, plan: Any, out: Path, progress: Progress, started: str,
+def collect_arms(ray: Any, ref: Any, plan: Any, out: Path, progress: Progress, started: str,
              max_retries: int) -> Summary:
     """The finished task's run folder into `out`, or a failed record with the reason."""
     arm = plan.arm_name

@@ -17,7 +17,7 @@ of each compiling again); `full` restores the studies' numbers and runs both cac
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -54,6 +54,9 @@ class Profile(BaseModel):
     batch_trials: int = Field(default=5, ge=1)
     batch_sizes: list[Annotated[int, Field(ge=2)]] = Field(default_factory=lambda: [4, 8, 16], min_length=1)
     batch_prompt: str | None = None
+    # The settings of stages that keep their own (`Stage.settings`, a stage added as a package), by
+    # stage name: the run's resolved values, recorded with the rest of the profile.
+    stage_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 PROFILES: dict[str, Profile] = {

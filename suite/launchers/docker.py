@@ -268,7 +268,7 @@ class _LocalFolderServer:
             self._server.server_close()
 
 
-def _local_path(location: str) -> Path | None:
+def local_path(location: str) -> Path | None:
     if location.startswith("file://"):
         return Path(unquote(urlparse(location).path))
     if "://" not in location and location.startswith("/"):
@@ -299,7 +299,7 @@ def pip_build_args(server: _LocalFolderServer) -> tuple[dict[str, str], list[str
             continue
         kept: list[str] = []
         for location in value.split():
-            path = _local_path(location)
+            path = local_path(location)
             if path is None:
                 public = without_credentials(location)
                 if public != location:
@@ -322,7 +322,7 @@ def pip_build_args(server: _LocalFolderServer) -> tuple[dict[str, str], list[str
 # ---------------------------------------------------------------- images
 
 
-def _image_source(runtime: RuntimeDefinition) -> RuntimeDefinition:
+def image_source(runtime: RuntimeDefinition) -> RuntimeDefinition:
     """The definition whose folder holds the image (itself, or its `base`)."""
     if runtime.base is None:
         return runtime
@@ -342,7 +342,7 @@ def docker_spec(runtime: RuntimeDefinition) -> DockerSpec:
     """The runtime's [docker] section, or its base's when it has none."""
     if runtime.docker is not None:
         return runtime.docker
-    source = _image_source(runtime)
+    source = image_source(runtime)
     if source.docker is None:
         raise EnvironmentUnavailable(f"runtime {runtime.name!r} has no [docker] section (no image)")
     return source.docker
@@ -379,7 +379,7 @@ def build_args_for(source: RuntimeDefinition) -> dict[str, str]:
 
 def image_tag(runtime: RuntimeDefinition) -> str:
     """`suite-<name>:<hash12>`: the hash of the build context's files, Dockerfile and build args."""
-    source = _image_source(runtime)
+    source = image_source(runtime)
     spec = source.docker
     if spec is None:
         raise EnvironmentUnavailable(f"runtime {source.name!r} has no [docker] section (no image)")
@@ -406,7 +406,7 @@ def build_image(runtime: RuntimeDefinition, client: "docker.DockerClient | None"
     import docker
 
     client = client or _docker_client(timeout=3600)
-    source = _image_source(runtime)
+    source = image_source(runtime)
     tag = image_tag(runtime)
     with contextlib.suppress(docker.errors.ImageNotFound):
         client.images.get(tag)

@@ -178,10 +178,32 @@ class Stage:
     # own): a function from its result to the arm's `PageSection`, or "tables" for its export
     # tables under the result's `verdict` (if it has one). None: the page draws it (or none).
     section: "Callable[[Any], PageSection] | Literal['tables'] | None" = None
+    # Its own settings, for a stage whose settings are not fields of `Profile` (a stage added as its
+    # own package): their model, and per profile name the values that differ from its defaults.
+    # `settings_for(profile)` gives them; the run record keeps them with the profile's settings.
+    settings: type[BaseModel] | None = None
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def may_run(self, profile: "Profile") -> bool:
         """Whether a stage not in every bench may be added to one with this profile."""
         return self.when is not None and bool(self.when(profile))
+
+    def settings_for(self, profile: "Profile") -> BaseModel | None:
+        """Its settings for `profile`: the model's defaults, then the profile's values for this stage
+        (`profiles`), then the run's own (`Profile.stage_settings`); a bad value is one line."""
+        if self.settings is None:
+            return None
+        from pydantic import ValidationError
+
+        from suite.errors import SuiteError
+
+        values = {**self.profiles.get(profile.name, {}), **profile.stage_settings.get(self.name, {})}
+        try:
+            return self.settings.model_validate(values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = ".".join(str(x) for x in err["loc"]) or "(settings)"
+            raise SuiteError(f"stage {self.name!r}, profile {profile.name!r}: setting {key}: {err['msg']}") from None
 
     def page_section(self, result: Any) -> PageSection | None:
         """This stage's part of a model page for one arm's result, where it declares a `section`."""

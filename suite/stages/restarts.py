@@ -291,13 +291,13 @@ def cache_env(root: Path, caches: "CompileCacheSpec") -> dict[str, str]:
     return caches.env_under(root)
 
 
-def _files_in(root: Path) -> int:
+def files_in(root: Path) -> int:
     return sum(1 for p in root.rglob("*") if p.is_file()) if root.exists() else 0
 
 
 def cache_counts(root: Path, caches: "CompileCacheSpec") -> dict[str, int]:
     """Files in each declared compile cache under `root` (triton, inductor, ...), before a launch starts."""
-    return {d.folder: _files_in(root / d.folder) for d in caches.dirs}
+    return {d.folder: files_in(root / d.folder) for d in caches.dirs}
 
 
 def run_launches(ctx: "StageContext", mode: Literal["fresh", "kept"]) -> RestartsResult:
@@ -348,7 +348,7 @@ def _one_launch(ctx: "StageContext", i: int, mode: Literal["fresh", "kept"], cac
     label = f"launch-{i}" if mode == "fresh" else "kept"
     root = caches / label
     declared = ctx.runtime.compile_cache
-    outcome = LaunchOutcome(index=i, status="ok", cache_dir=f"{mode}/{label}", cache_files_before=_files_in(root),
+    outcome = LaunchOutcome(index=i, status="ok", cache_dir=f"{mode}/{label}", cache_files_before=files_in(root),
                             cache_files=cache_counts(root, declared), cache_settings=dict(declared.settings))
     try:
         with ctx.launch(env=cache_env(root, declared)) as (running, client):

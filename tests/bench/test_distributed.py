@@ -148,9 +148,9 @@ def test_progress_prints_one_line_per_change_and_draws_a_table_on_a_terminal():
 
 
 def test_an_address_where_no_cluster_answers_is_one_error_not_minutes_of_retries():
-    from suite.distributed import _check_reachable
+    from suite.distributed import check_reachable
     from suite.launchers.base import free_port
 
     with pytest.raises(SuiteError, match="no Ray cluster answers there"):
-        _check_reachable(f"127.0.0.1:{free_port()}")
-    _check_reachable("auto")  # left to Ray
+        check_reachable(f"127.0.0.1:{free_port()}")
+    check_reachable("auto")  # left to Ray

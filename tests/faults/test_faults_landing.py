@@ -2,7 +2,7 @@
 
 The payloads are what a broken or hostile node could send: members outside the run folder, a
 relative symlink to a sibling run (tarfile's "data" filter lets it through), a cut archive, the
-answer of a node on another suite version. The driver's collection step (`_collect`) runs with
+answer of a node on another suite version. The driver's collection step (`collect_arms`) runs with
 Ray's real exception classes and a stand-in for `ray.get`; no cluster is started.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from suite import __version__
-from suite.distributed import Progress, _collect, land_run
+from suite.distributed import Progress, collect_arms, land_run
 from suite.errors import SuiteError
 from suite.records import Summary, iter_run_dirs
 
@@ -102,7 +102,7 @@ def _collect_with(result, tmp_path: Path) -> tuple[Summary, str]:
     console = __import__("rich.console", fromlist=["Console"]).Console(file=io.StringIO(), width=200)
     progress = Progress(console, ["llamacpp"])
     fake = types.SimpleNamespace(get=lambda ref: result, exceptions=ray.exceptions)
-    summary = _collect(fake, _Ref(), plan, tmp_path, progress, "2026-01-01T00:00:00Z", 2)
+    summary = collect_arms(fake, _Ref(), plan, tmp_path, progress, "2026-01-01T00:00:00Z", 2)
     return summary, console.file.getvalue()
 
 

@@ -310,18 +310,18 @@ def one_line(exc: BaseException) -> str:
 def test_kept_compile_caches_reach_the_next_container(docker_launcher, toy_images, tiny_gguf, tmp_path):
     """The cache root is mounted: what the first container compiled, the second finds (before the
     fix every container started with its own empty folder while the page said "kept")."""
-    from suite.stages.restarts import _files_in, cache_env
+    from suite.stages.restarts import files_in, cache_env
 
     root = tmp_path / "caches" / "kept"
     toy = toy_images["toy-compiles"]
     spec = spec_for(toy, tiny_gguf, tmp_path, env=cache_env(root, toy.compile_cache), startup_timeout_s=60.0)
-    assert _files_in(root) == 0
+    assert files_in(root) == 0
     with docker_launcher.start(spec):
         pass
-    assert _files_in(root / "triton") == 1  # written inside the container, kept on the host
+    assert files_in(root / "triton") == 1  # written inside the container, kept on the host
     with docker_launcher.start(spec):
         pass
-    assert _files_in(root / "triton") == 2
+    assert files_in(root / "triton") == 2
 
 
 def test_build_failure_is_one_line(docker_launcher, toy_images):
@@ -395,11 +395,11 @@ def test_watchdog_stops_a_growing_container(docker_launcher, toy_images, tiny_gg
 
 def test_host_pip_settings_reach_the_build(docker_launcher, tmp_path):
     """pip inside a build is configured as on the host; local pip folders are served to it."""
-    from suite.launchers.docker import _local_path, host_pip_config
+    from suite.launchers.docker import local_path, host_pip_config
 
     settings = host_pip_config()
     local = [loc for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL")
-             for loc in settings.get(name, "").split() if _local_path(loc) and _local_path(loc).exists()]
+             for loc in settings.get(name, "").split() if local_path(loc) and local_path(loc).exists()]
     if not local:
         pytest.skip("this host's pip uses no local folder")
     folder = tmp_path / "images" / "pip-probe"

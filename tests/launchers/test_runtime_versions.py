@@ -212,7 +212,7 @@ def test_a_release_is_a_build_arg_and_its_own_image_tag() -> None:
 
 def test_a_variant_pins_its_base_image(tmp_path: Path) -> None:
     pytest.importorskip("docker")
-    from suite.launchers.docker import build_args_for, image_tag, _image_source
+    from suite.launchers.docker import build_args_for, image_tag, image_source
 
     base = tmp_path / "images" / "up"
     base.mkdir(parents=True)
@@ -226,7 +226,7 @@ def test_a_variant_pins_its_base_image(tmp_path: Path) -> None:
                                       '[docker]\ncommand = ["--other"]\n')
     variant = load_definitions(tmp_path / "images")["up-variant"]
     pinned = with_version(variant, "1.1")
-    assert build_args_for(_image_source(pinned)) == {"UP_IMAGE": "up/server:v1.1"}
+    assert build_args_for(image_source(pinned)) == {"UP_IMAGE": "up/server:v1.1"}
     assert image_tag(pinned) != image_tag(variant)
 
 

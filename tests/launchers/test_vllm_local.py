@@ -215,14 +215,14 @@ def test_the_install_recipe_is_the_definitions_and_executable() -> None:
 
 def test_doctor_says_which_way_each_vllm_arm_would_use(existing: Path, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from suite.cli import _python_way_line
+    from suite.cli import python_way_line
 
     d = get_definition("vllm")
-    assert _python_way_line(d, "0.24.0") == (f"vllm 0.24.0 from the existing environment {sys.executable} "
+    assert python_way_line(d, "0.24.0") == (f"vllm 0.24.0 from the existing environment {sys.executable} "
                                             f"with PYTHONPATH={existing} (SUITE_VLLM_PYTHON)")
     monkeypatch.delenv("SUITE_VLLM_PYTHON")
-    assert _python_way_line(d, "0.24.0") == "vllm 0.24.0 from its own venv from the package index (not installed yet)"
-    assert _python_way_line(get_definition("llamacpp"), None) is None
+    assert python_way_line(d, "0.24.0") == "vllm 0.24.0 from its own venv from the package index (not installed yet)"
+    assert python_way_line(get_definition("llamacpp"), None) is None
 
 
 def test_offline_a_release_the_wheelhouse_holds_is_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

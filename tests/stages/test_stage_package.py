@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from suite.stages.base import ExportTable, Stage
 from suite.stages.repeat import select_prompts
@@ -36,6 +36,11 @@ class ProbeLine(RequestLineBase):
     index: int
 
 
+class ProbeSettings(BaseModel):
+    requests: int = Field(default=4, ge=1)
+    max_tokens: int = 8
+
+
 class ProbeResult(BaseModel):
     answers: list[str]
     distinct: int
@@ -44,9 +49,10 @@ class ProbeResult(BaseModel):
 
 def run(ctx: Any) -> ProbeResult:
     prompt = select_prompts(ctx.profile.gate_prompts)[0]
+    settings = STAGE.settings_for(ctx.profile)
     answers = []
-    for i in range(2):
-        c = ctx.client.complete(prompt.prompt, max_tokens=8)
+    for i in range(settings.requests):
+        c = ctx.client.complete(prompt.prompt, max_tokens=settings.max_tokens)
         ctx.record_request("probe", index=i, text=c.text, finish_reason=c.finish_reason,
                            completion_tokens=c.completion_tokens)
         answers.append(c.text)
@@ -61,7 +67,8 @@ def rows(r: ProbeResult) -> list[dict[str, Any]]:
 STAGE = Stage(name="probe", result=ProbeResult, run=run, fresh_runtimes=False, in_bench=False,
               summary="the first gate prompt twice, from a package of its own", lines=(ProbeLine,),
               tables=(ExportTable("probe", rows),), exported_requests=("probe",),
-              page_title="probe", section="tables")
+              page_title="probe", section="tables",
+              settings=ProbeSettings, profiles={"quick": {"requests": 2}})
 '''
 
 
@@ -102,8 +109,11 @@ def test_a_stage_from_another_package_reaches_record_resume_export_and_page(tmp_
     assert done.returncode == 0, done.stderr[-2000:]
     (run,) = (results / "tiny" / "llamacpp").iterdir()
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["probe"]["distinct"] in (1, 2) and len(summary["probe"]["answers"]) == 2
+    assert summary["probe"]["distinct"] in (1, 2) and len(summary["probe"]["answers"]) == 2  # quick: 2 requests
     assert (run / "stages" / "probe.json").exists()
+    # its own settings, resolved for the profile, are recorded with the profile's
+    settings = json.loads((run / "run.json").read_text())["profile_settings"]["stage_settings"]
+    assert settings == {"probe": {"requests": 2, "max_tokens": 8}}
     assert _kinds(run).count("probe") == 2
 
     # --resume: a run that stopped after its gate (no probe result, no summary) runs the probe only
@@ -151,7 +161,29 @@ def test_a_stage_package_that_cannot_load_is_one_line_and_exit_2(tmp_path: Path)
     wrong = _package(tmp_path / "b", "suite_probe_wrong", "suite_probe_wrong:ProbeResult")
     r = _suite(["results", "--results", str(tmp_path / "none")], wrong, tmp_path, timeout=120)
     assert r.returncode == 2 and "not a suite.stages.base.Stage but a ModelMetaclass" in r.stderr
+    bad = _package(tmp_path / "d", "suite_probe_bad", "suite_probe_bad:STAGE")
+    (bad / "suite_probe_bad.py").write_text(PROBE.replace('profiles={"quick": {"requests": 2}}', 'profiles={"quick": {"requests": 0}}'))
+    r = _suite(["bench", "--model", "tiny", "--arms", "llamacpp", "--launcher", "local", "--profile", "quick",
+                "--stages", "gate,probe", "--results", str(tmp_path / "r")], bad, tmp_path, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and not (tmp_path / "r").exists()
+    assert "stage 'probe', profile 'quick': setting requests: Input should be greater than or equal to 1" in r.stderr
     taken = _package(tmp_path / "c", "suite_probe_taken", "suite_probe_taken:STAGE")
     (taken / "suite_probe_taken.py").write_text(PROBE.replace('name="probe"', 'name="gate"'))
     r = _suite(["--version"], taken, tmp_path, timeout=120)
     assert r.returncode == 2 and "a stage named 'gate' exists already" in r.stderr
+
+
+def test_a_run_recorded_before_a_profile_setting_existed_still_resumes() -> None:
+    """A field added to the profile with a default (here `stage_settings`) compares as that default
+    against a run recorded before it existed: the run may be continued; a value that differs may not."""
+    from suite.bench import configuration_differences
+    from suite.profiles import get_profile
+    from suite.records import RunManifest
+
+    profile = get_profile("quick")
+    old = {k: v for k, v in profile.model_dump(mode="json").items() if k != "stage_settings"}
+    manifest = RunManifest(run_id="r", model="tiny", arm="a", runtime="llamacpp", launcher="local",
+                           profile="quick", started_at="2026-12-01T00:00:00Z", profile_settings=old)
+    assert not any(d.startswith("profile settings") for d in configuration_differences(manifest, None, profile))
+    changed = manifest.model_copy(update={"profile_settings": {**old, "gate_requests": 7}})
+    assert "profile settings gate_requests" in configuration_differences(changed, None, profile)

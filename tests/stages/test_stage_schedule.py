@@ -153,7 +153,8 @@ def test_a_continued_run_adds_no_controls_for_a_gate_it_already_has(monkeypatch)
 def test_preflight_reads_every_stage_that_may_run(monkeypatch, profile, update, extra):
     prof = PROFILES[profile].model_copy(update=update)
     checked: list[str] = []
-    monkeypatch.setattr(bench, "get_stage", lambda name: SimpleNamespace(inputs=lambda p: checked.append(name)))
+    monkeypatch.setattr(bench, "get_stage", lambda name: SimpleNamespace(inputs=lambda p: checked.append(name),
+                                                                         settings_for=lambda p: None))
     bench.preflight(["latency"], prof, None)
     expected = {"latency"}
     expected |= {"controls"} if prof.auto_controls else set()
