@@ -680,6 +680,13 @@ def _sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _say_error(text: str) -> None:
+    """`error: ...` on stderr as one line, whatever the text holds (a key or value with a line
+    break in a user's file), never read as markup."""
+    line = " ".join(str(text).splitlines())
+    Console(stderr=True).print(f"[red]error:[/red] {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
+
+
 def main() -> None:
     # Ctrl-C, SIGTERM, SIGHUP (the terminal closed) and SIGQUIT stop the runtimes on every path,
     # also when the suite was started with SIGINT ignored (a background job of a non-interactive
@@ -693,7 +700,7 @@ def main() -> None:
 
     if LOAD_ERRORS:  # an installed stage that cannot be added: said before anything runs
         for line in LOAD_ERRORS:
-            Console(stderr=True).print(f"[red]error:[/red] {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
+            _say_error(line)
         sys.exit(2)
     try:
         # Without standalone mode typer returns the exit code (130 after Ctrl-C) instead of exiting.
@@ -703,9 +710,7 @@ def main() -> None:
         if isinstance(code, int) and code:
             sys.exit(code)
     except SuiteError as exc:
-        # One line, whatever the message holds (a key or value with a line break in a user's file).
-        line = " ".join(str(exc).splitlines())
-        Console(stderr=True).print(f"[red]error:[/red] {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
+        _say_error(str(exc))
         sys.exit(2)
     except KeyboardInterrupt:
         Console(stderr=True).print("interrupted; runtimes stopped")
@@ -727,8 +732,7 @@ def main() -> None:
             sys.exit(getattr(exc, "exit_code", 2))
         if type(exc).__name__ == "Abort":
             sys.exit(130)
-        line = rich.markup.escape(usage_line(exc))
-        Console(stderr=True).print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
+        _say_error(usage_line(exc))
         sys.exit(getattr(exc, "exit_code", 2) or 2)
 
 

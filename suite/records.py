@@ -31,7 +31,7 @@ import re
 from typing import Annotated, Any, Callable, Iterable, Literal, Union
 
 from memwatch.report import WatchdogReport
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError, create_model
 
 from suite.contention import Contention
 from suite.errors import SuiteError

@@ -119,7 +119,7 @@ case "$PHASE" in
     until [ -f /tmp/vllm-bg/.done ] || [ $(( $(date +%s) - T0 )) -ge "${2:-60}" ]; do sleep 5; done
     [ -f /tmp/vllm-bg/.done ] && say "detached phases done" || say "detached phases still running"
     for f in /tmp/vllm-bg/phase-*.log; do echo "--- $f"; tail -6 "$f"; done
-    cp -r /tmp/vllm-bg/. "$OUT/bg/" 2>/dev/null || { mkdir -p "$OUT/bg" && cp -r /tmp/vllm-bg/. "$OUT/bg/"; }
+    mkdir -p "$OUT/bg" && cp -r /tmp/vllm-bg/. "$OUT/bg/"
     exit 0 ;;
   elimination)
     install_vllm || { pack; exit 1; }

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Literal, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from suite import progress
+from suite.errors import SuiteError
 
 if TYPE_CHECKING:
     from suite.catalog import Arm, ModelCard, Sampling
@@ -193,10 +194,6 @@ class Stage:
         (`profiles`), then the run's own (`Profile.stage_settings`); a bad value is one line."""
         if self.settings is None:
             return None
-        from pydantic import ValidationError
-
-        from suite.errors import SuiteError
-
         values = {**self.profiles.get(profile.name, {}), **profile.stage_settings.get(self.name, {})}
         try:
             return self.settings.model_validate(values)

@@ -181,11 +181,16 @@ def _ran_with(row: ControlRow, running: Any) -> None:
     row.args = list(getattr(running, "launch_args", None) or [])
 
 
+def gate_tokens(gate: GateResult | None) -> int:
+    """Output tokens of every answer a gate counted (each distinct answer's length times its count)."""
+    return sum((a.n_tokens or 0) * a.count for p in gate.prompts for a in p.answers) if gate else 0
+
+
 def row_from_gate(row: ControlRow, gate: GateResult) -> ControlRow:
     row.gate = gate
     row.reproducible = gate.reproducible
     row.request_extra = dict(gate.request_extra)
-    tokens = sum((a.n_tokens or 0) * a.count for p in gate.prompts for a in p.answers)
+    tokens = gate_tokens(gate)
     row.tokens_per_s = round(tokens / gate.http_s, 3) if gate.http_s > 0 and tokens else None
     for p in gate.prompts:
         row.distinct[p.prompt_id] = p.distinct_answers
@@ -201,8 +206,7 @@ def row_from_gate(row: ControlRow, gate: GateResult) -> ControlRow:
 
 def _with_energy(row: ControlRow, meter: EnergyMeter) -> ControlRow:
     """The row's energy over its gate, per output token of the gate's answers."""
-    gate = row.gate
-    tokens = sum((a.n_tokens or 0) * a.count for p in gate.prompts for a in p.answers) if gate else 0
+    tokens = gate_tokens(row.gate)
     row.energy = meter.result(tokens or None)
     return row
 
@@ -306,7 +310,7 @@ def pool_launches(row: ControlRow, launches: list[ControlRow]) -> None:
     start-up) over all of them, not over the first alone."""
     if len(launches) < 2:
         return
-    tokens = sum((a.n_tokens or 0) * a.count for r in launches if r.gate for p in r.gate.prompts for a in p.answers)
+    tokens = sum(gate_tokens(r.gate) for r in launches)
     http_s = sum(r.gate.http_s for r in launches if r.gate)
     row.tokens_per_s = round(tokens / http_s, 3) if http_s > 0 and tokens else None
     energies = [r.energy for r in launches]

@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field
 from suite.stages.base import ExportTable, FreshLaunch, Stage, export_cell
 from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
+from suite.secrets import scrub
 from suite.analysis.repro import ALPHA, LaunchFigures, LaunchPair, Pattern, analyse_launches, requests_for_transient
 from suite.stages.repeat import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
 
@@ -329,8 +330,6 @@ def cache_not_loaded(log_path: Path | None, patterns: list[str]) -> str | None:
     use it (one of `patterns`), cut to 300 characters and scrubbed of secrets; None when none says so."""
     if not patterns or log_path is None or not Path(log_path).is_file():
         return None
-    from suite.secrets import scrub
-
     compiled = [re.compile(p) for p in patterns]
     with Path(log_path).open(errors="replace") as fh:
         for line in fh:
