@@ -85,4 +85,7 @@ def test_workers_that_die_unreaped_with_their_runtime_count_as_its_own() -> None
         os.killpg(runtime.pid, signal.SIGKILL)  # the worker dies with it; its parent never waits for it
         runtime.wait()
     c = m.result()
-    assert c is not None and c.others_share < BUSY_SHARE / 2, c
+    # The old meter lost the worker's whole second core (others ~0.45); a 2.4 s window on a 2-core
+    # machine also catches the machine's own background work (up to 0.14 seen in CI): the stage must
+    # not be marked busy, which is the claim the defect made falsely.
+    assert c is not None and not c.busy and c.others_share < BUSY_SHARE, c
