@@ -18,6 +18,7 @@
 #     bash benchmarks/gpu/run_vllm_studies.sh restarts ARM CACHES K   # random-qwen3: study 3 on one arm
 #     bash benchmarks/gpu/run_vllm_studies.sh coldgate      # random-qwen3: gate 20 x 3 prompts, prefix caching off; HUMMING on random-llama-1b
 #     bash benchmarks/gpu/run_vllm_studies.sh humming       # random-llama-1b: the HUMMING W4A16 arm's gate
+#     bash benchmarks/gpu/run_vllm_studies.sh matrix        # random-llama-1b, HUMMING W4A16: gate, then the automatic control matrix
 #     bash benchmarks/gpu/run_vllm_studies.sh gate          # random-llama-1b: gate (200), batch, both modes
 #     bash benchmarks/gpu/run_vllm_studies.sh studies       # sessions x replicates with a LoRA adapter
 #     (prep: the AMX check of the llama.cpp build, when its inputs travel)
@@ -40,6 +41,8 @@ export SUITE_VLLM_PYTHON=python3 SUITE_VLLM_PYTHONPATH=$TARGET SUITE_TOOLS_PYTHO
 export SUITE_CACHE=/tmp/suite-cache RESULTS=/tmp/suite-results HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 TERM=dumb COLUMNS=200
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# a phase's time limit: a call of a lent machine ends at ten minutes; a detached phase may run longer
+LIMIT=${PHASE_LIMIT:-585}
 suite() { python3 -m suite.cli "$@"; }
 pack() {
   [ -d "$RESULTS" ] && tar -C "$RESULTS" -czf "$OUT/results.tar.gz" .
@@ -58,7 +61,7 @@ humming_gate() {  # random-llama-1b's HUMMING W4A16 arm: its gate, with the kern
   [ -d "$SUITE_CACHE/models/random-llama-1b" ] || { say "== random-llama-1b: the checkpoint (seed 0)"; suite setup --model random-llama-1b 2>&1 | tail -3; }
   python3 -c "import humming, importlib.metadata as m; print('humming-kernels', m.version('humming-kernels'))" 2>&1 | tail -2
   say "== random-llama-1b vllm-gpu-humming-w4a16: gate 20 x 3 prompts"
-  timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b \
+  timeout $(( LIMIT - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b \
       --arms vllm-gpu-humming-w4a16 --profile standard --stages gate --no-auto-controls 2>&1 | tail -30
   pack
 }
@@ -95,6 +98,19 @@ case "$PHASE" in
     # pydantic and the rest first: the suite itself needs them before vLLM is put together
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$TARGET" \
       /tmp/vparts/deps/*.whl && say "deps installed in $TARGET"
+    # the suite's own imports: only what the machine lacks (a newer huggingface_hub beside the
+    # machine's transformers breaks it), from deps/suite, into SITE
+    wheels=""
+    for pair in httptools:httptools typer:typer click:click shellingham:shellingham rich:rich \
+        markdown_it:markdown_it_py mdurl:mdurl pygments:pygments prometheus_client:prometheus_client \
+        docker:docker requests:requests urllib3:urllib3 certifi:certifi charset_normalizer:charset_normalizer \
+        idna:idna jinja2:jinja2 markupsafe:markupsafe psutil:psutil pynvml:nvidia_ml_py \
+        huggingface_hub:huggingface_hub uvloop:uvloop httpx:httpx httpcore:httpcore h11:h11 anyio:anyio \
+        tokenizers:tokenizers tabulate:tabulate; do
+      python3 -c "import ${pair%%:*}" 2>/dev/null || wheels="$wheels $(ls /tmp/vparts/deps/suite/"${pair#*:}"-*.whl 2>/dev/null)"
+    done
+    [ -n "${wheels// /}" ] && python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" $wheels \
+      && say "the suite's wheels the machine lacked, in $SITE:$(for w in $wheels; do printf ' %s' "$(basename "$w" | cut -d- -f1)"; done)"
     python3 -c "import suite.cli, suite.launchers.local, suite.stages.batch; print('suite imports')" ;;
   part)
     mkdir -p /tmp/vparts && cp "$REPO/.gpu/vllm/vllm.tar.xz.part-$2" /tmp/vparts/ && ls -la /tmp/vparts
@@ -112,7 +128,7 @@ case "$PHASE" in
     shift
     mkdir -p /tmp/vllm-bg && rm -f /tmp/vllm-bg/.done
     # each PHASE[:ARG:ARG] runs as its own invocation (its own clock), detached from this call
-    chain=""; for ph in "$@"; do chain="$chain OUT=/tmp/vllm-bg bash '$REPO/benchmarks/gpu/run_vllm_studies.sh' ${ph//:/ };"; done
+    chain=""; for ph in "$@"; do chain="$chain OUT=/tmp/vllm-bg PHASE_LIMIT=${PHASE_LIMIT:-1700} bash '$REPO/benchmarks/gpu/run_vllm_studies.sh' ${ph//:/ };"; done
     setsid nohup bash -c "$chain touch /tmp/vllm-bg/.done" >/tmp/vllm-bg/chain.log 2>&1 < /dev/null &
     say "detached: $*" ;;
   collect)
@@ -120,6 +136,8 @@ case "$PHASE" in
     [ -f /tmp/vllm-bg/.done ] && say "detached phases done" || say "detached phases still running"
     for f in /tmp/vllm-bg/phase-*.log; do echo "--- $f"; tail -6 "$f"; done
     mkdir -p "$OUT/bg" && cp -r /tmp/vllm-bg/. "$OUT/bg/"
+    # what a phase still running has written so far (its request lines), in case the machine goes
+    [ -d "$RESULTS" ] && tar -C "$RESULTS" -czf "$OUT/bg/results-now.tar.gz" .
     exit 0 ;;
   elimination)
     install_vllm || { pack; exit 1; }
@@ -167,7 +185,7 @@ case "$PHASE" in
     install_vllm || { pack; exit 1; }
     [ -d "$SUITE_CACHE/models/random-qwen3" ] || { say "== random-qwen3: the checkpoint (seed 0)"; suite setup --model random-qwen3 2>&1 | tail -3; }
     say "== random-qwen3 $ARM: gate 5 x 3 prompts, then $K restarts ($CACHES compile caches)"
-    timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-qwen3 --arms "$ARM" \
+    timeout $(( LIMIT - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-qwen3 --arms "$ARM" \
         --profile standard --stages gate,restarts --gate-requests 5 --restarts "$K" --restart-caches "$CACHES" \
         --no-auto-controls 2>&1 | tail -30
     pack ;;
@@ -182,6 +200,16 @@ case "$PHASE" in
   humming)
     install_vllm || { pack; exit 1; }
     humming_gate ;;
+  matrix)
+    install_vllm || { pack; exit 1; }
+    [ -d "$SUITE_CACHE/models/random-llama-1b" ] || { say "== random-llama-1b: the checkpoint (seed 0)"; suite setup --model random-llama-1b 2>&1 | tail -3; }
+    python3 -c "import importlib.metadata as m; print('humming-kernels', m.version('humming-kernels'))" 2>&1 | tail -1
+    # the gate decides: where it varies, the bench adds the control matrix itself (every control
+    # runtime.toml declares, one fresh launch each, on the prompts that varied)
+    say "== random-llama-1b vllm-gpu-humming-w4a16: gate 20 x 3 prompts, then the automatic control matrix"
+    timeout $(( LIMIT - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b \
+        --arms vllm-gpu-humming-w4a16 --profile standard --stages gate 2>&1 | tail -40
+    pack ;;
   gate)
     install_vllm || { pack; exit 1; }
     say "== random-llama-1b: the checkpoint (seed 0)"
@@ -193,12 +221,12 @@ case "$PHASE" in
         --controls prefix-caching-off 2>&1 | tail -30
     pack
     say "== random-llama-1b vllm-gpu-batch-invariant: gate 200, batch composition"
-    timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b \
+    timeout $(( LIMIT - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-llama-1b \
         --arms vllm-gpu-batch-invariant $B 2>&1 | tail -25
     pack ;;
   studies)
     say "== study 2: sessions x replicates, base and LoRA adapter in the same processes"
-    timeout $(( 585 - ($(date +%s) - T0) )) python3 -m suite.cli study sessions --model random-llama-1b \
+    timeout $(( LIMIT - ($(date +%s) - T0) )) python3 -m suite.cli study sessions --model random-llama-1b \
         --arms vllm-gpu --sessions 6 --replicates 3 --lora --profile quick 2>&1 | tail -30
     pack ;;
 esac
