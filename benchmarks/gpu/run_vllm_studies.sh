@@ -132,6 +132,8 @@ case "$PHASE" in
     setsid nohup bash -c "$chain touch /tmp/vllm-bg/.done" >/tmp/vllm-bg/chain.log 2>&1 < /dev/null &
     say "detached: $*" ;;
   collect)
+    # a machine released between calls comes back bare: nothing detached runs there, nothing to wait for
+    [ -d /tmp/vllm-bg ] || { say "nothing detached on this machine (it was released since: a fresh machine)"; exit 3; }
     until [ -f /tmp/vllm-bg/.done ] || [ $(( $(date +%s) - T0 )) -ge "${2:-60}" ]; do sleep 5; done
     [ -f /tmp/vllm-bg/.done ] && say "detached phases done" || say "detached phases still running"
     for f in /tmp/vllm-bg/phase-*.log; do echo "--- $f"; tail -6 "$f"; done
