@@ -24,7 +24,6 @@ from pydantic import BaseModel
 from suite.analysis.repro import PromptAnalysis, Sample, analyse, first_diff
 from suite.analysis.stats import Distribution, MeanSE, PairedDifference, distribution_fields, paired_difference
 from suite.errors import SuiteError
-from suite.gpu import ratio_text
 from suite.records import Summary, load_all
 from suite.stages.latency import LatencyLine
 from suite.stages.lines import AnswerLine
@@ -32,11 +31,8 @@ from suite.signature import flatten_signature
 from suite.stages import ORDER
 from suite.stages.controls import ControlsResult
 from suite.stages.extraction import ExtractionResult
-from suite.stages.batch import BatchResult, gap_text
-from suite.stages.repeat import GateResult, truncation_by_prompt
+from suite.stages.repeat import GateResult
 from suite.stages.latency import LatencyLevel, LatencyResult
-from suite.stages.restarts import RestartsResult
-from suite.stages.sessions import SessionsResult
 
 log = logging.getLogger(__name__)
 
@@ -742,144 +738,6 @@ def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> lis
     return out
 
 
-row_truncation = truncation_by_prompt  # per prompt of a control row's gate: (answers cut at max_tokens, the cap)
-
-
-def control_row_line(row: dict[str, Any]) -> str:
-    """`batch-invariant: 1 distinct of 200, 0.74x the tokens/s, 1.30x the J/token`: one row of the
-    control matrix against the default row, in one line (a ratio only where both figures exist)."""
-    cells = [c for c in row["cells"] if c is not None]
-    if row["status"] != "ok" or not cells:
-        return f"{row['configuration']}: {row['status']}" + (f" ({row['reason']})" if row.get("reason") else "")
-    distinct = "; ".join(f"{c['distinct']} distinct of {c['answered']}"
-                         + (f" (first answer alone different in {c['cold_odd'][0]} of {c['cold_odd'][1]} launches)"
-                            if c.get("cold_odd") else "") for c in cells)
-    parts = [distinct]
-    if row["configuration"] != "default":
-        if row.get("cost") is not None:
-            parts.append(f"{row['cost']:.2f}x the tokens/s")
-        if row.get("energy_cost") is not None:
-            parts.append(f"{row['energy_cost']:.2f}x the J/token")
-    elif row.get("j_per_token") is not None:
-        parts.append(f"{row['j_per_token']:.3g} J/token")
-    return f"{row['configuration']}: " + ", ".join(parts)
-
-
-def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, Any] | None:
-    """The control matrix: one row per configuration, distinct answers per gate prompt."""
-    if c is None:
-        return None
-    prompts = list(c.prompts) or prompt_ids
-    rows = []
-    for r in c.rows:
-        cut = row_truncation(r.gate)
-        cells = [None if pid not in r.distinct else {
-            "distinct": r.distinct[pid], "answered": r.answered.get(pid), "lengths": r.lengths.get(pid),
-            "truncated": cut.get(pid, (None, None))[0], "max_tokens": cut.get(pid, (None, None))[1],
-            # a transient's row: launches whose first answer alone differed, of the launches run
-            "cold_odd": (sum(1 for x in r.cold_odd[pid] if x), len(r.cold_odd[pid])) if pid in r.cold_odd else None}
-            for pid in prompts]
-        rows.append({
-            "configuration": r.configuration, "description": r.description, "status": r.status,
-            "reason": r.reason, "concurrency": r.concurrency, "startup_s": r.startup_s,
-            "reproducible": r.reproducible, "cells": cells, "ran_controls": r.ran_controls,
-            "env": r.env, "args": r.args, "tokens_per_s": r.tokens_per_s,
-            "j_per_token": r.energy.j_per_token if r.energy else None,
-            "energy_j": r.energy.joules if r.energy else None,
-            "mean_power_w": r.energy.mean_power_w if r.energy else None,
-        })
-    default_tps = next((row["tokens_per_s"] for row in rows if row["configuration"] == "default"), None)
-    default_jpt = next((row["j_per_token"] for row in rows if row["configuration"] == "default"), None)
-    for row in rows:
-        tps, jpt = row["tokens_per_s"], row["j_per_token"]
-        row["cost"] = tps / default_tps if tps is not None and default_tps else None
-        row["energy_cost"] = jpt / default_jpt if jpt is not None and default_jpt else None
-        row["line"] = control_row_line(row)
-    return {"prompts": prompts, "rows": rows, "n": c.n_requests, "launches": c.launches_per_row,
-            "elimination": c.elimination,
-            "automatic": c.automatic, "restoring": c.restoring, "spread_prompts": c.spread_prompts,
-            "by_conf": {row["configuration"]: row for row in rows}, "lora": c.lora}
-
-
-def restarts_view(r: RestartsResult | None) -> dict[str, Any] | None:
-    """Within-launch stability and across-launch consistency, with the agreement's 95% interval."""
-    if r is None:
-        return None
-    prompts = [{
-        "prompt_id": p.prompt_id, "within": p.within_distinct, "across": p.across_distinct,
-        "agreement": p.agreement, "ci": p.agreement_ci95, "lengths": p.lengths_text, "errors": p.errors,
-        "ci_note": p.ci_note, "pairs": p.pairs, "logprob_diff": p.across_logprob_diff,
-        "logprobs_apart": p.same_tokens_logprobs_apart,
-        "truncated": p.truncated, "answered": p.answered or sum(x.answered for x in p.per_launch),
-        "max_tokens": _max_tokens_of(r, p.prompt_id),
-    } for p in r.prompts]
-    outcomes = [{"index": o.index, "status": o.status, "reason": o.reason, "startup_s": o.startup_s,
-                 "cache_files_before": o.cache_files_before, "cache_files": o.cache_files,
-                 "cache_settings": o.cache_settings} for o in r.launch_outcomes]
-    return {
-        "launches": r.launches, "launched": r.launched, "per_launch": r.requests_per_launch,
-        "stable_within": r.stable_within, "consistent_across": r.consistent_across, "verdict": r.verdict,
-        "within_verdict": r.within_verdict, "across_verdict": r.across_verdict,
-        "prompts": prompts, "outcomes": outcomes, "by_prompt": {p["prompt_id"]: p for p in prompts},
-        "startup": [o.startup_s for o in r.launch_outcomes if o.startup_s is not None],
-        "cache_mode": r.cache_mode, "kept": restarts_view(r.with_kept_caches),
-        "caches_text": r.caches_text, "controls": r.controls,
-        "cache_counts": [o.cache_files_before for o in r.launch_outcomes],
-        "cache_settings": next((o.cache_settings for o in r.launch_outcomes if o.cache_settings), {}),
-    }
-
-
-def _max_tokens_of(r: RestartsResult, prompt_id: str) -> int | None:
-    """The token cap a launch's gate gave this prompt (the same in every launch)."""
-    return next((p.max_tokens for o in r.launch_outcomes if o.gate is not None for p in o.gate.prompts
-                 if p.prompt_id == prompt_id), None)
-
-
-def batch_view(b: BatchResult | None) -> dict[str, Any] | None:
-    """The batch-composition stage: per mode, the target's distinct answers with n, departures
-    from its one-at-a-time answer, the first one's token and logprob gap, tokens/s and J/token."""
-    if b is None:
-        return None
-    single = b.mode("single")
-    base_tps = single.tokens_per_s if single else None
-    modes = []
-    for m in b.modes:
-        d = m.first_divergence
-        modes.append({
-            "mode": m.mode, "trials": m.trials, "sizes": sorted(set(m.batch_sizes)), "distinct": m.target.distinct_answers,
-            "answered": m.target.answered, "failed": m.failed, "requests": m.requests,
-            "differ": m.differ_from_single, "same": m.same_as_single,
-            "first": gap_text(d) if d is not None and m.differ_from_single else None,
-            "context": (d.modal_context, d.other_context) if d is not None and m.differ_from_single else None,
-            "drift": m.same_tokens_logprob_diff, "tokens_per_s": m.tokens_per_s, "j_per_token": m.j_per_token,
-            "prefix_chars": m.prefix_chars, "pattern": m.target.pattern_text, "against": None,
-        })
-    return {"prompt_id": b.prompt_id, "max_tokens": b.max_tokens, "trials": b.trials, "verdict": b.verdict,
-            "varies": b.varies_with_batch, "modes": modes, "by_mode": {x["mode"]: x for x in modes},
-            "cache_reset": b.cache_reset, "cache_reset_note": b.cache_reset_note, "cache_reset_path": b.cache_reset_path,
-            "reference_tied": b.reference_tied, "distinct_overall": b.distinct_overall,
-            "answered_overall": b.answered_overall, "stopped": b.stopped_reason, "base_tps": base_tps,
-            "j_per_token": b.j_per_token}
-
-
-def batch_ratios(views: list[dict[str, Any] | None], arms: list[str]) -> None:
-    """Each arm's batch modes against the first arm's that ran the stage: `0.74x the tokens/s,
-    1.30x the J/token of vllm-gpu` (default mode against batch-invariant mode, on one page)."""
-    base_i = next((i for i, v in enumerate(views) if v), None)
-    if base_i is None:
-        return
-    base = views[base_i]
-    assert base is not None
-    for v in views[base_i + 1:]:
-        if not v:
-            continue
-        for x in v["modes"]:
-            b = base["by_mode"].get(x["mode"])
-            parts = [t for t in (ratio_text(x["tokens_per_s"], b and b["tokens_per_s"], "tokens/s"),
-                                 ratio_text(x["j_per_token"], b and b["j_per_token"], "J/token")) if t]
-            x["against"] = f"{', '.join(parts)} of {arms[base_i]}" if parts else None
-
-
 def controls_finding(controls: ControlsResult | None) -> str:
     """What the process of elimination found, for an arm's one-line verdict: the head of its own
     sentence, with the evidence of the first control it credited and its n ("prefix-caching-off
@@ -984,12 +842,3 @@ def arm_comparisons(runs: list["Run"], arms: list[str]) -> list[dict[str, Any]]:
                         "agree": sum(1 for p in prompts if p.modal_agree and p.caveat is None), "n": len(prompts),
                         "caveats": sum(1 for p in prompts if p.caveat is not None), "degrees": degrees})
     return out
-
-
-def sessions_view(r: SessionsResult | None) -> dict[str, Any] | None:
-    """Sessions x replicates: per configuration and prompt, distinct in K*R runs and the agreements."""
-    if r is None:
-        return None
-    return {"sessions": r.sessions, "replicates": r.replicates, "launched": r.launched,
-            "configurations": r.configurations, "table": r.table, "controls": r.controls,
-            "outcomes": [o for o in r.outcomes if o.status != "ok"]}

@@ -31,22 +31,27 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemBytecodeCache, FileSystemLoader, StrictUndefined, select_autoescape
+from jinja2 import (
+    ChoiceLoader, Environment, FileSystemBytecodeCache, FileSystemLoader, PrefixLoader, StrictUndefined,
+    select_autoescape,
+)
 from pydantic import BaseModel
 
 from suite.site import charts
 from suite.errors import SuiteError
 from suite.site.figures import (
-    ModelRuns, PromptView, Run, analyse_requests, arm_comparisons, batch_ratios, batch_view, controls_view,
+    ModelRuns, PromptView, Run, analyse_requests, arm_comparisons,
     extraction_pairs, extraction_view, gate_prompts, gate_settings_text, itl_gaps, latency_level, latency_sweep,
-    latency_table, load_runs, memory_line, prompt_view,
-    restarts_view, sessions_view, signature_rows, slug, watchdog_view, with_thousands,
+    latency_table, load_runs, memory_line, prompt_view, signature_rows, slug, watchdog_view, with_thousands,
 )
 from suite.paths import SITE_DIR, cache_dir
 from suite.records import read_requests
 from suite.stages.latency import LatencyLine
 from suite.stages.lines import AnswerLine
 from suite.stages import STAGES
+from suite.stages.base import PageInputs, SectionTemplate
+from suite.stages.controls.view import controls_view
+from suite.stages.restarts.view import restarts_view
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +151,10 @@ def make_env() -> Environment:
     except OSError as exc:  # a read-only cache folder: compile every time
         log.debug("no template cache: %s", exc)
     env = Environment(
-        loader=FileSystemLoader(str(TEMPLATES_DIR)),
+        # the site's own templates, then each stage's section in its own folder ("restarts/section.html")
+        loader=ChoiceLoader([FileSystemLoader(str(TEMPLATES_DIR)), PrefixLoader({
+            stage.name: FileSystemLoader(str(stage.folder)) for stage in STAGES.values()
+            if isinstance(stage.section, SectionTemplate)})]),
         auto_reload=False,
         bytecode_cache=bytecode_cache,
         autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True),
@@ -388,39 +396,34 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
             if sid not in section_ids:
                 section_ids.append(sid)
 
-    controls = [controls_view(r.s.controls, prompt_ids) for r in by["controls"]]
-    control_configs: list[str] = []
-    for c in controls:
-        for row in (c or {}).get("rows", []):
-            if row["configuration"] not in control_configs:
-                control_configs.append(row["configuration"])
-    restarts = [restarts_view(r.s.restarts) for r in by["restarts"]]
-    restart_prompts: list[str] = []
-    for rs in restarts:
-        for p in (rs or {}).get("prompts", []):
-            if p["prompt_id"] not in restart_prompts:
-                restart_prompts.append(p["prompt_id"])
-
-    batch = [batch_view(r.s.batch) for r in by["batch"]]
-    batch_ratios(batch, arms)
+    # the sections stages draw with templates of their own, in their slots of the page
+    inputs = PageInputs(arms=arms, prompt_ids=prompt_ids)
+    stage_slots: dict[str, list[str]] = {"answers": [], "causes": [], "costs": []}
+    variables: dict[str, Any] = {}
+    templated = [s for s in STAGES.values() if isinstance(s.section, SectionTemplate) and s.name in by]
+    for stage in sorted(templated, key=lambda s: s.section.order):  # type: ignore[union-attr]
+        section = stage.section
+        assert isinstance(section, SectionTemplate)
+        variables.update(section.variables([getattr(r.s, stage.name, None) for r in by[stage.name]], inputs))
+        stage_slots[section.slot].append(f"{stage.name}/{section.template}")
     # the sections of stages the page does not draw by hand (a stage added as its own package)
     stage_sections = [
         {"name": stage.name, "title": stage.page_title, "summary": stage.summary,
          "arms": [(r.s.arm, stage.page_section(getattr(r.s, stage.name, None))) for r in by[stage.name]]}
-        for stage in STAGES.values() if stage.section is not None and stage.name in by]
+        for stage in STAGES.values() if stage.section is not None and not isinstance(stage.section, SectionTemplate)
+        and stage.name in by]
     site.write(
         model.page, "model.html", model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
         gate=gate, generated=generated, ttft_svg=drawn["ttft"].result(), itl_svg=drawn["itl"].result(),
         memory_svg=drawn["memory"].result(), latency_rows=latency_table(by["latency"]), extraction=extraction,
         extraction_pairs=extraction_pairs([r.s.extraction for r in by["extraction"]], arms),
         section_ids=section_ids, watchdog=[watchdog_view(r.s.watchdog) for r in runs],
-        controls=controls, signature_rows=signature_rows(runs),
+        signature_rows=signature_rows(runs),
         latency_levels=[latency_level(r.s.latency) for r in by["latency"]],
         latency_sweeps=[latency_sweep(r.s.latency) for r in by["latency"]], sweep_svg=drawn["sweep"].result(),
-        restarts=restarts, restart_prompts=restart_prompts, control_configs=control_configs,
-        arm_comparisons=arm_comparisons(gate_runs, arms), sessions=[sessions_view(r.s.sessions) for r in by["sessions"]],
+        arm_comparisons=arm_comparisons(gate_runs, arms),
         gate_settings=gate_settings_text([r.s.gate for r in gate_runs], arms),
-        batch=batch, stage_sections=stage_sections, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),
+        stage_slots=stage_slots, **variables, stage_sections=stage_sections, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),
     )
 
 

@@ -13,6 +13,8 @@ a stage records passes through `StageContext.record_request`, which also advance
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +138,37 @@ def section_from_tables(tables: tuple[ExportTable, ...], result: Any, sentence: 
 
 
 @dataclass(frozen=True)
+class PageInputs:
+    """What a stage's page view gets besides its own results (one per arm, None where that arm's
+    runs never ran the stage): the page's arms in column order and its gate prompts in row order."""
+
+    arms: list[str]
+    prompt_ids: list[str]
+
+
+@dataclass(frozen=True)
+class SectionTemplate:
+    """A stage's own section of a model page, drawn by a template in the stage's folder.
+
+    `template` is the file's name in the folder of the module that defines the stage (so a stage
+    that is a package keeps its section beside its code); `view` names, as "module:function" and
+    imported only when a page is built, the function that turns the stage's results (one per arm,
+    in the page's column order) and the page's `PageInputs` into the template's variables. `slot`
+    is the page's place for it ("answers": after the gate; "causes": after the determinism mode;
+    "costs": after the latency), `order` its place among the slot's sections."""
+
+    template: str
+    view: str
+    slot: Literal["answers", "causes", "costs"]
+    order: int = 0
+
+    def variables(self, results: list[Any], page: PageInputs) -> dict[str, Any]:
+        """The template's variables for these results (the view imported on first use)."""
+        module, _, function = self.view.partition(":")
+        return dict(getattr(importlib.import_module(module), function)(results, page))
+
+
+@dataclass(frozen=True)
 class Stage:
     """One stage: its name (the record's key), result model, and how it runs."""
 
@@ -175,10 +208,11 @@ class Stage:
     # Its section's name on a model page (None: no section of its own there; the reloads show in
     # the extraction's).
     page_title: str | None = None
-    # Its section, where the model page does not draw one by hand (a stage added as a package of its
-    # own): a function from its result to the arm's `PageSection`, or "tables" for its export
-    # tables under the result's `verdict` (if it has one). None: the page draws it (or none).
-    section: "Callable[[Any], PageSection] | Literal['tables'] | None" = None
+    # Its section of a model page: a template of its own beside its code with the view that fills it
+    # (`SectionTemplate`); or, with nothing to draw, a function from one arm's result to that arm's
+    # `PageSection`, or "tables" for its export tables under the result's `verdict` (both drawn by
+    # the page's generic section). None: the page draws none (or draws it itself).
+    section: "SectionTemplate | Callable[[Any], PageSection] | Literal['tables'] | None" = None
     # Its own settings, for a stage whose settings are not fields of `Profile` (a stage added as its
     # own package): their model, and per profile name the values that differ from its defaults.
     # `settings_for(profile)` gives them; the run record keeps them with the profile's settings.
@@ -204,11 +238,16 @@ class Stage:
 
     def page_section(self, result: Any) -> PageSection | None:
         """This stage's part of a model page for one arm's result, where it declares a `section`."""
-        if self.section is None or result is None:
+        if self.section is None or result is None or isinstance(self.section, SectionTemplate):
             return None
         if self.section == "tables":
             return section_from_tables(self.tables, result, str(getattr(result, "verdict", "") or ""))
         return self.section(result)
+
+    @property
+    def folder(self) -> Path:
+        """The folder of the module that defines the stage (its package, for a stage that is one)."""
+        return Path(inspect.getfile(self.run)).parent
 
     def requests_for(self, profile: "Profile") -> int | None:
         """`planned(profile)`, or None when the stage cannot say (or the profile is one it refuses:

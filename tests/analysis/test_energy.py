@@ -138,7 +138,7 @@ def test_no_driver_no_energy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_control_row_reads_against_the_default_in_time_and_energy() -> None:
-    from suite.site.figures import controls_view
+    from suite.stages.controls.view import controls_view
     from suite.stages.controls import ControlRow, ControlsResult
 
     def row(name: str, tps: float, joules: float, tokens: int) -> ControlRow:
@@ -239,7 +239,7 @@ def test_the_bench_records_each_stage_joules_per_output_token(nvml_fake, server:
 
 
 def test_batch_modes_read_against_the_first_arm_in_time_and_energy() -> None:
-    from suite.site.figures import batch_ratios
+    from suite.stages.batch.view import batch_ratios
 
     def view(tps: float | None, jpt: float | None) -> dict:
         x = {"mode": "mixed", "tokens_per_s": tps, "j_per_token": jpt, "against": None}

@@ -119,7 +119,7 @@ def test_only_the_process_cold_prompt_is_called_first_after_the_start():
 
 
 def test_truncation_and_controls_reach_the_restarts_page_figures():
-    from suite.site.figures import restarts_view
+    from suite.stages.restarts.view import restarts_view
 
     outcomes = [LaunchOutcome(index=i, status="ok", gate=_gate_two([[1]] * 3, [[2]] * 3, cut=True))
                 for i in range(2)]

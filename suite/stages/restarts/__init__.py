@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from suite.stages.base import ExportTable, FreshLaunch, Stage, export_cell
+from suite.stages.base import ExportTable, FreshLaunch, SectionTemplate, Stage, export_cell
 from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.secrets import scrub
@@ -398,4 +398,5 @@ STAGE = Stage(name="restarts", result=RestartsResult, run=run, lines=(AnswerLine
               planned=lambda p: (p.restarts * p.restart_requests * len(select_prompts(p.gate_prompts))
                                  * (2 if p.restart_caches == "both" else 1)),
               tables=(ExportTable("restarts", export_rows),), exported_requests=("restarts",),
-              page_title="restarts")
+              page_title="restarts",
+              section=SectionTemplate("section.html", "suite.stages.restarts.view:page", slot="causes", order=2))

@@ -41,7 +41,7 @@ from suite.analysis.repro import (ALPHA, DistinctAnswer, Divergence, PromptAnaly
                                   divergence, launches_for_bound, prefix_logprob_diff, unseen_share_bound)
 from suite.client import ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.errors import SuiteError
-from suite.stages.base import ExportTable, Stage, export_cell
+from suite.stages.base import ExportTable, SectionTemplate, Stage, export_cell
 from suite.stages.lines import RequestLineBase
 from suite.stages.repeat import TOP_LOGPROBS, GatePrompt, death_reason_of, logprobs_for, select_prompts
 
@@ -512,4 +512,5 @@ STAGE = Stage(name="batch", result=BatchResult, run=run, lines=(BatchLine,), fre
               planned=planned, inputs=_inputs,
               when=lambda p: p.batch_composition, after="gate",  # the profile's or --batch-composition
               tables=(ExportTable("batch", export_rows),), exported_requests=("batch",),
-              page_title="batch composition")
+              page_title="batch composition",
+              section=SectionTemplate("section.html", "suite.stages.batch.view:page", slot="answers", order=0))

@@ -38,7 +38,7 @@ from rich.table import Table
 from rich.text import Text
 
 from suite.analysis.stats import fisher_fewer_others, requests_needed
-from suite.stages.base import ExportTable, Stage
+from suite.stages.base import ExportTable, SectionTemplate, Stage
 from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.gpu import Energy, EnergyMeter
@@ -352,7 +352,7 @@ def ensure_adapter(card: "ModelCard", fmt_kind: str) -> Path:
         raise EnvironmentUnavailable(f"model {card.name!r} has no HF format to make a test LoRA adapter from")
     base = prepare_format(card, hf)
     python = ensure_tools()
-    recipe = Path(__file__).resolve().parent.parent / "recipes" / "make_lora.py"
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "make_lora.py"
     cmd = [str(python), str(recipe), str(base), str(lora_dir(card))]
     if fmt_kind == "gguf":
         # the llama.cpp source the llamacpp recipe built from (images/llamacpp/build-llama-cpp.sh keeps
@@ -718,4 +718,5 @@ STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine
               # after the gate
               when=lambda p: p.auto_controls, on_verdict=False, after="gate",
               tables=(ExportTable("controls", export_rows),), exported_requests=("controls",),
-              page_title="control matrix")
+              page_title="control matrix",
+              section=SectionTemplate("section.html", "suite.stages.controls.view:page", slot="causes", order=1))

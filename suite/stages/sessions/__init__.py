@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from suite.stages.base import ExportTable, FreshLaunch, Stage
+from suite.stages.base import ExportTable, FreshLaunch, SectionTemplate, Stage
 from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
@@ -315,4 +315,5 @@ STAGE = Stage(name="sessions", result=SessionsResult, run=run, lines=(AnswerLine
                                  if not p.sessions_lora else 0),  # with an adapter: not known (the runtime may not serve one)
               # its request lines are many (K x R passes over the prompt set): not in the requests table
               tables=(ExportTable("sessions", export_rows),),
-              page_title="sessions")
+              page_title="sessions",
+              section=SectionTemplate("section.html", "suite.stages.sessions.view:page", slot="causes", order=3))

@@ -1,0 +1,77 @@
+"""The control matrix's part of a model page: one row per configuration, distinct answers per
+gate prompt, each row against the default row in one line (`control_row_line`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite.stages.base import PageInputs
+from suite.stages.controls import ControlsResult
+from suite.stages.repeat import truncation_by_prompt
+
+
+def control_row_line(row: dict[str, Any]) -> str:
+    """`batch-invariant: 1 distinct of 200, 0.74x the tokens/s, 1.30x the J/token`: one row of the
+    control matrix against the default row, in one line (a ratio only where both figures exist)."""
+    cells = [c for c in row["cells"] if c is not None]
+    if row["status"] != "ok" or not cells:
+        return f"{row['configuration']}: {row['status']}" + (f" ({row['reason']})" if row.get("reason") else "")
+    distinct = "; ".join(f"{c['distinct']} distinct of {c['answered']}"
+                         + (f" (first answer alone different in {c['cold_odd'][0]} of {c['cold_odd'][1]} launches)"
+                            if c.get("cold_odd") else "") for c in cells)
+    parts = [distinct]
+    if row["configuration"] != "default":
+        if row.get("cost") is not None:
+            parts.append(f"{row['cost']:.2f}x the tokens/s")
+        if row.get("energy_cost") is not None:
+            parts.append(f"{row['energy_cost']:.2f}x the J/token")
+    elif row.get("j_per_token") is not None:
+        parts.append(f"{row['j_per_token']:.3g} J/token")
+    return f"{row['configuration']}: " + ", ".join(parts)
+
+
+def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, Any] | None:
+    """The control matrix: one row per configuration, distinct answers per gate prompt."""
+    if c is None:
+        return None
+    prompts = list(c.prompts) or prompt_ids
+    rows = []
+    for r in c.rows:
+        cut = truncation_by_prompt(r.gate)
+        cells = [None if pid not in r.distinct else {
+            "distinct": r.distinct[pid], "answered": r.answered.get(pid), "lengths": r.lengths.get(pid),
+            "truncated": cut.get(pid, (None, None))[0], "max_tokens": cut.get(pid, (None, None))[1],
+            # a transient's row: launches whose first answer alone differed, of the launches run
+            "cold_odd": (sum(1 for x in r.cold_odd[pid] if x), len(r.cold_odd[pid])) if pid in r.cold_odd else None}
+            for pid in prompts]
+        rows.append({
+            "configuration": r.configuration, "description": r.description, "status": r.status,
+            "reason": r.reason, "concurrency": r.concurrency, "startup_s": r.startup_s,
+            "reproducible": r.reproducible, "cells": cells, "ran_controls": r.ran_controls,
+            "env": r.env, "args": r.args, "tokens_per_s": r.tokens_per_s,
+            "j_per_token": r.energy.j_per_token if r.energy else None,
+            "energy_j": r.energy.joules if r.energy else None,
+            "mean_power_w": r.energy.mean_power_w if r.energy else None,
+        })
+    default_tps = next((row["tokens_per_s"] for row in rows if row["configuration"] == "default"), None)
+    default_jpt = next((row["j_per_token"] for row in rows if row["configuration"] == "default"), None)
+    for row in rows:
+        tps, jpt = row["tokens_per_s"], row["j_per_token"]
+        row["cost"] = tps / default_tps if tps is not None and default_tps else None
+        row["energy_cost"] = jpt / default_jpt if jpt is not None and default_jpt else None
+        row["line"] = control_row_line(row)
+    return {"prompts": prompts, "rows": rows, "n": c.n_requests, "launches": c.launches_per_row,
+            "elimination": c.elimination,
+            "automatic": c.automatic, "restoring": c.restoring, "spread_prompts": c.spread_prompts,
+            "by_conf": {row["configuration"]: row for row in rows}, "lora": c.lora}
+
+
+def page(results: "list[ControlsResult | None]", inputs: PageInputs) -> dict[str, Any]:
+    """The section's variables: each arm's matrix and every configuration any arm ran, in order."""
+    controls = [controls_view(c, inputs.prompt_ids) for c in results]
+    configs: list[str] = []
+    for c in controls:
+        for row in (c or {}).get("rows", []):
+            if row["configuration"] not in configs:
+                configs.append(row["configuration"])
+    return {"controls": controls, "control_configs": configs}
