@@ -65,7 +65,7 @@ from suite.stages.controls import ControlRow, ControlsResult, row_from_gate, eli
 from suite.stages.repeat import GatePromptResult, GateResult  # noqa: E402
 from suite.stages.restarts import LaunchOutcome, summarise  # noqa: E402
 from suite.stages.sessions import summarise_prompt  # noqa: E402
-from suite.site.figures import paired_text  # noqa: E402
+from suite.stages.extraction.view import paired_text  # noqa: E402
 
 # Targets (issue 21): intervals at nominal 95 % cover in >= 93 % of runs; a claim false by
 # construction is printed in <= 5 % of runs.

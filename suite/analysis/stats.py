@@ -276,6 +276,11 @@ class MeanSE(BaseModel):
     se: float | None = Field(default=None, description="standard error of the mean (None when n < 2)")
 
 
+def mean_se_of(v: MeanSE | None) -> tuple[float | None, float | None, int | None]:
+    """(mean, standard error, n) of a MeanSE; all None when it is absent."""
+    return (None, None, None) if v is None else (v.mean, v.se, v.n)
+
+
 def distribution_fields(model: BaseModel | None, prefix: str = "") -> dict[str, tuple[Distribution, str]]:
     """Every Distribution field of a model, nested models included, by dotted field name, in the
     model's field order, with the unit its field declares (its `unit` metadata; "" without)."""

@@ -41,7 +41,7 @@ from suite.site import charts
 from suite.errors import SuiteError
 from suite.site.figures import (
     ModelRuns, PromptView, Run, analyse_requests, arm_comparisons,
-    extraction_pairs, extraction_view, gate_prompts, gate_settings_text, itl_gaps, latency_level, latency_sweep,
+    gate_prompts, gate_settings_text, itl_gaps, latency_level, latency_sweep,
     latency_table, load_runs, memory_line, prompt_view, signature_rows, slug, watchdog_view, with_thousands,
 )
 from suite.paths import SITE_DIR, cache_dir
@@ -51,6 +51,7 @@ from suite.stages.lines import AnswerLine
 from suite.stages import STAGES
 from suite.stages.base import PageInputs, SectionTemplate
 from suite.stages.controls.view import controls_view
+from suite.stages.extraction.view import extraction_view
 from suite.stages.restarts.view import restarts_view
 
 log = logging.getLogger(__name__)
@@ -389,16 +390,9 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
                 if p is not None:
                     p.page = rel
 
-    extraction = [extraction_view(r.s.extraction) for r in by["extraction"]]
-    section_ids: list[str] = []
-    for ex in extraction:
-        for sid in (ex or {}).get("grid", {}):
-            if sid not in section_ids:
-                section_ids.append(sid)
-
     # the sections stages draw with templates of their own, in their slots of the page
     inputs = PageInputs(arms=arms, prompt_ids=prompt_ids)
-    stage_slots: dict[str, list[str]] = {"answers": [], "causes": [], "costs": []}
+    stage_slots: dict[str, list[str]] = {"answers": [], "causes": [], "quality": []}
     variables: dict[str, Any] = {}
     templated = [s for s in STAGES.values() if isinstance(s.section, SectionTemplate) and s.name in by]
     for stage in sorted(templated, key=lambda s: s.section.order):  # type: ignore[union-attr]
@@ -415,9 +409,8 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
     site.write(
         model.page, "model.html", model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
         gate=gate, generated=generated, ttft_svg=drawn["ttft"].result(), itl_svg=drawn["itl"].result(),
-        memory_svg=drawn["memory"].result(), latency_rows=latency_table(by["latency"]), extraction=extraction,
-        extraction_pairs=extraction_pairs([r.s.extraction for r in by["extraction"]], arms),
-        section_ids=section_ids, watchdog=[watchdog_view(r.s.watchdog) for r in runs],
+        memory_svg=drawn["memory"].result(), latency_rows=latency_table(by["latency"]),
+        watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         signature_rows=signature_rows(runs),
         latency_levels=[latency_level(r.s.latency) for r in by["latency"]],
         latency_sweeps=[latency_sweep(r.s.latency) for r in by["latency"]], sweep_svg=drawn["sweep"].result(),

@@ -155,11 +155,11 @@ class SectionTemplate:
     imported only when a page is built, the function that turns the stage's results (one per arm,
     in the page's column order) and the page's `PageInputs` into the template's variables. `slot`
     is the page's place for it ("answers": after the gate; "causes": after the determinism mode;
-    "costs": after the latency), `order` its place among the slot's sections."""
+    "quality": after the latency), `order` its place among the slot's sections."""
 
     template: str
     view: str
-    slot: Literal["answers", "causes", "costs"]
+    slot: Literal["answers", "causes", "quality"]
     order: int = 0
 
     def variables(self, results: list[Any], page: PageInputs) -> dict[str, Any]:

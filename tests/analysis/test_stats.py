@@ -143,7 +143,7 @@ def test_fisher_exact_and_clopper_pearson_on_known_tables():
 
 
 def test_paired_text_never_says_tie_and_shows_n():
-    from suite.site.figures import extraction_pairs, multiplicity_note, paired_text
+    from suite.stages.extraction.view import extraction_pairs, multiplicity_note, paired_text
 
     none = stats.paired_difference({"a": 0.5, "b": 0.6, "c": 0.7}, {"a": 0.5, "b": 0.6, "c": 0.7})
     assert paired_text(none).endswith("(n = 3 paired sections): no detectable difference (the interval covers 0)")

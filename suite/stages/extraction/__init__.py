@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import ClientError
-from suite.stages.base import ExportTable, Stage, export_cell
+from suite.stages.base import ExportTable, SectionTemplate, Stage, export_cell
 from suite.stages.lines import LineBase, RequestLineBase
 from suite.errors import SuiteError
 from suite.analysis.jsonextract import extract_json_object
@@ -428,4 +428,5 @@ STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(Extrac
               tables=(ExportTable("extraction_sections", export_rows),),
               # its answers, each answer's facts and the judge's grading (the reloads' answers are extraction lines too)
               exported_requests=("extraction", "extraction-fact", "judge"),
-              page_title="extraction")
+              page_title="extraction",
+              section=SectionTemplate("section.html", "suite.stages.extraction.view:page", slot="quality"))

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from suite.site import figures
+from suite.stages.extraction import view as extraction_page
 from suite.analysis.scoring import score_section
 from suite.stages.extraction.judge import JudgeResult
 from suite.stages import extraction as ex
@@ -56,7 +57,7 @@ def test_invalid_repeats_are_not_identical_and_are_counted_apart():
     assert ex.changed_sections([s1, s2, s3, s4], answers) == [s3.uid, s4.uid]
     assert out["changed_sections"] == 2
     # the view counts identical sections over the comparable ones and marks invalid repeats
-    view = figures.extraction_view(_dump(out, 4, 3))
+    view = extraction_page.extraction_view(_dump(out, 4, 3))
     assert (view["identical"], view["comparable"], view["invalid_sections"]) == (1, 1, 3)
     assert view["grid"] == {s1.uid: "same", s2.uid: "error", s3.uid: "error", s4.uid: "error"}
 
@@ -95,7 +96,7 @@ def test_old_records_still_read_and_keep_their_meaning():
     old = {"sections": 2, "repeats": 2, "identical_sections": 2, "clean_share": {"n": 2, "mean": 0.5, "se": 0.5},
            "per_section": [{"section": "a/1", "identical": True, "invalid_json": 1, "clean_rate": 1.0},
                            {"section": "a/2", "identical": True, "invalid_json": 2, "clean_rate": 0.0}]}
-    view = figures.extraction_view(_result(old))
+    view = extraction_page.extraction_view(_result(old))
     assert view["comparable"] is None and view["complete"] == (None, None, None)
     assert view["grid"] == {"a/1": "same", "a/2": "error"}
     h = figures.headline(_summary({"extraction": _result(old)}))
@@ -114,7 +115,7 @@ def test_paired_comparison_of_arms():
     same = {"per_section": _rows({"a": 1.0, "b": 0.0, "c": 1.0, "d": 0.5})}
     better = {"per_section": _rows({"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0, "e": 0.0})}  # e: only this arm
     base, same, better = _result(base), _result(same), _result(better)
-    pairs = figures.extraction_pairs([base, None, same, better], ["x", "y", "z", "w"])
+    pairs = extraction_page.extraction_pairs([base, None, same, better], ["x", "y", "z", "w"])
     assert [(p["arm"], p["against"]) for p in pairs] == [("z", "x"), ("w", "x")]
     tie = pairs[0]["rows"][0]
     assert tie["measure"] == "clean and complete" and tie["diff"].verdict == "no detectable difference"
@@ -123,14 +124,14 @@ def test_paired_comparison_of_arms():
     assert up.n == 4 and up.mean == pytest.approx(0.375)
     assert pairs[1]["rows"][0]["text"].startswith("+37.5 points")
     # one arm alone: nothing to compare
-    assert figures.extraction_pairs([base, None], ["x", "y"]) == []
+    assert extraction_page.extraction_pairs([base, None], ["x", "y"]) == []
     # one paired section: no interval, no verdict
-    single = figures.extraction_pairs([_result({"per_section": _rows({"a": 1.0})}),
+    single = extraction_page.extraction_pairs([_result({"per_section": _rows({"a": 1.0})}),
                                        _result({"per_section": _rows({"a": 0.0})})], ["x", "y"])
     text = single[0]["rows"][0]["text"]
     assert "too few" in text and "no detectable" not in text and "n = 1 paired section" in text
     # zero paired sections
-    none = figures.extraction_pairs([_result({"per_section": _rows({"a": 1.0})}),
+    none = extraction_page.extraction_pairs([_result({"per_section": _rows({"a": 1.0})}),
                                      _result({"per_section": _rows({"b": 0.0})})], ["x", "y"])
     assert none[0]["rows"][0]["diff"].n == 0 and "no section answered by both" in none[0]["rows"][0]["text"]
 
@@ -145,13 +146,13 @@ def test_paired_comparison_of_older_records_and_the_judge():
                              {"section": "b", "clean_rate": 0.0, "recall": 0.5},
                              {"section": "c", "clean_rate": 0.0, "recall": 0.5}],
              "judge": {"per_section": {"a": 1.0, "b": 1.0, "c": 1.0}}}
-    rows = figures.extraction_pairs([_result(old_a), _result(old_b)], ["x", "y"])[0]["rows"]
+    rows = extraction_page.extraction_pairs([_result(old_a), _result(old_b)], ["x", "y"])[0]["rows"]
     assert [r["measure"].split(" ")[0] for r in rows] == ["clean", "recall", "judge"]
     assert rows[0]["diff"].mean == pytest.approx(-2.5 / 3) and rows[0]["diff"].verdict == "lower"
     assert rows[1]["diff"].verdict == "no detectable difference" and rows[1]["diff"].mean == 0.0
     assert rows[2]["diff"].verdict == "higher"
     # two paired sections say no direction at all
-    two = figures.extraction_pairs([_result({"per_section": old_a["per_section"][:2]}),
+    two = extraction_page.extraction_pairs([_result({"per_section": old_a["per_section"][:2]}),
                                     _result({"per_section": old_b["per_section"][:2]})], ["x", "y"])[0]["rows"]
     assert two[0]["diff"].verdict == "too few"
 

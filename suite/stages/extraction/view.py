@@ -1,0 +1,143 @@
+"""The extraction stage's part of a model page: per arm, identical sections, clean share,
+precision and recall, the judge, and the per-section grid; every arm against the first one that
+ran it, section by section (paired differences with their n), and the reloads beside it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite.analysis.stats import PairedDifference, mean_se_of, paired_difference
+from suite.stages.base import PageInputs
+from suite.stages.extraction import ExtractionResult
+
+
+def extraction_view(ex: ExtractionResult | None) -> dict[str, Any] | None:
+    """Identical sections, clean share, precision/recall, judge, and the per-section grid.
+
+    Identical sections are counted among those where every repeat gave valid JSON (records with
+    `comparable_sections`); a section with any invalid repeat is an error in the grid.
+    """
+    if ex is None:
+        return None
+    grid: dict[str, str] = {}
+    for sec in ex.per_section:
+        if (ex.repeats and sec.invalid_json >= ex.repeats) or sec.comparable is False:
+            grid[sec.section] = "error"
+        elif sec.no_facts:
+            grid[sec.section] = "no facts"
+        else:
+            grid[sec.section] = "same" if sec.identical else "changed"
+    judge = ex.judge
+    return {
+        "identical": ex.identical_sections,
+        "total": ex.sections,
+        "comparable": ex.comparable_sections,  # None: an older record (identical counted over all)
+        "no_facts": sum(1 for sec in ex.per_section if sec.no_facts),  # valid, nothing given: never identical
+        "invalid_sections": ex.invalid_sections,
+        "changed_sections": ex.changed_sections,
+        "repeats": ex.repeats,
+        "mode": ex.mode,
+        "invalid_json": ex.invalid_json,
+        "requests": ex.requests,
+        "clean": mean_se_of(ex.clean_share),
+        "complete": mean_se_of(ex.complete_share),
+        "precision": mean_se_of(ex.precision),
+        "recall": mean_se_of(ex.recall),
+        "judge": mean_se_of(judge.score if judge else None),
+        "judge_model": judge.model if judge else None,
+        "judge_agreement": judge.agreement if judge else None,
+        "judge_kappa": judge.kappa if judge else None,
+        "judge_compared": judge.compared_facts if judge else None,
+        "judge_graded": judge.graded_repeats if judge else None,
+        "judge_reason": judge.graded_reason if judge else None,
+        "per_repeat": ex.per_repeat,
+        "grid": grid,
+    }
+
+
+def _section_scores(ex: ExtractionResult, field_name: str) -> dict[str, float]:
+    """Section -> the arm's per-section score (already averaged over repeats)."""
+    return {sec.section: v for sec in ex.per_section if (v := getattr(sec, field_name)) is not None}
+
+
+def _points(v: float) -> str:
+    """A difference of shares in percentage points, signed ('+3.0', '−4.1')."""
+    p = v * 100.0
+    if abs(p) < 0.05:
+        return "0.0"
+    return f"{'+' if p > 0 else '−'}{abs(p):.1f}"
+
+
+def paired_text(d: "PairedDifference") -> str:
+    """One line for a paired difference, its n always shown; a direction only from `d.min_n` pairs on,
+    "no detectable difference" (not "tie") where the interval covers 0."""
+    sections = f"n = {d.n} paired section{'' if d.n == 1 else 's'}"
+    if d.mean is None:
+        return f"no section answered by both arms ({sections})"
+    if d.ci_low is None or d.ci_high is None:
+        return f"{_points(d.mean)} points ({sections}: too few for an interval)"
+    se = f", SE {d.se * 100:.1f}" if d.se is not None else ""
+    word = {"no detectable difference": "no detectable difference (the interval covers 0)",
+            "higher": "higher", "lower": "lower",
+            "too few": f"too few sections to name a direction (at least {d.min_n})"}[d.verdict]
+    return (f"{_points(d.mean)} points{se}, {d.confidence * 100:.0f}% t-interval "
+            f"[{_points(d.ci_low)}, {_points(d.ci_high)}] ({sections}): {word}")
+
+
+def multiplicity_note(pairs: list[dict[str, Any]]) -> str | None:
+    """How many paired comparisons the page makes against one arm, and what that means for them."""
+    m = sum(len(p["rows"]) for p in pairs)
+    if m < 2:
+        return None
+    return (f"{m} comparisons against {pairs[0]['against']}, each at 95%: with no true difference anywhere, "
+            f"about {m * 5 / 100:.1f} of them would still read higher or lower by chance "
+            f"(Bonferroni: {100 - 5 / m:.1f}% intervals would hold for all {m} together)")
+
+
+def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> list[dict[str, Any]]:
+    """Every arm with an extraction result against the first such arm, as paired differences.
+
+    Per section the arm's score averaged over its repeats; the difference (arm minus the first)
+    over the sections both answered; mean, SE and Student's t 95% interval. Measures:
+    clean and complete (clean where either record predates it), recall, and the judge's score
+    where both arms were judged with per-section scores. Empty with fewer than two such arms.
+    """
+    ran = [(arm, ex) for arm, ex in zip(arms, exs) if ex is not None and ex.per_section]
+    if len(ran) < 2:
+        return []
+    base_arm, base = ran[0]
+    out: list[dict[str, Any]] = []
+    for arm, ex in ran[1:]:
+        rows: list[dict[str, Any]] = []
+        a, b = _section_scores(base, "complete_rate"), _section_scores(ex, "complete_rate")
+        if a and b:
+            rows.append({"measure": "clean and complete", "diff": paired_difference(a, b)})
+        else:
+            rows.append({"measure": "clean (missing facts allowed; an older record lacks 'complete')",
+                         "diff": paired_difference(_section_scores(base, "clean_rate"),
+                                                   _section_scores(ex, "clean_rate"))})
+        rows.append({"measure": "recall", "diff": paired_difference(_section_scores(base, "recall"),
+                                                                    _section_scores(ex, "recall"))})
+        if base.judge and ex.judge and base.judge.per_section and ex.judge.per_section:
+            rows.append({"measure": "judge score", "diff": paired_difference(base.judge.per_section,
+                                                                               ex.judge.per_section)})
+        for row in rows:
+            row["text"] = paired_text(row["diff"])
+        out.append({"arm": arm, "against": base_arm, "rows": rows})
+    note = multiplicity_note(out)
+    for p in out:
+        p["multiplicity"] = note
+    return out
+
+
+def page(results: "list[ExtractionResult | None]", inputs: PageInputs) -> dict[str, Any]:
+    """The section's variables: each arm's view, the paired comparisons, and every section any arm
+    answered, in order."""
+    extraction = [extraction_view(ex) for ex in results]
+    section_ids: list[str] = []
+    for ex in extraction:
+        for sid in (ex or {}).get("grid", {}):
+            if sid not in section_ids:
+                section_ids.append(sid)
+    return {"extraction": extraction, "extraction_pairs": extraction_pairs(results, inputs.arms),
+            "section_ids": section_ids}
