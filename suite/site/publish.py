@@ -276,7 +276,7 @@ class _Site:
         """The gate and latency request records of a run (read once per build)."""
         key = str(run.run_dir)
         if key not in self._requests:
-            self._requests[key] = read_requests(run.run_dir, ("gate", "latency"))
+            self._requests[key] = read_requests(run.run_dir, (VERDICT_STAGE, LATENCY_STAGE))
         return self._requests[key]
 
     def chart(self, draw: Any, *args: Any) -> "Future[str | None]":
@@ -306,13 +306,18 @@ def _gate_page(model: ModelRuns, prompt_id: str) -> str:
 
 # The stages a model page shows from the newest run holding each (record field -> name on the page).
 PAGE_STAGES = {stage.name: stage.page_title for stage in STAGES.values() if stage.page_title is not None}
+# The two stages the page itself is built around, found by what they do: the one that gives the
+# reproducibility verdict (its answers fill the gate table, the answers pages and the cards' first
+# figure) and the one that writes latency lines (they fill the cards' timings and the charts).
+VERDICT_STAGE = next(stage.name for stage in STAGES.values() if stage.verdict is not None)
+LATENCY_STAGE = next(stage.name for stage in STAGES.values() if LatencyLine in stage.lines)
 
 
 def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None]"]:
     """Start drawing a model page's charts: TTFT, inter-token latency, memory timelines."""
-    runs = model.current_for("latency")
+    runs = model.current_for(LATENCY_STAGE)
     requests = [site.requests(r) for r in runs]
-    latency_reqs = [[q for q in reqs if q.kind == "latency" and not q.warmup and not q.error
+    latency_reqs = [[q for q in reqs if q.kind == LATENCY_STAGE and not q.warmup and not q.error
                      and not q.incomplete and q.concurrency == 1]
                     for reqs in requests]
     ttft = {r.s.arm: [q.ttft_s for q in reqs if q.ttft_s is not None] for r, reqs in zip(runs, latency_reqs)}
@@ -359,7 +364,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
     runs = model.current
     arms = [r.s.arm for r in runs]
     by = {stage: model.current_for(stage) for stage in PAGE_STAGES}
-    gate_runs = by["gate"]
+    gate_runs = by[VERDICT_STAGE]
     requests = [site.requests(r) for r in gate_runs]
     gate: list[dict[str, PromptView]] = []
     for r, reqs in zip(gate_runs, requests):
@@ -367,7 +372,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         # a run whose gate never finished: rebuild its prompts from the request records
         recorded: dict[str, list[AnswerLine]] = {}
         for q in reqs:
-            if q.kind == "gate":
+            if q.kind == VERDICT_STAGE:
                 recorded.setdefault(q.prompt_id, []).append(q)
         for pid, qs in recorded.items():
             if pid not in by_prompt or not by_prompt[pid].answers:
@@ -409,11 +414,11 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
     site.write(
         model.page, "model.html", model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
         gate=gate, generated=generated, ttft_svg=drawn["ttft"].result(), itl_svg=drawn["itl"].result(),
-        memory_svg=drawn["memory"].result(), latency_rows=latency_table(by["latency"]),
+        memory_svg=drawn["memory"].result(), latency_rows=latency_table(by[LATENCY_STAGE]),
         watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         signature_rows=signature_rows(runs),
-        latency_levels=[latency_level(r.s.latency) for r in by["latency"]],
-        latency_sweeps=[latency_sweep(r.s.latency) for r in by["latency"]], sweep_svg=drawn["sweep"].result(),
+        latency_levels=[latency_level(r.s.latency) for r in by[LATENCY_STAGE]],
+        latency_sweeps=[latency_sweep(r.s.latency) for r in by[LATENCY_STAGE]], sweep_svg=drawn["sweep"].result(),
         arm_comparisons=arm_comparisons(gate_runs, arms),
         gate_settings=gate_settings_text([r.s.gate for r in gate_runs], arms),
         stage_slots=stage_slots, **variables, stage_sections=stage_sections, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),
