@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from suite.errors import SuiteError
 from suite.stages import batch, controls, extraction, gate, latency, restarts, sessions
 from suite.stages.extraction import reloads
-from suite.stages.base import FreshLaunch, LaunchFactory, Stage, StageContext
+from suite.stages.base import FreshLaunch, LaunchFactory, SectionTemplate, Stage, StageContext
 
 if TYPE_CHECKING:
     from suite.profiles import Profile
@@ -36,6 +36,20 @@ ENTRY_POINT_GROUP = "suite.stages"
 # Why an installed stage could not be added (one line each): the command line says them and exits
 # 2 before anything runs (suite.cli.main).
 LOAD_ERRORS: list[str] = []
+
+
+def section_problem(stage: Stage) -> str | None:
+    """What is wrong with a stage's own page section (its template is not in its folder, its view
+    is not "module:function"), or None."""
+    section = stage.section
+    if not isinstance(section, SectionTemplate):
+        return None
+    if not (stage.folder / section.template).is_file():
+        return f"its page section's template {section.template!r} is not in {stage.folder}"
+    module, _, function = section.view.partition(":")
+    if not module or not function:
+        return f"its page section's view {section.view!r} is not \"module:function\""
+    return None
 
 
 def _installed(taken: set[str]) -> list[Stage]:
@@ -55,6 +69,8 @@ def _installed(taken: set[str]) -> list[Stage]:
             LOAD_ERRORS.append(f"{where}: not a suite.stages.base.Stage but a {type(obj).__name__}")
         elif obj.name in taken:
             LOAD_ERRORS.append(f"{where}: a stage named {obj.name!r} exists already")
+        elif (problem := section_problem(obj)) is not None:
+            LOAD_ERRORS.append(f"{where}: {problem}")
         else:
             taken.add(obj.name)
             out.append(obj)

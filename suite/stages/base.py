@@ -165,7 +165,11 @@ class SectionTemplate:
     def variables(self, results: list[Any], page: PageInputs) -> dict[str, Any]:
         """The template's variables for these results (the view imported on first use)."""
         module, _, function = self.view.partition(":")
-        return dict(getattr(importlib.import_module(module), function)(results, page))
+        try:
+            view = getattr(importlib.import_module(module), function)
+        except (ImportError, AttributeError) as exc:
+            raise SuiteError(f"page view {self.view!r}: cannot load it: {type(exc).__name__}: {exc}") from None
+        return dict(view(results, page))
 
 
 @dataclass(frozen=True)

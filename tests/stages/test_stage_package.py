@@ -187,3 +187,82 @@ def test_a_run_recorded_before_a_profile_setting_existed_still_resumes() -> None
     assert not any(d.startswith("profile settings") for d in configuration_differences(manifest, None, profile))
     changed = manifest.model_copy(update={"profile_settings": {**old, "gate_requests": 7}})
     assert "profile settings gate_requests" in configuration_differences(changed, None, profile)
+
+
+PAGE_STAGE = '''"""A stage from outside the suite that draws its own page section, with a template beside it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from suite.stages.base import SectionTemplate, Stage
+
+
+class ProbeResult(BaseModel):
+    answers: list[str]
+    verdict: str
+
+
+def run(ctx):
+    raise NotImplementedError  # the page is built from a record: the stage never runs here
+
+
+STAGE = Stage(name="probe", result=ProbeResult, run=run, fresh_runtimes=False, in_bench=False,
+              summary="a stage with a section of its own", page_title="probe",
+              section=SectionTemplate("section.html", "suite_probe_page.view:page", slot="causes", order=9))
+'''
+
+PAGE_VIEW = '''def page(results, inputs):
+    return {"probe_rows": [(arm, r.answers if r else None) for arm, r in zip(inputs.arms, results)]}
+'''
+
+PAGE_TEMPLATE = '''<section id="probe">
+<h2>Probe, drawn by its own template</h2>
+{% for arm, answers in probe_rows %}<p class="probe-row">{{ arm }}: {{ answers | join(' | ') if answers else 'not run' }}</p>
+{% endfor %}
+</section>
+
+'''
+
+
+def _page_package(where: Path, template: bool = True) -> Path:
+    """An installed package folder holding a stage, its page view and (or not) its template."""
+    pkg = where / "suite_probe_page"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(PAGE_STAGE)
+    (pkg / "view.py").write_text(PAGE_VIEW)
+    if template:
+        (pkg / "section.html").write_text(PAGE_TEMPLATE)
+    meta = where / "suite_probe_page-1.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: suite-probe-page\nVersion: 1.0\n")
+    (meta / "entry_points.txt").write_text("[suite.stages]\nprobe = suite_probe_page:STAGE\n")
+    return where
+
+
+def test_a_stage_package_draws_its_own_section_in_its_slot_escaped(tmp_path: Path) -> None:
+    """A stage package with a template and a view of its own: the model page includes its section
+    in the slot it names (after the built-in sections there, by its order), filled by its view, its
+    text escaped; the built-in sections around it unchanged. A template missing from the package is
+    one line and exit 2."""
+    plugin = _page_package(tmp_path / "plugin")
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "tests" / "golden" / "results" / "tiny", results / "tiny")
+    (run,) = (results / "tiny" / "vllm-cpu").iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    summary["probe"] = {"answers": ["<script>alert(1)</script>", "two"], "verdict": "2 distinct"}
+    (run / "summary.json").write_text(json.dumps(summary))
+    site = tmp_path / "site"
+    built = _suite(["site", "--results", str(results), "--out", str(site)], plugin, tmp_path, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    page = (site / "models" / "tiny.html").read_text()
+    assert '<p class="probe-row">vllm-cpu: &lt;script&gt;alert(1)&lt;/script&gt; | two</p>' in page
+    assert '<p class="probe-row">llamacpp: not run</p>' in page and "<script>alert" not in page
+    order = [page.index(f'<section id="{s}">') for s in ("controls", "restarts", "sessions", "probe", "latency")]
+    assert order == sorted(order)
+    assert '<section id="stage-probe"' not in page  # drawn by its template, not by the generic section
+
+    missing = _page_package(tmp_path / "broken", template=False)
+    r = _suite(["--version"], missing, tmp_path, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "its page section's template 'section.html' is not in" in r.stderr
