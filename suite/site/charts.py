@@ -136,7 +136,7 @@ SWEEP_PANELS = (("ttft_p50_ms", "TTFT p50 (ms)"), ("itl_p50_ms", "inter-token p5
 def concurrency_sweep(sweeps: dict[str, list[dict[str, Any]]]) -> str | None:
     """TTFT, inter-token latency and aggregate throughput against concurrency, one line per arm.
 
-    `sweeps` maps an arm to its rows (`suite.site.figures.latency_sweep`). A level where the suite's
+    `sweeps` maps an arm to its rows (`suite.stages.latency.view.latency_sweep`). A level where the suite's
     client was saturated is drawn as a red cross, not a dot: that point describes the client.
     None when no arm measured more than one level.
     """

@@ -41,8 +41,7 @@ from suite.site import charts
 from suite.errors import SuiteError
 from suite.site.figures import (
     ModelRuns, PromptView, Run, analyse_requests, arm_comparisons,
-    gate_prompts, gate_settings_text, itl_gaps, latency_level, latency_sweep,
-    latency_table, load_runs, memory_line, prompt_view, signature_rows, slug, watchdog_view, with_thousands,
+    gate_prompts, gate_settings_text, itl_gaps, load_runs, memory_line, prompt_view, signature_rows, slug, watchdog_view, with_thousands,
 )
 from suite.paths import SITE_DIR, cache_dir
 from suite.records import read_requests
@@ -52,6 +51,7 @@ from suite.stages import STAGES
 from suite.stages.base import PageInputs, SectionTemplate
 from suite.stages.controls.view import controls_view
 from suite.stages.extraction.view import extraction_view
+from suite.stages.latency.view import latency_sweep, latency_table
 from suite.stages.restarts.view import restarts_view
 
 log = logging.getLogger(__name__)
@@ -397,7 +397,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
 
     # the sections stages draw with templates of their own, in their slots of the page
     inputs = PageInputs(arms=arms, prompt_ids=prompt_ids)
-    stage_slots: dict[str, list[str]] = {"answers": [], "causes": [], "quality": []}
+    stage_slots: dict[str, list[str]] = {"answers": [], "causes": [], "measures": []}
     variables: dict[str, Any] = {}
     templated = [s for s in STAGES.values() if isinstance(s.section, SectionTemplate) and s.name in by]
     for stage in sorted(templated, key=lambda s: s.section.order):  # type: ignore[union-attr]
@@ -414,11 +414,10 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
     site.write(
         model.page, "model.html", model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
         gate=gate, generated=generated, ttft_svg=drawn["ttft"].result(), itl_svg=drawn["itl"].result(),
-        memory_svg=drawn["memory"].result(), latency_rows=latency_table(by[LATENCY_STAGE]),
+        memory_svg=drawn["memory"].result(),
         watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         signature_rows=signature_rows(runs),
-        latency_levels=[latency_level(r.s.latency) for r in by[LATENCY_STAGE]],
-        latency_sweeps=[latency_sweep(r.s.latency) for r in by[LATENCY_STAGE]], sweep_svg=drawn["sweep"].result(),
+        sweep_svg=drawn["sweep"].result(),
         arm_comparisons=arm_comparisons(gate_runs, arms),
         gate_settings=gate_settings_text([r.s.gate for r in gate_runs], arms),
         stage_slots=stage_slots, **variables, stage_sections=stage_sections, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),
@@ -506,7 +505,7 @@ def _write_site(build_dir: Path, out_dir: Path, models: dict[str, ModelRuns], pr
                        restarts=restarts_view(run.s.restarts),
                        extraction=extraction_view(run.s.extraction),
                        watchdog=watchdog_view(run.s.watchdog),
-                       latency_rows=latency_table([run]))
+                       latency_rows=latency_table([run.s.latency]))
         for name, model in models.items():
             _model_page(site, model, generated, drawn[name])
     finally:

@@ -155,11 +155,11 @@ class SectionTemplate:
     imported only when a page is built, the function that turns the stage's results (one per arm,
     in the page's column order) and the page's `PageInputs` into the template's variables. `slot`
     is the page's place for it ("answers": after the gate; "causes": after the determinism mode;
-    "quality": after the latency), `order` its place among the slot's sections."""
+    "measures": after those, before the watchdog), `order` its place among the slot's sections."""
 
     template: str
     view: str
-    slot: Literal["answers", "causes", "quality"]
+    slot: Literal["answers", "causes", "measures"]
     order: int = 0
 
     def variables(self, results: list[Any], page: PageInputs) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from suite.site import charts
 from suite.client import ClientError, OpenAIClient, StreamState
 from suite.client.aio import _SSEProtocol
 from suite.client.wire import _Response
-from suite.site.figures import latency_sweep
+from suite.stages.latency.view import latency_sweep
 from suite.definitions import RuntimeDefinition
 from suite.stages import latency as lat
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from suite.site.figures import latency_table, load_runs, metric_label
+from suite.site.figures import load_runs
+from suite.stages.latency.view import latency_table, metric_label
 from suite.site.publish import make_env
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "results"
@@ -23,7 +24,7 @@ def _a_run_with_latency():
 def _render_run(model, run) -> str:
     return make_env().get_template("run.html").render(
         root="../", model=model, run=run, generated="now", gate=[], controls=None, restarts=None,
-        extraction=None, watchdog=None, latency_rows=latency_table([run]))
+        extraction=None, watchdog=None, latency_rows=latency_table([run.s.latency]))
 
 
 def test_old_record_says_ttft_may_be_a_cache_hit() -> None:
@@ -54,10 +55,17 @@ def test_new_latency_fields_have_labels_and_units() -> None:
         "Time to first token: ours − the runtime's own", "ms", 1.0)
 
 
-def test_model_page_template_parses() -> None:
-    source = make_env().loader.get_source(make_env(), "model.html")[0]
-    assert "TTFT includes prompt processing" in source
-    make_env().get_template("model.html")  # a syntax error in the latency section fails here
+def test_model_page_and_every_stage_section_template_parse() -> None:
+    from suite.stages import STAGES
+    from suite.stages.base import SectionTemplate
+
+    env = make_env()
+    assert "TTFT includes prompt processing" in env.loader.get_source(env, "latency/section.html")[0]
+    env.get_template("model.html")
+    sections = [f"{s.name}/{s.section.template}" for s in STAGES.values() if isinstance(s.section, SectionTemplate)]
+    assert len(sections) == 6
+    for name in sections:  # a syntax error in a stage's section fails here
+        env.get_template(name)
 
 
 def test_model_page_says_which_arm_had_unique_prompts(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ from pydantic import BaseModel, Field
 
 from suite.client import AsyncOpenAIClient, ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.definitions import MetricsSpec, TimingsSpec
-from suite.stages.base import ExportTable, Stage
+from suite.stages.base import ExportTable, SectionTemplate, Stage
 from suite.stages.lines import RequestLineBase
 from suite.errors import SuiteError
 from suite.analysis.stats import Distribution, distribution_fields, summarize
@@ -634,4 +634,5 @@ STAGE = Stage(name="latency", result=LatencyResult, run=run, lines=(LatencyLine,
               summary="streamed requests timed by the suite and the runtime, at each concurrency level",
               planned=lambda p: p.latency_warmup + sum(level_requests(p.latency_requests, c) for c in p.concurrency),
               tables=(ExportTable("latency", export_rows),), exported_requests=("latency",),
-              page_title="latency")
+              page_title="latency",
+              section=SectionTemplate("section.html", "suite.stages.latency.view:page", slot="measures", order=0))
