@@ -35,6 +35,7 @@ from jinja2 import (
     ChoiceLoader, Environment, FileSystemBytecodeCache, FileSystemLoader, PrefixLoader, StrictUndefined,
     select_autoescape,
 )
+from markupsafe import Markup
 from pydantic import BaseModel
 
 from suite.site import charts
@@ -77,6 +78,7 @@ class BuildReport(BaseModel):
     chart_s: float = 0.0  # drawing the charts (on their own threads, while pages are written)
     pages_s: float = 0.0  # everything after loading: figures, templates, charts, writing
     stage_problems: list[str] = []  # stage results that do not match the stage models (left out of their run)
+    section_problems: list[str] = []  # stage sections that could not be drawn (each says why on its page)
 
     def __str__(self) -> str:
         text = (f"{self.pages} pages, {self.charts} charts from {self.runs} runs "
@@ -84,6 +86,8 @@ class BuildReport(BaseModel):
                 f"in {self.seconds:.2f} s")
         if self.stage_problems:
             text += f"; {len(self.stage_problems)} stage results do not match this suite's models (see the log)"
+        if self.section_problems:
+            text += f"; {len(self.section_problems)} stage sections could not be drawn (see the log and their pages)"
         return text
 
     def line(self) -> str:
@@ -254,6 +258,7 @@ class _Site:
         self.env = make_env()
         self.pages = 0
         self.charts = 0
+        self.section_problems: list[str] = []
         self.chart_s = 0.0
         self._requests: dict[str, list[AnswerLine | LatencyLine]] = {}
         self._lock = threading.Lock()
@@ -395,24 +400,14 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
                 if p is not None:
                     p.page = rel
 
-    # the sections stages draw with templates of their own, in their slots of the page
-    inputs = PageInputs(arms=arms, prompt_ids=prompt_ids)
-    stage_slots: dict[str, list[str]] = {"answers": [], "causes": [], "measures": []}
-    variables: dict[str, Any] = {}
-    templated = [s for s in STAGES.values() if isinstance(s.section, SectionTemplate) and s.name in by]
-    for stage in sorted(templated, key=lambda s: s.section.order):  # type: ignore[union-attr]
-        section = stage.section
-        assert isinstance(section, SectionTemplate)
-        variables.update(section.variables([getattr(r.s, stage.name, None) for r in by[stage.name]], inputs))
-        stage_slots[section.slot].append(f"{stage.name}/{section.template}")
     # the sections of stages the page does not draw by hand (a stage added as its own package)
     stage_sections = [
         {"name": stage.name, "title": stage.page_title, "summary": stage.summary,
          "arms": [(r.s.arm, stage.page_section(getattr(r.s, stage.name, None))) for r in by[stage.name]]}
         for stage in STAGES.values() if stage.section is not None and not isinstance(stage.section, SectionTemplate)
         and stage.name in by]
-    site.write(
-        model.page, "model.html", model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
+    context: dict[str, Any] = dict(
+        model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
         gate=gate, generated=generated, ttft_svg=drawn["ttft"].result(), itl_svg=drawn["itl"].result(),
         memory_svg=drawn["memory"].result(),
         watchdog=[watchdog_view(r.s.watchdog) for r in runs],
@@ -420,8 +415,41 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         sweep_svg=drawn["sweep"].result(),
         arm_comparisons=arm_comparisons(gate_runs, arms),
         gate_settings=gate_settings_text([r.s.gate for r in gate_runs], arms),
-        stage_slots=stage_slots, **variables, stage_sections=stage_sections, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),
+        stage_sections=stage_sections, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),
     )
+    # the sections stages draw with templates of their own, each in its slot of the page
+    inputs = PageInputs(arms=arms, prompt_ids=prompt_ids)
+    stage_slots: dict[str, list[Markup]] = {"answers": [], "causes": [], "measures": []}
+    templated = [s for s in STAGES.values() if isinstance(s.section, SectionTemplate) and s.name in by]
+    for stage in sorted(templated, key=lambda s: s.section.order):  # type: ignore[union-attr]
+        section = stage.section
+        assert isinstance(section, SectionTemplate)
+        results = [getattr(r.s, stage.name, None) for r in by[stage.name]]
+        context_here = {**context, "root": "../" * model.page.count("/")}
+        stage_slots[section.slot].append(_stage_section(site, stage.name, section, results, inputs, context_here))
+    site.write(model.page, "model.html", **context, stage_slots=stage_slots)
+
+
+def _stage_section(site: _Site, name: str, section: SectionTemplate, results: list[Any], inputs: PageInputs,
+                   context: dict[str, Any]) -> Markup:
+    """One stage's own section of a model page, drawn by its template with its view's variables
+    beside the page's. A section that cannot be drawn (its view fails, gives a name the page
+    uses, or its template fails) is one line in its place and in the log; the page is written."""
+    try:
+        variables = section.variables(results, inputs)
+        clash = sorted(set(variables) & set(context))
+        if clash:
+            raise SuiteError(f"its view gives {clash[0]!r}, a name the page itself uses")
+        return Markup(site.env.get_template(f"{name}/{section.template}").render(**context, **variables))
+    except Exception as exc:  # noqa: BLE001 - one stage's section must not take the page down
+        line = f"stage {name!r}: its page section could not be drawn: {type(exc).__name__}: {exc}"
+        log.warning("%s", line)
+        site.section_problems.append(line)
+        return Markup('<section id="{0}" class="stage-section"><p class="bad">{1}</p></section>\n\n').format(
+            name, line)
+
+
+
 
 
 LOG_COPY_BYTES = 1 << 20  # the end of a failed runtime's log copied into the site, at most
@@ -516,6 +544,7 @@ def _write_site(build_dir: Path, out_dir: Path, models: dict[str, ModelRuns], pr
         out_dir=str(out_dir), index=str((out_dir / "index.html").resolve()), runs=len(all_runs),
         complete=complete, incomplete=len(all_runs) - complete, models=len(models),
         pages=site.pages, charts=site.charts, seconds=round(total, 3), stage_problems=problems,
+        section_problems=site.section_problems,
         load_s=round(t_loaded - t0, 3), chart_s=round(site.chart_s, 3),
         pages_s=round(total - (t_loaded - t0), 3),
     )

@@ -225,12 +225,12 @@ PAGE_TEMPLATE = '''<section id="probe">
 '''
 
 
-def _page_package(where: Path, template: bool = True) -> Path:
+def _page_package(where: Path, template: bool = True, view: str = PAGE_VIEW) -> Path:
     """An installed package folder holding a stage, its page view and (or not) its template."""
     pkg = where / "suite_probe_page"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(PAGE_STAGE)
-    (pkg / "view.py").write_text(PAGE_VIEW)
+    (pkg / "view.py").write_text(view)
     if template:
         (pkg / "section.html").write_text(PAGE_TEMPLATE)
     meta = where / "suite_probe_page-1.0.dist-info"
@@ -266,3 +266,21 @@ def test_a_stage_package_draws_its_own_section_in_its_slot_escaped(tmp_path: Pat
     r = _suite(["--version"], missing, tmp_path, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "its page section's template 'section.html' is not in" in r.stderr
+
+    # a view that fails, or gives a name the page itself uses: its section is one line in its place
+    # and in the log, the page and every other section are written
+    for view, said in (("def page(results, inputs):\n    raise ValueError('no <b>view</b>')\n",
+                        "ValueError: no &lt;b&gt;view&lt;/b&gt;"),
+                       ("def page(results, inputs):\n    return {'arms': []}\n",
+                        "SuiteError: its view gives &#39;arms&#39;, a name the page itself uses")):
+        where = tmp_path / f"v{len(said)}"
+        out = tmp_path / f"site{len(said)}"
+        r = _suite(["site", "--results", str(results), "--out", str(out)], _page_package(where, view=view),
+                   tmp_path, timeout=300)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert "stage 'probe': its page section could not be drawn" in r.stderr
+        assert "1 stage sections could not be drawn" in r.stdout + r.stderr
+        page = (out / "models" / "tiny.html").read_text()
+        assert (f'<section id="probe" class="stage-section"><p class="bad">stage &#39;probe&#39;: its page section '
+                f"could not be drawn: {said}</p></section>") in page
+        assert '<section id="sessions">' in page and '<section id="latency">' in page
