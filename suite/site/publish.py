@@ -430,6 +430,22 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
     site.write(model.page, "model.html", **context, stage_slots=stage_slots)
 
 
+def _run_sections(site: _Site, run: Run) -> list[Markup]:
+    """The stages' own sections on a run's page, for that run alone: each stage with a template
+    of its own that the run page does not draw itself, where the run has its result."""
+    inputs = PageInputs(arms=[run.s.arm], prompt_ids=[p.prompt_id for p in gate_prompts(run.s.gate)])
+    out = []
+    for stage in STAGES.values():
+        section = stage.section
+        result = getattr(run.s, stage.name, None)
+        if not isinstance(section, SectionTemplate) or not section.on_run_page or result is None:
+            continue
+        context = {"root": "../" * run.page.count("/"), "arms": [run.s.arm], "runs": [run], "borrowed": {},
+                   "stage_runs": {stage.name: [run]}, "prompt_ids": inputs.prompt_ids}
+        out.append(_stage_section(site, stage.name, section, [result], inputs, context))
+    return out
+
+
 def _stage_section(site: _Site, name: str, section: SectionTemplate, results: list[Any], inputs: PageInputs,
                    context: dict[str, Any]) -> Markup:
     """One stage's own section of a model page, drawn by its template with its view's variables
@@ -528,6 +544,7 @@ def _write_site(build_dir: Path, out_dir: Path, models: dict[str, ModelRuns], pr
             run.log_page = _copy_failure_log(build_dir, run)
         for run in all_runs:  # written while the charts are drawn
             site.write(run.page, "run.html", model=models[run.s.model], run=run, generated=generated,
+                       stage_parts=_run_sections(site, run),
                        gate=gate_prompts(run.s.gate),
                        controls=controls_view(run.s.controls, []),
                        restarts=restarts_view(run.s.restarts),

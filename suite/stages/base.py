@@ -155,12 +155,15 @@ class SectionTemplate:
     imported only when a page is built, the function that turns the stage's results (one per arm,
     in the page's column order) and the page's `PageInputs` into the template's variables. `slot`
     is the page's place for it ("answers": after the gate; "causes": after the determinism mode;
-    "measures": after those, before the watchdog), `order` its place among the slot's sections."""
+    "measures": after those, before the watchdog), `order` its place among the slot's sections.
+    A run's own page shows the same section for that run alone, where the run has the stage's
+    result, unless `on_run_page` is False (a stage whose part the run page draws itself)."""
 
     template: str
     view: str
     slot: Literal["answers", "causes", "measures"]
     order: int = 0
+    on_run_page: bool = True
 
     def variables(self, results: list[Any], page: PageInputs) -> dict[str, Any]:
         """The template's variables for these results (the view imported on first use)."""

@@ -217,3 +217,26 @@ def test_a_cut_run_is_named_where_no_later_run_has_the_stage(tmp_path: Path) -> 
             shutil.copytree(run, root / "random-qwen3" / "vllm-gpu" / run.name)
     page = _model_page(root, tmp_path, "random-qwen3")
     assert "sent 30 requests of this stage and stopped before its result" in page
+
+
+def test_a_run_page_shows_the_stages_it_ran_that_it_does_not_draw_itself(tmp_path: Path) -> None:
+    """A run's own page shows the batch composition and sessions sections for that run alone (the
+    sections the model page draws, one column), where the run has those results, and not where
+    it has none."""
+    root = EXAMPLES / "gpu-vllm-results"
+    build_site(root, tmp_path / "site")
+    runs = {s.run_id: s for s in load_all(root)}
+    batch = [r for r in runs.values() if r.batch is not None]
+    assert batch
+    for s in batch:
+        page = next((tmp_path / "site" / "runs").glob(f"{s.run_id}-*.html")).read_text()
+        assert '<section id="batch">' in page and f"<th>{s.arm}</th>" in page
+    sessions = [r for r in runs.values() if r.sessions is not None]
+    assert sessions
+    for s in sessions:
+        page = next((tmp_path / "site" / "runs").glob(f"{s.run_id}-*.html")).read_text()
+        assert '<section id="sessions">' in page
+    plain = next(r for r in runs.values() if r.batch is None and r.sessions is None)
+    page = next((tmp_path / "site" / "runs").glob(f"{plain.run_id}-*.html")).read_text()
+    assert '<section id="batch">' not in page and '<section id="sessions">' not in page
+    assert "could not be drawn" not in page

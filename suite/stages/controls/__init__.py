@@ -719,4 +719,4 @@ STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine
               when=lambda p: p.auto_controls, on_verdict=False, after="gate",
               tables=(ExportTable("controls", export_rows),), exported_requests=("controls",),
               page_title="control matrix",
-              section=SectionTemplate("section.html", "suite.stages.controls.view:page", slot="causes", order=1))
+              section=SectionTemplate("section.html", "suite.stages.controls.view:page", slot="causes", order=1, on_run_page=False))

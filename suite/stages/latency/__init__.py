@@ -635,4 +635,4 @@ STAGE = Stage(name="latency", result=LatencyResult, run=run, lines=(LatencyLine,
               planned=lambda p: p.latency_warmup + sum(level_requests(p.latency_requests, c) for c in p.concurrency),
               tables=(ExportTable("latency", export_rows),), exported_requests=("latency",),
               page_title="latency",
-              section=SectionTemplate("section.html", "suite.stages.latency.view:page", slot="measures", order=0))
+              section=SectionTemplate("section.html", "suite.stages.latency.view:page", slot="measures", order=0, on_run_page=False))

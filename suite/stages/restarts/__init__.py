@@ -399,4 +399,4 @@ STAGE = Stage(name="restarts", result=RestartsResult, run=run, lines=(AnswerLine
                                  * (2 if p.restart_caches == "both" else 1)),
               tables=(ExportTable("restarts", export_rows),), exported_requests=("restarts",),
               page_title="restarts",
-              section=SectionTemplate("section.html", "suite.stages.restarts.view:page", slot="causes", order=2))
+              section=SectionTemplate("section.html", "suite.stages.restarts.view:page", slot="causes", order=2, on_run_page=False))
