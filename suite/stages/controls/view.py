@@ -69,9 +69,5 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
 def page(results: "list[ControlsResult | None]", inputs: PageInputs) -> dict[str, Any]:
     """The section's variables: each arm's matrix and every configuration any arm ran, in order."""
     controls = [controls_view(c, inputs.prompt_ids) for c in results]
-    configs: list[str] = []
-    for c in controls:
-        for row in (c or {}).get("rows", []):
-            if row["configuration"] not in configs:
-                configs.append(row["configuration"])
+    configs = list(dict.fromkeys(row["configuration"] for c in controls for row in (c or {}).get("rows", [])))
     return {"controls": controls, "control_configs": configs}

@@ -134,10 +134,6 @@ def page(results: "list[ExtractionResult | None]", inputs: PageInputs) -> dict[s
     """The section's variables: each arm's view, the paired comparisons, and every section any arm
     answered, in order."""
     extraction = [extraction_view(ex) for ex in results]
-    section_ids: list[str] = []
-    for ex in extraction:
-        for sid in (ex or {}).get("grid", {}):
-            if sid not in section_ids:
-                section_ids.append(sid)
+    section_ids = list(dict.fromkeys(sid for ex in extraction for sid in (ex or {}).get("grid", {})))
     return {"extraction": extraction, "extraction_pairs": extraction_pairs(results, inputs.arms),
             "section_ids": section_ids}

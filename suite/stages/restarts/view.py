@@ -46,9 +46,5 @@ def _max_tokens_of(r: RestartsResult, prompt_id: str) -> int | None:
 def page(results: "list[RestartsResult | None]", inputs: PageInputs) -> dict[str, Any]:
     """The section's variables: each arm's view and every prompt any arm's launches answered."""
     restarts = [restarts_view(r) for r in results]
-    prompts: list[str] = []
-    for rs in restarts:
-        for p in (rs or {}).get("prompts", []):
-            if p["prompt_id"] not in prompts:
-                prompts.append(p["prompt_id"])
+    prompts = list(dict.fromkeys(p["prompt_id"] for rs in restarts for p in (rs or {}).get("prompts", [])))
     return {"restarts": restarts, "restart_prompts": prompts}
