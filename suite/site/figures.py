@@ -27,7 +27,7 @@ from suite.records import Summary, load_all
 from suite.stages.latency import LatencyLine
 from suite.stages.lines import AnswerLine
 from suite.signature import flatten_signature
-from suite.stages import ORDER
+from suite.stages import EXTRACTION_STAGE, LATENCY_STAGE, ORDER, VERDICT_STAGE
 from suite.stages.controls import ControlsResult
 from suite.stages.repeat import GateResult
 from suite.stages.latency.view import latency_level
@@ -357,7 +357,7 @@ class Run:
     def overrides(self) -> str:
         """What this run was asked beyond its profile: the settings it changed (`restarts 6 ·
         reloads 1`), the stages when not a bench's own, the control sets asked for; or ""."""
-        from suite.stages import ORDER
+        from suite.stages import EXTRACTION_STAGE, LATENCY_STAGE, ORDER, VERDICT_STAGE
 
         invocation = getattr(self.summary, "invocation", None)
         if invocation is None:
@@ -406,6 +406,24 @@ class ArmRuns:
         holding = [r for r in self.runs if getattr(r.s, stage, None) is not None]
         complete = [r for r in holding if r.s.status == "complete"]
         return (complete or holding or [self.current])[-1]
+
+    @property
+    def gate_run(self) -> Run:
+        """The run whose gate (the stage that gives the verdict) the pages show for this arm."""
+        return self.for_stage(VERDICT_STAGE)
+
+    @property
+    def headline(self) -> Headline:
+        """The arm's first-screen figures, each from the run the model page shows its stage from:
+        a study run after a bench (sessions, restarts alone) hides none of the bench's figures."""
+        h = headline(self.gate_run.s)
+        timing = headline(self.for_stage(LATENCY_STAGE).s)
+        scores = headline(self.for_stage(EXTRACTION_STAGE).s)
+        h.ttft_p50_ms, h.tokens_per_s = timing.ttft_p50_ms, timing.tokens_per_s
+        h.clean_share, h.clean_share_se, h.clean_n = scores.clean_share, scores.clean_share_se, scores.clean_n
+        h.complete_share, h.complete_share_se, h.complete_n = (scores.complete_share, scores.complete_share_se,
+                                                               scores.complete_n)
+        return h
 
 
 @dataclass

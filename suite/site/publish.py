@@ -48,7 +48,7 @@ from suite.paths import SITE_DIR, cache_dir
 from suite.records import read_requests
 from suite.stages.latency import LatencyLine
 from suite.stages.lines import AnswerLine
-from suite.stages import STAGES
+from suite.stages import LATENCY_STAGE, STAGES, VERDICT_STAGE
 from suite.stages.base import PageInputs, SectionTemplate
 from suite.stages.controls.view import controls_view
 from suite.stages.extraction.view import extraction_view
@@ -311,11 +311,6 @@ def _gate_page(model: ModelRuns, prompt_id: str) -> str:
 
 # The stages a model page shows from the newest run holding each (record field -> name on the page).
 PAGE_STAGES = {stage.name: stage.page_title for stage in STAGES.values() if stage.page_title is not None}
-# The two stages the page itself is built around, found by what they do: the one that gives the
-# reproducibility verdict (its answers fill the gate table, the answers pages and the cards' first
-# figure) and the one that writes latency lines (they fill the cards' timings and the charts).
-VERDICT_STAGE = next(stage.name for stage in STAGES.values() if stage.verdict is not None)
-LATENCY_STAGE = next(stage.name for stage in STAGES.values() if LatencyLine in stage.lines)
 
 
 def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None]"]:
@@ -536,10 +531,10 @@ def _write_site(build_dir: Path, out_dir: Path, models: dict[str, ModelRuns], pr
     try:
         engine.join()
         drawn = {name: _model_charts(site, model) for name, model in models.items()}
-        current = [r for m in models.values() for r in m.current]
+        shown = [a.gate_run for m in models.values() for a in m.arms.values()]
         site.write("index.html", "index.html", models=models, generated=generated,
-                   n_runs=len(all_runs), gate_settings=gate_settings_text([r.s.gate for r in current],
-                                                                          [f"{r.s.model} {r.s.arm}" for r in current]))
+                   n_runs=len(all_runs), gate_settings=gate_settings_text([r.s.gate for r in shown],
+                                                                          [f"{r.s.model} {r.s.arm}" for r in shown]))
         for run in all_runs:
             run.log_page = _copy_failure_log(build_dir, run)
         for run in all_runs:  # written while the charts are drawn

@@ -80,6 +80,12 @@ def _installed(taken: set[str]) -> list[Stage]:
 STAGES: dict[str, Stage] = {s.name: s for s in BUILT_IN}
 STAGES.update((s.name, s) for s in _installed(set(STAGES)))
 ORDER: list[str] = [name for name, s in STAGES.items() if s.in_bench]  # a bench's stages
+# The stages a results page is framed by: the one that gives the reproducibility verdict (the
+# first figure of every arm), the one that writes latency lines (its timings and charts), and the
+# extraction (its scores); the site finds them here, not by name.
+VERDICT_STAGE: str = next(s.name for s in BUILT_IN if s.verdict is not None)
+LATENCY_STAGE: str = latency.STAGE.name
+EXTRACTION_STAGE: str = extraction.STAGE.name
 
 
 def get_stage(name: str) -> Stage:
@@ -133,5 +139,5 @@ def may_run(stages: list[str], profile: "Profile") -> list[str]:
     return list(dict.fromkeys([*stages, *(s.name for s in STAGES.values() if s.may_run(profile))]))
 
 
-__all__ = ["STAGES", "ORDER", "LOAD_ERRORS", "Stage", "StageContext", "FreshLaunch", "LaunchFactory", "get_stage", "place", "schedule",
+__all__ = ["STAGES", "ORDER", "VERDICT_STAGE", "LATENCY_STAGE", "EXTRACTION_STAGE", "LOAD_ERRORS", "Stage", "StageContext", "FreshLaunch", "LaunchFactory", "get_stage", "place", "schedule",
            "verdict_of", "added_on_verdict", "may_run"]

@@ -240,3 +240,19 @@ def test_a_run_page_shows_the_stages_it_ran_that_it_does_not_draw_itself(tmp_pat
     page = next((tmp_path / "site" / "runs").glob(f"{plain.run_id}-*.html")).read_text()
     assert '<section id="batch">' not in page and '<section id="sessions">' not in page
     assert "could not be drawn" not in page
+
+
+def test_the_first_screen_keeps_an_arms_gate_when_a_study_ran_after_it(tmp_path: Path) -> None:
+    """random-llama-1b's vllm-gpu: the 200-request gate ran in a bench cut during its batch stage
+    (incomplete), then `suite study sessions` ran complete with no gate. The first screen's figure
+    and verdict come from the gate's run, which the line names, not "gate not run"."""
+    root = EXAMPLES / "gpu-vllm-results"
+    build_site(root, tmp_path / "site")
+    index = (tmp_path / "site" / "index.html").read_text()
+    row = index[index.index('<tr class="arm-row" data-arm="vllm-gpu">'):]
+    row = row[:row.index('<tr class="arm-row"', 10)]
+    assert '<span class="distinct ok">1 of 200</span>' in row and "gate not run" not in row
+    assert "the same answer every time: 1 answer per prompt (200 of 200 on each of 1 prompt)" in row
+    gate_run = next(s for s in load_all(root) if s.model == "random-llama-1b" and s.arm == "vllm-gpu"
+                    and s.gate is not None)
+    assert f"(the gate of run <a href=\"runs/{gate_run.run_id}-vllm-gpu.html\">{gate_run.run_id}</a>, incomplete;" in row
