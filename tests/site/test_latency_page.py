@@ -24,7 +24,7 @@ def _a_run_with_latency():
 def _render_run(model, run) -> str:
     return make_env().get_template("run.html").render(
         root="../", model=model, run=run, generated="now", gate=[], controls=None, restarts=None,
-        extraction=None, watchdog=None, latency_rows=latency_table([run.s.latency]))
+        extraction=None, watchdog=None, latency_rows=latency_table([run.s.latency]), stage_parts=[])
 
 
 def test_old_record_says_ttft_may_be_a_cache_hit() -> None:

@@ -261,6 +261,10 @@ def test_a_stage_package_draws_its_own_section_in_its_slot_escaped(tmp_path: Pat
     order = [page.index(f'<section id="{s}">') for s in ("controls", "restarts", "sessions", "probe", "latency")]
     assert order == sorted(order)
     assert '<section id="stage-probe"' not in page  # drawn by its template, not by the generic section
+    # the run's own page draws it too, for that run alone; a run without its result does not
+    run_page = (site / "runs" / f"{run.name}-vllm-cpu.html").read_text()
+    assert '<p class="probe-row">vllm-cpu: &lt;script&gt;alert(1)&lt;/script&gt; | two</p>' in run_page
+    assert not any("probe-row" in p.read_text() for p in (site / "runs").glob("*-llamacpp.html"))
 
     missing = _page_package(tmp_path / "broken", template=False)
     r = _suite(["--version"], missing, tmp_path, timeout=120)
@@ -279,7 +283,8 @@ def test_a_stage_package_draws_its_own_section_in_its_slot_escaped(tmp_path: Pat
                    tmp_path, timeout=300)
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
         assert "stage 'probe': its page section could not be drawn" in r.stderr
-        assert "1 stage sections could not be drawn" in r.stdout + r.stderr
+        # the model page and the run's own page (the run has the stage's result): one line each
+        assert "2 stage sections could not be drawn" in r.stdout + r.stderr
         page = (out / "models" / "tiny.html").read_text()
         assert (f'<section id="probe" class="stage-section"><p class="bad">stage &#39;probe&#39;: its page section '
                 f"could not be drawn: {said}</p></section>") in page
