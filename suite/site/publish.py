@@ -415,20 +415,20 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
     # the sections stages draw with templates of their own, each in its slot of the page
     inputs = PageInputs(arms=arms, prompt_ids=prompt_ids)
     stage_slots: dict[str, list[Markup]] = {"answers": [], "causes": [], "measures": []}
-    templated = [s for s in STAGES.values() if isinstance(s.section, SectionTemplate) and s.name in by]
-    for stage in sorted(templated, key=lambda s: s.section.order):  # type: ignore[union-attr]
-        section = stage.section
-        assert isinstance(section, SectionTemplate)
-        results = [getattr(r.s, stage.name, None) for r in by[stage.name]]
-        context_here = {**context, "root": "../" * model.page.count("/")}
-        stage_slots[section.slot].append(_stage_section(site, stage.name, section, results, inputs, context_here))
+    templated = sorted(((s.name, s.section) for s in STAGES.values()
+                        if isinstance(s.section, SectionTemplate) and s.name in by), key=lambda t: t[1].order)
+    in_sections = {**context, "root": "../" * model.page.count("/")}
+    for name, section in templated:
+        results = [getattr(r.s, name, None) for r in by[name]]
+        stage_slots[section.slot].append(_stage_section(site, name, section, results, inputs, in_sections))
     site.write(model.page, "model.html", **context, stage_slots=stage_slots)
 
 
-def _run_sections(site: _Site, run: Run) -> list[Markup]:
+def _run_sections(site: _Site, run: Run, gate: list[PromptView]) -> list[Markup]:
     """The stages' own sections on a run's page, for that run alone: each stage with a template
-    of its own that the run page does not draw itself, where the run has its result."""
-    inputs = PageInputs(arms=[run.s.arm], prompt_ids=[p.prompt_id for p in gate_prompts(run.s.gate)])
+    of its own that the run page does not draw itself, where the run has its result (`gate`: the
+    run's gate prompts, as its page shows them)."""
+    inputs = PageInputs(arms=[run.s.arm], prompt_ids=[p.prompt_id for p in gate])
     out = []
     for stage in STAGES.values():
         section = stage.section
@@ -443,8 +443,8 @@ def _run_sections(site: _Site, run: Run) -> list[Markup]:
 
 def _stage_section(site: _Site, name: str, section: SectionTemplate, results: list[Any], inputs: PageInputs,
                    context: dict[str, Any]) -> Markup:
-    """One stage's own section of a model page, drawn by its template with its view's variables
-    beside the page's. A section that cannot be drawn (its view fails, gives a name the page
+    """One stage's own section of a page (a model's, or one run's), drawn by its template with its
+    view's variables beside the page's. A section that cannot be drawn (its view fails, gives a name the page
     uses, or its template fails) is one line in its place and in the log; the page is written."""
     try:
         variables = section.variables(results, inputs)
@@ -458,9 +458,6 @@ def _stage_section(site: _Site, name: str, section: SectionTemplate, results: li
         site.section_problems.append(line)
         return Markup('<section id="{0}" class="stage-section"><p class="bad">{1}</p></section>\n\n').format(
             name, line)
-
-
-
 
 
 LOG_COPY_BYTES = 1 << 20  # the end of a failed runtime's log copied into the site, at most
@@ -538,9 +535,9 @@ def _write_site(build_dir: Path, out_dir: Path, models: dict[str, ModelRuns], pr
         for run in all_runs:
             run.log_page = _copy_failure_log(build_dir, run)
         for run in all_runs:  # written while the charts are drawn
+            gate = gate_prompts(run.s.gate)
             site.write(run.page, "run.html", model=models[run.s.model], run=run, generated=generated,
-                       stage_parts=_run_sections(site, run),
-                       gate=gate_prompts(run.s.gate),
+                       stage_parts=_run_sections(site, run, gate), gate=gate,
                        controls=controls_view(run.s.controls, []),
                        restarts=restarts_view(run.s.restarts),
                        extraction=extraction_view(run.s.extraction),

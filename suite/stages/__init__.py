@@ -46,8 +46,7 @@ def section_problem(stage: Stage) -> str | None:
         return None
     if not (stage.folder / section.template).is_file():
         return f"its page section's template {section.template!r} is not in {stage.folder}"
-    module, _, function = section.view.partition(":")
-    if not module or not function:
+    if not all(section.view_parts):
         return f"its page section's view {section.view!r} is not \"module:function\""
     return None
 

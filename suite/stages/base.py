@@ -165,9 +165,15 @@ class SectionTemplate:
     order: int = 0
     on_run_page: bool = True
 
+    @property
+    def view_parts(self) -> tuple[str, str]:
+        """(module, function) of `view`; either is "" where it is not "module:function"."""
+        module, _, function = self.view.partition(":")
+        return module, function
+
     def variables(self, results: list[Any], page: PageInputs) -> dict[str, Any]:
         """The template's variables for these results (the view imported on first use)."""
-        module, _, function = self.view.partition(":")
+        module, function = self.view_parts
         try:
             view = getattr(importlib.import_module(module), function)
         except (ImportError, AttributeError) as exc:
