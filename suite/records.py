@@ -588,6 +588,14 @@ def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summ
             continue
         raw = _read_json(p)
         setattr(summary, key, _stage_results(p, {key: raw}, problems)[key])
+    if not run_in_progress(run_dir):
+        # a stage the run was cut in: what it finished, rebuilt from the request lines it kept
+        for name, stage in STAGES.items():
+            if stage.rebuild is None or getattr(summary, name, None) is not None:
+                continue
+            lines = read_requests(run_dir, stage.exported_requests or (name,))
+            if lines:
+                setattr(summary, name, stage.rebuild(lines, summary))
     return summary
 
 

@@ -8,6 +8,7 @@
 #
 #     bash benchmarks/gpu/split_parts.sh                    # here, first: parts that fit beside the checkout
 #     bash benchmarks/gpu/run_vllm_studies.sh deps          # part aa; the wheels (suite, vLLM, HUMMING, gguf) into the target
+#                                                       (HUMMING: humming-kernels 0.1.6, pyelftools, compressed-tensors, loguru)
 #     bash benchmarks/gpu/run_vllm_studies.sh part ab       # copy one vLLM part (carried in .gpu/vllm/), ab ... ae
 #     bash benchmarks/gpu/run_vllm_studies.sh gguf a        # copy one part of the tiny model's GGUF folder (.gpu/gemma/), a ... h
 #     bash benchmarks/gpu/run_vllm_studies.sh tools         # copy the wheels of a tools transformers whose GGUF conversion passes the probe (.gpu/tools/)
@@ -112,7 +113,13 @@ case "$PHASE" in
     done
     [ -n "${wheels// /}" ] && python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" $wheels \
       && say "the suite's wheels the machine lacked, in $SITE:$(for w in $wheels; do printf ' %s' "$(basename "$w" | cut -d- -f1)"; done)"
-    python3 -c "import suite.cli, suite.launchers.local, suite.stages.batch; print('suite imports')" ;;
+    python3 -c "import suite.cli, suite.launchers.local, suite.stages.batch; print('suite imports')"
+    # what vLLM's HUMMING path imports at start-up beyond vLLM's own wheel: missing, its arm fails
+    # after a minute with ModuleNotFoundError (compressed-tensors needs loguru)
+    for mod in humming elftools compressed_tensors loguru; do
+      PYTHONPATH=$TARGET python3 -c "import $mod" 2>/dev/null \
+        || say "$mod missing: the HUMMING arms will not start (put its wheel into .gpu/vllm/deps)"
+    done ;;
   part)
     mkdir -p /tmp/vparts && cp "$REPO/.gpu/vllm/vllm.tar.xz.part-$2" /tmp/vparts/ && ls -la /tmp/vparts
     if [ "${3:-}" = setup ]; then

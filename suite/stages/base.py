@@ -231,6 +231,11 @@ class Stage:
     # `settings_for(profile)` gives them; the run record keeps them with the profile's settings.
     settings: type[BaseModel] | None = None
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # What a run that stopped before the stage's end (a time limit, a kill) had measured of it,
+    # rebuilt from its request lines (`exported_requests` kinds) and the stages it finished (the
+    # summary so far): the stage's result, saying what it rebuilt and what was cut; None where the
+    # lines cannot say. Without it, a cut stage's page names the lines it kept, and no more.
+    rebuild: "Callable[[list[Any], Any], BaseModel | None] | None" = None
 
     def may_run(self, profile: "Profile") -> bool:
         """Whether a stage not in every bench may be added to one with this profile."""

@@ -90,13 +90,12 @@ def test_gpu_vllm_example_tree_shows_the_prefix_cache_transient_and_its_control(
     assert off.distinct["document-4k"] == 1 and off.answered["document-4k"] == 20
     page = _model_page(root, tmp_path, "random-qwen3")
     assert "random weights" in page
-    # the page shows each arm's latest run of each stage: vllm-gpu's restarts are the fresh-caches
-    # run's, vllm-gpu-triton-first-config's the kept-caches run's (9 launch-prompt series each), the
-    # controls the elimination run's
+    # the page shows each arm's latest run of each stage: both arms' restarts are fresh-caches
+    # runs (9 launch-prompt series each), the controls the elimination run's
     assert "in 3 launch-prompt series of 9, only the first request after the start differs" in page
     assert "compile-cache files at each launch's start: 0, 0, 0" in page
     assert "vllm-gpu: every launch started with empty compile caches" in page
-    assert "compile-cache files at each launch's start: 0, 637, 637" in page
+    assert "vllm-gpu-triton-first-config: every launch started with empty compile caches" in page
     assert "prefix-caching-off" in page and "--no-enable-prefix-caching" in page
     # the restarts run cut on 2026-12-02 (30 requests kept in its record) is superseded on the page
     # by the later complete restarts run; the cut run's note is tested in the site's own tests
@@ -138,7 +137,7 @@ def test_gpu_vllm_example_tree_restarts_with_fresh_compile_caches() -> None:
     2026-12-02 11:56): three launches, each with an empty cache root (start-ups 105-122 s), gave
     the same answer sequence on every prompt, the prefix cache's cold answer on document-4k
     included, with identical log-probabilities; three launches bound nothing."""
-    (run,) = [s for s in load_all(EXAMPLES / "gpu-vllm-results") if s.model == "random-qwen3"
+    (run,) = [s for s in load_all(EXAMPLES / "gpu-vllm-results") if s.arm == "vllm-gpu"
               and s.restarts is not None and s.restarts.cache_mode == "fresh" and s.status == "complete"]
     r = run.restarts
     assert r.launched == 3 and [o.status for o in r.launch_outcomes] == ["ok"] * 3
@@ -256,3 +255,50 @@ def test_the_first_screen_keeps_an_arms_gate_when_a_study_ran_after_it(tmp_path:
     gate_run = next(s for s in load_all(root) if s.model == "random-llama-1b" and s.arm == "vllm-gpu"
                     and s.gate is not None)
     assert f"(the gate of run <a href=\"runs/{gate_run.run_id}-vllm-gpu.html\">{gate_run.run_id}</a>, incomplete;" in row
+
+
+def test_gpu_vllm_example_tree_humming_matrix_cut_short_keeps_its_finished_rows(tmp_path: Path) -> None:
+    """The automatic control matrix on HUMMING W4A16 (random-llama-1b, vLLM 0.24.0, H200,
+    2026-12-02 14:57): the gate varied on every prompt, so the bench ran every control the runtime
+    declares, one launch each; the run was stopped by its time limit while the fourth row's runtime
+    started. The three rows it finished come back from its request lines: batch-invariant mode
+    brings short-open to one answer in 20 (against 20 in 20 at default, p = 1.5e-10) but not the
+    two long prompts; pinning Triton's first configuration brings back none."""
+    root = EXAMPLES / "gpu-vllm-results"
+    (run,) = [s for s in load_all(root) if s.arm == "vllm-gpu-humming-w4a16" and s.controls is not None]
+    assert run.status == "incomplete" and run.gate is not None and run.gate.reproducible is False
+    assert [(p.prompt_id, p.distinct_answers) for p in run.gate.prompts] == [
+        ("document-4k", 19), ("long-open", 20), ("short-open", 20)]
+    c = run.controls
+    assert c.interrupted is not None and "3 finished rows rebuilt from its request lines" in c.interrupted
+    rows = {r.configuration: r for r in c.rows}
+    assert list(rows) == ["default", "batch-invariant", "triton-first-config"]
+    assert rows["default"].distinct == {"document-4k": 20, "long-open": 20, "short-open": 20}
+    assert rows["batch-invariant"].distinct == {"document-4k": 2, "long-open": 2, "short-open": 1}
+    assert rows["batch-invariant"].answered["short-open"] == 20
+    assert rows["triton-first-config"].distinct == {"document-4k": 2, "long-open": 2, "short-open": 2}
+    short = next(t for t in rows["batch-invariant"].tests if t.prompt_id == "short-open")
+    assert short.credited and short.p_value is not None and short.p_value < 1e-9
+    assert c.restoring == [] and c.elimination.startswith("no control of the 2 that ran is shown to bring")
+    assert all(r.startup_s is None and r.energy is None for r in c.rows)
+    page = _model_page(root, tmp_path, "random-llama-1b")
+    assert "3 finished rows rebuilt from its request lines (default, batch-invariant, triton-first-config)" in page
+    # the rows that stopped at their second answer answered another mix of prompts: no speed ratio
+    assert "batch-invariant: 2 distinct of 2; 2 distinct of 2; 1 distinct of 20 ·" in page
+
+
+def test_gpu_vllm_example_tree_restarts_fresh_caches_with_triton_first_config() -> None:
+    """Study 3 with fresh compile caches and Triton's autotuning pinned to its first configuration
+    (VLLM_TRITON_FORCE_FIRST_CONFIG=1; random-qwen3, vLLM 0.24.0, H200, 2026-12-02 14:46): three
+    launches from empty cache roots (start-ups 127-147 s) gave the same answer sequence on every
+    prompt, as without the pin; three launches bound nothing."""
+    (run,) = [s for s in load_all(EXAMPLES / "gpu-vllm-results") if s.arm == "vllm-gpu-triton-first-config"
+              and s.restarts is not None and s.restarts.cache_mode == "fresh"]
+    r = run.restarts
+    assert run.status == "complete" and r.launched == 3
+    assert [o.cache_files_before for o in r.launch_outcomes] == [0, 0, 0]
+    assert all(120 < (o.startup_s or 0) < 150 for o in r.launch_outcomes)
+    assert all(p.same_sequence and p.across == "too few" for p in r.prompts)
+    assert next(p for p in r.prompts if p.prompt_id == "document-4k").cold_series == 3
+    assert "3 of 3 launches alike, too few to bound how often a launch differs" in r.verdict
+    assert run.energy["restarts"].j_per_token is not None and run.energy["restarts"].j_per_token > 10

@@ -37,18 +37,18 @@ from pydantic import BaseModel, Field
 from rich.table import Table
 from rich.text import Text
 
+from suite.analysis.repro import Sample, analyse, group_answers
 from suite.analysis.stats import fisher_fewer_others, requests_needed
-from suite.stages.base import ExportTable, SectionTemplate, Stage
-from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.gpu import Energy, EnergyMeter
 from suite.launchers.base import LoraAdapter
-from suite.stages.repeat import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts, truncation_by_prompt
+from suite.stages.base import ExportTable, SectionTemplate, Stage, StageContext
+from suite.stages.lines import AnswerLine
+from suite.stages.repeat import (GatePromptResult, GateResult, concurrency_of, death_reason_of, logprobs_for,
+                                 run_gate, select_prompts, truncation_by_prompt, verdict_of)
 
 if TYPE_CHECKING:
     from suite.catalog import ModelCard
-    from suite.analysis.stats import fisher_fewer_others, requests_needed
-from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,9 @@ class ControlsResult(BaseModel):
     elimination: str = ""
     alpha: float = ELIMINATION_ALPHA
     launches_per_row: int = 1  # > 1: the rows were launches of a short gate (a cold-start transient)
+    # Set where the run stopped before the stage's end and its finished rows were rebuilt from the
+    # request lines it kept (`rebuild`): what was rebuilt, what was cut and what the lines do not keep.
+    interrupted: str | None = None
 
 
 # -- configurations -------------------------------------------------------------------------------
@@ -656,6 +659,88 @@ def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
                               f"to one answer ({lines or 'no control row answered'}; {how}){tail}")
 
 
+def rebuild(lines: list[Any], before: Any) -> ControlsResult | None:
+    """The rows a control matrix finished before its run stopped (a time limit, a kill), rebuilt
+    from the run's request lines, in the order they ran; `before` holds the stages the run finished
+    (its gate: the prompts that varied, for the elimination).
+
+    A row is kept only where it finished: the default row every prompt's full series (as many
+    requests as its longest), a control row each prompt at that count or at its second answer
+    (where a control row stops). A row cut mid-way is named and left out of the elimination; a
+    row whose runtime never answered left no line and is not known. Start-up times, commands and
+    energy are not in request lines: they are absent, not guessed. None where the lines cannot
+    say which rows finished (a matrix of launches: a cold-start transient's rows; LoRA's rows) or
+    where no row finished.
+    """
+    gate: GateResult | None = getattr(before, "gate", None)
+    by_label: dict[str, list[Any]] = {}
+    for q in lines:
+        if getattr(q, "kind", None) == "controls":
+            by_label.setdefault(q.label, []).append(q)
+    if not by_label or transient_prompts(gate) or any(k.startswith(LORA) for k in by_label):
+        return None
+    order = [p.prompt_id for p in gate.prompts] if gate else []
+    prompts = list(dict.fromkeys(sorted({q.prompt_id for qs in by_label.values() for q in qs},
+                                        key=lambda pid: (order.index(pid) if pid in order else len(order), pid))))
+    # the series' length: the gate's (a matrix's rows send as many), else the default row's longest
+    default_lines = by_label.get("default", [])
+    n = gate.n_requests if gate else max((sum(1 for q in default_lines if q.prompt_id == pid) for pid in prompts),
+                                         default=0)
+    known = {p.id: p for p in select_prompts(None)}
+    rows: list[ControlRow] = []
+    cut: list[str] = []
+    for label, qs in by_label.items():
+        series: dict[str, list[Sample]] = {}
+        for q in qs:
+            series.setdefault(q.prompt_id, []).append(Sample(
+                index=q.index, text=q.text or "", token_ids=q.token_ids, logprobs=q.logprobs,
+                top_logprobs=getattr(q, "top_logprobs", None), completion_tokens=q.completion_tokens,
+                finish_reason=q.finish_reason, error=q.error))
+        stop = None if label == "default" else CONTROL_STOP_AFTER_DISTINCT
+        finished = n > 0 and all(
+            pid in series and (len(series[pid]) >= n or (stop is not None and len(group_answers(series[pid])) >= stop))
+            for pid in prompts)
+        if not finished:
+            cut.append(f"{label} ({sum(len(v) for v in series.values())} requests)")
+            continue
+        results = []
+        for i, pid in enumerate(prompts):
+            first = qs[[q.prompt_id for q in qs].index(pid)]
+            a = analyse(series[pid], process_cold=i == 0)
+            results.append(GatePromptResult.from_analysis(
+                a, prompt_id=pid, prompt_version=getattr(first, "prompt_version", 1) or 1,
+                prompt_sha256=getattr(first, "prompt_sha256", "") or "",
+                kind=known[pid].kind if pid in known else "completion", max_tokens=first.max_tokens or 0,
+                error_messages=list(dict.fromkeys(s.error for s in series[pid] if s.error))[:5],
+                prompt_tokens=sorted({q.prompt_tokens for q in qs if q.prompt_id == pid
+                                      and getattr(q, "prompt_tokens", None) is not None})))
+        reproducible, verdict = verdict_of(results, None)
+        head = qs[0]
+        controls = list(getattr(head, "controls", None) or [])
+        concurrency = getattr(head, "concurrency", None) or 1
+        gate_of_row = GateResult(
+            label=label, controls=controls, n_requests=n, concurrency=concurrency,
+            request_extra=dict(getattr(head, "request_extra", None) or {}), seed=head.seed,
+            temperature=head.temperature or 0.0, logprobs=any(q.logprobs for q in qs), prompts=results,
+            reproducible=reproducible, verdict=verdict, wall_s=0.0, http_s=round(sum(q.e2e_s or 0.0 for q in qs), 4))
+        row = ControlRow(configuration=label, controls=controls, status="ok", concurrency=concurrency,
+                         ran_controls=controls)
+        rows.append(row_from_gate(row, gate_of_row))
+    if not rows:
+        return None  # nothing finished: the page names the lines kept, and no more
+    result = ControlsResult(runtime=getattr(before, "runtime", "") or "", arm=getattr(before, "arm", "") or "",
+                            requested=["unknown"], n_requests=n, prompts=prompts, rows=rows,
+                            automatic=bool(gate is not None and gate.reproducible is False))
+    eliminate(result, gate)
+    result.interrupted = (
+        f"the run stopped before the matrix's end: {len(rows)} finished row{'s' if len(rows) != 1 else ''} "
+        f"rebuilt from its request lines ({', '.join(r.configuration for r in rows) or 'none'})"
+        + (f"; cut mid-way and left out: {', '.join(cut)}" if cut else "")
+        + "; a row whose runtime never answered left no line; start-up times and energy are not kept in "
+          "request lines")
+    return result
+
+
 def format_controls_table(result: ControlsResult) -> Table:
     """configuration -> distinct answers and lengths (count), per prompt, as a rich table."""
     launches = f" x {result.launches_per_row} launches" if result.launches_per_row > 1 else ""
@@ -718,5 +803,5 @@ STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine
               # after the gate
               when=lambda p: p.auto_controls, on_verdict=False, after="gate",
               tables=(ExportTable("controls", export_rows),), exported_requests=("controls",),
-              page_title="control matrix",
+              rebuild=rebuild, page_title="control matrix",
               section=SectionTemplate("section.html", "suite.stages.controls.view:page", slot="causes", order=1, on_run_page=False))

@@ -51,17 +51,22 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
             "env": r.env, "args": r.args, "tokens_per_s": r.tokens_per_s,
             "j_per_token": r.energy.j_per_token if r.energy else None,
             "energy_j": r.energy.joules if r.energy else None,
-            "mean_power_w": r.energy.mean_power_w if r.energy else None,
+            "mean_power_w": r.energy.mean_power_w if r.energy else None, "sent": dict(r.sent),
         })
-    default_tps = next((row["tokens_per_s"] for row in rows if row["configuration"] == "default"), None)
-    default_jpt = next((row["j_per_token"] for row in rows if row["configuration"] == "default"), None)
+    default = next((row for row in rows if row["configuration"] == "default"), None)
+    default_tps = default["tokens_per_s"] if default else None
+    default_jpt = default["j_per_token"] if default else None
     for row in rows:
         tps, jpt = row["tokens_per_s"], row["j_per_token"]
-        row["cost"] = tps / default_tps if tps is not None and default_tps else None
-        row["energy_cost"] = jpt / default_jpt if jpt is not None and default_jpt else None
+        # a ratio only over the same requests per prompt: a row that stopped a prompt at its second
+        # answer has another mix of prompts (a long document weighs less), so its speed is not the
+        # default's to compare with
+        same_mix = default is not None and row["sent"] == default["sent"]
+        row["cost"] = tps / default_tps if same_mix and tps is not None and default_tps else None
+        row["energy_cost"] = jpt / default_jpt if same_mix and jpt is not None and default_jpt else None
         row["line"] = control_row_line(row)
     return {"prompts": prompts, "rows": rows, "n": c.n_requests, "launches": c.launches_per_row,
-            "elimination": c.elimination,
+            "elimination": c.elimination, "interrupted": c.interrupted,
             "automatic": c.automatic, "restoring": c.restoring, "spread_prompts": c.spread_prompts,
             "by_conf": {row["configuration"]: row for row in rows}, "lora": c.lora}
 

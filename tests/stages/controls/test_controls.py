@@ -370,3 +370,112 @@ def test_a_transient_rows_speed_and_energy_cover_all_its_launches():
     partial = [launch(64, 1.0, 200.0), launch(64, 1.0, None)]
     controls.pool_launches(partial[0], partial)
     assert partial[0].energy is None and partial[0].tokens_per_s == 192.0
+
+
+# -- an interrupted matrix, rebuilt from its request lines ------------------------------------------
+
+def _scripted_rows(script: dict[str, list[list[str]]], n: int, stop: dict[str, int | None]):
+    """Each label's gate as the stage sends it (run_gate, its lines recorded as the record would keep
+    them), on a client that answers the i-th gate prompt from `script[label][i]`: the prompts' ids,
+    the rows the stage would have built, and every request line."""
+    from suite.client import Completion
+    from suite.stages.controls import ControlRow, row_from_gate
+    from suite.stages.lines import AnswerLine
+    from suite.stages.repeat import load_gate_prompts, run_gate
+
+    prompts = [p.model_copy(update={"kind": "completion"}) for p in list(load_gate_prompts().values())[:2]]
+    lines: list[AnswerLine] = []
+    rows = []
+    for label, answers in script.items():
+        queues = {p.id: iter(texts) for p, texts in zip(prompts, answers)}
+        current: list[str] = []
+
+        def complete(text, max_tokens, logprobs=None, extra=None, _q=queues, _c=current):
+            a = next(_q[_c[-1]])
+            return Completion(text=a, token_ids=[ord(ch) for ch in a], finish_reason="stop", e2e_s=0.01,
+                              completion_tokens=len(a))
+
+        def record(kind, _c=current, **fields):
+            lines.append(AnswerLine(kind=kind, at="2026-12-02T00:00:00Z", stage="controls", **fields))
+
+        client = SimpleNamespace(params=SimpleNamespace(request_extra={}, seed=42, temperature=0.0), model="m",
+                                 complete=complete, chat=lambda *a, **k: complete("", **k))
+        gates = []
+        for p in prompts:  # one prompt at a time, so the client knows which script to answer from
+            current.append(p.id)
+            gates.append(run_gate(client, [p], n, stop_after_distinct=stop.get(label), record=record, label=label,
+                                  controls=[] if label == "default" else [label], kind="controls",
+                                  process_cold=not gates))
+        gate = gates[0].model_copy(update={"prompts": [g.prompts[0] for g in gates],
+                                           "http_s": sum(g.http_s for g in gates)})
+        rows.append(row_from_gate(ControlRow(configuration=label, status="ok",
+                                             controls=[] if label == "default" else [label]), gate))
+    return [p.id for p in prompts], rows, lines
+
+
+def _gate_for(prompt_ids, default_row):
+    from suite.stages.repeat import GateResult
+
+    return default_row.gate.model_copy(update={"label": "default"}) if default_row.gate else GateResult(
+        n_requests=0, seed=None, temperature=0.0, logprobs=False, prompts=[], reproducible=None, verdict="",
+        wall_s=0, http_s=0)
+
+
+def test_a_matrix_cut_short_is_rebuilt_from_its_lines_as_the_stage_would_have_built_it():
+    """The rows a matrix finished before its run stopped come back from the request lines with the
+    same counts, the same tests and the same elimination as the stage's own result; a row cut
+    mid-way is named and left out, and no figure the lines do not hold (start-up, energy) is made up."""
+    from suite.stages.controls import ControlsResult, eliminate, rebuild
+
+    n = 8
+    varying = [f"v{i % 3}" for i in range(n)]
+    script = {
+        "default": [list(varying), ["same"] * n],
+        "eager": [["one"] * n, ["same"] * n],  # one answer: the candidate
+        "concurrency-4": [["x", "y"] + ["x"] * (n - 2), ["same"] * n],  # stops at its second answer
+    }
+    ids, rows, lines = _scripted_rows(script, n, {"default": None, "eager": 2, "concurrency-4": 2})
+    gate = _gate_for(ids, rows[0])
+    live = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=n, prompts=ids, rows=rows)
+    eliminate(live, gate)
+    before = SimpleNamespace(gate=gate, runtime="r", arm="a")
+
+    rebuilt = rebuild(lines, before)
+    assert rebuilt is not None and [r.configuration for r in rebuilt.rows] == ["default", "eager", "concurrency-4"]
+    for got, want in zip(rebuilt.rows, live.rows):
+        assert (got.distinct, got.answered, got.sent, got.modal_count) == (want.distinct, want.answered, want.sent,
+                                                                            want.modal_count)
+        assert [(t.prompt_id, t.n, t.others, t.credited, t.p_value) for t in got.tests] == \
+            [(t.prompt_id, t.n, t.others, t.credited, t.p_value) for t in want.tests]
+        assert got.startup_s is None and got.energy is None
+    assert rebuilt.restoring == live.restoring == ["eager"]
+    assert rebuilt.elimination == live.elimination
+    assert "3 finished rows rebuilt from its request lines (default, eager, concurrency-4)" in rebuilt.interrupted
+    assert "start-up times and energy are not kept" in rebuilt.interrupted
+
+    # the run stopped inside the eager row: 3 requests of its second prompt, all alike
+    eager = [q for q in lines if q.label == "eager"]
+    cut_at = [i for i, q in enumerate(eager) if q.prompt_id == ids[1]][3]
+    kept = [q for q in lines if q.label == "default"] + eager[:cut_at]
+    cut = rebuild(kept, before)
+    assert cut is not None and [r.configuration for r in cut.rows] == ["default"]
+    assert f"cut mid-way and left out: eager ({n + 3} requests)" in cut.interrupted
+    assert cut.restoring == [] and "no control of the 0 that ran" in cut.elimination
+
+
+def test_what_the_lines_cannot_rebuild_is_left_to_the_one_line():
+    """Nothing finished, a matrix of launches (a cold-start transient's rows), LoRA's rows: None,
+    and the page names the lines kept instead."""
+    from suite.stages.controls import rebuild
+
+    n = 4
+    ids, rows, lines = _scripted_rows({"default": [["p", "q", "p", "q"], ["s"] * n]}, n, {"default": None})
+    gate = _gate_for(ids, rows[0])
+    before = SimpleNamespace(gate=gate, runtime="r", arm="a")
+    assert rebuild([], before) is None
+    assert rebuild(lines[:-1], before) is None  # the default row cut at its last request: no row finished
+    lora = [q.model_copy(update={"label": "lora:base"}) for q in lines]
+    assert rebuild(lora, before) is None
+    cold = gate.model_copy(update={"prompts": [p.model_copy(update={"distinct_answers": 2, "pattern": "cold-transient"})
+                                               for p in gate.prompts]})
+    assert rebuild(lines, SimpleNamespace(gate=cold, runtime="r", arm="a")) is None
