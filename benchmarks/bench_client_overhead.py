@@ -50,9 +50,8 @@ def main() -> int:
                                    runtime=plan.runtime.name, launcher="local", profile="bench",
                                    started_at=utcnow(), signature=signature)
             record = RunRecord.create(tmp / "results", manifest)
-            profile = get_profile("quick").model_copy(update={
-                "latency_requests": args.requests, "latency_warmup": args.warmup,
-                "latency_max_tokens": args.max_tokens, "concurrency": [1]})
+            profile = get_profile("quick").model_copy(update={"stage_settings": {"latency": {
+                "requests": args.requests, "warmup": args.warmup, "max_tokens": args.max_tokens, "concurrency": [1]}}})
             with plan.client(rt, []) as client:
                 ctx = StageContext(card=plan.card, arm_name=args.arm, arm=plan.arm, runtime=plan.runtime,
                                    profile=profile, sampling=plan.card.sampling, signature=signature,

@@ -98,8 +98,7 @@ class ArmPlan:
 
 
 def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_name: str,
-              concurrency: list[int] | None = None, gate_requests: int | None = None,
-              restarts: int | None = None, overrides: dict[str, Any] | None = None) -> list[ArmPlan]:
+              gate_requests: int | None = None, overrides: dict[str, Any] | None = None) -> list[ArmPlan]:
     card = get_card(model)
     if card.role == "judge" and not arms:
         log.info("model %s is a judge model; benchmarking it like any other", model)
@@ -107,7 +106,7 @@ def plan_arms(model: str, arms: list[str] | None, launcher_name: str, profile_na
     unknown = [a for a in wanted if a not in card.arms]
     if unknown:
         raise SuiteError(f"model {model!r} has no arm {unknown[0]!r}; known: {', '.join(card.arms)}")
-    profile = plan_arms_profile(profile_name, concurrency, gate_requests, restarts, overrides)
+    profile = plan_arms_profile(profile_name, gate_requests, overrides)
     # One launcher per arm (`auto`: local where the runtime has a local recipe for this platform,
     # else Docker where an engine answers); an arm that cannot run here gets an
     # UnavailableLauncher that says what it needs and what this machine lacks.
@@ -126,8 +125,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def plan_external(url: str, served_model: str | None, model: str | None, arm_name: str | None,
-                  profile_name: str, concurrency: list[int] | None = None,
-                  gate_requests: int | None = None, tokenizer: str | None = None) -> ArmPlan:
+                  profile_name: str, gate_requests: int | None = None, tokenizer: str | None = None,
+                  overrides: dict[str, Any] | None = None) -> ArmPlan:
     """One arm for a server the suite did not start (`suite bench --url`), checked before anything is written.
 
     The card is synthetic: named after `model` (a catalog card's sampling, context length and
@@ -145,7 +144,7 @@ def plan_external(url: str, served_model: str | None, model: str | None, arm_nam
     for what, value in (("--model", model), ("--arms", arm_name)):
         if value is not None and not _NAME.match(value):
             raise SuiteError(f"{what} {value!r}: use letters, digits, '.', '_' or '-' (it names a results folder)")
-    profile = plan_arms_profile(profile_name, concurrency, gate_requests, None)
+    profile = plan_arms_profile(profile_name, gate_requests, overrides)
     info = probe_server(url, served_model)
     counter = load_tokenizer(tokenizer) if tokenizer else None
     name = model or "external"
@@ -179,30 +178,20 @@ def plan_external(url: str, served_model: str | None, model: str | None, arm_nam
                    profile)
 
 
-def plan_arms_profile(profile_name: str, concurrency: list[int] | None, gate_requests: int | None,
-                      restarts: int | None, overrides: dict[str, Any] | None = None) -> Profile:
-    """The profile with the command line's overrides, checked (a bad value is one line)."""
+def plan_arms_profile(profile_name: str, gate_requests: int | None = None,
+                      overrides: dict[str, Any] | None = None) -> Profile:
+    """The profile with the command line's overrides, checked (a bad value is one line): its own
+    settings by name, a stage's under `stage_settings` (resolved here with the stage's values for
+    the profile, as the run record keeps them)."""
     profile = get_profile(profile_name)
-    if concurrency:
-        if any(c < 1 for c in concurrency):
-            raise SuiteError(f"--concurrency {','.join(map(str, concurrency))}: each level must be 1 or more")
-        profile = profile.model_copy(update={"concurrency": concurrency})
     if gate_requests is not None:
         if gate_requests < 2:
             raise SuiteError(f"--gate-requests {gate_requests}: the gate needs at least 2 requests per prompt")
         profile = profile.model_copy(update={"gate_requests": gate_requests})
-    if restarts is not None:
-        if restarts < 2:
-            raise SuiteError(f"--restarts {restarts}: comparing launches needs at least 2")
-        profile = profile.model_copy(update={"restarts": restarts})
     if overrides:
         unknown = [k for k in overrides if k not in Profile.model_fields]
         if unknown:
             raise SuiteError(f"unknown profile setting {unknown[0]!r}")
-        for key in ("reloads",):
-            value = overrides.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-                raise SuiteError(f"--{key} {value}: must be 0 or more")
         try:
             profile = Profile.model_validate({**profile.model_dump(), **overrides})
         except ValidationError as exc:
@@ -285,14 +274,25 @@ def parallel_fields(command: list[str], env: dict[str, str]) -> dict[str, Any]:
     return {"tensor_parallel": tp, "pipeline_parallel": pp, "gpus": used}
 
 
+def flat_settings(profile: Profile) -> dict[str, Any]:
+    """Every setting a run with `profile` uses, one key each: the profile's own fields, then each
+    stage's own settings as `stage.setting` (resolved for the profile), as JSON values."""
+    out = profile.model_dump(mode="json", exclude={"stage_settings"})
+    for name, stage in STAGES.items():
+        own = stage.settings_for(profile)
+        if own is not None:
+            out.update({f"{name}.{k}": v for k, v in own.model_dump(mode="json").items()})
+    return out
+
+
 def profile_overrides(profile: Profile) -> dict[str, Any]:
     """Every setting of `profile` that differs from the profile of its name (the command line's
-    --restarts, --reloads, --gate-requests ...), in the profile's field order."""
+    --restarts, --reloads, --gate-requests ...), the profile's fields first, then the stages'."""
     base = PROFILES.get(profile.name)
     if base is None:
         return {}
-    return {k: getattr(profile, k) for k in Profile.model_fields
-            if k != "name" and getattr(profile, k) != getattr(base, k)}
+    then = flat_settings(base)
+    return {k: v for k, v in flat_settings(profile).items() if k != "name" and then.get(k) != v}
 
 
 def invocation_of(plan: ArmPlan, stages: list[str], controls: list[str] | None,
@@ -878,10 +878,15 @@ def configuration_differences(manifest: RunManifest, signature: Signature, profi
     if manifest.profile != profile.name:
         out.append(f"profile {manifest.profile} then, {profile.name} now")
     elif manifest.profile_settings is not None:
-        now = profile.model_dump(mode="json")
+        now = flat_settings(profile)
         then = {k: v.get_default(call_default_factory=True) for k, v in Profile.model_fields.items()
                 if not v.is_required()} | manifest.profile_settings  # a field added since: its default then
         then = json.loads(json.dumps(then, default=str))
+        # a stage's own settings, one key each ("batch.trials"); a stage added since: its defaults then
+        then_own = dict(then.pop("stage_settings", None) or {})
+        then.update({k: v for k, v in flat_settings(profile.model_copy(update={"stage_settings": {}})).items()
+                     if "." in k and k.split(".", 1)[0] not in then_own})
+        then.update({f"{name}.{k}": v for name, values in then_own.items() for k, v in (values or {}).items()})
         keys = sorted(k for k in {*then, *now} if then.get(k) != now.get(k))
         if keys:
             out.append(f"profile settings {', '.join(keys)}")
@@ -979,9 +984,7 @@ def probe_judge(judge: JudgeChoice, explicit_model: bool = True, timeout_s: floa
 def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = "auto", profile: str = "standard",
               stages: list[str] | None = None, results: Path | None = None, controls: list[str] | None = None,
               resume: bool = False, judge_url: str | None = None, judge_model: str | None = None,
-              concurrency: list[int] | None = None, gate_requests: int | None = None,
-              restarts: int | None = None, overrides: dict[str, Any] | None = None,
-              url: str | None = None, served_model: str | None = None, tokenizer: str | None = None,
+              gate_requests: int | None = None, overrides: dict[str, Any] | None = None, url: str | None = None, served_model: str | None = None, tokenizer: str | None = None,
               on_arm: Callable[[Summary], None] | None = None, command: list[str] | None = None,
               retry_refused: bool = False, on_result: Callable[[str, str], None] | None = None) -> list[Summary]:
     """Every arm of `model` (or, with `url`, the one server at that URL) through the stages.
@@ -1001,13 +1004,13 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
     if url is not None:
         if len(arms or []) > 1:
             raise SuiteError("--url benchmarks one server: give at most one name with --arms")
-        plans = [plan_external(url, served_model, model, (arms or [None])[0], profile, concurrency, gate_requests,
-                               tokenizer)]
+        plans = [plan_external(url, served_model, model, (arms or [None])[0], profile, gate_requests, tokenizer,
+                               overrides)]
     elif served_model is not None:
         raise SuiteError("--served-model names a model of a server given with --url; without --url the card's "
                          "served name is used")
     else:
-        plans = plan_arms(model or "tiny", arms, launcher, profile, concurrency, gate_requests, restarts, overrides)
+        plans = plan_arms(model or "tiny", arms, launcher, profile, gate_requests, overrides)
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
     for plan in plans:
         plan.retry_refused = retry_refused

@@ -35,7 +35,11 @@ from suite import progress
 from suite.errors import SuiteError
 from suite.launchers import CHOICES as LAUNCHER_CHOICES
 from suite.lifetime import REGISTRY
-from suite.profiles import PROFILES, Profile
+from suite.profiles import PROFILES
+from suite.stages import VERDICT_STAGE
+from suite.stages.base import Stage
+from suite.stages.restarts import RestartsSettings
+from suite.stages.sessions import STAGE as SESSIONS_STAGE
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="A reproducibility-first benchmark suite for LLM inference runtimes.")
@@ -56,12 +60,30 @@ JSON_HELP = "Print JSON on stdout instead of a table (progress and log lines sta
 # Choices shown as choices in --help and refused by the parser (exit 2) before anything starts.
 ProfileName = Literal[tuple(PROFILES)]  # type: ignore[valid-type]
 LauncherName = Literal[LAUNCHER_CHOICES]  # type: ignore[valid-type]
-RestartCaches = Profile.model_fields["restart_caches"].annotation
+RestartCaches = RestartsSettings.model_fields["caches"].annotation
 ExportFormat = Literal["parquet", "csv"]
 
 
 def _split(value: Optional[str]) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def _stage_options(overrides: dict[str, Any], stage: Stage, given: dict[str, tuple[str, Any]]) -> None:
+    """A stage's settings as this command line gives them (setting -> its option and value; None:
+    not given), checked against the stage's settings model (a bad value is one line naming the
+    option) and put under `overrides["stage_settings"]`."""
+    from pydantic import ValidationError
+
+    values = {k: v for k, (_, v) in given.items() if v is not None}
+    if not values or stage.settings is None:
+        return
+    try:
+        stage.settings.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0])
+        raise SuiteError(f"{given[key][0]} {values[key]!r}: {err['msg']}") from None
+    overrides.setdefault("stage_settings", {})[stage.name] = values
 
 
 def _int_list(option: str, value: Optional[str]) -> list[int] | None:
@@ -372,16 +394,21 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
     if as_json:
         _stdout_for_json()
     out = (results_folder.expanduser().resolve() if results_folder else results_dir())
-    overrides = {k: v for k, v in (("reloads", reloads), ("restart_caches", restart_caches),
-                                   ("auto_controls", auto_controls)) if v is not None}
-    if batch_composition:
-        overrides["batch_composition"] = True
-    if batch_prompt is not None:
-        overrides["batch_prompt"] = batch_prompt
-    if batch_trials is not None:
-        overrides["batch_trials"] = batch_trials
-    if batch_sizes is not None:
-        overrides["batch_sizes"] = _int_list("--batch-sizes", batch_sizes)
+    from suite.stages import batch as batch_stage, controls as controls_stage, latency as latency_stage
+    from suite.stages import restarts as restarts_stage
+    from suite.stages.extraction import reloads as reloads_stage
+
+    # the stages' own settings, as this run's options give them
+    overrides: dict[str, Any] = {}
+    _stage_options(overrides, batch_stage.STAGE, {
+        "composition": ("--batch-composition", True if batch_composition else None),
+        "prompt": ("--batch-prompt", batch_prompt), "trials": ("--batch-trials", batch_trials),
+        "sizes": ("--batch-sizes", _int_list("--batch-sizes", batch_sizes) if batch_sizes is not None else None)})
+    _stage_options(overrides, restarts_stage.STAGE, {"launches": ("--restarts", restarts),
+                                                     "caches": ("--restart-caches", restart_caches)})
+    _stage_options(overrides, reloads_stage.STAGE, {"launches": ("--reloads", reloads)})
+    _stage_options(overrides, controls_stage.STAGE, {"auto": ("--auto-controls", auto_controls)})
+    _stage_options(overrides, latency_stage.STAGE, {"concurrency": ("--concurrency", _int_list("--concurrency", concurrency))})
     if ray_address:
         if url is not None or resume or controls:
             given = "--url" if url is not None else "--resume" if resume else "--controls"
@@ -390,8 +417,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
 
         summaries = run_bench_ray(ray_address, model or "tiny", _split(arms), launcher, profile, _split(stages),
                                   results=out, judge_url=judge_url, judge_model=judge_model,
-                                  concurrency=_int_list("--concurrency", concurrency), gate_requests=gate_requests,
-                                  restarts=restarts, overrides=overrides or None, max_retries=ray_retries,
+                                  gate_requests=gate_requests,
+                                  overrides=overrides or None, max_retries=ray_retries,
                                   console=console, command=command_line())
         _end_of_bench(summaries, out, as_json, fail_on_variance)
         if site:
@@ -399,15 +426,14 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
         return
     stage_list = _split(stages)
     if controls:
-        from suite.stages import ORDER, controls as controls_stage, place
+        from suite.stages import ORDER, place
 
         stage_list = place(list(stage_list or ORDER), controls_stage.STAGE.name)
     rebuilder = _SiteRebuilder(out) if site else None
     summaries = run_bench(model, _split(arms), launcher, profile, stage_list, results=out, resume=resume,
                           controls=_split(controls),
                           judge_url=judge_url, judge_model=judge_model,
-                          concurrency=_int_list("--concurrency", concurrency),
-                          gate_requests=gate_requests, restarts=restarts, url=url, served_model=served_model,
+                          gate_requests=gate_requests, url=url, served_model=served_model,
                           tokenizer=tokenizer, overrides=overrides, command=command_line(),
                           on_arm=rebuilder.after_arm if rebuilder else None,
                           on_result=rebuilder.after_stage if rebuilder else None, retry_refused=retry_refused)
@@ -437,8 +463,9 @@ def _summary_json(s: Any) -> dict[str, Any]:
         "overrides": dict(invocation.overrides) if invocation else {}, "status": s.status, "reason": s.reason,
         "failure": failure.model_dump(mode="json", exclude={"log_tail"}) if failure else None,
         "determinism": s.determinism.model_dump(mode="json"),
-        "gate": [{"prompt_id": p.prompt_id, "distinct_answers": p.distinct_answers, "answered": p.answered,
-                  "requests": p.requests} for p in (s.gate.prompts if s.gate else [])],
+        # the verdict's stage (the gate), per prompt
+        VERDICT_STAGE: [{"prompt_id": p.prompt_id, "distinct_answers": p.distinct_answers, "answered": p.answered,
+                         "requests": p.requests} for p in (s.gate.prompts if s.gate else [])],
         "wall_s": s.wall_s, "stage_s": dict(s.stage_s), "run_id": s.run_id,
     }
 
@@ -600,7 +627,7 @@ study_app = typer.Typer(no_args_is_help=True, help="The studies' designs, one co
 app.add_typer(study_app, name="study")
 
 
-@study_app.command("sessions")
+@study_app.command(SESSIONS_STAGE.name)
 def study_sessions(model: str = typer.Option("tiny", help="Model card."),
                    arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
                    sessions: int = typer.Option(8, "--sessions", min=2, help="Independent server processes (K)."),
@@ -614,11 +641,11 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
 
     if sessions < 2 or replicates < 2:
         raise SuiteError(f"--sessions {sessions} --replicates {replicates}: each must be at least 2")
-    from suite.stages import sessions as sessions_stage
-
-    summaries = run_bench(model, _split(arms), launcher, profile, [sessions_stage.STAGE.name],
-                          overrides={"sessions": sessions, "replicates": replicates, "sessions_lora": lora},
-                          command=command_line())
+    overrides: dict[str, Any] = {}
+    _stage_options(overrides, SESSIONS_STAGE, {"sessions": ("--sessions", sessions),
+                                                     "replicates": ("--replicates", replicates), "lora": ("--lora", lora)})
+    summaries = run_bench(model, _split(arms), launcher, profile, [SESSIONS_STAGE.name],
+                          overrides=overrides, command=command_line())
     _print_summaries(summaries)
     for s in summaries:
         for line in (s.sessions.table if s.sessions else []):

@@ -225,8 +225,7 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
     work.mkdir(parents=True)
     try:
         plan = plan_arms(request["model"], [arm], request["launcher"], request["profile"],
-                         request.get("concurrency"), request.get("gate_requests"), request.get("restarts"),
-                         request.get("overrides"))[0]
+                         request.get("gate_requests"), request.get("overrides"))[0]
         judge = JudgeChoice(*request["judge"]) if request.get("judge") else None
         t0 = time.time()
         reap_orphans()  # before the GPU check: an orphan of a killed task may hold the GPU
@@ -438,8 +437,7 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launcher: str = "auto",
                   profile: str = "standard", stages: list[str] | None = None, results: Path | None = None,
                   controls: list[str] | None = None, judge_url: str | None = None, judge_model: str | None = None,
-                  concurrency: list[int] | None = None, gate_requests: int | None = None,
-                  restarts: int | None = None, overrides: dict[str, Any] | None = None,
+                  gate_requests: int | None = None, overrides: dict[str, Any] | None = None,
                   max_retries: int = MAX_RETRIES, console: Any = None,
                   command: list[str] | None = None) -> list[Summary]:
     """Every arm of `model` as a Ray task on a `suite_host` node; run folders land in `results` write-once."""
@@ -452,15 +450,14 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
 
     console = console or Console(stderr=True)
     out = results or results_dir()
-    plans = plan_arms(model, arms, launcher, profile, concurrency, gate_requests, restarts, overrides)  # checks input
+    plans = plan_arms(model, arms, launcher, profile, gate_requests, overrides)  # checks input
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
     check_controls(plans, controls)  # bad input: one line before anything starts
     if judge is not None:
         judge = probe_judge(judge, explicit_model=judge_model is not None)
     base = {"model": model, "launcher": launcher, "profile": profile, "stages": stages or list(ORDER),
             "controls": controls, "judge": (judge.url, judge.model) if judge else None,
-            "concurrency": concurrency, "gate_requests": gate_requests, "restarts": restarts,
-            "overrides": overrides, "suite_version": SUITE_VERSION, "command": command}
+            "gate_requests": gate_requests, "overrides": overrides, "suite_version": SUITE_VERSION, "command": command}
     t_bench = time.monotonic()
     check_reachable(address)
     try:

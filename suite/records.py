@@ -38,11 +38,11 @@ from suite.errors import SuiteError
 from suite.gpu import Energy
 from suite.signature import Signature
 from suite.secrets import scrub
-from suite.stages import STAGES
+from suite.stages import STAGES, with_stage_settings
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # What a run record holds besides its identity: each stage's result under the stage's name (from
 # the stage registry), and the memory watchdog's report.
@@ -59,8 +59,18 @@ def update_to_2(data: dict[str, Any]) -> dict[str, Any]:
     return data | {"schema_version": 2}
 
 
+def update_to_3(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 -> 3: a stage's settings that were fields of the profile (`Stage.profile_keys`:
+    batch composition's `batch_trials`, ...) are kept in the profile's `stage_settings` under the
+    stage's name, as the stage's own settings."""
+    settings = data.get("profile_settings")
+    if isinstance(settings, dict):
+        data = data | {"profile_settings": with_stage_settings(settings)}
+    return data | {"schema_version": 3}
+
+
 # Numbered upgrades (as asv's `update_to_N`): UPGRADES[n] turns a schema n-1 record into n.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: update_to_2}
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: update_to_2, 3: update_to_3}
 
 
 class DeterminismOutcome(BaseModel):
@@ -90,7 +100,8 @@ class Invocation(BaseModel):
     controls: list[str] | None = None  # `suite gate --controls`: the control sets asked for
 
     def overrides_text(self) -> str:
-        """`restarts 6 · reloads 1 · auto controls off`; empty when the profile ran as it is."""
+        """`gate requests 3 · restarts launches 6 · reloads launches 1 · controls auto off`; empty
+        when the profile ran as it is."""
         def value(v: Any) -> str:
             if isinstance(v, bool):
                 return "on" if v else "off"
@@ -98,7 +109,7 @@ class Invocation(BaseModel):
                 return ",".join(map(str, v)) if v else "none"
             return "none" if v is None else str(v)
 
-        return " · ".join(f"{k.replace('_', ' ')} {value(v)}" for k, v in self.overrides.items())
+        return " · ".join(f"{k.replace('_', ' ').replace('.', ' ')} {value(v)}" for k, v in self.overrides.items())
 
     def command_text(self) -> str | None:
         """The command line as a shell would take it, or None."""

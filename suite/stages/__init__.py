@@ -78,6 +78,21 @@ def _installed(taken: set[str]) -> list[Stage]:
 
 STAGES: dict[str, Stage] = {s.name: s for s in BUILT_IN}
 STAGES.update((s.name, s) for s in _installed(set(STAGES)))
+
+
+def with_stage_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A profile's settings (as a dict) with each stage's former profile fields
+    (`Stage.profile_keys`: `restarts`, `batch_trials`, ...) moved under `stage_settings`, as that
+    stage's own settings; values already there win. How a record written before the move reads."""
+    out = dict(settings)
+    own = {k: dict(v or {}) for k, v in (out.get("stage_settings") or {}).items()}
+    for name, stage in STAGES.items():
+        moved = {new: out.pop(old) for old, new in stage.profile_keys.items() if old in out}
+        if moved:
+            own[name] = moved | own.get(name, {})
+    if own:
+        out["stage_settings"] = own
+    return out
 ORDER: list[str] = [name for name, s in STAGES.items() if s.in_bench]  # a bench's stages
 # The stages a results page is framed by: the one that gives the reproducibility verdict (the
 # first figure of every arm), the one that writes latency lines (its timings and charts), and the

@@ -231,6 +231,9 @@ class Stage:
     # `settings_for(profile)` gives them; the run record keeps them with the profile's settings.
     settings: type[BaseModel] | None = None
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Profile fields that were its settings before they moved into its package, and the setting
+    # each became: a run record written then is read with them in its stage settings.
+    profile_keys: dict[str, str] = field(default_factory=dict)
     # What a run that stopped before the stage's end (a time limit, a kill) had measured of it,
     # rebuilt from its request lines (`exported_requests` kinds) and the stages it finished (the
     # summary so far): the stage's result, saying what it rebuilt and what was cut; None where the
@@ -252,7 +255,8 @@ class Stage:
         except ValidationError as exc:
             err = exc.errors()[0]
             key = ".".join(str(x) for x in err["loc"]) or "(settings)"
-            raise SuiteError(f"stage {self.name!r}, profile {profile.name!r}: setting {key}: {err['msg']}") from None
+            given = f" = {err['input']!r}" if err.get("type") != "missing" and not isinstance(err.get("input"), dict) else ""
+            raise SuiteError(f"stage {self.name!r}, profile {profile.name!r}: setting {key}{given}: {err['msg']}") from None
 
     def page_section(self, result: Any) -> PageSection | None:
         """This stage's part of a model page for one arm's result, where it declares a `section`."""

@@ -165,7 +165,7 @@ def test_fail_on_variance_exits_1_and_json_is_alone_on_stdout(benched: dict) -> 
     assert by_arm["vary"]["gate"] == [{"prompt_id": "short-open", "distinct_answers": 3, "answered": 3, "requests": 3}]
     assert by_arm["same"]["gate"][0]["distinct_answers"] == 1
     assert by_arm["same"]["status"] == "complete" and by_arm["same"]["failure"] is None
-    assert by_arm["vary"]["overrides"] == {"gate_requests": 3, "restarts": 4, "reloads": 1}
+    assert by_arm["vary"]["overrides"] == {"gate_requests": 3, "reloads.launches": 1, "restarts.launches": 4}
     assert "variance: vary/short-open: 3 distinct of 3" in " ".join(bench.stderr.split())
     # the arm whose answers agree passes the same check
     assert benched["gate"].returncode == 0, benched["gate"].stdout + benched["gate"].stderr
@@ -178,7 +178,7 @@ def test_the_record_says_what_ran(benched: dict) -> None:
         assert inv["command"] == ["suite", "bench", "--model", "standins", "--profile", "quick", "--stages", "gate",
                                   "--launcher", "local", "--results", str(benched["results"]), "--gate-requests",
                                   "3", "--restarts", "4", "--reloads", "1", "--fail-on-variance", "--json"]
-        assert inv["overrides"] == {"gate_requests": 3, "restarts": 4, "reloads": 1}
+        assert inv["overrides"] == {"gate_requests": 3, "reloads.launches": 1, "restarts.launches": 4}
         assert inv["stages"] == ["gate"] and inv["controls"] is None
     # a run of the profile as it is says so: no overrides
     plain = json.loads((benched["runs"]["same"][-1] / "summary.json").read_text())["invocation"]
@@ -191,7 +191,7 @@ def test_the_pages_say_what_ran(benched: dict) -> None:
     assert r.returncode == 0, r.stderr
     page = parse((site / "models" / "standins.html").read_text())
     line = next(p.text() for p in page.one(id="arm-vary").all("p") if "profile quick" in p.text())
-    assert line.endswith("profile quick with gate requests 3 · restarts 4 · reloads 1 · stages gate")
+    assert line.endswith("profile quick with gate requests 3 · reloads launches 1 · restarts launches 4 · stages gate")
     same = parse((site / "models" / "standins.html").read_text()).one(id="arm-same")
     # its newest complete run is the gate's: the profile as it is, the stages it was asked
     assert next(p.text() for p in same.all("p") if "profile quick" in p.text()).endswith("profile quick with stages gate")
@@ -207,7 +207,7 @@ def test_results_compare_and_doctor_speak_json(benched: dict) -> None:
     rows = json.loads(r.stdout)
     assert len(rows) == 3 and {row["arm"] for row in rows} == {"same", "vary"}
     vary = next(row for row in rows if row["arm"] == "vary")
-    assert vary["distinct_answers"] == 3 and vary["overrides"] == {"gate_requests": 3, "restarts": 4, "reloads": 1}
+    assert vary["distinct_answers"] == 3 and vary["overrides"] == {"gate_requests": 3, "reloads.launches": 1, "restarts.launches": 4}
     assert rows == sorted(rows, key=lambda row: row["started_at"], reverse=True)
 
     same_a, same_b = benched["runs"]["same"]
@@ -233,6 +233,8 @@ def test_results_compare_and_doctor_speak_json(benched: dict) -> None:
 def test_profile_overrides_are_the_settings_that_differ() -> None:
     quick = get_profile("quick")
     assert profile_overrides(quick) == {}
-    changed = quick.model_copy(update={"restarts": 6, "reloads": 1, "auto_controls": True})
-    assert profile_overrides(changed) == {"restarts": 6, "auto_controls": True, "reloads": 1}
+    changed = quick.model_copy(update={"gate_requests": 7, "stage_settings": {
+        "restarts": {"launches": 6}, "reloads": {"launches": 1}, "controls": {"auto": True}}})
+    assert list(profile_overrides(changed).items()) == [("gate_requests", 7), ("reloads.launches", 1),
+                                                        ("restarts.launches", 6), ("controls.auto", True)]
     assert profile_overrides(quick.model_copy(update={"name": "custom"})) == {}  # no profile to differ from

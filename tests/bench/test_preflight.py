@@ -32,10 +32,10 @@ def test_a_broken_gate_prompt_stops_the_bench_before_any_runtime_starts(tmp_path
 
 def test_the_restarts_stage_checks_the_same_prompt_files(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(repeat, "GATE_DIR", _broken_gate_dir(tmp_path))
-    profile = bench.plan_arms_profile("quick", None, None, None)
+    profile = bench.plan_arms_profile("quick")
     with pytest.raises(SuiteError, match="short-open.toml"):
         bench.preflight(["latency", "restarts"], profile, None)
-    bench.preflight(["latency"], profile.model_copy(update={"auto_controls": False, "reloads": 0}), None)
+    bench.preflight(["latency"], profile.model_copy(update={"stage_settings": {"controls": {"auto": False}, "reloads": {"launches": 0}}}), None)
 
 
 def test_every_stage_that_reads_files_says_which() -> None:

@@ -159,14 +159,14 @@ def test_each_stage_plans_its_requests_where_it_can() -> None:
 
     quick = PROFILES["quick"]  # one gate prompt, 5 requests; 3 sections x 2 repeats; 2 launches x 3
     assert STAGES["gate"].requests_for(quick) == 5
-    assert STAGES["latency"].requests_for(quick) == quick.latency_warmup + quick.latency_requests
+    assert STAGES["latency"].requests_for(quick) == 1 + 4  # its quick settings: 1 warm-up, 4 measured
     assert STAGES["extraction"].requests_for(quick) == 6
     assert STAGES["restarts"].requests_for(quick) == 6
-    assert STAGES["restarts"].requests_for(quick.model_copy(update={"restart_caches": "both"})) == 12
-    assert STAGES["sessions"].requests_for(quick) == quick.sessions * quick.replicates
-    assert STAGES["reloads"].requests_for(quick.model_copy(update={"reloads": 2})) == 6
+    assert STAGES["restarts"].requests_for(quick.model_copy(update={"stage_settings": {"restarts": {"caches": "both"}}})) == 12
+    assert STAGES["sessions"].requests_for(quick) == 2 * 3  # its own settings: 2 sessions x 3 replicates
+    assert STAGES["reloads"].requests_for(quick.model_copy(update={"stage_settings": {"reloads": {"launches": 2}}})) == 6
     assert STAGES["controls"].requests_for(quick) is None  # its rows depend on the runtime
-    assert STAGES["sessions"].requests_for(quick.model_copy(update={"sessions_lora": True})) is None
+    assert STAGES["sessions"].requests_for(quick.model_copy(update={"stage_settings": {"sessions": {"lora": True}}})) is None
     assert STAGES["gate"].requests_for(quick.model_copy(update={"gate_prompts": ["no-such-prompt"]})) is None
 
 

@@ -23,6 +23,7 @@ import pytest
 
 from suite.client import (MAX_BODY_BYTES, MAX_HEAD_BYTES, MAX_LINE_BYTES, ClientError, OpenAIClient,
                           event_loop_factory)
+from suite.profiles import get_profile
 from suite.stages import latency as lat
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -407,7 +408,8 @@ def test_judge_credentials_never_reach_requests_jsonl(raw_server: Any, fault_rep
     answer = ex.Answer(section=section.uid, repeat=0, text="{}", extracted=obj, json_status="ok",
                        score=score_section(section.facts, obj))
     ctx = SimpleNamespace(judge=client, record_request=record.record_request, reproducible=True,
-                          profile=SimpleNamespace(judge_repeats=2))
+                          profile=get_profile("quick").model_copy(
+                              update={"stage_settings": {"extraction": {"judge_repeats": 2}}}))
     result = judge.grade(ctx, [section], {section.uid: [answer]})
     client.close()
     text = record.requests_path.read_text()
@@ -452,7 +454,8 @@ def test_a_hostile_answer_stays_inside_its_block_and_reaches_only_the_judges_sco
     answer = ex.Answer(section=section.uid, repeat=0, text=hostile, extracted=None, json_status="invalid",
                        score=score_section(section.facts, None))
     ctx = SimpleNamespace(judge=client, record_request=record.record_request, reproducible=True,
-                          profile=SimpleNamespace(judge_repeats=0))
+                          profile=get_profile("quick").model_copy(
+                              update={"stage_settings": {"extraction": {"judge_repeats": 0}}}))
     try:
         result = judge.grade(ctx, [section], {section.uid: [answer]})
     finally:

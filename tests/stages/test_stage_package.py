@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from suite.stages import STAGES
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = '''"""A stage from outside the suite: the first gate prompt sent twice, its answers counted."""
@@ -113,7 +115,8 @@ def test_a_stage_from_another_package_reaches_record_resume_export_and_page(tmp_
     assert (run / "stages" / "probe.json").exists()
     # its own settings, resolved for the profile, are recorded with the profile's
     settings = json.loads((run / "run.json").read_text())["profile_settings"]["stage_settings"]
-    assert settings == {"probe": {"requests": 2, "max_tokens": 8}}
+    assert settings["probe"] == {"requests": 2, "max_tokens": 8}
+    assert set(settings) == {"probe", *(name for name, stage in STAGES.items() if stage.settings is not None)}
     assert _kinds(run).count("probe") == 2
 
     # --resume: a run that stopped after its gate (no probe result, no summary) runs the probe only
@@ -166,7 +169,7 @@ def test_a_stage_package_that_cannot_load_is_one_line_and_exit_2(tmp_path: Path)
     r = _suite(["bench", "--model", "tiny", "--arms", "llamacpp", "--launcher", "local", "--profile", "quick",
                 "--stages", "gate,probe", "--results", str(tmp_path / "r")], bad, tmp_path, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr and not (tmp_path / "r").exists()
-    assert "stage 'probe', profile 'quick': setting requests: Input should be greater than or equal to 1" in r.stderr
+    assert "stage 'probe', profile 'quick': setting requests = 0: Input should be greater than or equal to 1" in r.stderr
     taken = _package(tmp_path / "c", "suite_probe_taken", "suite_probe_taken:STAGE")
     (taken / "suite_probe_taken.py").write_text(PROBE.replace('name="probe"', 'name="gate"'))
     r = _suite(["--version"], taken, tmp_path, timeout=120)
@@ -289,3 +292,30 @@ def test_a_stage_package_draws_its_own_section_in_its_slot_escaped(tmp_path: Pat
         assert (f'<section id="probe" class="stage-section"><p class="bad">stage &#39;probe&#39;: its page section '
                 f"could not be drawn: {said}</p></section>") in page
         assert '<section id="sessions">' in page and '<section id="latency">' in page
+
+
+def test_a_run_recorded_when_batch_settings_were_profile_fields_reads_them_as_the_stages_own(tmp_path) -> None:
+    """A schema-2 run.json kept batch composition's settings as profile fields (`batch_trials`, ...):
+    read now, they are the stage's own settings, so the run resumes with the same values and a run
+    that had others is refused naming the setting."""
+    import json
+
+    from suite.bench import configuration_differences, plan_arms_profile
+    from suite.records import SCHEMA_VERSION, read_manifest
+
+    profile = plan_arms_profile("full")
+    old = {k: v for k, v in profile.model_dump(mode="json").items() if k != "stage_settings"}
+    old |= {"batch_composition": True, "batch_trials": 8, "batch_sizes": [8, 16, 32], "batch_prompt": None}
+    run = tmp_path / "run"
+    run.mkdir()
+    manifest = {"schema_version": 2, "run_id": "r", "model": "tiny", "arm": "a", "runtime": "llamacpp",
+                "launcher": "local", "profile": "full", "started_at": "2026-12-01T00:00:00Z", "profile_settings": old}
+    (run / "run.json").write_text(json.dumps(manifest))
+    m = read_manifest(run)
+    assert SCHEMA_VERSION == 3 and m.schema_version == 3
+    assert "batch_trials" not in m.profile_settings
+    assert m.profile_settings["stage_settings"]["batch"] == {"composition": True, "trials": 8, "sizes": [8, 16, 32],
+                                                             "prompt": None}
+    assert not any(d.startswith("profile settings") for d in configuration_differences(m, None, profile))
+    (run / "run.json").write_text(json.dumps(manifest | {"profile_settings": old | {"batch_trials": 3}}))
+    assert "profile settings batch.trials" in configuration_differences(read_manifest(run), None, profile)

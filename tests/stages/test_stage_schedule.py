@@ -14,7 +14,14 @@ import pytest
 
 from suite import bench
 from suite.profiles import PROFILES
-from suite.stages import ORDER, STAGES
+from suite.profiles import Profile
+from suite.stages import ORDER, STAGES, with_stage_settings
+from suite.stages.batch import settings as batch_settings
+from suite.stages.controls import settings as controls_settings
+from suite.stages.extraction.reloads import settings as reloads_settings
+
+# the batch-composition stage asked for, as `--batch-composition` gives it (its own settings)
+BATCH_ON = {"batch": {"composition": True}}
 
 
 class _Record:
@@ -45,10 +52,15 @@ class _Meter:
         return None
 
 
+def _profile(name: str, **update: Any) -> Profile:
+    """A profile with these settings changed, a stage's named as it was a profile field (`reloads`)."""
+    return Profile.model_validate(with_stage_settings({**PROFILES[name].model_dump(), **update}))
+
+
 def _scheduled(monkeypatch: pytest.MonkeyPatch, profile_name: str, stages: list[str], *, reproducible: bool = True,
                done: dict[str, Any] | None = None, **update: Any) -> tuple[list[str], bool]:
     """The stages `BenchSession.run` runs (stand-ins), and whether it added the control matrix itself."""
-    profile = PROFILES[profile_name].model_copy(update=update)
+    profile = _profile(profile_name, **update)
     ran: list[str] = []
 
     def fake(name: str) -> Any:
@@ -100,15 +112,15 @@ def test_a_bench_by_profile(monkeypatch, profile, reproducible, expected, automa
 @pytest.mark.parametrize("profile", ["quick", "standard", "full"])
 @pytest.mark.parametrize("reproducible", [True, False])
 def test_flags(monkeypatch, profile, reproducible):
-    auto = PROFILES[profile].auto_controls and not reproducible
+    auto = controls_settings(PROFILES[profile]).auto and not reproducible
     tail = ["controls"] if auto else []
-    ran, _ = _scheduled(monkeypatch, profile, list(ORDER), reproducible=reproducible, batch_composition=True)
+    ran, _ = _scheduled(monkeypatch, profile, list(ORDER), reproducible=reproducible, stage_settings=BATCH_ON)
     assert ran == ["gate", "batch", "latency", "extraction", "restarts", *tail]
     ran, _ = _scheduled(monkeypatch, profile, list(ORDER), reproducible=reproducible, reloads=2)
-    batch = ["batch"] if PROFILES[profile].batch_composition else []
+    batch = ["batch"] if batch_settings(PROFILES[profile]).composition else []
     assert ran == ["gate", *batch, "latency", "extraction", "reloads", "restarts", *tail]
     ran, _ = _scheduled(monkeypatch, profile, list(ORDER), reproducible=reproducible, reloads=2,
-                        batch_composition=True, auto_controls=True)
+                        stage_settings=BATCH_ON, auto_controls=True)
     assert ran == ["gate", "batch", "latency", "extraction", "reloads", "restarts",
                    *(["controls"] if not reproducible else [])]
     ran, _ = _scheduled(monkeypatch, profile, list(ORDER), reproducible=reproducible, auto_controls=False)
@@ -117,19 +129,19 @@ def test_flags(monkeypatch, profile, reproducible):
 
 @pytest.mark.parametrize("stages, update, reproducible, expected", [
     # without the gate, batch composition runs first
-    (["latency"], {"batch_composition": True}, True, ["batch", "latency"]),
-    (["extraction", "gate"], {"batch_composition": True, "reloads": 1}, False,
+    (["latency"], {"stage_settings": BATCH_ON}, True, ["batch", "latency"]),
+    (["extraction", "gate"], {"stage_settings": BATCH_ON, "reloads": 1}, False,
      ["extraction", "reloads", "gate", "batch", "controls"]),
     # reloads need extraction
     (["gate", "latency"], {"reloads": 3}, True, ["gate", "latency"]),
     # stages asked for are not added twice
-    (["gate", "batch", "latency"], {"batch_composition": True}, True, ["gate", "batch", "latency"]),
+    (["gate", "batch", "latency"], {"stage_settings": BATCH_ON}, True, ["gate", "batch", "latency"]),
     (["extraction", "reloads", "latency"], {"reloads": 1}, True, ["extraction", "reloads", "latency"]),
     (["gate", "controls", "latency"], {"auto_controls": True}, False, ["gate", "controls", "latency"]),
     # --controls puts the matrix after the gate (the cli does); a varied gate adds nothing more
     (["gate", "controls", "latency", "extraction", "restarts"], {}, False,
      ["gate", "controls", "latency", "extraction", "restarts"]),
-    (["sessions"], {"batch_composition": True, "reloads": 1}, False, ["batch", "sessions"]),
+    (["sessions"], {"stage_settings": BATCH_ON, "reloads": 1}, False, ["batch", "sessions"]),
 ])
 def test_stages_asked_for(monkeypatch, stages, update, reproducible, expected):
     ran, _ = _scheduled(monkeypatch, "standard", stages, reproducible=reproducible, **update)
@@ -145,21 +157,21 @@ def test_a_continued_run_adds_no_controls_for_a_gate_it_already_has(monkeypatch)
 @pytest.mark.parametrize("profile", ["quick", "standard", "full"])
 @pytest.mark.parametrize("update, extra", [
     ({}, None),
-    ({"batch_composition": True}, {"batch"}),
+    ({"stage_settings": BATCH_ON}, {"batch"}),
     ({"reloads": 2}, {"reloads"}),
     ({"auto_controls": True}, {"controls"}),
-    ({"auto_controls": False, "batch_composition": False, "reloads": 0}, set()),
+    ({"auto_controls": False, "stage_settings": {"batch": {"composition": False}}, "reloads": 0}, set()),
 ])
 def test_preflight_reads_every_stage_that_may_run(monkeypatch, profile, update, extra):
-    prof = PROFILES[profile].model_copy(update=update)
+    prof = _profile(profile, **update)
     checked: list[str] = []
     monkeypatch.setattr(bench, "get_stage", lambda name: SimpleNamespace(inputs=lambda p: checked.append(name),
                                                                          settings_for=lambda p: None))
     bench.preflight(["latency"], prof, None)
     expected = {"latency"}
-    expected |= {"controls"} if prof.auto_controls else set()
-    expected |= {"reloads"} if prof.reloads > 0 else set()
-    expected |= {"batch"} if prof.batch_composition else set()
+    expected |= {"controls"} if controls_settings(prof).auto else set()
+    expected |= {"reloads"} if reloads_settings(prof).launches > 0 else set()
+    expected |= {"batch"} if batch_settings(prof).composition else set()
     if extra:
         assert extra <= expected
     assert checked[0] == "latency" and set(checked) == expected and len(checked) == len(expected)

@@ -1,15 +1,15 @@
 """The batch-composition stage: one target prompt alone, then inside concurrent batches of others.
 
 The design of vLLM's online batch-invariance test (tests/v1/determinism) and SGLang's
-`test_deterministic` modes. One target prompt (the profile's `batch_prompt`, `--batch-prompt`, else
-short-open) is sent at the card's seed and sampling in three modes, `batch_trials` trials each:
+`test_deterministic` modes. One target prompt (its setting `prompt`, `--batch-prompt`, else
+short-open) is sent at the card's seed and sampling in three modes, `trials` trials each:
 
 - `single`: the target alone, one request in flight. Its most common answer is the reference the
   other modes are compared with (a runtime whose answer varies even alone is reported as such).
 - `mixed`: the target inside a batch of other prompts of varied lengths (slices of the shipped
   extraction documents, from a few words to a few thousand characters), all sent at once on the
-  suite's concurrent client (`AsyncOpenAIClient`); the batch size cycles through the profile's
-  `batch_sizes` and the target's place in the batch moves from trial to trial.
+  suite's concurrent client (`AsyncOpenAIClient`); the batch size cycles through its setting
+  `sizes` and the target's place in the batch moves from trial to trial.
 - `prefix`: the target inside a batch of prompts that share a prefix of varied lengths with it
   (from its first word to the whole prompt and beyond), so the runtime's prefix cache and
   chunked prefill meet the target's own prompt in other requests.
@@ -24,6 +24,10 @@ gap there (`suite.analysis.repro.divergence`: each answer's own token's logprob,
 top-1/top-2 margin where top logprobs came back, and the largest logprob difference over the
 tokens shared before the split), the largest logprob difference of answers with the reference's
 very tokens (drift without a changed token), and the mode's output tokens per second.
+
+Its settings are its own (`BatchSettings`, per profile in `STAGE.profiles`, per run from the
+command line's `--batch-*` options): whether the bench runs it after the gate (`composition`; the
+full profile does), the trials per mode, the batch sizes and the target.
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ import asyncio
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from suite.analysis.stats import fisher_fewer_others, requests_needed
 from suite.analysis.repro import (ALPHA, DistinctAnswer, Divergence, PromptAnalysis, Sample, analyse, answer_key,
@@ -426,10 +430,28 @@ def run_batch(client: OpenAIClient, prompt: GatePrompt, *, trials: int, batch_si
 DEFAULT_TARGET = "short-open"
 
 
+class BatchSettings(BaseModel):
+    """The stage's settings: its defaults here, a profile's own values in `STAGE.profiles`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    composition: bool = False  # run in the bench, after the gate (`--batch-composition`)
+    trials: int = Field(default=5, ge=1)  # per mode
+    sizes: list[Annotated[int, Field(ge=2)]] = Field(default_factory=lambda: [4, 8, 16], min_length=1)
+    prompt: str | None = None  # the target gate prompt (None: short-open, else the profile's first)
+
+
+def settings(profile: "Profile") -> BatchSettings:
+    """This stage's settings for a profile (its values, then the run's own)."""
+    resolved = STAGE.settings_for(profile)
+    assert isinstance(resolved, BatchSettings)
+    return resolved
+
+
 def batch_prompt(profile: "Profile") -> GatePrompt:
-    """The target: the profile's `batch_prompt`, else short-open where it is one of its gate prompts,
-    else its first gate prompt (a gate prompt id that does not exist is one line)."""
-    wanted = profile.batch_prompt
+    """The target: the setting `prompt`, else short-open where it is one of the profile's gate
+    prompts, else its first gate prompt (a gate prompt id that does not exist is one line)."""
+    wanted = settings(profile).prompt
     if wanted is None:
         ids = profile.gate_prompts
         wanted = DEFAULT_TARGET if ids is None or DEFAULT_TARGET in ids else ids[0]
@@ -437,18 +459,19 @@ def batch_prompt(profile: "Profile") -> GatePrompt:
 
 
 def planned(profile: "Profile") -> int:
-    sizes = profile.batch_sizes or [2]
-    per_mode = sum(sizes[t % len(sizes)] for t in range(profile.batch_trials))
-    return profile.batch_trials + 2 * per_mode
+    own = settings(profile)
+    sizes = own.sizes or [2]
+    per_mode = sum(sizes[t % len(sizes)] for t in range(own.trials))
+    return own.trials + 2 * per_mode
 
 
 def run(ctx: "StageContext") -> BatchResult:
     """The batch-composition stage on the arm's running runtime."""
     from suite import gpu
 
-    prompt = batch_prompt(ctx.profile)
+    prompt, own = batch_prompt(ctx.profile), settings(ctx.profile)
     result = run_batch(
-        ctx.client, prompt, trials=ctx.profile.batch_trials, batch_sizes=list(ctx.profile.batch_sizes),
+        ctx.client, prompt, trials=own.trials, batch_sizes=list(own.sizes),
         max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
         reset_path=ctx.runtime.server.reset_cache_path, record=ctx.record_request, alive=ctx.running.alive,
         death_reason=death_reason_of(ctx.running), energy=gpu.energy_reader())
@@ -510,7 +533,11 @@ STAGE = Stage(name="batch", result=BatchResult, run=run, lines=(BatchLine,), fre
               summary="the target prompt alone, then inside batches of other prompts and of shared prefixes: "
                       "does its answer depend on its batch",
               planned=planned, inputs=_inputs,
-              when=lambda p: p.batch_composition, after="gate",  # the profile's or --batch-composition
+              when=lambda p: settings(p).composition, after="gate",  # the profile's or --batch-composition
+              settings=BatchSettings,
+              profiles={"quick": {"trials": 2, "sizes": [3, 4]}, "full": {"composition": True, "trials": 8, "sizes": [8, 16, 32]}},
+              profile_keys={"batch_composition": "composition", "batch_trials": "trials", "batch_sizes": "sizes",
+                            "batch_prompt": "prompt"},
               tables=(ExportTable("batch", export_rows),), exported_requests=("batch",),
               page_title="batch composition",
               section=SectionTemplate("section.html", "suite.stages.batch.view:page", slot="answers", order=0))

@@ -31,9 +31,9 @@ import logging
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from rich.table import Table
 from rich.text import Text
 
@@ -49,6 +49,7 @@ from suite.stages.repeat import (GatePromptResult, GateResult, concurrency_of, d
 
 if TYPE_CHECKING:
     from suite.catalog import ModelCard
+    from suite.profiles import Profile
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,21 @@ class ControlsResult(BaseModel):
     # Set where the run stopped before the stage's end and its finished rows were rebuilt from the
     # request lines it kept (`rebuild`): what was rebuilt, what was cut and what the lines do not keep.
     interrupted: str | None = None
+
+
+class ControlsSettings(BaseModel):
+    """The stage's settings (`--auto-controls/--no-auto-controls`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # When the gate finds more than one answer, run the arm's control matrix one control at a time
+    # (the process of elimination) after the other stages.
+    auto: bool = True
+
+
+def settings(profile: "Profile") -> ControlsSettings:
+    """This stage's settings for a profile (its values, then the run's own)."""
+    return cast(ControlsSettings, STAGE.settings_for(profile))
 
 
 # -- configurations -------------------------------------------------------------------------------
@@ -799,9 +815,10 @@ STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=None,  # its rows depend on the runtime's controls: a count and a rate, no total
               # the process of elimination: where the gate found more than one answer, one control
-              # at a time, after the rest (the profile's auto_controls); asked for (--controls), right
+              # at a time, after the rest (its setting `auto`); asked for (--controls), right
               # after the gate
-              when=lambda p: p.auto_controls, on_verdict=False, after="gate",
+              when=lambda p: settings(p).auto, on_verdict=False, after="gate",
+              settings=ControlsSettings, profiles={"quick": {"auto": False}}, profile_keys={"auto_controls": "auto"},
               tables=(ExportTable("controls", export_rows),), exported_requests=("controls",),
               rebuild=rebuild, page_title="control matrix",
               section=SectionTemplate("section.html", "suite.stages.controls.view:page", slot="causes", order=1, on_run_page=False))

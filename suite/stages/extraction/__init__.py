@@ -5,7 +5,7 @@ each section with typed gold facts; see `suite.analysis.scoring.GoldFact`), the 
 `prompts/extraction/prompt.toml`. A profile asks for N sections: the sections tagged with the
 smallest of the `quick` (3), `standard` (24) and `full` (48) sets that holds N, in file order.
 
-Every section is asked R times (`extraction_repeats`) with the card's seed and sampling. The
+Every section is asked R times (its setting `repeats`, `ExtractionSettings`) with the card's seed and sampling. The
 answer is requested as JSON against a schema: through `response_format` (OpenAI `json_schema`,
 then llama-cpp-python's `json_object` + schema) where the runtime supports it, otherwise by the
 prompt alone; the mode used is reported. Model output is untrusted: it is parsed by
@@ -29,7 +29,7 @@ import logging
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,6 +45,7 @@ from suite.stages.extraction.judge import JudgeResult
 from suite.sections import Answer, JsonChat, Mode, Section, _answered_facts, changed_sections
 
 if TYPE_CHECKING:
+    from suite.profiles import Profile
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,22 @@ def load_prompt(path: Path = EXTRACTION_DIR / "prompt.toml") -> PromptTemplate:
     from suite.definitions import load_validated
 
     return load_validated(path, PromptTemplate)
+
+
+class ExtractionSettings(BaseModel):
+    """The stage's settings: its defaults here, a profile's own values in `STAGE.profiles`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sections: int = Field(default=8, ge=1)  # how many sections of prompts/extraction
+    repeats: int = Field(default=3, ge=1)  # each section asked this many times
+    max_tokens: int = Field(default=256, ge=1)
+    judge_repeats: int = Field(default=5, ge=0)  # the judge's own gate: one grading repeated
+
+
+def settings(profile: "Profile") -> ExtractionSettings:
+    """This stage's settings for a profile (its values, then the run's own)."""
+    return cast(ExtractionSettings, STAGE.settings_for(profile))
 
 
 def select_sections(n: int, documents: list[Document] | None = None) -> list[Section]:
@@ -263,11 +280,11 @@ ANSWERS_KEY = "extraction.answers"  # where the stage leaves its answers for the
 def ask_section(ctx: "StageContext", chat: JsonChat, section: Section, prompt: PromptTemplate, repeat: int,
                 signature: Any, reload: int | None = None) -> Answer:
     """Ask one section once, score it against gold, and record the request and every fact."""
-    profile = ctx.profile
+    max_tokens = settings(ctx.profile).max_tokens
     content = build_prompt(section, prompt)
     schema = json_schema_for(section.facts)
     try:
-        c = chat.ask(content, schema, max_tokens=profile.extraction_max_tokens)
+        c = chat.ask(content, schema, max_tokens=max_tokens)
         text, error = c.text, None
     except ClientError as exc:
         text, error, c = "", str(exc), None
@@ -277,7 +294,7 @@ def ask_section(ctx: "StageContext", chat: JsonChat, section: Section, prompt: P
     ctx.record_request(
         "extraction", section=section.uid, repeat=repeat, mode=chat.mode, endpoint=chat.endpoint,
         seed=chat.client.params.seed,
-        max_tokens=profile.extraction_max_tokens, text=text, error=error,
+        max_tokens=max_tokens, text=text, error=error,
         finish_reason=c.finish_reason if c else None, e2e_s=c.e2e_s if c else None,
         completion_tokens=c.completion_tokens if c else None, json_status=parsed.status,
         json_method=parsed.method, json_error=parsed.error, correct=score.correct, wrong=score.wrong,
@@ -298,12 +315,10 @@ def ask_section(ctx: "StageContext", chat: JsonChat, section: Section, prompt: P
 def run(ctx: "StageContext") -> ExtractionResult:
     """Ask every section R times, score against gold, and run the judge when there is one."""
     t_start = time.monotonic()
-    profile = ctx.profile
-    sections = select_sections(profile.extraction_sections)
+    own = settings(ctx.profile)
+    sections = select_sections(own.sections)
     prompt = load_prompt()
-    repeats = profile.extraction_repeats
-    if repeats < 1:
-        raise SuiteError(f"profile {profile.name}: extraction_repeats must be at least 1")
+    repeats = own.repeats
     caps = ctx.runtime.capabilities
     chat = JsonChat(ctx.client, supports_schema=bool(caps.json_schema), chat=bool(caps.chat))
     signature = _fact_signature(ctx)
@@ -326,7 +341,7 @@ def run(ctx: "StageContext") -> ExtractionResult:
     return ExtractionResult(
         prompt_version=prompt.version,
         documents={d.id: d.version for d in load_documents() if any(s.document == d.id for s in sections)},
-        sections=len(sections), repeats=repeats, max_tokens=profile.extraction_max_tokens, mode=chat.mode,
+        sections=len(sections), repeats=repeats, max_tokens=own.max_tokens, mode=chat.mode,
         endpoint=chat.endpoint,
         mode_rejections=chat.rejections, requests=len(sections) * repeats, failed_requests=failed,
         reproducible_gate=ctx.reproducible, judge=judge_result, wall_s=round(time.monotonic() - t_start, 2),
@@ -423,8 +438,13 @@ class JudgeLine(RequestLineBase):
 
 STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(ExtractionLine, FactLine, JudgeLine,), fresh_runtimes=False, in_bench=True,
               summary="facts extracted as JSON, repeated, scored against gold (and a judge)",
-              inputs=lambda p: (select_sections(p.extraction_sections), load_prompt()),
-              planned=lambda p: len(select_sections(p.extraction_sections)) * p.extraction_repeats,
+              inputs=lambda p: (select_sections(settings(p).sections), load_prompt()),
+              planned=lambda p: len(select_sections(settings(p).sections)) * settings(p).repeats,
+              settings=ExtractionSettings,
+              profiles={"quick": {"sections": 3, "repeats": 2, "max_tokens": 160, "judge_repeats": 3},
+                        "full": {"sections": 48, "max_tokens": 384, "judge_repeats": 10}},
+              profile_keys={"extraction_sections": "sections", "extraction_repeats": "repeats",
+                            "extraction_max_tokens": "max_tokens", "judge_repeats": "judge_repeats"},
               tables=(ExportTable("extraction_sections", export_rows),),
               # its answers, each answer's facts and the judge's grading (the reloads' answers are extraction lines too)
               exported_requests=("extraction", "extraction-fact", "judge"),

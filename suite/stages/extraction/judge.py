@@ -234,7 +234,9 @@ def grade(ctx: "StageContext", sections: list[Section], answers: dict[str, list[
             )
 
     gate = None
-    repeats = getattr(ctx.profile, "judge_repeats", 0)
+    from suite.stages.extraction import settings
+
+    repeats = settings(ctx.profile).judge_repeats
     if repeats and sections:
         section = sections[0]
         answer = answers[section.uid][0]

@@ -1,6 +1,6 @@
 """The reloads stage (study 1's reload): the extraction asked again in a fresh launch.
 
-After the extraction stage, with the profile's `reloads` (or `suite bench --reloads N`) above 0,
+After the extraction stage, with its setting `launches` (a profile's, or `suite bench --reloads N`) above 0,
 the arm's runtime is stopped and started again N times; each fresh launch answers every section
 of the extraction once more. The page reads like the study, "43 of 48 within, 43 of 43 after the
 reload": first the sections whose facts were identical across the repeats of the first launch,
@@ -13,19 +13,34 @@ gives no fact (all null) is never "identical" nor "the same after the reload".
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from suite.stages.base import FreshLaunch, Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.sections import Answer, JsonChat, Section, _answered_facts
 from suite.stages.extraction import ANSWERS_KEY, _fact_signature, ask_section, load_prompt, no_facts, select_sections
+from suite.stages.extraction import settings as extraction_settings
 
 if TYPE_CHECKING:
+    from suite.profiles import Profile
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
+
+
+class ReloadsSettings(BaseModel):
+    """The stage's settings (`--reloads N`): how many fresh launches ask the extraction again (0: none)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    launches: int = Field(default=0, ge=0)
+
+
+def settings(profile: "Profile") -> ReloadsSettings:
+    """This stage's settings for a profile (its values, then the run's own)."""
+    return cast(ReloadsSettings, STAGE.settings_for(profile))
 
 
 
@@ -95,12 +110,13 @@ def run(ctx: "StageContext") -> ReloadsResult:
     if answers is None:
         raise SuiteError("the reloads stage compares with the extraction stage's answers: run extraction first, "
                          "in the same bench (not resumed past it)")
-    sections = [s for s in select_sections(ctx.profile.extraction_sections) if s.uid in answers]
+    sections = [s for s in select_sections(extraction_settings(ctx.profile).sections) if s.uid in answers]
     prompt = load_prompt()
     signature = _fact_signature(ctx)
     comparable, identical = stable_sections(sections, answers)
     outcomes: list[ReloadOutcome] = []
-    for i in range(ctx.profile.reloads):
+    launches = settings(ctx.profile).launches
+    for i in range(launches):
         outcome = ReloadOutcome(index=i, status="ok")
         try:
             with ctx.launch() as (running, client):
@@ -117,7 +133,7 @@ def run(ctx: "StageContext") -> ReloadsResult:
         outcomes.append(outcome)
     line = reloads_line(len(identical), len(comparable), outcomes)
     log.info("reloads %s: %s", ctx.arm_name, line)
-    return ReloadsResult(reloads=ctx.profile.reloads, sections=len(sections), within_identical=len(identical),
+    return ReloadsResult(reloads=launches, sections=len(sections), within_identical=len(identical),
                          within_comparable=len(comparable), outcomes=outcomes, line=line,
                          within_no_facts=sum(1 for s in comparable if all(no_facts(s, a.extracted)
                                                                           for a in answers[s.uid])))
@@ -125,6 +141,7 @@ def run(ctx: "StageContext") -> ReloadsResult:
 
 STAGE = Stage(name="reloads", result=ReloadsResult, run=run, fresh_runtimes=True, in_bench=False,
               summary="the extraction asked again in a fresh launch (the profile's or --reloads N)",
-              inputs=lambda p: (select_sections(p.extraction_sections), load_prompt()),
-              planned=lambda p: p.reloads * len(select_sections(p.extraction_sections)),
-              when=lambda p: p.reloads > 0, after="extraction", needs=("extraction",))
+              inputs=lambda p: (select_sections(extraction_settings(p).sections), load_prompt()),
+              planned=lambda p: settings(p).launches * len(select_sections(extraction_settings(p).sections)),
+              when=lambda p: settings(p).launches > 0, after="extraction", needs=("extraction",),
+              settings=ReloadsSettings, profile_keys={"reloads": "launches"})

@@ -1,7 +1,7 @@
 """The latency stage: streamed requests, timed by the suite and, where it can, by the runtime.
 
-After `latency_warmup` requests that are not counted, `latency_requests` streamed completions of
-one fixed prompt are sent at each concurrency level of the profile (1 by default; a sweep such as
+After `warmup` requests that are not counted (its settings, `LatencySettings`), `requests` streamed completions of
+one fixed prompt are sent at each of its concurrency levels (1 by default; a sweep such as
 1,2,4 sends that many at once). Per level: time to first token (TTFT), inter-token latency (ITL,
 the gaps between streamed token chunks), time per output token (TPOT, (e2e - TTFT) / (tokens - 1)),
 end-to-end latency and output tokens/s, each as n, mean, p50, p90 and p99 (`suite.analysis.stats`).
@@ -48,10 +48,10 @@ import logging
 import math
 import resource
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import httpx
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import AsyncOpenAIClient, ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.definitions import MetricsSpec, TimingsSpec
@@ -61,6 +61,7 @@ from suite.errors import SuiteError
 from suite.analysis.stats import Distribution, distribution_fields, summarize
 
 if TYPE_CHECKING:
+    from suite.profiles import Profile
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,23 @@ PROMPT_PREFIX = "Request {index:04d}: "
 PROMPT_CACHE = "unique-prefix"
 MAX_REQUESTS = 10_000
 MAX_CONCURRENCY = 256
+
+
+class LatencySettings(BaseModel):
+    """The stage's settings: its defaults here, a profile's own values in `STAGE.profiles`, a run's
+    levels from `--concurrency`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests: int = Field(default=10, ge=1)  # measured requests per concurrency level (x the level)
+    warmup: int = Field(default=2, ge=0)  # requests before them, not counted
+    max_tokens: int = Field(default=64, ge=1)
+    concurrency: list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]] = Field(default_factory=lambda: [1], min_length=1)
+
+
+def settings(profile: "Profile") -> LatencySettings:
+    """This stage's settings for a profile (its values, then the run's own)."""
+    return cast(LatencySettings, STAGE.settings_for(profile))
 
 # The client's own limit. Above one request at a time, the streams run on one asyncio event loop
 # (`AsyncOpenAIClient`); a probe task asks to wake every LAG_PROBE_S and records how late it woke.
@@ -574,13 +592,13 @@ def _runtime_timings(samples: list[_Sample], level: LatencyLevel, before: dict[s
 
 def run(ctx: "StageContext") -> LatencyResult:
     """Warm up, then measure every concurrency level of the profile."""
-    profile = ctx.profile
-    max_tokens = profile.latency_max_tokens
-    total = profile.latency_warmup + sum(level_requests(profile.latency_requests, c) for c in profile.concurrency)
+    profile, own = ctx.profile, settings(ctx.profile)
+    max_tokens = own.max_tokens
+    total = planned(profile)
     if total > MAX_REQUESTS:
         raise SuiteError(f"profile {profile.name}: {total} latency requests, more than the {MAX_REQUESTS} "
                          "unique prompt prefixes")
-    for i in range(profile.latency_warmup):  # warm-up requests take prefixes 0 .. warmup-1
+    for i in range(own.warmup):  # warm-up requests take prefixes 0 .. warmup-1
         try:
             c = _one_request(ctx.client, index=i, max_tokens=max_tokens)
             ctx.record_request("latency", concurrency=1, index=i, warmup=True, prompt_id=PROMPT_ID,
@@ -590,11 +608,11 @@ def run(ctx: "StageContext") -> LatencyResult:
             ctx.record_request("latency", concurrency=1, index=i, warmup=True, prompt_index=i, error=str(exc))
             log.warning("latency warm-up request %d failed: %s", i, exc)
     levels = []
-    next_index = profile.latency_warmup
-    for concurrency in profile.concurrency:
+    next_index = own.warmup
+    for concurrency in own.concurrency:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise SuiteError(f"profile {profile.name}: concurrency must be 1 to {MAX_CONCURRENCY}, got {concurrency}")
-        n = level_requests(profile.latency_requests, concurrency)
+        n = level_requests(own.requests, concurrency)
         level = run_level(ctx, concurrency, n, max_tokens, first_index=next_index)
         next_index += n
         log.info("latency c=%d: TTFT p50 %.1f ms, TPOT p50 %.1f ms, overhead p50 %.3f ms%s", concurrency,
@@ -602,8 +620,14 @@ def run(ctx: "StageContext") -> LatencyResult:
                  " (client saturated)" if level.saturated else "")
         levels.append(level)
     return LatencyResult(prompt_id=PROMPT_ID, endpoint="/v1/completions", max_tokens=max_tokens,
-                         warmup=profile.latency_warmup, levels=levels, signature_digest=ctx.signature.digest,
+                         warmup=own.warmup, levels=levels, signature_digest=ctx.signature.digest,
                          prompt_cache=PROMPT_CACHE, prompt_prefix=PROMPT_PREFIX)
+
+
+def planned(profile: "Profile") -> int:
+    """Its requests for a profile: the warm-up, then each level's."""
+    own = settings(profile)
+    return own.warmup + sum(level_requests(own.requests, c) for c in own.concurrency)
 
 
 def export_rows(result: LatencyResult) -> list[dict[str, Any]]:
@@ -632,7 +656,11 @@ class LatencyLine(RequestLineBase):
 
 STAGE = Stage(name="latency", result=LatencyResult, run=run, lines=(LatencyLine,), fresh_runtimes=False, in_bench=True,
               summary="streamed requests timed by the suite and the runtime, at each concurrency level",
-              planned=lambda p: p.latency_warmup + sum(level_requests(p.latency_requests, c) for c in p.concurrency),
+              planned=planned, settings=LatencySettings,
+              profiles={"quick": {"requests": 4, "warmup": 1, "max_tokens": 32},
+                        "full": {"requests": 50, "warmup": 3, "max_tokens": 256, "concurrency": [1, 2, 4]}},
+              profile_keys={"latency_requests": "requests", "latency_warmup": "warmup", "latency_max_tokens": "max_tokens",
+                            "concurrency": "concurrency"},
               tables=(ExportTable("latency", export_rows),), exported_requests=("latency",),
               page_title="latency",
               section=SectionTemplate("section.html", "suite.stages.latency.view:page", slot="measures", order=0, on_run_page=False))

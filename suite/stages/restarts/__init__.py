@@ -2,7 +2,7 @@
 
 The bench stops the arm's runtime first; then K fresh processes (or containers) of the same
 configuration are started one after another (`ctx.launch()`), each answers a short gate (the
-profile's `restart_requests` identical requests per gate prompt), and is stopped. Within-launch
+stage's `requests` setting: identical requests per gate prompt), and is stopped. Within-launch
 stability (each launch's own answers, named by pattern: stable, a cold-start transient, varying)
 and across-launch consistency are two verdicts: a runtime can be stable inside a process and
 still change its answer from one start to the next. Across launches (suite.analysis.repro):
@@ -33,9 +33,9 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from suite.stages.base import ExportTable, FreshLaunch, SectionTemplate, Stage, export_cell
 from suite.stages.lines import AnswerLine
@@ -46,9 +46,26 @@ from suite.stages.repeat import GateResult, concurrency_of, death_reason_of, log
 
 if TYPE_CHECKING:
     from suite.definitions import CompileCacheSpec
+    from suite.profiles import Profile
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
+
+
+class RestartsSettings(BaseModel):
+    """The stage's settings: its defaults here, a profile's own values in `STAGE.profiles`, a run's
+    from `--restarts` and `--restart-caches`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    launches: int = Field(default=3, ge=2)  # K launches of the same configuration (6 or more: an interval)
+    requests: int = Field(default=5, ge=1)  # the short gate per launch, per prompt
+    caches: Literal["fresh", "kept", "both"] = "fresh"  # compile/autotune caches per launch
+
+
+def settings(profile: "Profile") -> RestartsSettings:
+    """This stage's settings for a profile (its values, then the run's own)."""
+    return cast(RestartsSettings, STAGE.settings_for(profile))
 
 
 
@@ -303,7 +320,8 @@ def cache_counts(root: Path, caches: "CompileCacheSpec") -> dict[str, int]:
 
 def run_launches(ctx: "StageContext", mode: Literal["fresh", "kept"]) -> RestartsResult:
     """K launches of the arm's configuration, each with a short gate, under one cache mode."""
-    k, n = ctx.profile.restarts, ctx.profile.restart_requests
+    own = settings(ctx.profile)
+    k, n = own.launches, own.requests
     prompts = select_prompts(ctx.profile.gate_prompts)
     outcomes: list[LaunchOutcome] = []
     # The caches live outside the run record (a compile cache is tens of MB) and go when the
@@ -368,7 +386,7 @@ def _one_launch(ctx: "StageContext", i: int, mode: Literal["fresh", "kept"], cac
 
 
 def run(ctx: "StageContext") -> RestartsResult:
-    mode = ctx.profile.restart_caches
+    mode = settings(ctx.profile).caches
     if mode == "both":
         result = run_launches(ctx, "fresh")
         result.with_kept_caches = run_launches(ctx, "kept")
@@ -395,8 +413,11 @@ def export_rows(result: RestartsResult) -> list[dict[str, Any]]:
 STAGE = Stage(name="restarts", result=RestartsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=True,
               summary="K fresh launches of the same configuration, a short gate on each",
               inputs=lambda p: select_prompts(p.gate_prompts),
-              planned=lambda p: (p.restarts * p.restart_requests * len(select_prompts(p.gate_prompts))
-                                 * (2 if p.restart_caches == "both" else 1)),
+              planned=lambda p: (settings(p).launches * settings(p).requests * len(select_prompts(p.gate_prompts))
+                                 * (2 if settings(p).caches == "both" else 1)),
+              settings=RestartsSettings,
+              profiles={"quick": {"launches": 2, "requests": 3}, "standard": {"caches": "kept"}, "full": {"caches": "both"}},
+              profile_keys={"restarts": "launches", "restart_requests": "requests", "restart_caches": "caches"},
               tables=(ExportTable("restarts", export_rows),), exported_requests=("restarts",),
               page_title="restarts",
               section=SectionTemplate("section.html", "suite.stages.restarts.view:page", slot="causes", order=2, on_run_page=False))

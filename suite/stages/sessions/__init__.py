@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import logging
 from itertools import combinations
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from suite.stages.base import ExportTable, FreshLaunch, SectionTemplate, Stage
 from suite.stages.lines import AnswerLine
@@ -37,9 +37,25 @@ from suite.analysis.repro import RunsAnalysis, Sample, analyse_launches, analyse
 from suite.stages.repeat import GateResult, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
 
 if TYPE_CHECKING:
+    from suite.profiles import Profile
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
+
+
+class SessionsSettings(BaseModel):
+    """The stage's settings (`suite study sessions --sessions K --replicates R [--lora]`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sessions: int = Field(default=8, ge=1)  # independent server processes ...
+    replicates: int = Field(default=3, ge=1)  # ... and runs of each gate prompt in each
+    lora: bool = False  # ... to the base model and, in the same processes, to the test adapter
+
+
+def settings(profile: "Profile") -> SessionsSettings:
+    """This stage's settings for a profile (its values, then the run's own)."""
+    return cast(SessionsSettings, STAGE.settings_for(profile))
 
 
 
@@ -191,13 +207,14 @@ def _replicate_sample(gate: GateResult, prompt_id: str, replicate: int) -> Sampl
 def run(ctx: "StageContext") -> SessionsResult:
     from suite.stages.controls import ADAPTER_NAME, ensure_adapter
 
-    k, r = ctx.profile.sessions, ctx.profile.replicates
+    own = settings(ctx.profile)
+    k, r = own.sessions, own.replicates
     prompts = select_prompts(ctx.profile.gate_prompts)
     caps = ctx.runtime.capabilities
     labels: list[Literal["base", "adapter"]] = ["base"]
     configs = {"base": SessionsConfiguration(label="base")}
     lora: list[LoraAdapter] | None = None
-    if ctx.profile.sessions_lora:
+    if own.lora:
         adapter = SessionsConfiguration(label="adapter")
         configs["adapter"] = adapter
         if not caps.lora:
@@ -226,7 +243,7 @@ def run(ctx: "StageContext") -> SessionsResult:
     for lb in labels:
         configs[lb] = summarise_configuration(lb, [p.id for p in prompts], per_session[lb])
     result = SessionsResult(sessions=k, replicates=r, launched=sum(1 for o in outcomes if o.status == "ok"),
-                            lora=ctx.profile.sessions_lora, lora_select=caps.lora_select,
+                            lora=own.lora, lora_select=caps.lora_select,
                             configurations=list(configs.values()), outcomes=outcomes, verdict="",
                             controls=list(ctx.controls))
     result.table = table_lines(result)
@@ -311,8 +328,10 @@ def export_rows(result: SessionsResult) -> list[dict[str, Any]]:
 STAGE = Stage(name="sessions", result=SessionsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
               summary="K server processes x R replicates (study 2), base and adapter",
               inputs=lambda p: select_prompts(p.gate_prompts),
-              planned=lambda p: (p.sessions * p.replicates * len(select_prompts(p.gate_prompts))
-                                 if not p.sessions_lora else 0),  # with an adapter: not known (the runtime may not serve one)
+              planned=lambda p: (settings(p).sessions * settings(p).replicates * len(select_prompts(p.gate_prompts))
+                                 if not settings(p).lora else 0),  # with an adapter: not known (the runtime may not serve one)
+              settings=SessionsSettings, profiles={"quick": {"sessions": 2}},
+              profile_keys={"sessions": "sessions", "replicates": "replicates", "sessions_lora": "lora"},
               # its request lines are many (K x R passes over the prompt set): not in the requests table
               tables=(ExportTable("sessions", export_rows),),
               page_title="sessions",

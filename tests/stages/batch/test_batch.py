@@ -232,12 +232,16 @@ def test_profiles_and_the_flag() -> None:
     from suite.errors import SuiteError
     from suite.profiles import get_profile
 
-    assert not get_profile("quick").batch_composition and not get_profile("standard").batch_composition
-    assert get_profile("full").batch_composition
-    p = plan_arms_profile("quick", None, None, None, {"batch_composition": True})
-    assert p.batch_composition and bt.planned(p) == 2 + 2 * (3 + 4)
-    with pytest.raises(SuiteError, match="batch-sizes"):
-        plan_arms_profile("quick", None, None, None, {"batch_sizes": [1]})
+    assert not bt.settings(get_profile("quick")).composition and not bt.settings(get_profile("standard")).composition
+    assert bt.settings(get_profile("full")).composition
+    p = plan_arms_profile("quick", overrides={"stage_settings": {"batch": {"composition": True}}})
+    assert bt.settings(p).composition and bt.planned(p) == 2 + 2 * (3 + 4)
+    # the run record keeps the resolved settings, the profile's own values included
+    assert p.stage_settings["batch"] == {"composition": True, "trials": 2, "sizes": [3, 4], "prompt": None}
+    with pytest.raises(SuiteError, match="stage 'batch', profile 'quick': setting sizes.0 = 1: Input should be greater"):
+        plan_arms_profile("quick", overrides={"stage_settings": {"batch": {"sizes": [1]}}})
+    with pytest.raises(SuiteError, match="setting trial"):
+        plan_arms_profile("quick", overrides={"stage_settings": {"batch": {"trial": 3}}})
 
 
 def test_the_stage_is_registered_and_runs_after_the_gate_when_asked() -> None:
@@ -321,9 +325,9 @@ def test_the_target_prompt_defaults_to_short_open_and_a_bad_one_is_one_line() ->
     full = get_profile("full")
     assert full.gate_prompts is None and bt.batch_prompt(full).id == "short-open"  # not the 4K document
     assert bt.batch_prompt(full.model_copy(update={"gate_prompts": ["long-open"]})).id == "long-open"
-    assert bt.batch_prompt(full.model_copy(update={"batch_prompt": "long-open"})).id == "long-open"
+    assert bt.batch_prompt(full.model_copy(update={"stage_settings": {"batch": {"prompt": "long-open"}}})).id == "long-open"
     with pytest.raises(SuiteError, match="unknown gate prompt 'nope'"):
-        bt.batch_prompt(full.model_copy(update={"batch_prompt": "nope"}))
+        bt.batch_prompt(full.model_copy(update={"stage_settings": {"batch": {"prompt": "nope"}}}))
 
 
 def test_an_answer_that_varies_alone_is_not_blamed_on_the_batch() -> None:

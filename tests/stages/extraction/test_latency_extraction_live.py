@@ -18,9 +18,9 @@ from suite.bench import make_signature, plan_arms
 from suite.definitions import get_definition
 from suite.launchers.base import RunningRuntime
 from suite.launchers.local import is_installed
-from suite.profiles import get_profile
+from suite.profiles import Profile, get_profile
 from suite.records import RunManifest, RunRecord, new_run_id, utcnow
-from suite.stages import StageContext
+from suite.stages import StageContext, with_stage_settings
 from suite.stages import extraction as ex
 from suite.stages.extraction import judge as judge_stage
 from suite.stages import latency as lat
@@ -46,7 +46,8 @@ def make_ctx(arm: str, rt: RunningRuntime, tmp: Path, **profile_changes) -> Stag
                            launcher="local", profile="quick", started_at=utcnow(), signature=signature)
     record = RunRecord.create(tmp / "results", manifest)
     return StageContext(card=plan.card, arm_name=arm, arm=plan.arm, runtime=plan.runtime,
-                        profile=QUICK.model_copy(update=profile_changes), sampling=plan.card.sampling,
+                        profile=Profile.model_validate(with_stage_settings({**QUICK.model_dump(), **profile_changes})),
+                        sampling=plan.card.sampling,
                         signature=signature, record=record, client=plan.client(rt, []), running=rt, controls=[],
                         launch=None,  # type: ignore[arg-type]  (these stages never relaunch)
                         )

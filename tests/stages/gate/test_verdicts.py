@@ -165,10 +165,14 @@ def test_gate_requests_and_restarts_from_the_command_line():
     from suite.bench import plan_arms
     from suite.errors import SuiteError
 
-    (plan, *_) = plan_arms("tiny", None, "local", "quick", gate_requests=200, restarts=8)
-    assert plan.profile.gate_requests == 200 and plan.profile.restarts == 8
-    with pytest.raises(SuiteError, match="--restarts 1"):
-        plan_arms("tiny", None, "local", "quick", restarts=1)
+    from suite.stages.restarts import settings
+
+    (plan, *_) = plan_arms("tiny", None, "local", "quick", gate_requests=200,
+                           overrides={"stage_settings": {"restarts": {"launches": 8}}})
+    assert plan.profile.gate_requests == 200 and settings(plan.profile).launches == 8
+    assert settings(plan.profile).requests == 3  # the quick profile's own value for the rest
+    with pytest.raises(SuiteError, match="stage 'restarts', profile 'quick': setting launches = 1"):
+        plan_arms("tiny", None, "local", "quick", overrides={"stage_settings": {"restarts": {"launches": 1}}})
 
 
 # -- 6. text and token ids -----------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 from suite.client import Completion, GenerationParams
 from suite.definitions import MetricsSpec, RuntimeDefinition, TimingsSpec, get_definition
 from suite.errors import SuiteError
+from suite.profiles import get_profile
 from suite.stages import latency as lat
 from suite.analysis.stats import summarize
 
@@ -203,8 +204,8 @@ def test_every_latency_request_has_its_own_prompt(monkeypatch: pytest.MonkeyPatc
     ctx = SimpleNamespace(
         client=client, base_url="http://127.0.0.1:9", runtime=get_definition("llamacpp"),
         sampling=SimpleNamespace(seed=42, temperature=0.0, top_p=None),
-        profile=SimpleNamespace(name="t", latency_max_tokens=3, latency_warmup=2, latency_requests=5,
-                                concurrency=[1, 3]),
+        profile=get_profile("quick").model_copy(update={"stage_settings": {"latency": {
+            "max_tokens": 3, "warmup": 2, "requests": 5, "concurrency": [1, 3]}}}),
         signature=SimpleNamespace(digest="d" * 64),
         record_request=lambda kind, **kw: records.append(kw),
     )

@@ -28,8 +28,8 @@ def _ctx(rt: RunningRuntime, tmp: Path) -> StageContext:
     manifest = RunManifest(run_id=new_run_id(signature.digest), model="tiny", arm="llamacpp", runtime="llamacpp",
                            launcher="local", profile="quick", started_at=utcnow(), signature=signature)
     record = RunRecord.create(tmp / "results", manifest)
-    profile = get_profile("quick").model_copy(update=dict(latency_requests=4, latency_warmup=2,
-                                                          latency_max_tokens=8, concurrency=[1]))
+    profile = get_profile("quick").model_copy(update={"stage_settings": {"latency": {
+        "requests": 4, "warmup": 2, "max_tokens": 8, "concurrency": [1]}}})
     return StageContext(card=plan.card, arm_name="llamacpp", arm=plan.arm, runtime=plan.runtime, profile=profile,
                         sampling=plan.card.sampling, signature=signature, record=record,
                         client=plan.client(rt, []), running=rt, controls=[],

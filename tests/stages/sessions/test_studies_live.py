@@ -65,7 +65,7 @@ def test_reload_and_kept_caches_on_llama_server(tmp_path: Path, tiny_gguf: Path)
 
     installed_definition("llamacpp")
     (s,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["gate", "extraction", "restarts"], results=tmp_path,
-                     overrides={"reloads": 1, "restart_caches": "both"})
+                     overrides={"stage_settings": {"reloads": {"launches": 1}, "restarts": {"caches": "both"}}})
     assert s.status == "complete", s.reason
     reloads = s.reloads
     assert reloads.reloads == 1 and reloads.outcomes[0].status == "ok"
