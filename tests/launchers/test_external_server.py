@@ -275,6 +275,20 @@ def test_the_tokenizer_is_in_the_external_signature(bare_server: str, tokenizer_
     assert standard.digest != without.digest
 
 
+def test_a_server_the_suite_did_not_start_takes_the_stage_options(bare_server: str) -> None:
+    """`suite bench --url` with a stage's options (`--concurrency 1,2`, `--batch-composition`): they
+    reach its plan's profile as for a started runtime, not dropped."""
+    from suite.bench import plan_external
+    from suite.stages import batch, latency
+
+    plan = plan_external(bare_server, "m", None, None, "quick", overrides={"stage_settings": {
+        "latency": {"concurrency": [1, 2]}, "batch": {"composition": True}}})
+    assert latency.settings(plan.profile).concurrency == [1, 2] and batch.settings(plan.profile).composition
+    assert latency.settings(plan.profile).requests == 4  # the quick profile's own value for the rest
+    bare = plan_external(bare_server, "m", None, None, "quick")
+    assert latency.settings(bare.profile).concurrency == [1] and not batch.settings(bare.profile).composition
+
+
 def test_tokenizer_bad_input_on_the_command_line(bare_server: str, tmp_path: Path) -> None:
     results = tmp_path / "results"
     line = one_error_line(run_cli("bench", "--url", bare_server, "--tokenizer", str(tmp_path / "nope"),
