@@ -38,7 +38,7 @@ from suite.launchers import launcher_for, reap_orphans
 from suite.launchers.base import LaunchSpec, Launcher, LoraAdapter, RunningRuntime
 from suite.profiles import PROFILES, Profile, get_profile
 from suite.records import (RESULT_MODELS, DeterminismOutcome, Invocation, LaunchWatchdog, RunInUse, RunManifest,
-                           RunRecord, RuntimeFailure, Summary, find_incomplete, new_run_id, utcnow)
+                           RunRecord, RuntimeFailure, Summary, find_incomplete, new_run_id, read_requests, utcnow)
 from suite.secrets import REDACTED, SECRET_NAME, redact_args, redact_env
 from suite.signature import Signature, current_node
 from suite.probes import cache_dirs, cache_state, detect_hardware
@@ -508,6 +508,7 @@ class BenchSession:
         self.started = utcnow()
         self._t0 = time.monotonic()
         self.record: RunRecord | None = None
+        self.carried: dict[str, Any] = {}  # a resumed run's finished parts of the stage it was cut in
         self.status: str = "complete"
         self.reason: str | None = None
         self.not_run: list[str] = []  # stages that need a runtime the suite started
@@ -564,7 +565,7 @@ class BenchSession:
                                 profile=plan.profile, sampling=plan.card.sampling, signature=signature,
                                 record=self.record, client=plan.client(rt, self.base_controls), running=rt,
                                 controls=self.base_controls, launch=self.launch,
-                                controls_request=self.controls_request)
+                                controls_request=self.controls_request, carried=self.carried)
         self._stack.callback(self.ctx.client.close)
         if self.judge is not None:
             from suite.stages.extraction.judge import client_for_url
@@ -584,9 +585,14 @@ class BenchSession:
             previous.release()
             return
         self.record = previous
-        moved = previous.set_aside_unfinished({n for n in RESULT_MODELS if previous.stage_done(n)})
-        log.info("resuming %s%s", previous.dir, f" ({moved} request lines of the interrupted stage set aside in "
-                 "requests-interrupted.jsonl)" if moved else "")
+        done = {n for n in RESULT_MODELS if previous.stage_done(n)}
+        self.carried = carried_parts(previous, done)
+        moved = previous.set_aside_unfinished(done, lambda line: any(
+            line.get("stage") == name and STAGES[name].carries_line(part, line)  # type: ignore[misc]
+            for name, part in self.carried.items()))
+        log.info("resuming %s%s%s", previous.dir, f" ({moved} request lines of the interrupted stage set aside in "
+                 "requests-interrupted.jsonl)" if moved else "",
+                 "".join(f"; {name}: its finished parts are taken up" for name in self.carried))
 
     def _move_logs(self) -> None:
         """Logs written before the record existed (or was reopened) move into it, never over a file."""
@@ -865,6 +871,25 @@ def _without_ports(command: list[str]) -> list[str]:
             out.append("<port>")
         else:
             out.append(arg)
+    return out
+
+
+def carried_parts(previous: RunRecord, done: set[str]) -> dict[str, Any]:
+    """Per stage the interrupted run did not finish, what it had finished of it, rebuilt from its
+    request lines where the stage can take its parts up (`Stage.rebuild` and `carries_line`)."""
+    from types import SimpleNamespace
+
+    before = SimpleNamespace(runtime=previous.manifest.runtime, arm=previous.manifest.arm,
+                             **{n: previous.read_stage(n) for n in done})
+    out: dict[str, Any] = {}
+    for name, stage in STAGES.items():
+        if name in done or stage.rebuild is None or stage.carries_line is None:
+            continue
+        lines = [q for q in read_requests(previous.dir, stage.exported_requests or (name,))
+                 if getattr(q, "stage", None) == name]
+        part = stage.rebuild(lines, before) if lines else None
+        if part is not None:
+            out[name] = part
     return out
 
 

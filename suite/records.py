@@ -452,9 +452,11 @@ class RunRecord:
             finally:
                 os.close(fd)
 
-    def set_aside_unfinished(self, done: set[str]) -> int:
+    def set_aside_unfinished(self, done: set[str], carried: Callable[[dict[str, Any]], bool] | None = None) -> int:
         """Before a resume: move the request lines of stages that did not finish to
         `requests-interrupted.jsonl`, so the record reads as one run. Returns how many moved.
+        `carried(line)`: a line of a stage that did not finish but that stays (a part of the stage
+        the resumed run takes up).
 
         Lines are moved and kept byte for byte: one that cannot be read (cut short, not UTF-8,
         nested too deep, a stage that is not a name) goes aside with the unfinished stages; one that
@@ -472,7 +474,9 @@ class RunRecord:
                 moved.append(ln)
                 continue
             stage = data.get("stage") if isinstance(data, dict) else None
-            (keep if stage is None or (isinstance(stage, str) and stage in done) else moved).append(ln)
+            stays = stage is None or (isinstance(stage, str) and stage in done) or (
+                carried is not None and isinstance(data, dict) and carried(data))
+            (keep if stays else moved).append(ln)
         if moved:
             # durable in this order: a crash leaves a line in both files at worst, never in neither
             with (self.dir / "requests-interrupted.jsonl").open("ab") as fh:

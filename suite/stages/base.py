@@ -78,6 +78,9 @@ class StageContext:
     # The bench added the control matrix because the gate varied (the process of elimination):
     # the matrix then sends only the prompts that varied.
     automatic_controls: bool = False
+    # A resumed run: per stage it was cut in, what that stage had finished, rebuilt from its request
+    # lines (`Stage.rebuild`); the stage takes those parts up and runs only the rest.
+    carried: dict[str, Any] = field(default_factory=dict)
 
     @property
     def run_dir(self) -> Path:
@@ -239,6 +242,10 @@ class Stage:
     # summary so far): the stage's result, saying what it rebuilt and what was cut; None where the
     # lines cannot say. Without it, a cut stage's page names the lines it kept, and no more.
     rebuild: "Callable[[list[Any], Any], BaseModel | None] | None" = None
+    # On `--resume`, whether a request line (as a dict) of the cut stage belongs to a part its
+    # `rebuild` gave back: such lines stay in the record, the rest go aside with the interruption.
+    # None: the stage is run again whole (all its lines go aside).
+    carries_line: "Callable[[Any, dict[str, Any]], bool] | None" = None
 
     def may_run(self, profile: "Profile") -> bool:
         """Whether a stage not in every bench may be added to one with this profile."""

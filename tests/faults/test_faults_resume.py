@@ -319,3 +319,57 @@ def test_live_resume_continues_only_the_same_configuration(tmp_path: Path, fault
     assert same.run_id == twin.name and same.status == "complete", same.reason
     assert load_summary(twin / "summary.json").gate is not None
     shutil.rmtree(results)
+
+
+@pytest.mark.fault
+def test_live_resume_takes_up_the_rows_a_cut_matrix_finished(tmp_path: Path, fault_report) -> None:
+    """llama-server on the tiny model: a control matrix cut inside its last row (no result, no
+    summary, one request of that row kept) shows its two finished rows on the page, and `--resume`
+    takes them up from their request lines and launches only the row that was cut; that row's lines
+    from the interrupted launch go aside, the finished rows' stay."""
+    from conftest import installed_definition
+    from suite.bench import run_bench
+    from suite.catalog import get_card, is_prepared
+    from suite.records import incomplete_summary
+
+    installed_definition("llamacpp")
+    if not is_prepared(get_card("tiny"), "gguf"):
+        pytest.skip("the tiny GGUF is not prepared here (run `suite setup`)")
+    results = tmp_path / "results"
+    common = dict(arms=["llamacpp"], launcher="local", profile="quick", stages=["gate", "controls"], results=results,
+                  controls=["prompt-cache-off", "concurrency-4"])
+    (done,) = run_bench("tiny", **common)
+    assert done.status == "complete", done.reason
+    assert [r.configuration for r in done.controls.rows] == ["default", "prompt-cache-off", "concurrency-4"]
+    run = results / "tiny" / "llamacpp" / done.run_id
+    # cut: as if stopped while the concurrency-4 row ran, after its first request
+    (run / "summary.json").unlink()
+    (run / "stages" / "controls.json").unlink()
+    lines = (run / "requests.jsonl").read_text().splitlines()
+    c4 = [i for i, ln in enumerate(lines) if json.loads(ln).get("label") == "concurrency-4"]
+    (run / "requests.jsonl").write_text("".join(ln + "\n" for i, ln in enumerate(lines) if i not in c4[1:]))
+    before = {k: sum(1 for ln in lines if json.loads(ln).get("stage") == "controls" and json.loads(ln)["label"] == k)
+              for k in ("default", "prompt-cache-off")}
+
+    shown = incomplete_summary(run).controls  # what the page reads before the resume
+    assert shown is not None and [r.configuration for r in shown.rows] == ["default", "prompt-cache-off"]
+    assert "cut mid-way and left out: concurrency-4 (1 requests)" in (shown.interrupted or "")
+
+    (resumed,) = run_bench("tiny", resume=True, **common)
+    assert resumed.run_id == done.run_id and resumed.status == "complete", resumed.reason
+    rows = {r.configuration: r for r in resumed.controls.rows}
+    assert list(rows) == ["default", "prompt-cache-off", "concurrency-4"]
+    assert rows["default"].startup_s is None and rows["prompt-cache-off"].startup_s is None  # taken up
+    assert rows["concurrency-4"].startup_s is not None and rows["concurrency-4"].concurrency == 4  # launched again
+    for k in ("default", "prompt-cache-off"):
+        assert (rows[k].distinct, rows[k].answered) == (
+            {p: d for p, d in next(r for r in done.controls.rows if r.configuration == k).distinct.items()},
+            next(r for r in done.controls.rows if r.configuration == k).answered)
+    assert "resumed: default, prompt-cache-off finished before the run was interrupted" in resumed.controls.interrupted
+    kept = [json.loads(ln) for ln in (run / "requests.jsonl").read_text().splitlines()]
+    aside = [json.loads(ln) for ln in (run / "requests-interrupted.jsonl").read_text().splitlines()]
+    counts = {k: sum(1 for q in kept if q.get("stage") == "controls" and q["label"] == k) for k in before}
+    lost = int(counts != before) + int([q["label"] for q in aside] != ["concurrency-4"])
+    fault_report(records_lost=lost)
+    assert counts == before and [q["label"] for q in aside] == ["concurrency-4"]
+    assert sum(1 for q in kept if q.get("label") == "concurrency-4") == rows["concurrency-4"].gate.prompts[0].requests

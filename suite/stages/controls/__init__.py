@@ -480,8 +480,15 @@ def run(ctx: "StageContext") -> ControlsResult:
                             n_requests=TRANSIENT_REQUESTS if transient else ctx.profile.gate_requests,
                             prompts=prompts, rows=[], automatic=automatic,
                             launches_per_row=TRANSIENT_LAUNCHES if transient else 1)
+    carried = {r.configuration: r for r in (ctx.carried.get(STAGE.name).rows if ctx.carried.get(STAGE.name) else [])}
+    taken_up: list[str] = []
     for name in names:
         t0 = time.monotonic()
+        if name in carried:  # a resumed run: this row finished before the interruption
+            result.rows.append(carried[name])
+            taken_up.append(name)
+            log.info("controls %s: %s taken up from the interrupted run (its request lines)", ctx.arm_name, name)
+            continue
         if name == LORA:
             rows, outcome = run_lora(ctx)
             result.rows.extend(rows)
@@ -498,6 +505,9 @@ def run(ctx: "StageContext") -> ControlsResult:
         else:
             result.rows.append(run_configuration(ctx, name, prompts=only))
         log.info("controls %s: %s done in %.0f s", ctx.arm_name, name, time.monotonic() - t0)
+    if taken_up:
+        result.interrupted = (f"resumed: {', '.join(taken_up)} finished before the run was interrupted and "
+                              "were rebuilt from their request lines (no start-up time or energy for them)")
     eliminate(result, ctx.results.get("gate"))
     log.info("controls %s: %s", ctx.arm_name, result.elimination)
     return result
@@ -820,5 +830,6 @@ STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine
               when=lambda p: settings(p).auto, on_verdict=False, after="gate",
               settings=ControlsSettings, profiles={"quick": {"auto": False}}, profile_keys={"auto_controls": "auto"},
               tables=(ExportTable("controls", export_rows),), exported_requests=("controls",),
-              rebuild=rebuild, page_title="control matrix",
+              rebuild=rebuild, carries_line=lambda part, line: line.get("label") in {r.configuration for r in part.rows},
+              page_title="control matrix",
               section=SectionTemplate("section.html", "suite.stages.controls.view:page", slot="causes", order=1, on_run_page=False))

@@ -247,7 +247,7 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
     monkeypatch.setattr(controls, "_gate_on", fake_gate_on)
     ctx = SimpleNamespace(runtime=get_definition("llamacpp"), controls_request=["prompt-cache-off"], arm_name="a",
                           profile=SimpleNamespace(gate_prompts=None, gate_requests=4), results={"gate": gate},
-                          automatic_controls=True, launch=launch)
+                          automatic_controls=True, launch=launch, carried={})
     result = controls.run(ctx)
     assert [a[0] for a in asked] == ["default", "prompt-cache-off"]  # the default row is always in the matrix
     assert all(a[1] == [ids[0]] for a in asked) and result.prompts == [ids[0]] and result.automatic
@@ -301,7 +301,7 @@ def test_a_transient_is_eliminated_launch_by_launch(monkeypatch):
     monkeypatch.setattr(runtime, "controls", {cache_off: runtime.controls[cache_off], "slots-off": runtime.controls[other]})
     ctx = SimpleNamespace(runtime=runtime, controls_request=[cache_off, "slots-off"], arm_name="a",
                           profile=SimpleNamespace(gate_prompts=None, gate_requests=20), results={"gate": gate},
-                          automatic_controls=True, launch=launch)
+                          automatic_controls=True, launch=launch, carried={})
     result = controls.run(ctx)
     # a control row stops at its first launch that shows the transient: it cannot be credited then
     assert [a[0] for a in asked] == ["default"] * 3 + [cache_off] * 3 + ["slots-off"] * 2
