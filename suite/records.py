@@ -591,7 +591,8 @@ def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summ
     """A summary for a run that never finished, built from its manifest and stage files (read
     only: listing a run never takes its lock or writes into it)."""
     m = read_manifest(run_dir)
-    reason = ("the run is under way: a live suite process writes it" if run_in_progress(run_dir)
+    live = run_in_progress(run_dir)
+    reason = ("the run is under way: a live suite process writes it" if live
               else "the run did not finish (interrupted); `suite bench --resume` continues it")
     summary = Summary(
         **m.model_dump(exclude={"signature", "profile_settings", "invocation"}), signature=m.signature,
@@ -603,7 +604,7 @@ def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summ
             continue
         raw = _read_json(p)
         setattr(summary, key, _stage_results(p, {key: raw}, problems)[key])
-    if not run_in_progress(run_dir):
+    if not live:
         # a stage the run was cut in: what it finished, rebuilt from the request lines it kept
         for name, stage in STAGES.items():
             if stage.rebuild is None or getattr(summary, name, None) is not None:

@@ -480,7 +480,8 @@ def run(ctx: "StageContext") -> ControlsResult:
                             n_requests=TRANSIENT_REQUESTS if transient else ctx.profile.gate_requests,
                             prompts=prompts, rows=[], automatic=automatic,
                             launches_per_row=TRANSIENT_LAUNCHES if transient else 1)
-    carried = {r.configuration: r for r in (ctx.carried.get(STAGE.name).rows if ctx.carried.get(STAGE.name) else [])}
+    taken = ctx.carried.get(STAGE.name)  # a resumed run's finished rows
+    carried = {r.configuration: r for r in taken.rows} if taken is not None else {}
     taken_up: list[str] = []
     for name in names:
         t0 = time.monotonic()
@@ -731,7 +732,7 @@ def rebuild(lines: list[Any], before: Any) -> ControlsResult | None:
             continue
         results = []
         for i, pid in enumerate(prompts):
-            first = qs[[q.prompt_id for q in qs].index(pid)]
+            first = next(q for q in qs if q.prompt_id == pid)
             a = analyse(series[pid], process_cold=i == 0)
             results.append(GatePromptResult.from_analysis(
                 a, prompt_id=pid, prompt_version=getattr(first, "prompt_version", 1) or 1,

@@ -385,6 +385,12 @@ def _one_launch(ctx: "StageContext", i: int, mode: Literal["fresh", "kept"], cac
     return outcome
 
 
+def planned(profile: "Profile") -> int:
+    """Its requests for a profile: K launches x the short gate, twice where both cache modes run."""
+    own = settings(profile)
+    return own.launches * own.requests * len(select_prompts(profile.gate_prompts)) * (2 if own.caches == "both" else 1)
+
+
 def run(ctx: "StageContext") -> RestartsResult:
     mode = settings(ctx.profile).caches
     if mode == "both":
@@ -413,8 +419,7 @@ def export_rows(result: RestartsResult) -> list[dict[str, Any]]:
 STAGE = Stage(name="restarts", result=RestartsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=True,
               summary="K fresh launches of the same configuration, a short gate on each",
               inputs=lambda p: select_prompts(p.gate_prompts),
-              planned=lambda p: (settings(p).launches * settings(p).requests * len(select_prompts(p.gate_prompts))
-                                 * (2 if settings(p).caches == "both" else 1)),
+              planned=planned,
               settings=RestartsSettings,
               profiles={"quick": {"launches": 2, "requests": 3}, "standard": {"caches": "kept"}, "full": {"caches": "both"}},
               profile_keys={"restarts": "launches", "restart_requests": "requests", "restart_caches": "caches"},

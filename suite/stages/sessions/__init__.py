@@ -204,6 +204,13 @@ def _replicate_sample(gate: GateResult, prompt_id: str, replicate: int) -> Sampl
     return samples[0].model_copy(update={"index": replicate}) if samples else None
 
 
+def planned(profile: "Profile") -> int:
+    """Its requests for a profile: K x R passes over the gate prompts; with an adapter not known
+    (0: the runtime may not serve one)."""
+    own = settings(profile)
+    return 0 if own.lora else own.sessions * own.replicates * len(select_prompts(profile.gate_prompts))
+
+
 def run(ctx: "StageContext") -> SessionsResult:
     from suite.stages.controls import ADAPTER_NAME, ensure_adapter
 
@@ -328,8 +335,7 @@ def export_rows(result: SessionsResult) -> list[dict[str, Any]]:
 STAGE = Stage(name="sessions", result=SessionsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
               summary="K server processes x R replicates (study 2), base and adapter",
               inputs=lambda p: select_prompts(p.gate_prompts),
-              planned=lambda p: (settings(p).sessions * settings(p).replicates * len(select_prompts(p.gate_prompts))
-                                 if not settings(p).lora else 0),  # with an adapter: not known (the runtime may not serve one)
+              planned=planned,
               settings=SessionsSettings, profiles={"quick": {"sessions": 2}},
               profile_keys={"sessions": "sessions", "replicates": "replicates", "sessions_lora": "lora"},
               # its request lines are many (K x R passes over the prompt set): not in the requests table
