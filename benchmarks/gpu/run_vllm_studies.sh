@@ -23,6 +23,7 @@
 #     bash benchmarks/gpu/run_vllm_studies.sh matrix        # random-llama-1b, HUMMING W4A16: gate, then the automatic control matrix
 #     bash benchmarks/gpu/run_vllm_studies.sh gate          # random-llama-1b: gate (200), batch, both modes
 #     bash benchmarks/gpu/run_vllm_studies.sh studies       # sessions x replicates with a LoRA adapter
+#     bash benchmarks/gpu/run_vllm_studies.sh resume-matrix MODEL/ARM/RUN   # a cut control matrix's other rows
 #     (prep: the AMX check of the llama.cpp build, when its inputs travel)
 #
 # Each phase writes what it measured to $OUT (results.tar.gz: the suite's results folder so far,
@@ -235,9 +236,23 @@ case "$PHASE" in
         --arms vllm-gpu-batch-invariant $B 2>&1 | tail -25
     pack ;;
   studies)
+    install_vllm || { pack; exit 1; }
+    [ -d "$SUITE_CACHE/models/random-llama-1b" ] || { say "== random-llama-1b: the checkpoint (seed 0)"; suite setup --model random-llama-1b 2>&1 | tail -3; }
     say "== study 2: sessions x replicates, base and LoRA adapter in the same processes"
     timeout $(( LIMIT - ($(date +%s) - T0) )) python3 -m suite.cli study sessions --model random-llama-1b \
         --arms vllm-gpu --sessions 6 --replicates 3 --lora --profile quick 2>&1 | tail -30
+    pack ;;
+  resume-matrix)
+    # a control matrix cut by the time limit, from its record in the checkout: the finished rows
+    # are taken up from their request lines and only the others launch (suite bench --resume)
+    RUN=${2:?the run folder under docs/examples/gpu-vllm-results, e.g. random-llama-1b/vllm-gpu-humming-w4a16/...}
+    install_vllm || { pack; exit 1; }
+    model=${RUN%%/*}; rest=${RUN#*/}; arm=${rest%%/*}
+    [ -d "$SUITE_CACHE/models/$model" ] || { say "== $model: the checkpoint (seed 0)"; suite setup --model "$model" 2>&1 | tail -3; }
+    mkdir -p "$RESULTS/$model/$arm" && cp -r "$REPO/docs/examples/gpu-vllm-results/$RUN" "$RESULTS/$model/$arm/"
+    say "== $model $arm: the control matrix resumed from $(basename "$RUN")"
+    timeout $(( LIMIT - ($(date +%s) - T0) )) python3 -m suite.cli bench --model "$model" --arms "$arm" \
+        --profile standard --stages gate,controls --controls all --resume 2>&1 | tail -40
     pack ;;
 esac
 say "phase $PHASE done"
