@@ -19,6 +19,18 @@ SITE_DIR = REPO_ROOT / "site"
 CARDS_DIR = Path(__file__).resolve().parent / "cards"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# What a file the suite writes through a temporary name gets: the mode any file the user creates
+# gets (a temporary file's own, 0600, would leave a results folder that is shared or served
+# unreadable to everyone but its writer).
+FILE_MODE = 0o666 & ~_umask()
+
+
 def cache_dir() -> Path:
     env = os.environ.get("SUITE_CACHE")
     if env:

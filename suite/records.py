@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError, create_mode
 from suite.contention import Contention
 from suite.errors import SuiteError
 from suite.gpu import Energy
+from suite.paths import FILE_MODE
 from suite.signature import Signature
 from suite.secrets import scrub
 from suite.stages import STAGES, with_stage_settings
@@ -287,6 +288,7 @@ def write_once(path: Path, data: str) -> None:
         raise SuiteError(f"{path}: cannot write the run record: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), FILE_MODE)
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from suite.paths import cache_dir
+from suite.paths import FILE_MODE, cache_dir
 
 if TYPE_CHECKING:
     from suite.launchers.base import LaunchSpec, Launcher
@@ -112,6 +112,7 @@ def _save(entries: dict[str, KnownRefusal]) -> None:
     body = json.dumps({k: v.model_dump() for k, v in entries.items()}, indent=1, sort_keys=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".refusals-", suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(f.fileno(), FILE_MODE)
         f.write(body)
     os.replace(tmp, path)
 

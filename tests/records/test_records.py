@@ -29,6 +29,16 @@ def test_write_once_never_overwrites(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["summary.json"]  # no temporary file left
 
 
+def test_a_record_file_is_as_readable_as_any_file_the_user_creates(tmp_path: Path) -> None:
+    """Written through a temporary file (mode 0600), a record still gets the user's usual mode:
+    a results folder served or shared is readable by those it is shared with."""
+    path = tmp_path / "run" / "run.json"
+    write_once(path, "{}")
+    plain = tmp_path / "plain"
+    plain.write_text("{}")
+    assert path.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
+
+
 @pytest.mark.parametrize("version, sentence", [
     (SCHEMA_VERSION + 1, "is newer than this suite's"),
     (0, "re-run the benchmark or use the suite version that wrote it"),
