@@ -29,6 +29,9 @@ Scenario families (the issue's table):
   per-section scores from facts x repeats, and near the ceiling.
 - `sessions`: study 2's design, 8 sessions x 3 replicates: base (one answer), adapter (every run
   different), adapter with partial agreement (answers drawn from 12 variants).
+- `sessions-alike`: K = 2, 5, 6, 8, 12 sessions x 3 runs, each session taking another answer
+  with probability d = 0, 0.05, 0.2, 0.4, 0.5: "K of K sessions alike: a session that differs in
+  more than X % of starts would likely have shown".
 - `runs`: study 2's configuration-level measures (`suite.analysis.repro.analyse_runs`: identical
   runs, item-level and token-level agreement between runs of different sessions), K = 6, 8, 12,
   24 sessions x 3 runs over 10 prompts: every prompt varying a little run by run (`iid`), a
@@ -424,6 +427,32 @@ def sessions_scenarios(quick: bool) -> list[dict[str, Any]]:
     return [dict(kind=kd, K=8, R=3) for kd in ("base", "adapter", "variants")]
 
 
+def run_sessions_alike(rng: random.Random, p: dict[str, Any]) -> Outcome:
+    """Sessions that each take another answer with probability d (all R runs of that session
+    alike): the configuration's sentence where every session gave one output hash, "a session that
+    differs in more than X % of starts would likely have shown", is false where d exceeds X."""
+    from suite.analysis.repro import alike_bound
+    from suite.stages.sessions import summarise_configuration
+
+    d, k, r = p["d"], p["K"], p["R"]
+    sessions = []
+    for _ in range(k):
+        ids = B if rng.random() < d else A
+        sessions.append({PID: [sample(i, ids) for i in range(r)]})
+    c = summarise_configuration("base", [PID], sessions)
+    bound = alike_bound(k)
+    printed = c.alike is not None and "would likely have shown" in c.alike
+    o = Outcome()
+    o.claims["sessions alike, bounded"] = (printed, bound is not None and d > bound, d > 0)
+    return o
+
+
+def sessions_alike_scenarios(quick: bool) -> list[dict[str, Any]]:
+    if quick:
+        return [dict(d=0.5, K=8, R=3), dict(d=0.0, K=6, R=3)]
+    return [dict(d=d, K=k, R=3) for k in (2, 5, 6, 8, 12) for d in (0.0, 0.05, 0.2, 0.4, 0.5)]
+
+
 # -- study 2's runs: a run is one pass over M prompts (analyse_runs: identical runs, items, tokens) -
 
 M_PROMPTS = 10
@@ -547,6 +576,7 @@ FAMILIES: dict[str, tuple[Callable[[bool], list[dict[str, Any]]], Callable[[rand
     "controls-transient": (controls_transient_scenarios, run_controls_transient),
     "paired": (paired_scenarios, run_paired),
     "sessions": (sessions_scenarios, run_sessions),
+    "sessions-alike": (sessions_alike_scenarios, run_sessions_alike),
     "runs": (runs_scenarios, run_runs),
     "batch": (batch_scenarios, run_batch_verdict),
 }

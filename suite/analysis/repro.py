@@ -630,6 +630,24 @@ def launches_for_bound(confidence: float = UNSEEN_CONFIDENCE) -> int:
     return next(k for k in range(1, 100) if alike_bound(k, confidence) is not None)
 
 
+def alike_launches_text(k: int, truncated: int, n_answers: int, *, unit: str = "launch", units: str = "launches",
+                        alike_what: str = "the same answer sequence") -> tuple[str, bool | None]:
+    """The sentence for K fresh processes (launches; a study's sessions) that all gave the same
+    answers, and whether it says they are consistent (True) or cannot (None: answers cut at the
+    cap, or too few processes to bound how often one would differ)."""
+    bound = alike_bound(k)
+    if bound is not None and truncated:
+        # what came back is alike, but it stopped at max_tokens: a difference past the cap is unseen
+        return (f"{k} of {k} {units} alike up to the cap ({truncated} of {n_answers} answers cut at max_tokens: "
+                f"they may differ past it); before the cap, a {unit} that differs in more than {bound:.0%} of "
+                "starts would likely have shown"), None
+    if bound is not None:
+        return (f"{k} of {k} {units} alike ({alike_what}): a {unit} that differs in more than "
+                f"{bound:.0%} of starts would likely have shown"), True
+    return (f"{k} of {k} {units} alike, too few to bound how often a {unit} differs: "
+            f"{launches_for_bound()} alike {units} would bound it below {alike_bound(launches_for_bound()):.0%}"), None
+
+
 def _table_seed(groups: Sequence[Sequence[Hashable]], seed: int = 0) -> int:
     """A seed from a launch x answer table: launch sizes and per-launch counts of each answer, the
     answers in order of first appearance (what they are does not enter, only how they fall)."""
@@ -856,19 +874,10 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
                 f"{MIN_LAUNCHES_FOR_CI}; per-launch figures instead")
     if not enough:
         across, consistent, text = "undetermined", None, f"undetermined: {k} launch(es) answered"
-    elif alike and bound is not None and truncated:
-        # what came back is alike, but it stopped at max_tokens: a difference past the cap is unseen
-        across, consistent = "alike up to the cap", None
-        text = (f"{k} of {k} launches alike up to the cap ({truncated} of {n_answers} answers cut at max_tokens: "
-                f"they may differ past it)")
-    elif alike and bound is not None:
-        across, consistent = "alike", True
-        text = (f"{k} of {k} launches alike (the same answer sequence): a launch that differs in more than "
-                f"{bound:.0%} of starts would likely have shown")
     elif alike:
-        across, consistent = "too few", None
-        text = (f"{k} of {k} launches alike, too few to bound how often a launch differs: "
-                f"{launches_for_bound()} alike launches would bound it below {alike_bound(launches_for_bound()):.0%}")
+        text, consistent = alike_launches_text(k, truncated, n_answers)
+        across = ("alike up to the cap" if bound is not None and truncated else
+                  "alike" if bound is not None else "too few")
     elif perm_p is not None and perm_p <= ALPHA:
         across, consistent = "differ", False
         text = (f"the launches differ beyond chance inside a launch (permutation test over launch labels, "

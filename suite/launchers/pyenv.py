@@ -103,6 +103,9 @@ def interpreter(definition: RuntimeDefinition, prefix: Path) -> str:
     return (w.python if w else DEFAULT_PYTHON).format(prefix=prefix)
 
 
+_ASKED: dict[tuple[str, tuple[str, ...]], str] = {}  # an existing environment's answer to the version command
+
+
 def check_existing(definition: RuntimeDefinition, timeout_s: float = 180.0) -> str:
     """The existing environment's version of the runtime, checked against the arm's; else one line."""
     w = python_way(definition)
@@ -116,16 +119,19 @@ def check_existing(definition: RuntimeDefinition, timeout_s: float = 180.0) -> s
         raise SuiteError(f"{where}: the import path is not a folder")
     template = local.version_command or [w.python, "-c", f"import {definition.name}; print({definition.name}.__version__)"]
     command = [p.format(python=w.python, prefix="") for p in template]
-    try:
-        r = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
-                           env={**os.environ, **w.env()})
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SuiteError(f"{where}: cannot ask its version: {exc}") from None
-    lines = [ln.strip() for ln in (r.stdout or "").splitlines() if ln.strip()]
-    if r.returncode != 0 or not lines:
-        err = [ln.strip() for ln in (r.stderr or "").splitlines() if ln.strip()]
-        raise SuiteError(f"{where}: the runtime does not import there: {(err or ['no output'])[-1][:300]}")
-    found = lines[-1]
+    key = (where, tuple(command))
+    found = _ASKED.get(key)
+    if found is None:  # asked once per process: `suite doctor` lists several arms of one environment
+        try:
+            r = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                               env={**os.environ, **w.env()})
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SuiteError(f"{where}: cannot ask its version: {exc}") from None
+        lines = [ln.strip() for ln in (r.stdout or "").splitlines() if ln.strip()]
+        if r.returncode != 0 or not lines:
+            err = [ln.strip() for ln in (r.stderr or "").splitlines() if ln.strip()]
+            raise SuiteError(f"{where}: the runtime does not import there: {(err or ['no output'])[-1][:300]}")
+        found = _ASKED[key] = lines[-1]
     wanted = expected_version(definition)
     if wanted and not _same_release(found, wanted):
         raise SuiteError(f"{where} has {definition.name} {found}; the arm names {wanted} "
@@ -156,8 +162,12 @@ def describe(definition: RuntimeDefinition, installed_marker: Path | None) -> st
         return None
     version = expected_version(definition)
     what = f"{definition.name} {version}" if version else definition.name
-    if w.way == "existing":
-        return f"{what} from {w.text}"
+    if w.way == "existing":  # the environment is asked, as the arm's start would ask it
+        try:
+            found = check_existing(definition)
+        except SuiteError as exc:
+            return f"{what} from {w.text}: {exc}"
+        return f"{what} from {w.text} (it has {found})"
     if installed_marker is not None and installed_marker.exists():
         return f"{what}: installed ({installed_marker.read_text().strip()}) in {installed_marker.parent}"
     if w.way == "wheelhouse" and not wheelhouse_has(definition, w.wheelhouse):

@@ -94,7 +94,7 @@ def test_an_existing_environment_with_the_arms_version_is_accepted(existing: Pat
     assert not (Path(os.environ["SUITE_CACHE"]) / "runtimes").exists()
     line = pyenv.describe(d, None)
     assert line == (f"vllm 0.24.0 from the existing environment {sys.executable} with PYTHONPATH={existing} "
-                    "(SUITE_VLLM_PYTHON)")
+                    "(SUITE_VLLM_PYTHON) (it has 0.24.0)")
 
 
 def test_an_existing_environment_of_another_version_is_one_line(existing: Path) -> None:
@@ -102,6 +102,10 @@ def test_an_existing_environment_of_another_version_is_one_line(existing: Path) 
         LocalLauncher().prepare(_vllm("0.25.0"))
     msg = str(err.value)
     assert "\n" not in msg and "has vllm 0.24.0; the arm names 0.25.0" in msg and "SUITE_VLLM_PYTHON=" in msg
+    # `suite doctor` says so before any start (an arm of another release beside one of the same)
+    line = pyenv.describe(_vllm("0.25.0"), None) or ""
+    assert line.startswith("vllm 0.25.0 from the existing environment") and "\n" not in line
+    assert "has vllm 0.24.0; the arm names 0.25.0" in line
 
 
 def test_an_environment_without_vllm_or_interpreter_is_one_line(existing: Path, monkeypatch: pytest.MonkeyPatch,
@@ -219,7 +223,7 @@ def test_doctor_says_which_way_each_vllm_arm_would_use(existing: Path, tmp_path:
 
     d = get_definition("vllm")
     assert python_way_line(d, "0.24.0") == (f"vllm 0.24.0 from the existing environment {sys.executable} "
-                                            f"with PYTHONPATH={existing} (SUITE_VLLM_PYTHON)")
+                                            f"with PYTHONPATH={existing} (SUITE_VLLM_PYTHON) (it has 0.24.0)")
     monkeypatch.delenv("SUITE_VLLM_PYTHON")
     assert python_way_line(d, "0.24.0") == "vllm 0.24.0 from its own venv from the package index (not installed yet)"
     assert python_way_line(get_definition("llamacpp"), None) is None

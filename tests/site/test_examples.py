@@ -50,26 +50,34 @@ def test_gpu_example_tree_reads_as_200_identical_requests(tmp_path: Path) -> Non
 def test_gpu_vllm_example_tree_shows_the_batch_effect_and_its_removal(tmp_path: Path) -> None:
     """vLLM 0.24.0 on an H200, a random-weight Llama of 1B shape: default mode and batch-invariant
     mode, each with a 200-request gate and the batch-composition stage; then study 2 (sessions with
-    a LoRA adapter) in a run of its own. The default arm's bench was stopped during its control run:
-    its gate and batch results stand on the page beside the later sessions run, named as such."""
+    a LoRA adapter) in runs of its own, 5 sessions on 2026-12-01 and 6 on 2026-12-02, the page
+    showing the later. The default arm's bench was stopped during its control run: its gate and
+    batch results stand on the page beside the sessions run, named as such."""
     root = EXAMPLES / "gpu-vllm-results"
-    runs = {(s.arm, s.status): s for s in load_all(root) if s.model == "random-llama-1b"}
+    llama = [s for s in load_all(root) if s.model == "random-llama-1b"]
+    runs = {(s.arm, s.status): s for s in llama if s.sessions is None}
     default = runs[("vllm-gpu", "incomplete")]
     invariant = runs[("vllm-gpu-batch-invariant", "complete")]
-    sessions = runs[("vllm-gpu", "complete")]
+    sessions = max((s for s in llama if s.sessions is not None), key=lambda s: s.started_at)
     for s in (default, invariant):
         assert s.gate is not None and s.batch is not None
         (p,) = s.gate.prompts
         assert p.requests == 200 and p.distinct_answers == 1
     assert default.batch.varies_with_batch is True and invariant.batch.varies_with_batch is False
     assert sessions.sessions is not None and sessions.gate is None
+    assert (sessions.sessions.sessions, sessions.sessions.launched, sessions.sessions.replicates) == (6, 6, 3)
+    for c in sessions.sessions.configurations:  # base and adapter in the same processes
+        assert c.status == "ok" and c.runs is not None and (c.runs.distinct_runs, c.runs.runs) == (1, 18)
     page = _model_page(root, tmp_path, "random-llama-1b")
     assert "random weights" in page
     assert "varies with batch composition: mixed: 3 distinct of 6" in page
     assert "the same answer in every batch: mixed 6, prefix 6" in page
     assert "x the J/token of vllm-gpu" in page
     assert f"vllm-gpu: gate from run {default.run_id} (incomplete" in page
-    assert "1 distinct output hash in 15 runs" in page
+    assert "1 distinct output hash in 18 runs" in page and "1 prompt each, 6 sessions" in page
+    # what six alike sessions could have missed, before the 48-token cap
+    assert ("6 of 6 sessions alike up to the cap (18 of 18 answers cut at max_tokens: they may differ past it); "
+            "before the cap, a session that differs in more than 40% of starts would likely have shown") in page
 
 
 def test_gpu_vllm_example_tree_shows_the_prefix_cache_transient_and_its_control(tmp_path: Path) -> None:
@@ -125,7 +133,8 @@ def test_gpu_vllm_example_tree_restarts_with_kept_caches_and_humming(tmp_path: P
     doc = next(p for p in r.prompts if p.prompt_id == "document-4k")
     assert doc.same_sequence and doc.across == "too few" and doc.cold_series == 3
     assert doc.across_logprob_diff == 0.0
-    (humming,) = [s for s in runs if s.arm == "vllm-gpu-humming-w4a16" and s.status == "complete"]
+    (humming,) = [s for s in runs if s.arm == "vllm-gpu-humming-w4a16" and s.status == "complete"
+                  and s.controls is None]  # its gate alone (the matrix's run is tested below)
     assert humming.gate is not None and humming.gate.reproducible is False
     assert [(p.requests, p.distinct_answers, p.pattern) for p in humming.gate.prompts] == [(20, 20, "varies")] * 3
     page = _model_page(root, tmp_path, "random-llama-1b")
@@ -257,33 +266,45 @@ def test_the_first_screen_keeps_an_arms_gate_when_a_study_ran_after_it(tmp_path:
     assert f"(the gate of run <a href=\"runs/{gate_run.run_id}-vllm-gpu.html\">{gate_run.run_id}</a>, incomplete;" in row
 
 
-def test_gpu_vllm_example_tree_humming_matrix_cut_short_keeps_its_finished_rows(tmp_path: Path) -> None:
-    """The automatic control matrix on HUMMING W4A16 (random-llama-1b, vLLM 0.24.0, H200,
-    2026-12-02 14:57): the gate varied on every prompt, so the bench ran every control the runtime
-    declares, one launch each; the run was stopped by its time limit while the fourth row's runtime
-    started. The three rows it finished come back from its request lines: batch-invariant mode
-    brings short-open to one answer in 20 (against 20 in 20 at default, p = 1.5e-10) but not the
-    two long prompts; pinning Triton's first configuration brings back none."""
+def test_gpu_vllm_example_tree_humming_matrix_resumed_after_its_cut(tmp_path: Path) -> None:
+    """The automatic control matrix on HUMMING W4A16 (random-llama-1b, vLLM 0.24.0, H200): the gate
+    varied on every prompt, so the bench ran every control the runtime declares, one launch each;
+    on 2026-12-02 14:57 the run was stopped by its time limit while the fourth row's runtime
+    started, and at 19:22 `suite bench --resume` took up the three rows it had finished (from their
+    request lines) and launched the other four. Batch-invariant mode brings short-open to one
+    answer in 20 (against 20 in 20 at default, p = 1.5e-10) but not the two long prompts; no other
+    control brings back any; with a LoRA adapter in the same process base and adapter requests
+    vary as much as without."""
     root = EXAMPLES / "gpu-vllm-results"
     (run,) = [s for s in load_all(root) if s.arm == "vllm-gpu-humming-w4a16" and s.controls is not None]
-    assert run.status == "incomplete" and run.gate is not None and run.gate.reproducible is False
+    assert run.status == "complete" and run.gate is not None and run.gate.reproducible is False
     assert [(p.prompt_id, p.distinct_answers) for p in run.gate.prompts] == [
         ("document-4k", 19), ("long-open", 20), ("short-open", 20)]
     c = run.controls
-    assert c.interrupted is not None and "3 finished rows rebuilt from its request lines" in c.interrupted
+    assert c.interrupted is not None and c.interrupted.startswith(
+        "resumed: default, batch-invariant, triton-first-config finished before the run was interrupted")
     rows = {r.configuration: r for r in c.rows}
-    assert list(rows) == ["default", "batch-invariant", "triton-first-config"]
+    assert list(rows) == ["default", "batch-invariant", "triton-first-config", "flashinfer-sampler-off",
+                          "prefix-caching-off", "eager", "concurrency-4", "lora:base", "lora:adapter"]
     assert rows["default"].distinct == {"document-4k": 20, "long-open": 20, "short-open": 20}
     assert rows["batch-invariant"].distinct == {"document-4k": 2, "long-open": 2, "short-open": 1}
     assert rows["batch-invariant"].answered["short-open"] == 20
-    assert rows["triton-first-config"].distinct == {"document-4k": 2, "long-open": 2, "short-open": 2}
     short = next(t for t in rows["batch-invariant"].tests if t.prompt_id == "short-open")
     assert short.credited and short.p_value is not None and short.p_value < 1e-9
-    assert c.restoring == [] and c.elimination.startswith("no control of the 2 that ran is shown to bring")
-    assert all(r.startup_s is None and r.energy is None for r in c.rows)
+    for name in ("triton-first-config", "flashinfer-sampler-off", "prefix-caching-off", "eager"):
+        # each gave a second answer at once, where the row stops
+        assert rows[name].distinct == {"document-4k": 2, "long-open": 2, "short-open": 2}
+    assert rows["concurrency-4"].distinct == {"document-4k": 4, "long-open": 4, "short-open": 4}
+    assert rows["lora:base"].distinct == {"document-4k": 19, "long-open": 18, "short-open": 19}
+    assert rows["lora:adapter"].distinct == {"document-4k": 17, "long-open": 18, "short-open": 20}
+    # the rows launched by the resumed bench have their start-up and energy; the rebuilt ones none
+    for name in ("flashinfer-sampler-off", "prefix-caching-off", "eager", "concurrency-4", "lora:base"):
+        assert 60 < (rows[name].startup_s or 0) < 130 and rows[name].energy is not None
+    assert all(rows[n].startup_s is None and rows[n].energy is None
+               for n in ("default", "batch-invariant", "triton-first-config"))
+    assert c.restoring == [] and c.elimination.startswith("no control of the 6 that ran is shown to bring")
+    assert run.energy["controls"].j_per_token is not None
     page = _model_page(root, tmp_path, "random-llama-1b")
-    assert "3 finished rows rebuilt from its request lines (default, batch-invariant, triton-first-config)" in page
-    # the rows that stopped at their second answer answered another mix of prompts: no speed ratio
     assert "batch-invariant: 2 distinct of 2; 2 distinct of 2; 1 distinct of 20 ·" in page
 
 

@@ -33,7 +33,8 @@ from suite.stages.base import ExportTable, FreshLaunch, SectionTemplate, Stage
 from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
-from suite.analysis.repro import RunsAnalysis, Sample, analyse_launches, analyse_runs, answer_key
+from suite.analysis.repro import (RunsAnalysis, Sample, alike_launches_text, analyse_launches, analyse_runs,
+                                  answer_key)
 from suite.stages.repeat import GateResult, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
 
 if TYPE_CHECKING:
@@ -101,6 +102,17 @@ class SessionsConfiguration(BaseModel):
     runs: RunsAnalysis | None = None  # the study's unit: one run = one pass over the prompt set
 
     @property
+    def alike(self) -> str | None:
+        """Every session gave the same output hash: what that many sessions could have missed (a
+        session is a fresh process, so the sentence is the restarts stage's for its launches)."""
+        r = self.runs
+        if self.status != "ok" or r is None or r.distinct_runs != 1 or r.incomplete_runs or r.sessions < 2:
+            return None
+        text, _ = alike_launches_text(r.sessions, r.truncated, r.runs * r.items, unit="session", units="sessions",
+                                      alike_what=f"one output hash in {r.runs} runs")
+        return text
+
+    @property
     def line(self) -> str:
         """`adapter: 24 distinct output hashes in 24 runs; across sessions ...; within sessions ...`."""
         if self.status != "ok":
@@ -129,6 +141,8 @@ class SessionsConfiguration(BaseModel):
         if r.transient_only and r.distinct_after_first is not None:
             line += (f"; the first run differs in {r.first_run_differs} of {r.sessions} sessions and is the only "
                      "difference: 1 output hash without it")
+        if self.alike:
+            line += f"; {self.alike}"
         return line
 
 

@@ -188,3 +188,40 @@ def test_study_sessions_on_real_llama_servers(tmp_path: Path, tiny_gguf: Path) -
     assert p["runs"] == 4 and p["sessions_with_answers"] == 2
     kinds = [json.loads(ln)["kind"] for ln in (summary.parent / "requests.jsonl").read_text().splitlines()]
     assert kinds.count("sessions") == 4
+
+
+# -- what alike sessions could have missed ----------------------------------------------------------
+
+def alike_sessions(k: int, r: int = 3, *, truncated: bool = False) -> SessionsConfiguration:
+    one = [Sample(index=i, text="1 2", token_ids=[1, 2], finish_reason="length" if truncated else "stop")
+           for i in range(r)]
+    return summarise_configuration("base", ["p"], [{"p": list(one)} for _ in range(k)])
+
+
+def test_alike_sessions_say_what_they_could_have_missed():
+    """A session is a fresh process: K sessions with one output hash bound how often a session
+    would differ, as K alike launches do (about 40 % at 6, 31 % at 8), and say so on the line."""
+    six = alike_sessions(6)
+    assert six.alike == ("6 of 6 sessions alike (one output hash in 18 runs): a session that differs in more "
+                         "than 40% of starts would likely have shown")
+    assert six.line.endswith("; " + six.alike)
+    assert "more than 31% of starts" in (alike_sessions(8).alike or "")
+    # five alike sessions cannot bound it: they say how many would
+    assert alike_sessions(5).alike == ("5 of 5 sessions alike, too few to bound how often a session differs: "
+                                       "6 alike sessions would bound it below 40%")
+    # answers cut at the cap: alike only up to it, and the bound holds only before it
+    capped = alike_sessions(6, truncated=True).alike
+    assert capped is not None and capped.startswith("6 of 6 sessions alike up to the cap (18 of 18 answers cut")
+    assert capped.endswith("before the cap, a session that differs in more than 40% of starts would likely have shown")
+
+
+def test_sessions_that_differ_or_failed_claim_no_bound():
+    differ = summarise_configuration("base", ["p"], [{"p": runs((s,), (s,), (s,))} for s in range(6)])
+    assert differ.alike is None and "sessions alike" not in differ.line
+    one = summarise_configuration("base", ["p"], [{"p": runs((1,), (1,), (1,))}])
+    assert one.alike is None  # one session: nothing to compare it with
+    failed = [{"p": runs((1,), (1,), (1,))} for _ in range(5)] + [{"p": [
+        Sample(index=0, text="", token_ids=None, error="HTTP 500"), *runs((1,), (1,))[1:]]}]
+    assert summarise_configuration("base", ["p"], failed).alike is None  # a run with a failed prompt
+    skipped = SessionsConfiguration(label="adapter", status="skipped", reason="no LoRA")
+    assert skipped.alike is None
