@@ -25,6 +25,9 @@ Scenario families (the issue's table):
   "cold-start transient".
 - `controls`: a default row and a control row of the same matrix, n = 5, 20, 60, the default's
   minority at 0.05, 0.1, 0.3, 0.5; the control with no effect (same rate) or a real one (none).
+- `controls-partial`: a matrix of 6 controls on 3 prompts that varied, n = 5, 20, the default's
+  minority at 0.1, 0.3, 0.5; one control bringing one prompt back, or none: "C brings P back"
+  (named only at p <= alpha / tests).
 - `paired`: extraction sections n = 2, 3, 6, 24 with a known true paired difference (0, +0.1),
   per-section scores from facts x repeats, and near the ceiling.
 - `sessions`: study 2's design, 8 sessions x 3 replicates: base (one answer), adapter (every run
@@ -89,10 +92,17 @@ def sample(i: int, ids: list[int] | None, *, truncated: bool = False) -> Sample:
 
 def gate_of(samples: list[Sample], label: str = "default") -> GateResult:
     """A gate result as run_gate builds it: the analysis of the series, one prompt."""
-    a = analyse(samples)
-    p = GatePromptResult.from_analysis(a, prompt_id=PID, prompt_sha256="x", max_tokens=16)
-    return GateResult(label=label, n_requests=len(samples), seed=42, temperature=0.0, logprobs=False, prompts=[p],
-                      reproducible=(a.distinct_answers == 1) if a.answered >= 2 else None, verdict="",
+    return gate_of_prompts({PID: samples}, label)
+
+
+def gate_of_prompts(series: dict[str, list[Sample]], label: str = "default") -> GateResult:
+    """A gate result as run_gate builds it over several prompts: the analysis of each series."""
+    prompts = [GatePromptResult.from_analysis(analyse(ss), prompt_id=pid, prompt_sha256="x", max_tokens=16)
+               for pid, ss in series.items()]
+    n = max(len(ss) for ss in series.values())
+    answered = all(p.answered >= 2 for p in prompts)
+    return GateResult(label=label, n_requests=n, seed=42, temperature=0.0, logprobs=False, prompts=prompts,
+                      reproducible=all(p.distinct_answers == 1 for p in prompts) if answered else None, verdict="",
                       wall_s=0.0, http_s=1.0)
 
 
@@ -309,6 +319,46 @@ def controls_scenarios(quick: bool) -> list[dict[str, Any]]:
         return [dict(n=5, q=0.05, effect=False), dict(n=20, q=0.05, effect=False),
                 dict(n=20, q=0.3, effect=False)]
     return [dict(n=n, q=q, effect=e) for n in (5, 20, 60) for q in (0.05, 0.1, 0.3, 0.5) for e in (False, True)]
+
+
+def run_controls_partial(rng: random.Random, p: dict[str, Any]) -> Outcome:
+    """A matrix of C controls on P prompts that varied (n requests each, the default's minority at
+    q): control 0 brings prompt 0 alone back where `effect` says so, the others change nothing. The
+    verdict names a control bringing one prompt back (Bonferroni over the matrix's prompt tests):
+    false where it names any pair without an effect."""
+    import suite.stages.controls as controls
+
+    n, q, k, m, effect = p["n"], p["q"], p["C"], p["P"], p["effect"]
+    pids = [f"p{j}" for j in range(m)]
+    stop_after = controls.CONTROL_STOP_AFTER_DISTINCT
+    main_gate = gate_of_prompts({pid: _row_samples(rng, n, q, None) for pid in pids})
+    if any(pr.distinct_answers < 2 for pr in main_gate.prompts):
+        return Outcome()  # the matrix runs on the prompts that varied: here, all of them
+    default = row_from_gate(ControlRow(configuration="default", status="ok"),
+                            gate_of_prompts({pid: _row_samples(rng, n, q, None) for pid in pids}))
+    rows = [default]
+    for c in range(k):
+        series = {pid: _row_samples(rng, n, 0.0 if (effect and c == 0 and j == 0) else q, stop_after)
+                  for j, pid in enumerate(pids)}
+        rows.append(row_from_gate(ControlRow(configuration=f"c{c}", controls=[f"c{c}"], status="ok"),
+                                  gate_of_prompts(series, label=f"c{c}")))
+    result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=n, prompts=pids, rows=rows)
+    eliminate(result, main_gate)
+    text = result.elimination
+    named = [f"c{c} brings p{j} back" for c in range(k) for j in range(m) if f"c{c} brings p{j} back" in text]
+    wrong = [x for x in named if x != "c0 brings p0 back" or not effect]
+    o = Outcome()
+    # any pair named without an effect is a false claim, in either scenario
+    o.claims["names a control for a prompt it does not bring back"] = (bool(wrong), True, True)
+    if effect:
+        o.claims["names the control that brings its prompt back"] = ("c0 brings p0 back" in text, False, False)
+    return o
+
+
+def controls_partial_scenarios(quick: bool) -> list[dict[str, Any]]:
+    if quick:
+        return [dict(n=20, q=0.3, C=6, P=3, effect=False)]
+    return [dict(n=n, q=q, C=6, P=3, effect=e) for n in (5, 20) for q in (0.1, 0.3, 0.5) for e in (False, True)]
 
 
 # -- controls over launches (a cold-start transient) ----------------------------------------------
@@ -574,6 +624,7 @@ FAMILIES: dict[str, tuple[Callable[[bool], list[dict[str, Any]]], Callable[[rand
     "series": (series_scenarios, run_series),
     "controls": (controls_scenarios, run_controls),
     "controls-transient": (controls_transient_scenarios, run_controls_transient),
+    "controls-partial": (controls_partial_scenarios, run_controls_partial),
     "paired": (paired_scenarios, run_paired),
     "sessions": (sessions_scenarios, run_sessions),
     "sessions-alike": (sessions_alike_scenarios, run_sessions_alike),

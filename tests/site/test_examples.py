@@ -304,6 +304,12 @@ def test_gpu_vllm_example_tree_humming_matrix_resumed_after_its_cut(tmp_path: Pa
                for n in ("default", "batch-invariant", "triton-first-config"))
     assert c.restoring == [] and c.elimination.startswith("no control of the 6 that ran is shown to bring")
     assert run.energy["controls"].j_per_token is not None
+    # tested again with this code, which names a control that brings one prompt back on its own
+    from suite.stages.controls import eliminate
+
+    eliminate(c, run.gate)
+    assert ("back to one answer; on a prompt of its own: batch-invariant brings short-open back (p = 1.5e-10), "
+            "each p <= 0.05 / 18 (Bonferroni over the matrix's 18 prompt tests)") in c.elimination
     page = _model_page(root, tmp_path, "random-llama-1b")
     assert "batch-invariant: 2 distinct of 2; 2 distinct of 2; 1 distinct of 20 ·" in page
 

@@ -683,7 +683,26 @@ def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
     else:
         lines = "; ".join(t.text for r in tried for t in r.tests)
         result.elimination = (f"no control of the {len(tried)} that ran is shown to bring {', '.join(spread)} back "
-                              f"to one answer ({lines or 'no control row answered'}; {how}){tail}")
+                              f"to one answer{partial_credits(tried, result.alpha, len(spread))} "
+                              f"({lines or 'no control row answered'}; {how}){tail}")
+
+
+def partial_credits(tried: list[ControlRow], alpha: float, prompts: int) -> str:
+    """Where no control brings every prompt back: the controls that bring some prompt back on its
+    own, named only where the test would hold over every prompt test of the matrix (Bonferroni:
+    p <= alpha / tests), so that the chance of naming any by chance stays within alpha. Empty
+    where there is none, or where the matrix varied on one prompt only (the verdict says it)."""
+    tests = [t for r in tried for t in r.tests if t.p_value is not None]
+    if prompts < 2 or not tests:
+        return ""
+    level = alpha / len(tests)
+    named = [(r.configuration, t) for r in tried for t in r.tests
+             if t.credited and t.p_value is not None and t.p_value <= level]
+    if not named:
+        return ""
+    return ("; on a prompt of its own: " + ", ".join(f"{c} brings {t.prompt_id} back (p = {t.p_value:.2g})"
+                                                    for c, t in named)
+            + f", each p <= {alpha:g} / {len(tests)} (Bonferroni over the matrix's {len(tests)} prompt tests)")
 
 
 def rebuild(lines: list[Any], before: Any) -> ControlsResult | None:

@@ -479,3 +479,50 @@ def test_what_the_lines_cannot_rebuild_is_left_to_the_one_line():
     cold = gate.model_copy(update={"prompts": [p.model_copy(update={"distinct_answers": 2, "pattern": "cold-transient"})
                                                for p in gate.prompts]})
     assert rebuild(lines, SimpleNamespace(gate=cold, runtime="r", arm="a")) is None
+
+
+def _gate_of(series: dict[str, tuple[int, int]], label: str = "default"):
+    """Prompt id -> (others, n): n requests, `others` of them (after the first) a second answer."""
+    from suite.analysis.repro import Sample, analyse
+    from suite.stages.repeat import GatePromptResult, GateResult
+
+    prompts = []
+    for pid, (others, n) in series.items():
+        samples = [Sample(index=i, text="b" if 0 < i <= others else "a", token_ids=[2] if 0 < i <= others else [1])
+                   for i in range(n)]
+        prompts.append(GatePromptResult.from_analysis(analyse(samples), prompt_id=pid, max_tokens=8))
+    return GateResult(label=label, n_requests=max(n for _, n in series.values()), seed=42, temperature=0.0,
+                      logprobs=False, prompts=prompts, reproducible=None, verdict="", wall_s=1.0, http_s=1.0)
+
+
+def test_a_control_that_brings_one_prompt_of_several_back_is_named_only_past_the_matrixs_tests():
+    """No control brings both prompts back; `strong` brings short-open back so clearly that the test
+    holds over all four prompt tests of the matrix (Bonferroni, p <= 0.05 / 4); `weak` passes its own
+    test at 0.05 on short-open but not that one, so the verdict does not name it."""
+    from suite.stages.controls import eliminate, row_from_gate
+
+    default_gate = _gate_of({"long-open": (9, 20), "short-open": (9, 20)})
+    rows = [row_from_gate(ControlRow(configuration="default", status="ok"), default_gate),
+            row_from_gate(ControlRow(configuration="strong", status="ok"),
+                          _gate_of({"long-open": (1, 2), "short-open": (0, 20)}, "strong")),
+            row_from_gate(ControlRow(configuration="weak", status="ok"),
+                          _gate_of({"long-open": (1, 2), "short-open": (0, 7)}, "weak"))]
+    result = ControlsResult(runtime="vllm", arm="vllm", requested=["all"], n_requests=20,
+                            prompts=["long-open", "short-open"], rows=rows)
+    eliminate(result, default_gate)
+    assert result.restoring == []
+    weak = next(t for t in rows[2].tests if t.prompt_id == "short-open")
+    assert weak.credited and 0.05 / 4 < weak.p_value <= 0.05  # its own test passes, the matrix's does not
+    text = result.elimination
+    assert text.startswith("no control of the 2 that ran is shown to bring long-open, short-open back to one "
+                           "answer; on a prompt of its own: strong brings short-open back (p = ")
+    assert "each p <= 0.05 / 4 (Bonferroni over the matrix's 4 prompt tests)" in text
+    assert "weak brings" not in text
+    # one prompt that varied: the verdict itself says whether a control brings it back
+    single = _gate_of({"short-open": (9, 20)})
+    one = ControlsResult(runtime="vllm", arm="vllm", requested=["all"], n_requests=20, prompts=["short-open"],
+                         rows=[row_from_gate(ControlRow(configuration="default", status="ok"), single),
+                               row_from_gate(ControlRow(configuration="weak", status="ok"),
+                                             _gate_of({"short-open": (1, 2)}, "weak"))])
+    eliminate(one, single)
+    assert "on a prompt of its own" not in one.elimination
