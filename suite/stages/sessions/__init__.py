@@ -141,8 +141,9 @@ class SessionsConfiguration(BaseModel):
         if r.transient_only and r.distinct_after_first is not None:
             line += (f"; the first run differs in {r.first_run_differs} of {r.sessions} sessions and is the only "
                      "difference: 1 output hash without it")
-        if self.alike:
-            line += f"; {self.alike}"
+        alike = self.alike
+        if alike:
+            line += f"; {alike}"
         return line
 
 
