@@ -77,8 +77,12 @@ def test_controls_on_fresh_llama_servers(controls_run):
     assert set(by) == {"default", "prompt-cache-off", "concurrency-4", "lora:base", "lora:adapter"}
     for row in by.values():
         assert row.status == "ok", row.reason
-        # a control row stops at its second answer; the default row always runs in full
-        assert row.answered["short-open"] == 5 or (row.configuration != "default" and row.distinct["short-open"] == 2)
+        # a control row stops at its second answer (with four requests in flight, at the end of the
+        # round that brought it: llama-server on some CPUs answers concurrent requests otherwise);
+        # the default row always runs in full
+        n, d = row.answered["short-open"], row.distinct["short-open"]
+        assert n == 5 or (row.configuration != "default" and (
+            d == 2 if row.concurrency == 1 else (d >= 2 and n % row.concurrency == 0)))
         assert row.gate is not None and row.gate.prompts[0].compared_by == "token_ids"
         assert row.distinct["short-open"] == len({tuple(a.token_ids) for a in row.gate.prompts[0].answers})
     assert by["concurrency-4"].concurrency == 4 and by["concurrency-4"].gate.concurrency == 4
@@ -331,8 +335,14 @@ def test_llama_servers_prompt_cache_transient_is_eliminated_over_launches(tmp_pa
     # every stage says how much of the CPUs other processes took while it ran (the runtime is ours)
     assert set(s.contention) == {"gate", "controls"} and all(0 <= c.others_share <= 1 for c in s.contention.values())
     (p,) = s.gate.prompts
-    assert p.pattern == "cold-transient", p.pattern_text
     c = s.controls
+    if p.pattern == "stable":
+        # On some CPUs (seen on one with AMX and AVX-512-FP16) llama-server's cached prompt gives
+        # the cold answer: then nothing varied, and the matrix says so instead of crediting a control
+        assert p.distinct_answers == 1 and p.answered == 20, p.pattern_text
+        assert c.restoring == [] and c.elimination == "the answers did not vary: nothing to eliminate"
+        return
+    assert p.pattern == "cold-transient", p.pattern_text
     assert c.launches_per_row == 3
     by = {r.configuration: r for r in c.rows}
     assert by["default"].cold_odd[p.prompt_id] == [True, True, True]
