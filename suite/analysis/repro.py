@@ -743,6 +743,72 @@ def launch_permutation_p(groups: Sequence[Sequence[Hashable]], permutations: int
     return (exceed + 1) / (permutations + 1)
 
 
+def order_p(groups: Sequence[Sequence[Hashable]], permutations: int = 999, seed: int = 0) -> float | None:
+    """Do answers persist inside a launch (fewer changes from one request to the next than random
+    order gives)? A permutation test stratified by launch: each launch's answers are shuffled within
+    it, the statistic is the number of adjacent changes summed over launches, one-sided (fewer).
+
+    The launch test (`launch_permutation_p`) deals answers to launches as if the order inside a
+    launch did not matter; where answers come in runs (a state that sticks for several requests),
+    launches of the same law differ by far more than that test allows, and it says "differ" almost
+    always. A small p here says the order inside launches is not random. None where no launch has
+    two answers and three requests (nothing to test)."""
+    groups = [list(g) for g in groups]
+    testable = [g for g in groups if len(g) >= 3 and len(set(g)) > 1]
+    if not testable:
+        return None
+
+    def changes(gs: Sequence[Sequence[Hashable]]) -> int:
+        return sum(1 for g in gs for a, b in zip(g, g[1:]) if a != b)
+
+    observed = changes(testable)
+    rng = random.Random(_table_seed(testable, seed + 7))
+    at_most = 0
+    for _ in range(permutations):
+        shuffled = [rng.sample(g, len(g)) for g in testable]
+        if changes(shuffled) <= observed:
+            at_most += 1
+    return (at_most + 1) / (permutations + 1)
+
+
+AcrossWord = Literal["alike", "alike up to the cap", "differ", "no detectable difference", "too few",
+                     "undetermined", "order inside launches"]
+
+
+def across_of(k: int, alike: bool, truncated: int, n_answers: int, perm_p: float | None,
+              adjusted_p: float | None, family: int, order: float | None) -> tuple[AcrossWord, bool | None, str]:
+    """The across-launch verdict of one prompt: its word, whether it says the launches are consistent
+    (True), not (False) or neither (None), and its sentence.
+
+    `adjusted_p` is the launch test's p corrected for the family of prompts tested together (Holm;
+    `family` of them); "differ" needs it at most ALPHA and answers in random order inside each
+    launch (`order` above ALPHA): where they persist, the test's assumption fails and the page says
+    that the order inside launches may explain the difference instead."""
+    if k < 2:
+        return "undetermined", None, f"undetermined: {k} launch(es) answered"
+    if alike:
+        text, consistent = alike_launches_text(k, truncated, n_answers)
+        bound = alike_bound(k)
+        return ("alike up to the cap" if bound is not None and truncated else
+                "alike" if bound is not None else "too few"), consistent, text
+    p = adjusted_p if adjusted_p is not None else perm_p
+    corrected = (f", Holm-adjusted over the {family} prompts tested together (raw p = {perm_p:.2g})"
+                 if family > 1 and perm_p is not None else "")
+    shown = f"{p:.3g}" if p is not None else "—"
+    if p is not None and p <= ALPHA and order is not None and order <= ALPHA:
+        return "order inside launches", None, (
+            f"the launches' answers differ by a test that takes the order inside a launch as random "
+            f"(p = {shown}{corrected}, {k} launches), but inside the launches answers persist from one request to "
+            f"the next (order test p = {order:.2g}): the order inside launches may explain the difference")
+    if p is not None and p <= ALPHA:
+        return "differ", False, (f"the launches differ beyond chance inside a launch (permutation test over launch "
+                                 f"labels, p = {shown}{corrected}, {k} launches)")
+    return "no detectable difference", None, (
+        f"no detectable difference between launches (permutation test over launch labels, "
+        f"p = {p:.2g}{corrected}, {k} launches)" if p is not None else
+        f"no detectable difference between launches ({k} launches)")
+
+
 class LaunchFigures(BaseModel):
     """One launch's own figures (shown when there are too few launches for an interval)."""
 
@@ -787,9 +853,13 @@ class LaunchesAnalysis(BaseModel):
     # verdict names a transient only where both chances are at most ALPHA.
     cold_switch_p: float | None = None
     cold_series: int = 0
-    across: Literal["alike", "alike up to the cap", "differ", "no detectable difference", "too few",
-                    "undetermined"] = "undetermined"
+    across: AcrossWord = "undetermined"
     across_text: str = ""
+    # The order test inside launches (`order_p`): small where answers persist from one request to
+    # the next, which the launch test does not allow for.
+    order_p: float | None = None
+    # How many answers each launch gave at least: the per-launch bound below rests on it.
+    min_answers_per_launch: int = 0
     lengths_text: str
     errors: int
     answers_per_launch: list[int] = Field(default_factory=list)
@@ -872,20 +942,8 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
     else:
         note = (f"inconclusive: {k} launches answered; an interval over launches needs at least "
                 f"{MIN_LAUNCHES_FOR_CI}; per-launch figures instead")
-    if not enough:
-        across, consistent, text = "undetermined", None, f"undetermined: {k} launch(es) answered"
-    elif alike:
-        text, consistent = alike_launches_text(k, truncated, n_answers)
-        across = ("alike up to the cap" if bound is not None and truncated else
-                  "alike" if bound is not None else "too few")
-    elif perm_p is not None and perm_p <= ALPHA:
-        across, consistent = "differ", False
-        text = (f"the launches differ beyond chance inside a launch (permutation test over launch labels, "
-                f"p = {perm_p:.3g}, {k} launches)")
-    else:
-        across, consistent = "no detectable difference", None
-        text = (f"no detectable difference between launches (permutation test over launch labels, "
-                f"p = {perm_p:.2g}, {k} launches)")
+    order = order_p(keyed, seed=seed) if enough and not alike else None
+    across, consistent, text = across_of(k, alike, truncated, n_answers, perm_p, perm_p, 1, order)
     stable_each = all(len(set(kk)) <= 1 for kk in answering) if answering else None
     cold_ps = []
     switch_ps = []
@@ -912,7 +970,10 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
         within_agreement=within_agreement(keyed),
         alike_bound=bound,
         permutation_p=perm_p,
-        unseen_bound=unseen_share_bound(n_answers) if stable_each else None,
+        # per launch, not pooled: each launch's own n bounds what it could have missed
+        unseen_bound=unseen_share_bound(min(len(kk) for kk in answering)) if stable_each and answering else None,
+        order_p=order,
+        min_answers_per_launch=min((len(kk) for kk in answering), default=0),
         cold_transient_p=cold_p,
         cold_switch_p=cold_switch,
         cold_series=len(cold_ps) if shaped else 0,

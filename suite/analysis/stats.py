@@ -152,6 +152,31 @@ def fisher_fewer_others(others_row: int, n_row: int, others_base: int, n_base: i
     return min(1.0, tail / denom)
 
 
+def holm(ps: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values of one family of tests (None stays None and is not
+    counted in the family): the i-th smallest of m is multiplied by m - i, made monotone, capped at
+    1. A test holds at level alpha for the whole family where its adjusted p is at most alpha."""
+    known = sorted((p, i) for i, p in enumerate(ps) if p is not None)
+    m = len(known)
+    out: list[float | None] = [None] * len(ps)
+    running = 0.0
+    for rank, (p, i) in enumerate(known):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def sign_test_p(positive: int, negative: int) -> float | None:
+    """Two-sided exact sign test of paired differences (ties left out): the chance of a split at
+    least this uneven between positive and negative differences when each sign is a coin flip."""
+    n = positive + negative
+    if n == 0:
+        return None
+    k = min(positive, negative)
+    tail = math.fsum(math.comb(n, x) for x in range(k + 1)) / 2 ** n
+    return min(1.0, 2.0 * tail)
+
+
 def requests_needed(base_share: float, alpha: float = 0.05, limit: int = 100_000) -> int | None:
     """Requests per row after which a row of one answer differs from a base row that keeps its
     share of other answers (`base_share`), by `fisher_fewer_others` at `alpha`; None: no share to
@@ -330,14 +355,23 @@ class PairedDifference(BaseModel):
     n: int = Field(description="paired units (sections both arms answered)")
     mean: float | None = Field(default=None, description="mean of the per-unit differences, b - a")
     se: float | None = Field(default=None, description="standard error of that mean (None when n < 2)")
-    ci_low: float | None = Field(default=None, description="t-interval, lower end (None when n < 2)")
-    ci_high: float | None = Field(default=None, description="t-interval, upper end (None when n < 2)")
+    ci_low: float | None = Field(default=None, description="t-interval, lower end, clipped to the possible "
+                                                            "range (None when n < 2 or every difference is equal)")
+    ci_high: float | None = Field(default=None, description="t-interval, upper end, clipped likewise")
     confidence: float = Field(default=0.95, description="coverage of the interval")
-    method: str = Field(default="t", description="how the interval was made: Student's t over the paired units")
+    method: str = Field(default="t", description="how the interval was made: Student's t over the paired units; "
+                                                 "'sign' where every difference is equal (no spread to estimate)")
     min_n: int = Field(default=MIN_PAIRED_FOR_VERDICT, description="paired units needed to name a direction")
+    # Every paired difference is the same value: no spread to estimate, so no interval; the direction
+    # is then the exact sign test's (two-sided, at 1 - confidence).
+    zero_spread: bool = Field(default=False, description="every paired difference is equal: no interval")
+    sign_p: float | None = Field(default=None, description="two-sided exact sign test where the spread is zero")
+    family: int = Field(default=1, description="comparisons in the family this one was corrected for "
+                                               "(Bonferroni: confidence 1 - 0.05 / family)")
     verdict: Literal["no detectable difference", "higher", "lower", "too few"] = Field(
-        description="higher/lower: the interval excludes 0 with at least min_n units; no detectable "
-                    "difference: it covers 0 (not a proof of equality); too few: fewer units than min_n")
+        description="higher/lower: the interval excludes 0 with at least min_n units (or, with zero spread, "
+                    "the sign test rejects); no detectable difference: it covers 0 (not a proof of equality); "
+                    "too few: fewer units than min_n")
 
 
 def paired_difference(
@@ -346,14 +380,19 @@ def paired_difference(
     *,
     confidence: float = 0.95,
     min_n: int = MIN_PAIRED_FOR_VERDICT,
+    bounds: tuple[float, float] = (-1.0, 1.0),
+    family: int = 1,
 ) -> PairedDifference:
     """The paired difference b - a over the keys both map to a number (per-section scores).
 
-    Student's t-interval over the per-key differences (in sorted key order). "higher"/"lower"
-    only where the interval excludes 0; an interval that covers 0 is "no detectable difference"
-    (the data do not tell the arms apart; it does not show them equal). Below `min_n` pairs
-    neither an interval nor a direction: "too few" (at n = 2, two equal differences of discrete
-    scores give a zero-width interval, and the t-interval covered 92 % in the benchmark).
+    Student's t-interval over the per-key differences (in sorted key order), clipped to `bounds`
+    (a difference of two shares lies within -1..1). "higher"/"lower" only where the interval
+    excludes 0; an interval that covers 0 is "no detectable difference" (the data do not tell the
+    arms apart; it does not show them equal). Below `min_n` pairs neither an interval nor a
+    direction: "too few". Where every difference is the same value the standard error is 0 and a
+    t-interval would be a point: none is given ("no spread to estimate"), and the direction is the
+    exact sign test's (all n of one sign: p = 2 * 0.5^n). `family`: how many comparisons the
+    caller makes together; `confidence` is then already corrected (Bonferroni) and the record says so.
     """
     keys = sorted(k for k in a if k in b and a[k] is not None and b[k] is not None
                   and not math.isnan(float(a[k])) and not math.isnan(float(b[k])))  # type: ignore[arg-type]
@@ -361,11 +400,19 @@ def paired_difference(
     m = mean(diffs)
     if len(diffs) < max(2, min_n):
         return PairedDifference(n=len(diffs), mean=m, se=standard_error(diffs), confidence=confidence,
-                                min_n=min_n, verdict="too few")
+                                min_n=min_n, family=family, verdict="too few")
+    assert m is not None
+    se = standard_error(diffs)
+    verdict: Literal["no detectable difference", "higher", "lower", "too few"]
+    if se is not None and se <= 1e-12 * max(1.0, abs(m)):
+        sign = sign_test_p(sum(1 for d in diffs if d > 0), sum(1 for d in diffs if d < 0))
+        verdict = ("no detectable difference" if sign is None or sign > 1.0 - confidence
+                   else ("higher" if m > 0 else "lower"))
+        return PairedDifference(n=len(diffs), mean=m, se=0.0, confidence=confidence, method="sign", min_n=min_n,
+                                zero_spread=True, sign_p=sign, family=family, verdict=verdict)
     ci = t_interval(diffs, confidence)
-    assert ci is not None and m is not None
-    lo, hi = ci
-    verdict: Literal["no detectable difference", "higher", "lower", "too few"] = (
-        "no detectable difference" if lo <= 0.0 <= hi else ("higher" if lo > 0.0 else "lower"))
-    return PairedDifference(n=len(diffs), mean=m, se=standard_error(diffs), ci_low=lo, ci_high=hi,
-                            confidence=confidence, min_n=min_n, verdict=verdict)
+    assert ci is not None
+    lo, hi = max(bounds[0], ci[0]), min(bounds[1], ci[1])
+    verdict = "no detectable difference" if lo <= 0.0 <= hi else ("higher" if lo > 0.0 else "lower")
+    return PairedDifference(n=len(diffs), mean=m, se=se, ci_low=lo, ci_high=hi,
+                            confidence=confidence, min_n=min_n, family=family, verdict=verdict)

@@ -102,12 +102,19 @@ def test_paired_difference_mean_se_interval_and_verdict():
 def test_paired_difference_degenerate_cases():
     same = {"s1": 0.5, "s2": 0.5, "s3": 1.0}
     tie = stats.paired_difference(same, dict(same))
-    # all alike: "no detectable difference", never "tie" (equality is not shown by 3 sections)
-    assert tie.verdict == "no detectable difference" and tie.mean == 0.0 and (tie.ci_low, tie.ci_high) == (0.0, 0.0)
-    assert tie.n == 3
-    # a constant non-zero difference: SE 0, the interval is one point away from 0, not a tie
+    # all alike: "no detectable difference", never "tie", and never a zero-width interval
+    assert tie.verdict == "no detectable difference" and tie.mean == 0.0 and (tie.ci_low, tie.ci_high) == (None, None)
+    assert tie.n == 3 and tie.zero_spread and tie.sign_p is None
+    # a constant non-zero difference: SE 0, no spread to estimate; 3 of one sign is no direction
+    # (sign test p = 0.25), 6 of one sign is (p = 0.031)
     up = stats.paired_difference(same, {k: v - 0.25 for k, v in same.items()})
-    assert up.verdict == "lower" and up.se == pytest.approx(0.0) and up.ci_high == pytest.approx(-0.25)
+    assert up.verdict == "no detectable difference" and up.ci_high is None and up.sign_p == pytest.approx(0.25)
+    six = {f"s{i}": 0.5 for i in range(6)}
+    down = stats.paired_difference(six, {k: v - 0.25 for k, v in six.items()})
+    assert down.verdict == "lower" and down.zero_spread and down.sign_p == pytest.approx(2 / 64)
+    # an interval never leaves the range a difference of shares can take
+    wide = stats.paired_difference({"a": 0.0, "b": 0.0, "c": 0.0}, {"a": 1.0, "b": 0.0, "c": 1.0})
+    assert wide.ci_low >= -1.0 and wide.ci_high == 1.0
     # two sections, both +1: below the minimum n no direction and no interval (was "higher")
     two = stats.paired_difference({"a": 0.0, "b": 0.0}, {"a": 1.0, "b": 1.0})
     assert two.verdict == "too few" and two.ci_low is None and two.min_n == stats.MIN_PAIRED_FOR_VERDICT == 3
@@ -145,11 +152,29 @@ def test_fisher_exact_and_clopper_pearson_on_known_tables():
 def test_paired_text_never_says_tie_and_shows_n():
     from suite.stages.extraction.view import extraction_pairs, multiplicity_note, paired_text
 
-    none = stats.paired_difference({"a": 0.5, "b": 0.6, "c": 0.7}, {"a": 0.5, "b": 0.6, "c": 0.7})
+    none = stats.paired_difference({"a": 0.5, "b": 0.6, "c": 0.7}, {"a": 0.6, "b": 0.6, "c": 0.6})
     assert paired_text(none).endswith("(n = 3 paired sections): no detectable difference (the interval covers 0)")
     few = stats.paired_difference({"a": 0.0, "b": 0.0}, {"a": 0.15, "b": 0.15})
     assert paired_text(few) == "+15.0 points (n = 2 paired sections: too few for an interval)"
     assert multiplicity_note([{"against": "x", "rows": [1]}]) is None
     note = multiplicity_note([{"against": "x", "rows": [1, 2, 3]}, {"against": "x", "rows": [1, 2]}])
-    assert note.startswith("5 comparisons against x, each at 95%") and "99.0% intervals" in note
+    assert note.startswith("The 5 comparisons against x are one family") and "99.0%" in note
+    flat = stats.paired_difference({"a": 0.0, "b": 0.0, "c": 0.0}, {"a": 0.1, "b": 0.1, "c": 0.1})
+    assert "no spread to estimate, no interval" in paired_text(flat) and "[" not in paired_text(flat)
     assert extraction_pairs([], []) == []
+
+
+def test_holm_adjusts_one_family_and_leaves_none_out():
+    assert stats.holm([]) == []
+    assert stats.holm([None, 0.2]) == [None, 0.2]
+    adj = stats.holm([0.01, 0.04, 0.03, None])
+    # sorted 0.01, 0.03, 0.04 -> x3, x2, x1, made monotone
+    assert adj[:3] == pytest.approx([0.03, 0.06, 0.06]) and adj[3] is None
+    assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def test_sign_test_on_known_splits():
+    assert stats.sign_test_p(0, 0) is None
+    assert stats.sign_test_p(3, 0) == pytest.approx(0.25)
+    assert stats.sign_test_p(6, 0) == pytest.approx(2 / 64)
+    assert stats.sign_test_p(5, 5) == 1.0

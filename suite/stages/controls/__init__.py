@@ -14,7 +14,8 @@ selects one or the other is the runtime's `capabilities.lora_select`: the model 
 per-request `lora` scale list (llama-server), or not at all (the adapter applies to the whole
 process: llama-cpp-python), which the result says.
 
-The process of elimination (`eliminate`) is a test, not a glance: a control is credited with
+The process of elimination (`eliminate`) is a test, not a glance, corrected over the matrix's controls
+(Holm): a control is credited with
 bringing a prompt back to one answer only where its row gave one answer and differs from the
 default row of the same matrix by a one-sided Fisher's exact test (other-than-modal answers vs
 modal ones, control row against default row) at 5 %; every row shows its n, and a row that cannot
@@ -28,6 +29,7 @@ varied, the matrix sends only the prompts that varied.
 from __future__ import annotations
 
 import logging
+import math
 import subprocess
 import time
 from pathlib import Path
@@ -38,7 +40,7 @@ from rich.table import Table
 from rich.text import Text
 
 from suite.analysis.repro import Sample, analyse, group_answers
-from suite.analysis.stats import fisher_fewer_others, requests_needed
+from suite.analysis.stats import fisher_fewer_others, holm, requests_needed
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.gpu import Energy, EnergyMeter
 from suite.launchers.base import LoraAdapter
@@ -66,6 +68,18 @@ ELIMINATION_ALPHA = 0.05
 # launch: the cold one and two after it, which must agree with each other.
 TRANSIENT_LAUNCHES = 3
 TRANSIENT_REQUESTS = 3
+
+
+def launches_for(controls: int, alpha: float = ELIMINATION_ALPHA) -> int:
+    """Launches per row a transient's matrix of `controls` controls needs for its corrected test to
+    be able to credit one: the transient in L of L default launches against 0 of L under a control
+    is p = 1 / C(2L, L), and Holm over the controls asks the smallest p to be at most alpha / controls
+    (3 launches for one control, 4 for two to three, 5 for four to twelve)."""
+    level = alpha / max(1, controls)
+    launches = TRANSIENT_LAUNCHES
+    while 1.0 / math.comb(2 * launches, launches) > level:
+        launches += 1
+    return launches
 
 
 class RowTest(BaseModel):
@@ -114,6 +128,11 @@ class ControlRow(BaseModel):
     modal_count: dict[str, int] = Field(default_factory=dict)  # prompt id -> answers equal to the modal one
     sent: dict[str, int] = Field(default_factory=dict)  # prompt id -> requests sent (fewer: stopped early)
     tests: list[RowTest] = Field(default_factory=list)  # against the default row, per prompt that varied
+    # The control's own test over the prompts that varied: it must restore each, so its p is the
+    # largest of theirs (an intersection-union test); `p_adjusted` is that p corrected for the
+    # controls of the matrix tested together (Holm): credited where it is at most the level.
+    p_value: float | None = None
+    p_adjusted: float | None = None
     reproducible: bool | None = None
     gate: GateResult | None = None  # the (first) launch's gate
     # Where the gate's every varied prompt varied only as a cold-start transient, each row is
@@ -149,6 +168,8 @@ class ControlsResult(BaseModel):
     restoring: list[str] = Field(default_factory=list)
     elimination: str = ""
     alpha: float = ELIMINATION_ALPHA
+    family: int = 0  # controls tested together (the matrix's family); Holm corrects their tests
+    correction: str = "Holm"
     launches_per_row: int = 1  # > 1: the rows were launches of a short gate (a cold-start transient)
     # Set where the run stopped before the stage's end and its finished rows were rebuilt from the
     # request lines it kept (`rebuild`): what was rebuilt, what was cut and what the lines do not keep.
@@ -296,18 +317,20 @@ def cold_odd_of(prompt: Any) -> bool | None:
     return None
 
 
-def run_transient_row(ctx: "StageContext", name: str, prompts: list[str]) -> ControlRow:
-    """A row of TRANSIENT_LAUNCHES launches, each a short gate of TRANSIENT_REQUESTS requests per
-    prompt: whether each launch's first answer alone differs, the unit a transient is tested in."""
+def run_transient_row(ctx: "StageContext", name: str, prompts: list[str],
+                      launches: int = TRANSIENT_LAUNCHES) -> ControlRow:
+    """A row of `launches` launches (`launches_for` the matrix's controls), each a short gate of
+    TRANSIENT_REQUESTS requests per prompt: whether each launch's first answer alone differs, the
+    unit a transient is tested in."""
     first: ControlRow | None = None
     ran: list[ControlRow] = []
     odd: dict[str, list[bool | None]] = {pid: [] for pid in prompts}
-    for i in range(TRANSIENT_LAUNCHES):
+    for i in range(launches):
         row = run_configuration(ctx, name, prompts=prompts, requests=TRANSIENT_REQUESTS)
         if row.status != "ok" or row.gate is None:
             if first is None:
                 return row
-            first.status, first.reason = row.status, f"launch {i + 1} of {TRANSIENT_LAUNCHES}: {row.reason}"
+            first.status, first.reason = row.status, f"launch {i + 1} of {launches}: {row.reason}"
             break
         ran.append(row)
         for p in row.gate.prompts:
@@ -476,10 +499,12 @@ def run(ctx: "StageContext") -> ControlsResult:
     transient = transient_prompts(gate)
     if transient:
         prompts = [pid for pid in prompts if pid in transient] or transient
+    # the rows are planned so that the corrected test can credit a control: Holm over the controls
+    tested = sum(1 for n in names if n not in ("default", LORA))
+    per_row = launches_for(tested) if transient else 1
     result = ControlsResult(runtime=ctx.runtime.name, arm=ctx.arm_name, requested=list(requested or ["all"]),
                             n_requests=TRANSIENT_REQUESTS if transient else ctx.profile.gate_requests,
-                            prompts=prompts, rows=[], automatic=automatic,
-                            launches_per_row=TRANSIENT_LAUNCHES if transient else 1)
+                            prompts=prompts, rows=[], automatic=automatic, launches_per_row=per_row)
     taken = ctx.carried.get(STAGE.name)  # a resumed run's finished rows
     carried = {r.configuration: r for r in taken.rows} if taken is not None else {}
     taken_up: list[str] = []
@@ -502,7 +527,7 @@ def run(ctx: "StageContext") -> ControlsResult:
                 outcome.adapter_changes_output = any(a[k] != b[k] for k in common)
             result.lora = outcome
         elif transient:
-            result.rows.append(run_transient_row(ctx, name, prompts))
+            result.rows.append(run_transient_row(ctx, name, prompts, per_row))
         else:
             result.rows.append(run_configuration(ctx, name, prompts=only))
         log.info("controls %s: %s done in %.0f s", ctx.arm_name, name, time.monotonic() - t0)
@@ -643,8 +668,11 @@ def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
 
     Credited: the control's row gave one answer on every prompt that varied and, on each, fewer
     other-than-modal answers than the same matrix's default row by a one-sided Fisher's exact test
-    at `result.alpha` (each prompt must pass: no correction is needed for requiring all). Each
-    control is tested at that level; how many were tested is said with the verdict.
+    (each prompt must pass: the control's p is the largest of its prompts', an intersection-union
+    test that needs no correction for requiring all), and that p, corrected over the matrix's
+    controls (Holm: the family is every control row that ran), at most `result.alpha`. With six
+    controls of no effect, crediting each at 5 % named one falsely in 7.3 % of matrices; corrected,
+    at most 5 %. A control that passes alone but not over the family is named as such.
     """
     default = next((r for r in result.rows if r.configuration == "default" and r.status == "ok"), None)
     if gate is not None:
@@ -672,18 +700,35 @@ def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
         f"{pid} {default.distinct.get(pid, 0)} distinct in {default.answered.get(pid, 0)}" for pid in spread)
     for r in tried:
         r.tests = [row_test(r, default, pid, result.alpha) for pid in spread if pid in r.answered]
+        whole = len(r.tests) == len(spread) and all(t.p_value is not None for t in r.tests)
+        r.p_value = max(t.p_value for t in r.tests if t.p_value is not None) if whole else None
+    # the controls of the matrix are one family: Holm over their tests
+    adjusted = holm([r.p_value for r in tried])
+    result.family, result.correction = len(tried), "Holm"
+    for r, adj in zip(tried, adjusted):
+        r.p_adjusted = adj
     result.restoring = [r.configuration for r in tried
-                        if len(r.tests) == len(spread) and all(t.credited for t in r.tests)]
-    how = (f"one-sided Fisher's exact test against the default row ({d_text}) at {result.alpha:g} per control, "
-           f"{len(tried)} control{'s' if len(tried) != 1 else ''} tested")
+                        if len(r.tests) == len(spread) and all(t.credited for t in r.tests)
+                        and r.p_adjusted is not None and r.p_adjusted <= result.alpha]
+    family = (f"{len(tried)} control{'s' if len(tried) != 1 else ''} tested, Holm"
+              if len(tried) > 1 else "1 control tested")
+    how = (f"one-sided Fisher's exact test against the default row ({d_text}) at {result.alpha:g} over the "
+           f"matrix ({family})")
     if result.restoring:
         lines = "; ".join(t.text for r in tried if r.configuration in result.restoring for t in r.tests)
+        adj = ", ".join(f"{r.configuration} p = {r.p_adjusted:.2g}" for r in tried
+                        if r.configuration in result.restoring and r.p_adjusted is not None)
         result.elimination = (f"{', '.join(result.restoring)} bring(s) {', '.join(spread)} back to one answer "
-                              f"({lines}; {how}){tail}")
+                              f"({lines}; {how}: adjusted {adj}){tail}")
     else:
+        near = [r for r in tried if len(r.tests) == len(spread) and all(t.credited for t in r.tests)]
+        held = ("; " + ", ".join(f"{r.configuration} passes on its own (p = {r.p_value:.2g}) but not over the "
+                                 f"{len(tried)} controls (Holm-adjusted p = {r.p_adjusted:.2g})"
+                                 for r in near if r.p_value is not None and r.p_adjusted is not None)
+                if near else "")
         lines = "; ".join(t.text for r in tried for t in r.tests)
         result.elimination = (f"no control of the {len(tried)} that ran is shown to bring {', '.join(spread)} back "
-                              f"to one answer{partial_credits(tried, result.alpha, len(spread))} "
+                              f"to one answer{partial_credits(tried, result.alpha, len(spread))}{held} "
                               f"({lines or 'no control row answered'}; {how}){tail}")
 
 

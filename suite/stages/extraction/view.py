@@ -10,6 +10,9 @@ from suite.analysis.stats import PairedDifference, mean_se_of, paired_difference
 from suite.stages.base import PageInputs
 from suite.stages.extraction import ExtractionResult
 
+# The level of the whole family of paired comparisons on one page (Bonferroni over its members).
+FAMILY_ALPHA = 0.05
+
 
 def extraction_view(ex: ExtractionResult | None) -> dict[str, Any] | None:
     """Identical sections, clean share, precision/recall, judge, and the per-section grid.
@@ -70,28 +73,36 @@ def _points(v: float) -> str:
 
 def paired_text(d: "PairedDifference") -> str:
     """One line for a paired difference, its n always shown; a direction only from `d.min_n` pairs on,
-    "no detectable difference" (not "tie") where the interval covers 0."""
+    "no detectable difference" (not "tie") where the interval covers 0; no interval where every
+    difference is the same (no spread to estimate: the sign test's direction instead)."""
     sections = f"n = {d.n} paired section{'' if d.n == 1 else 's'}"
     if d.mean is None:
         return f"no section answered by both arms ({sections})"
-    if d.ci_low is None or d.ci_high is None:
-        return f"{_points(d.mean)} points ({sections}: too few for an interval)"
-    se = f", SE {d.se * 100:.1f}" if d.se is not None else ""
     word = {"no detectable difference": "no detectable difference (the interval covers 0)",
             "higher": "higher", "lower": "lower",
             "too few": f"too few sections to name a direction (at least {d.min_n})"}[d.verdict]
-    return (f"{_points(d.mean)} points{se}, {d.confidence * 100:.0f}% t-interval "
+    if d.zero_spread:
+        sign = f"; sign test p = {d.sign_p:.2g}" if d.sign_p is not None else ""
+        word = word.replace(" (the interval covers 0)", "")
+        return (f"{_points(d.mean)} points in every one of the {d.n} paired sections: no spread to estimate, "
+                f"no interval{sign}: {word}")
+    if d.ci_low is None or d.ci_high is None:
+        return f"{_points(d.mean)} points ({sections}: too few for an interval)"
+    se = f", SE {d.se * 100:.1f}" if d.se is not None else ""
+    level = d.confidence * 100
+    level_text = f"{level:.0f}%" if abs(level - round(level)) < 0.05 else f"{level:.1f}%"
+    return (f"{_points(d.mean)} points{se}, {level_text} t-interval "
             f"[{_points(d.ci_low)}, {_points(d.ci_high)}] ({sections}): {word}")
 
 
 def multiplicity_note(pairs: list[dict[str, Any]]) -> str | None:
-    """How many paired comparisons the page makes against one arm, and what that means for them."""
+    """The family the page's paired comparisons against one arm form, and its correction."""
     m = sum(len(p["rows"]) for p in pairs)
     if m < 2:
         return None
-    return (f"{m} comparisons against {pairs[0]['against']}, each at 95%: with no true difference anywhere, "
-            f"about {m * 5 / 100:.1f} of them would still read higher or lower by chance "
-            f"(Bonferroni: {100 - 5 / m:.1f}% intervals would hold for all {m} together)")
+    return (f"The {m} comparisons against {pairs[0]['against']} are one family, corrected together "
+            f"(Bonferroni): each interval is at {100 - 5 / m:.1f}%, so that all {m} hold together with 95%, "
+            "and with no true difference anywhere none reads higher or lower by chance in more than 5% of pages")
 
 
 def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> list[dict[str, Any]]:
@@ -106,21 +117,26 @@ def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> lis
     if len(ran) < 2:
         return []
     base_arm, base = ran[0]
-    out: list[dict[str, Any]] = []
+    planned: list[tuple[str, list[tuple[str, Any, Any]]]] = []
     for arm, ex in ran[1:]:
-        rows: list[dict[str, Any]] = []
+        measures: list[tuple[str, Any, Any]] = []
         a, b = _section_scores(base, "complete_rate"), _section_scores(ex, "complete_rate")
         if a and b:
-            rows.append({"measure": "clean and complete", "diff": paired_difference(a, b)})
+            measures.append(("clean and complete", a, b))
         else:
-            rows.append({"measure": "clean (missing facts allowed; an older record lacks 'complete')",
-                         "diff": paired_difference(_section_scores(base, "clean_rate"),
-                                                   _section_scores(ex, "clean_rate"))})
-        rows.append({"measure": "recall", "diff": paired_difference(_section_scores(base, "recall"),
-                                                                    _section_scores(ex, "recall"))})
+            measures.append(("clean (missing facts allowed; an older record lacks 'complete')",
+                             _section_scores(base, "clean_rate"), _section_scores(ex, "clean_rate")))
+        measures.append(("recall", _section_scores(base, "recall"), _section_scores(ex, "recall")))
         if base.judge and ex.judge and base.judge.per_section and ex.judge.per_section:
-            rows.append({"measure": "judge score", "diff": paired_difference(base.judge.per_section,
-                                                                               ex.judge.per_section)})
+            measures.append(("judge score", base.judge.per_section, ex.judge.per_section))
+        planned.append((arm, measures))
+    # the family: every comparison the page makes against the first arm (arms x measures), each
+    # interval at 1 - 0.05 / m so that all m hold together with 95 % (Bonferroni)
+    m = sum(len(measures) for _, measures in planned)
+    out: list[dict[str, Any]] = []
+    for arm, measures in planned:
+        rows = [{"measure": name, "diff": paired_difference(a, b, confidence=1.0 - FAMILY_ALPHA / m, family=m)}
+                for name, a, b in measures]
         for row in rows:
             row["text"] = paired_text(row["diff"])
         out.append({"arm": arm, "against": base_arm, "rows": rows})

@@ -41,7 +41,9 @@ from suite.stages.base import ExportTable, FreshLaunch, SectionTemplate, Stage, 
 from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.secrets import scrub
-from suite.analysis.repro import ALPHA, LaunchFigures, LaunchPair, Pattern, analyse_launches, requests_for_transient
+from suite.analysis.repro import (ALPHA, LaunchFigures, LaunchPair, Pattern, across_of, analyse_launches,
+                                  requests_for_transient)
+from suite.analysis.stats import holm
 from suite.stages.repeat import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
 
 if TYPE_CHECKING:
@@ -91,10 +93,17 @@ class RestartPromptResult(BaseModel):
     ci_note: str | None = None  # why there is no interval
     ci_method: str | None = None
     within_agreement: float | None = None  # share of identical answer pairs inside one launch
-    across: str = "undetermined"  # alike | alike up to the cap | differ | no detectable difference | too few | undetermined
+    # alike | alike up to the cap | differ | no detectable difference | too few | undetermined |
+    # order inside launches (the launch test rejects, but answers persist inside launches)
+    across: str = "undetermined"
     across_text: str = ""
     alike_bound: float | None = None  # all launches alike: a launch differing more often would have shown
     permutation_p: float | None = None  # the launches' answers differ (small p), by launch labels
+    # That p corrected for the prompts tested together (Holm over the prompts whose launches were
+    # compared by the test; `family` of them): "differ" needs this at most ALPHA.
+    permutation_p_adjusted: float | None = None
+    family: int = 1
+    order_p: float | None = None  # answers persist inside launches (small p): the launch test's assumption fails
     unseen_bound: float | None = None  # one answer per launch: an answer more common would have shown
     cold_transient_p: float | None = None  # chance that random order puts the odd answers first
     cold_switch_p: float | None = None  # chance that one switch placed at random in each launch does
@@ -186,9 +195,13 @@ def within_verdict_of(prompts: list[RestartPromptResult]) -> str:
     cap = (f"; up to the cap: {cut} of {answers} answers cut at max_tokens, answers may differ past it"
            if cut else "")
     if not unstable:
+        # per launch, not pooled: the launch with the fewest answers bounds what each could have missed
         bounds = [p.unseen_bound for p in prompts if p.unseen_bound is not None]
-        bound = (f"; an answer more common than {max(bounds):.1%} per request would likely have shown"
-                 if bounds else "")
+        fewest = min((x.answered for p in prompts for x in p.per_launch if x.answered), default=0)
+        bound = (f"; inside a launch, an answer more common than {max(bounds):.1%} per request would likely have "
+                 f"shown ({fewest} or more answers per launch)" if bounds and len(bounds) == len(prompts) else
+                 f"; {fewest} answer{'s' if fewest != 1 else ''} per launch: too few to bound what a launch missed"
+                 if fewest and fewest < 6 else "")
         return f"stable within every launch (one answer per prompt){bound}{cap}"
     if all(pat == "cold-transient" for _, pat in unstable):
         cold = {p.prompt_id: p.process_cold for p in prompts}
@@ -249,6 +262,8 @@ def across_verdict_of(prompts: list[RestartPromptResult], enough: bool) -> tuple
         head = "NOT consistent across launches"
     elif all(p.across == "alike" for p in known):
         consistent, head = True, "consistent across launches"
+    elif any(p.across == "order inside launches" for p in known):
+        consistent, head = None, "undetermined across launches: answers persist inside launches"
     elif any(p.across == "no detectable difference" for p in known):
         consistent, head = None, "no detectable difference across launches"
     else:
@@ -260,6 +275,22 @@ def across_verdict_of(prompts: list[RestartPromptResult], enough: bool) -> tuple
             lp = f"; same tokens but logprobs apart by {p.across_logprob_diff:.3g} nats"
         parts.append(f"{p.prompt_id}: {p.across_text}; {_agreement_text(p)}{lp}")
     return consistent, f"{head} ({'; '.join(parts)})"
+
+
+def with_family(prompts: list[RestartPromptResult]) -> None:
+    """Correct the launch test for the prompts tested together: Holm over the prompts whose launches
+    the permutation test compared, each prompt's verdict and sentence made again from its adjusted p.
+    With three varying prompts and no launch effect, "NOT consistent" at 5 % per prompt was printed
+    in 9-14 % of runs; over the family it is at most 5 %."""
+    adjusted = holm([p.permutation_p for p in prompts])
+    family = sum(1 for p in prompts if p.permutation_p is not None)
+    for p, adj in zip(prompts, adjusted):
+        p.permutation_p_adjusted, p.family = adj, max(1, family)
+        if p.permutation_p is None:
+            continue
+        k = sum(1 for x in p.per_launch if x.answered)
+        p.across, p.consistent_across, p.across_text = across_of(
+            k, False, p.truncated, p.answered, p.permutation_p, adj, family, p.order_p)
 
 
 def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: int) -> RestartsResult:
@@ -287,7 +318,8 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
             same_sequence=a.same_sequence, same_answers=a.same_answers, consistent_across=a.consistent_across,
             stable_within=a.stable_within, within_patterns=a.within_patterns, per_launch=a.per_launch,
             pairs=a.pairs, across_logprob_diff=a.across_logprob_diff,
-            same_tokens_logprobs_apart=a.same_tokens_logprobs_apart))
+            same_tokens_logprobs_apart=a.same_tokens_logprobs_apart, order_p=a.order_p))
+    with_family(prompts)
     answering = [o for o in answered if o.gate is not None and any(p.answered for p in o.gate.prompts)]
     enough = len(answering) >= 2 and bool(prompts)
     known = [p.stable_within for p in prompts if p.stable_within is not None]

@@ -201,7 +201,8 @@ def test_a_real_effect_is_credited_with_its_test_and_n():
     assert result.restoring == ["enforce-eager"]
     (t,) = result.rows[1].tests
     assert t.credited and t.p_value < 0.01
-    assert "one-sided Fisher's exact test" in result.elimination and "at 0.05 per control" in result.elimination
+    assert "one-sided Fisher's exact test" in result.elimination and "at 0.05 over the matrix (1 control tested)" in result.elimination
+    assert result.family == 1 and result.rows[1].p_adjusted == pytest.approx(t.p_value)
 
 
 def test_a_control_row_stops_at_its_second_answer_and_the_table_says_so():
@@ -266,9 +267,10 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
 
 
 def test_a_transient_is_eliminated_launch_by_launch(monkeypatch):
-    """The gate's only variance is a cold-start transient: every row is three launches of a short
-    gate (3 requests per prompt), and a control whose launches never show it is credited, 3 of 3
-    default launches against 0 of 3 (p = 0.05); one that shows it in one launch is not."""
+    """The gate's only variance is a cold-start transient: every row is launches of a short gate (3
+    requests per prompt), as many as the corrected test needs (two controls, Holm: 4 launches a row),
+    and a control whose launches never show it is credited, 4 of 4 default launches against 0 of 4
+    (p = 1/70, Holm-adjusted 0.029); one that shows it in one launch is not."""
     from contextlib import contextmanager
 
     import suite.stages.controls as controls
@@ -308,16 +310,18 @@ def test_a_transient_is_eliminated_launch_by_launch(monkeypatch):
                           automatic_controls=True, launch=launch, carried={})
     result = controls.run(ctx)
     # a control row stops at its first launch that shows the transient: it cannot be credited then
-    assert [a[0] for a in asked] == ["default"] * 3 + [cache_off] * 3 + ["slots-off"] * 2
+    assert [a[0] for a in asked] == ["default"] * 4 + [cache_off] * 4 + ["slots-off"] * 2
     assert all(a[1] == controls.TRANSIENT_REQUESTS and a[2] is None for a in asked)
-    assert result.launches_per_row == 3 and result.n_requests == 3
+    assert result.launches_per_row == 4 and result.n_requests == 3
     by = {r.configuration: r for r in result.rows}
-    assert by["default"].cold_odd[pid] == [True, True, True] and by[cache_off].cold_odd[pid] == [False] * 3
-    assert by["default"].launches == 3
+    assert by["default"].cold_odd[pid] == [True] * 4 and by[cache_off].cold_odd[pid] == [False] * 4
+    assert by["default"].launches == 4
     assert result.restoring == [cache_off]
     (t,) = by[cache_off].tests
-    assert t.unit == "launch" and t.credited and t.p_value == pytest.approx(0.05)
-    assert f"{cache_off} on {pid}: the first answer alone differed in 0 of 3 launches against 3 of 3 at default" in result.elimination
+    assert t.unit == "launch" and t.credited and t.p_value == pytest.approx(1 / 70)
+    assert by[cache_off].p_adjusted == pytest.approx(2 / 70) and result.family == 2
+    assert f"{cache_off} on {pid}: the first answer alone differed in 0 of 4 launches against 4 of 4 at default" in result.elimination
+    assert "2 controls tested, Holm" in result.elimination
     (s,) = by["slots-off"].tests
     assert not s.credited and s.others == 1 and "1 of 2 launches" in s.text
 
@@ -536,3 +540,28 @@ def test_a_control_that_brings_one_prompt_of_several_back_is_named_only_past_the
                                              _gate_of({"short-open": (1, 2)}, "weak"))])
     eliminate(one, single)
     assert "on a prompt of its own" not in one.elimination
+
+
+def test_a_transient_matrix_plans_the_launches_its_corrected_test_needs():
+    """Holm over the controls asks the smallest p to reach alpha / controls: 1 / C(2L, L) does so at
+    L = 3 for one control, 4 for two or three, 5 for four to twelve (vLLM's six and more)."""
+    from suite.stages.controls import launches_for
+
+    assert [launches_for(m) for m in (1, 2, 3, 4, 6, 12)] == [3, 4, 4, 5, 5, 5]
+    assert launches_for(13) == 6
+
+
+def test_six_controls_of_no_effect_credit_none_beyond_the_family_level():
+    """The matrix's family: six control rows, each one answer in 20 where the default gave 5 others in
+    20: none passing alone at p = 0.024 is credited over the six (Holm)."""
+    from suite.stages.controls import eliminate
+    from suite.analysis.stats import fisher_fewer_others
+
+    result = _matrix(5, 0, 20)
+    extra = [r.model_copy(update={"configuration": f"c{i}"}) for i, r in enumerate(result.rows[1:] * 5)]
+    result.rows.extend(extra)
+    eliminate(result, _gate_with(5, 20))
+    p = fisher_fewer_others(0, 20, 5, 20)
+    assert p is not None and 0.05 / 6 < p <= 0.05
+    assert result.restoring == [] and result.family == 6
+    assert "not over the 6 controls" in result.elimination or "no control of the 6" in result.elimination

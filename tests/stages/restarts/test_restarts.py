@@ -197,7 +197,11 @@ def test_a_switch_right_after_the_first_request_in_two_launches_is_not_yet_a_tra
 
 def test_stable_within_carries_its_bound_and_the_cap():
     r = _launches([[[1, 2]] * 20] * 6)
-    assert "an answer more common than 2.5% per request would likely have shown" in r.within_verdict
+    # the bound is per launch (20 answers each), not pooled over the 120
+    assert "inside a launch, an answer more common than 13.9% per request would likely have shown" in r.within_verdict
+    one = _launches([[[1, 2]] * 1] * 6)
+    assert "per request would likely have shown" not in one.within_verdict
+    assert "1 answer per launch: too few to bound" in one.within_verdict
     outcomes = [LaunchOutcome(index=i, status="ok", gate=gate_of([[1, 2]] * 20, truncated=True)) for i in range(6)]
     capped = summarise(outcomes, ["short-open"], 6, 20)
     assert "cut at max_tokens" in capped.within_verdict
