@@ -40,6 +40,8 @@ from suite.paths import FILE_MODE
 from suite.signature import Signature
 from suite.secrets import scrub
 from suite.stages import STAGES, with_stage_settings
+from suite.claims import recompute_verdicts
+from suite.analysis.claims import Recomputed
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +190,9 @@ class SummaryBase(RunIdentity):
     # chart covers each of them; the main launch's report is the `watchdog` stage)
     launch_watchdogs: list[LaunchWatchdog] = Field(default_factory=list)
     stage_s: dict[str, float] = Field(default_factory=dict)  # each stage's wall time, in the order they ran
+    # Verdict texts the run printed when it ended that today's statistics, recomputed from its
+    # answers when it was read (suite.claims), say otherwise; never written into a record.
+    recomputed: list[Recomputed] = Field(default_factory=list, exclude=True)
 
 
 # summary.json: one arm's run, and one typed field per stage of the registry (and the watchdog),
@@ -559,7 +564,7 @@ def load_summary(path: Path, problems: list[str] | None = None) -> Summary:
         raise _invalid(path, exc) from None
     for key, result in stages.items():
         setattr(summary, key, result)
-    return summary
+    return recompute_verdicts(summary)
 
 
 def read_manifest(run_dir: Path) -> RunManifest:
@@ -614,7 +619,7 @@ def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summ
             lines = read_requests(run_dir, stage.exported_requests or (name,))
             if lines:
                 setattr(summary, name, stage.rebuild(lines, summary))
-    return summary
+    return recompute_verdicts(summary)
 
 
 def iter_run_dirs(results: Path) -> list[Path]:

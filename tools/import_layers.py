@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "suite.launchers", "suite.recipes")),
     ("inputs", ("suite.catalog",)),
     ("stages", ("suite.stages",)),
-    ("records", ("suite.records",)),
+    ("records", ("suite.records", "suite.claims")),
     ("orchestration", ("suite.refusals", "suite.bench")),
     ("publication", ("suite.site", "suite.export", "suite.compare")),
     ("entry", ("suite.distributed", "suite.cli", "suite.__main__")),

@@ -26,6 +26,7 @@ from suite import progress
 from suite.errors import SuiteError
 
 if TYPE_CHECKING:
+    from suite.analysis.claims import Claim
     from suite.catalog import Arm, ModelCard, Sampling
     from suite.client import OpenAIClient
     from suite.definitions import RuntimeDefinition
@@ -246,6 +247,14 @@ class Stage:
     # `rebuild` gave back: such lines stay in the record, the rest go aside with the interruption.
     # None: the stage is run again whole (all its lines go aside).
     carries_line: "Callable[[Any, dict[str, Any]], bool] | None" = None
+    # Its verdicts made again from what its result keeps (answers, launch outcomes, rows), with
+    # today's statistics, whenever a record is read for a page, an export or `results`: a copy of the
+    # result whose verdict fields are recomputed (suite.claims keeps the texts the run printed then,
+    # for the page's note where they differ). None: the stage's figures need no recomputing.
+    recompute: "Callable[[Any, Any], BaseModel] | None" = None
+    # Its claims (suite.analysis.claims.Claim), computed from its (recomputed) result and the run's
+    # summary: what the first screen, `--json` and the export's claims table render.
+    claims: "Callable[[Any, Any], list[Claim]] | None" = None
 
     def may_run(self, profile: "Profile") -> bool:
         """Whether a stage not in every bench may be added to one with this profile."""

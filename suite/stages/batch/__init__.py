@@ -45,6 +45,7 @@ from suite.analysis.repro import (ALPHA, DistinctAnswer, Divergence, PromptAnaly
                                   divergence, launches_for_bound, prefix_logprob_diff, unseen_share_bound)
 from suite.client import ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.errors import SuiteError
+from suite.analysis.claims import Claim, Evidence, caveat_cut, run_caveats
 from suite.stages.base import ExportTable, SectionTemplate, Stage, export_cell
 from suite.stages.lines import RequestLineBase
 from suite.stages.repeat import TOP_LOGPROBS, GatePrompt, death_reason_of, logprobs_for, select_prompts
@@ -529,6 +530,35 @@ class BatchLine(RequestLineBase):
     ttft_s: float | None = None
 
 
+def recompute(result: BatchResult, summary: Any = None) -> BatchResult:
+    """The batch verdict made again from the modes' answers with today's test."""
+    varies, verdict = verdict_of(result.modes, result.reference_tied, result.stopped_reason, result.max_tokens)
+    return result.model_copy(update={"varies_with_batch": varies, "verdict": verdict})
+
+
+def claims(result: BatchResult, summary: Any) -> list[Claim]:
+    """Whether the target's answer depends on its batch, with the batched and alone counts, and
+    the cost of the batched modes (tokens/s, J/token) beside the single mode's."""
+    single = result.mode("single")
+    batched = [m for m in result.modes if m.mode != "single"]
+    n_batched = sum(m.target.answered for m in batched)
+    differ = sum(m.differ_from_single or 0 for m in batched)
+    word = ("varies with its batch" if result.varies_with_batch else
+            "the same in every batch" if result.varies_with_batch is False else "undetermined")
+    cut = sum(m.target.truncated for m in result.modes)
+    answered = sum(m.target.answered for m in result.modes)
+    return [Claim(stage="batch", kind="batch", arm=getattr(summary, "arm", ""), run_id=getattr(summary, "run_id", ""),
+                  prompt=result.prompt_id, verdict=word,
+                  good=None if result.varies_with_batch is None else not result.varies_with_batch,
+                  counts={"batched": n_batched, "differ": differ, "alone": single.target.answered if single else 0},
+                  evidence=Evidence(test="one-sided Fisher's exact test, batched against alone", n=n_batched,
+                                    unit="batched answers",
+                                    bound=unseen_share_bound(n_batched) if result.varies_with_batch is False else None),
+                  caveats=caveat_cut(cut, answered) + run_caveats(summary, "batch"),
+                  phrase=f"{differ} of {n_batched} batched answers differ from the one-at-a-time answer",
+                  text=result.verdict)]
+
+
 STAGE = Stage(name="batch", result=BatchResult, run=run, lines=(BatchLine,), fresh_runtimes=False, in_bench=False,
               summary="the target prompt alone, then inside batches of other prompts and of shared prefixes: "
                       "does its answer depend on its batch",
@@ -539,5 +569,5 @@ STAGE = Stage(name="batch", result=BatchResult, run=run, lines=(BatchLine,), fre
               profile_keys={"batch_composition": "composition", "batch_trials": "trials", "batch_sizes": "sizes",
                             "batch_prompt": "prompt"},
               tables=(ExportTable("batch", export_rows),), exported_requests=("batch",),
-              page_title="batch composition",
+              page_title="batch composition", recompute=recompute, claims=claims,
               section=SectionTemplate("section.html", "suite.stages.batch.view:page", slot="answers", order=0))

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.table import Table
 from rich.text import Text
 
+from suite.analysis.claims import Claim, Evidence, Family, run_caveats
 from suite.analysis.repro import Sample, analyse, group_answers
 from suite.analysis.stats import fisher_fewer_others, holm, requests_needed
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
@@ -832,6 +833,74 @@ def rebuild(lines: list[Any], before: Any) -> ControlsResult | None:
     return result
 
 
+def recompute(result: ControlsResult, summary: Any = None) -> ControlsResult:
+    """The elimination made again from the rows' answers with today's test and correction."""
+    again = result.model_copy(deep=True)
+    eliminate(again, getattr(summary, "gate", None))
+    return again
+
+
+def row_costs(row: ControlRow, default: ControlRow | None) -> dict[str, float]:
+    """A row's tokens/s and J/token against the default row's, where both rows sent the same
+    requests per prompt (a row that stopped early has another mix of prompts: no ratio)."""
+    if default is None or row.sent != default.sent:
+        return {}
+    out: dict[str, float] = {}
+    if row.tokens_per_s and default.tokens_per_s:
+        out["tokens_per_s"] = row.tokens_per_s / default.tokens_per_s
+    if row.energy and default.energy and row.energy.j_per_token and default.energy.j_per_token:
+        out["j_per_token"] = row.energy.j_per_token / default.energy.j_per_token
+    return out
+
+
+def claims(result: ControlsResult, summary: Any) -> list[Claim]:
+    """The elimination (what restores one answer, if anything) and one claim per control row
+    tested, each with its p, its Holm-adjusted p over the matrix's controls and its cost."""
+    arm, run_id, extra = getattr(summary, "arm", ""), getattr(summary, "run_id", ""), run_caveats(summary, "controls")
+    default = next((r for r in result.rows if r.configuration == "default" and r.status == "ok"), None)
+    tried = [r for r in result.rows if r.configuration != "default" and not r.configuration.startswith("lora")]
+    family = (Family(name="controls", size=result.family, correction="Holm", alpha=result.alpha)
+              if result.family > 1 else None)
+    unit = "launches" if result.launches_per_row > 1 else "requests"
+    out: list[Claim] = []
+    for r in tried:
+        if r.status != "ok":
+            verdict, good = r.status, None
+        elif r.configuration in result.restoring:
+            verdict, good = "restores one answer", True
+        elif r.tests and all(t.credited for t in r.tests):
+            verdict, good = "passes alone, not over the matrix", None
+        elif any(r.distinct.get(pid, 0) > 1 for pid in result.spread_prompts):
+            verdict, good = "still varies", False
+        else:
+            verdict, good = "not shown", None
+        cut = sum(t.n for t in r.tests)
+        out.append(Claim(stage="controls", kind="control", arm=arm, run_id=run_id, configuration=r.configuration,
+                         prompt=", ".join(result.spread_prompts) or None, verdict=verdict, good=good,
+                         counts={"answered": sum(r.answered.values()), "launches": r.launches},
+                         evidence=Evidence(test="one-sided Fisher's exact test against the default row", n=cut or None,
+                                           unit=unit, p=r.p_value, p_adjusted=r.p_adjusted),
+                         family=family, cost=row_costs(r, default), caveats=list(extra),
+                         phrase=f"{r.configuration}: {verdict}",
+                         text="; ".join(t.text for t in r.tests) or (r.reason or verdict)))
+    if not result.spread_prompts:
+        word, good = "nothing to eliminate", None
+    elif result.restoring:
+        word, good = f"{', '.join(result.restoring)} restores one answer", True
+    elif default is None:
+        word, good = "no default row", None
+    else:
+        word, good = "nothing tested restores one answer", False
+    out.insert(0, Claim(stage="controls", kind="elimination", arm=arm, run_id=run_id,
+                        prompt=", ".join(result.spread_prompts) or None, verdict=word, good=good,
+                        counts={"controls": len(tried), "launches_per_row": result.launches_per_row},
+                        evidence=Evidence(test="one-sided Fisher's exact test against the default row", unit=unit,
+                                          p_adjusted=min((r.p_adjusted for r in tried if r.p_adjusted is not None),
+                                                         default=None)),
+                        family=family, caveats=list(extra), phrase=word, text=result.elimination))
+    return out
+
+
 def format_controls_table(result: ControlsResult) -> Table:
     """configuration -> distinct answers and lengths (count), per prompt, as a rich table."""
     launches = f" x {result.launches_per_row} launches" if result.launches_per_row > 1 else ""
@@ -896,5 +965,5 @@ STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine
               settings=ControlsSettings, profiles={"quick": {"auto": False}}, profile_keys={"auto_controls": "auto"},
               tables=(ExportTable("controls", export_rows),), exported_requests=("controls",),
               rebuild=rebuild, carries_line=lambda part, line: line.get("label") in {r.configuration for r in part.rows},
-              page_title="control matrix",
+              page_title="control matrix", recompute=recompute, claims=claims,
               section=SectionTemplate("section.html", "suite.stages.controls.view:page", slot="causes", order=1, on_run_page=False))

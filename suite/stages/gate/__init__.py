@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from suite.analysis.claims import Claim, Evidence, caveat_cut, caveat_failed, run_caveats
+from suite.analysis.repro import unseen_share_bound
 from suite.stages.base import ExportTable, Stage
 from suite.stages.lines import AnswerLine
-from suite.stages.repeat import (GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate,
-                                 select_prompts)
+from suite.stages.repeat import (GatePromptResult, GateResult, concurrency_of, death_reason_of, logprobs_for,
+                                 run_gate, select_prompts, verdict_of)
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
@@ -51,10 +53,55 @@ def export_rows(result: GateResult) -> list[dict[str, Any]]:
     return rows
 
 
+def recompute(result: GateResult, summary: Any) -> GateResult:
+    """The gate's verdict made again from its prompts' answers with today's rules."""
+    reproducible, verdict = verdict_of(result.prompts, result.stopped_reason)
+    return result.model_copy(update={"reproducible": reproducible, "verdict": verdict})
+
+
+PATTERN_WORDS = {"stable": "one answer", "cold-transient": "cold-start transient", "switch": "one switch that stays",
+                 "varies": "varies in random order", "undetermined": "undetermined"}
+
+
+def prompt_claim(p: GatePromptResult, arm: str, stage: str = "gate", configuration: str | None = None) -> Claim:
+    """One prompt's series: how many distinct answers of those answered, its pattern, what it bounds."""
+    n, d = p.answered, p.distinct_answers
+    word = PATTERN_WORDS.get(p.pattern, p.pattern)
+    if n < 2:
+        word = "undetermined"
+    good = None if word == "undetermined" else d == 1
+    ev = Evidence(n=n, unit="requests")
+    if d == 1 and n >= 2:
+        ev.bound, ev.test = unseen_share_bound(n), "n alike answers bound another answer's share (95%)"
+    elif p.pattern == "cold-transient":
+        ev.p, ev.test = p.cold_transient_p, "how often random order puts the odd answers on the first request"
+    phrase = f"{d} distinct of {n}" + ("" if d == 1 or word == "undetermined" else f", {word}")
+    if d == 1 and n >= 2:
+        bound = ev.bound
+        text = (f"one answer in {n}" + (f": an answer more common than {bound:.0%} would likely have shown"
+                                        if bound is not None else ": too few to bound another answer's share"))
+    else:
+        text = f"{d} distinct answers in {n} (lengths {p.lengths_text}; {p.pattern_text or word})"
+    return Claim(stage=stage, kind="gate", arm=arm, prompt=p.prompt_id, configuration=configuration, verdict=word,
+                 good=good, counts={"distinct": d, "answered": n, "requests": p.requests, "errors": p.errors,
+                                    "truncated": p.truncated},
+                 evidence=ev, caveats=caveat_cut(p.truncated, n) + caveat_failed(p.errors, p.requests),
+                 phrase=phrase, text=text)
+
+
+def claims(result: GateResult, summary: Any) -> list[Claim]:
+    """Per gate prompt: distinct answers of those answered, the pattern, and its bound or test."""
+    arm, extra = getattr(summary, "arm", ""), run_caveats(summary, "gate")
+    out = [prompt_claim(p, arm) for p in result.prompts]
+    for c in out:
+        c.run_id, c.caveats = getattr(summary, "run_id", ""), c.caveats + extra
+    return out
+
+
 STAGE = Stage(name="gate", result=GateResult, run=run, lines=(AnswerLine,), fresh_runtimes=False, in_bench=True,
               summary="the same request N times per gate prompt: how many different answers came back",
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=lambda p: p.gate_requests * len(select_prompts(p.gate_prompts)),
               verdict=lambda result: getattr(result, "reproducible", None),
               tables=(ExportTable("gate", export_rows),), exported_requests=("gate",),
-              page_title="gate")
+              page_title="gate", recompute=recompute, claims=claims)

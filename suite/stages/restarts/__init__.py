@@ -43,6 +43,7 @@ from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.secrets import scrub
 from suite.analysis.repro import (ALPHA, LaunchFigures, LaunchPair, Pattern, across_of, analyse_launches,
                                   requests_for_transient)
+from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, run_caveats
 from suite.analysis.stats import holm
 from suite.stages.repeat import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
 
@@ -448,6 +449,59 @@ def export_rows(result: RestartsResult) -> list[dict[str, Any]]:
     return rows
 
 
+def recompute(result: RestartsResult, summary: Any = None) -> RestartsResult:
+    """The within- and across-launch verdicts made again from the launches' answers (each launch's
+    gate keeps them), with today's statistics; the kept-caches pass too."""
+    ids = list(dict.fromkeys(p.prompt_id for o in result.launch_outcomes if o.gate is not None for p in o.gate.prompts))
+    again = summarise(result.launch_outcomes, ids, result.launches, result.requests_per_launch)
+    again.cache_mode, again.controls = result.cache_mode, list(result.controls)
+    if result.with_kept_caches is not None:
+        again.with_kept_caches = recompute(result.with_kept_caches, summary)
+    return again
+
+
+ACROSS_GOOD = {"alike": True, "differ": False}
+
+
+def claims(result: RestartsResult, summary: Any) -> list[Claim]:
+    """Within launches (one claim over the prompts) and across launches (one per prompt, corrected
+    over the prompts tested together), for each cache mode that ran."""
+    arm, run_id, extra = getattr(summary, "arm", ""), getattr(summary, "run_id", ""), run_caveats(summary, "restarts")
+    out: list[Claim] = []
+    passes = [result] + ([result.with_kept_caches] if result.with_kept_caches is not None else [])
+    for r in passes:
+        conf = f"{r.cache_mode} caches"
+        few = [] if r.launched >= 6 else [f"{r.launched} launches: too few for an interval over launches"]
+        cut = sum(p.truncated for p in r.prompts)
+        answered = sum(p.answered for p in r.prompts)
+        head = r.within_verdict.split(" (")[0].split(";")[0]
+        word = ("stable" if r.stable_within else "cold-start transient" if head.startswith("cold-start") else
+                "undetermined" if head.startswith("undetermined") or r.stable_within is None else "varies")
+        out.append(Claim(stage="restarts", kind="within-launches", arm=arm, run_id=run_id, configuration=conf,
+                         verdict=f"{word} within launches", good=word == "stable" if word != "undetermined" else None,
+                         counts={"launches": r.launched, "requests_per_launch": r.requests_per_launch,
+                                 "answered": answered, "truncated": cut},
+                         evidence=Evidence(n=r.launched, unit="launches",
+                                           bound=max((p.unseen_bound for p in r.prompts if p.unseen_bound is not None),
+                                                     default=None)),
+                         caveats=caveat_cut(cut, answered) + extra, phrase=f"{word} within {r.launched} launches",
+                         text=r.within_verdict))
+        for p in r.prompts:
+            family = (Family(name="prompts of the across-launch verdict", size=p.family, correction="Holm")
+                      if p.family > 1 else None)
+            out.append(Claim(stage="restarts", kind="across-launches", arm=arm, run_id=run_id, prompt=p.prompt_id,
+                             configuration=conf, verdict=p.across, good=ACROSS_GOOD.get(p.across),
+                             counts={"launches": len([x for x in p.per_launch if x.answered]),
+                                     "distinct": p.across_distinct, "answered": p.answered, "truncated": p.truncated},
+                             evidence=Evidence(test="permutation test over launch labels" if p.permutation_p is not None
+                                               else None, n=len(p.per_launch), unit="launches", p=p.permutation_p,
+                                               p_adjusted=p.permutation_p_adjusted, interval=p.agreement_ci95,
+                                               level=0.95 if p.agreement_ci95 else None, bound=p.alike_bound),
+                             family=family, caveats=caveat_cut(p.truncated, p.answered) + few + extra,
+                             phrase=f"{p.across} across {len(p.per_launch)} launches", text=p.across_text))
+    return out
+
+
 STAGE = Stage(name="restarts", result=RestartsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=True,
               summary="K fresh launches of the same configuration, a short gate on each",
               inputs=lambda p: select_prompts(p.gate_prompts),
@@ -456,5 +510,5 @@ STAGE = Stage(name="restarts", result=RestartsResult, run=run, lines=(AnswerLine
               profiles={"quick": {"launches": 2, "requests": 3}, "standard": {"caches": "kept"}, "full": {"caches": "both"}},
               profile_keys={"restarts": "launches", "restart_requests": "requests", "restart_caches": "caches"},
               tables=(ExportTable("restarts", export_rows),), exported_requests=("restarts",),
-              page_title="restarts",
+              page_title="restarts", recompute=recompute, claims=claims,
               section=SectionTemplate("section.html", "suite.stages.restarts.view:page", slot="causes", order=2, on_run_page=False))

@@ -1,0 +1,84 @@
+"""Verdicts recomputed from the records, every time a record is read for a page, an export or
+`results`; and the claims (suite.analysis.claims.Claim) every stage makes of a run.
+
+`recompute_verdicts(summary)` gives each stage that declares `Stage.recompute` its verdicts made
+again from the answers, launch outcomes and rows its result keeps, with today's statistics, so an
+improved statistic reaches every record, old ones included. Where the text the run printed when it
+ended differs from today's, `summary.recomputed` keeps both, with the suite version that wrote the
+record, for the page's note; a stage whose result cannot be recomputed keeps its stored text,
+marked as such. The stored texts are read for that note and nothing else.
+
+`claims_of(summary)` is every claim of a run, in stage order: what the first screen, `--json` and
+the export's claims table render.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from suite.analysis.claims import Claim, Recomputed
+from suite.stages import STAGES
+
+log = logging.getLogger(__name__)
+
+# The result fields that hold a verdict's sentence, compared before and after recomputing.
+VERDICT_FIELDS = ("verdict", "within_verdict", "across_verdict", "elimination")
+
+
+def written_by(summary: Any) -> str:
+    """'suite 0.1.0' (with its commit where the record keeps one)."""
+    sig = getattr(summary, "signature", None)
+    version = getattr(sig, "suite_version", None) or "an unknown version"
+    commit = getattr(sig, "suite_commit", None) or getattr(summary, "suite_commit", None)
+    return f"suite {version}" + (f" ({str(commit)[:12]})" if commit else "")
+
+
+def _texts(result: Any, prefix: str = "") -> dict[str, str]:
+    out = {prefix + f: str(getattr(result, f)) for f in VERDICT_FIELDS if getattr(result, f, None)}
+    nested = getattr(result, "with_kept_caches", None)
+    if nested is not None:
+        out.update(_texts(nested, prefix + "kept caches: "))
+    return out
+
+
+def recompute_verdicts(summary: Any) -> Any:
+    """Each stage's verdicts made again from its result's data (in place on `summary`, which is
+    returned); what changed is listed in `summary.recomputed`."""
+    notes: list[Recomputed] = []
+    for name, stage in STAGES.items():
+        result = getattr(summary, name, None)
+        if stage.recompute is None or result is None:
+            continue
+        try:
+            again = stage.recompute(result, summary)
+        except Exception as exc:  # noqa: BLE001 - a record a statistic cannot read keeps its stored text
+            log.warning("%s: the %s verdict could not be recomputed (%s: %s); its stored text is shown",
+                        getattr(summary, "run_id", "?"), name, type(exc).__name__, exc)
+            for f, text in _texts(result).items():
+                notes.append(Recomputed(stage=name, field=f, then=text, now=text, written_by=written_by(summary),
+                                        kept=True))
+            continue
+        before, after = _texts(result), _texts(again)
+        for f, then in before.items():
+            now = after.get(f, "")
+            if now != then:
+                notes.append(Recomputed(stage=name, field=f, then=then, now=now, written_by=written_by(summary)))
+        setattr(summary, name, again)
+    summary.recomputed = notes
+    return summary
+
+
+def claims_of(summary: Any) -> list[Claim]:
+    """Every claim of one run, stage by stage in the registry's order."""
+    out: list[Claim] = []
+    for name, stage in STAGES.items():
+        result = getattr(summary, name, None)
+        if stage.claims is None or result is None:
+            continue
+        try:
+            out.extend(stage.claims(result, summary))
+        except Exception as exc:  # noqa: BLE001 - one stage's claims never hide the others'
+            log.warning("%s: the %s claims could not be made: %s: %s", getattr(summary, "run_id", "?"), name,
+                        type(exc).__name__, exc)
+    return out
