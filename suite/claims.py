@@ -22,8 +22,19 @@ from suite.stages import STAGES
 
 log = logging.getLogger(__name__)
 
-# The result fields that hold a verdict's sentence, compared before and after recomputing.
+# The result fields that hold a verdict's sentence (quoted in the note), and those that hold the
+# verdict itself: a note is made where the verdict changed, not where only its wording did.
 VERDICT_FIELDS = ("verdict", "within_verdict", "across_verdict", "elimination")
+CLAIM_FIELDS = ("reproducible", "varies_with_batch", "stable_within", "consistent_across", "restoring")
+
+
+def verdict_key(result: Any) -> tuple[Any, ...]:
+    """What a result claims, without its wording: its verdict fields, each prompt's across-launch
+    word, and the same of a nested pass (restarts' kept caches)."""
+    own = tuple(getattr(result, f, None) for f in CLAIM_FIELDS)
+    across = tuple(getattr(p, "across", None) for p in getattr(result, "prompts", None) or [])
+    nested = getattr(result, "with_kept_caches", None)
+    return own + across + ((verdict_key(nested),) if nested is not None else ())
 
 
 def written_by(summary: Any) -> str:
@@ -60,10 +71,11 @@ def recompute_verdicts(summary: Any) -> Any:
                                         kept=True))
             continue
         before, after = _texts(result), _texts(again)
-        for f, then in before.items():
-            now = after.get(f, "")
-            if now != then:
-                notes.append(Recomputed(stage=name, field=f, then=then, now=now, written_by=written_by(summary)))
+        if verdict_key(result) != verdict_key(again):
+            for f, then in before.items():
+                now = after.get(f, "")
+                if now != then:
+                    notes.append(Recomputed(stage=name, field=f, then=then, now=now, written_by=written_by(summary)))
         setattr(summary, name, again)
     summary.recomputed = notes
     return summary

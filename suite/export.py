@@ -4,6 +4,9 @@
 writes one file per table, in this order:
 
 - `runs`: one row per run: status, determinism mode, signature digest, headline figures;
+- `claims`: one row per claim (suite.claims), computed from the records whenever the export is
+  made: verdict, test, n, p, family-corrected p, interval or bound, caveats, cost, and whether the
+  run printed otherwise when it ended;
 - each stage's own tables, in the stage registry's order (`Stage.tables`, defined in the stage's
   module; suite/stages/): `gate` (one row per run and gate prompt: distinct answers, lengths,
   cold vs warm), `batch` (one row per run and batch-composition mode: the target's distinct
@@ -130,6 +133,30 @@ def requests_rows(runs: list[Run]) -> list[dict[str, Any]]:
     return rows
 
 
+def claims_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    """One row per claim of every run (suite.claims: computed from the records now, as the pages are):
+    what is claimed, about which prompt and configuration, its test, n, p and family-corrected p,
+    its interval or bound, its caveats and cost, and whether the run printed otherwise when it ended."""
+    from suite.claims import claims_of
+
+    rows = []
+    for r in runs:
+        recomputed = {n.stage for n in getattr(r.s, "recomputed", []) if not n.kept}
+        for c in claims_of(r.s):
+            ev, fam = c.evidence, c.family
+            low, high = ev.interval or (None, None)
+            rows.append(_key(r) | {
+                "stage": c.stage, "kind": c.kind, "prompt_id": c.prompt, "configuration": c.configuration,
+                "verdict": c.verdict, "good": c.good, "test": ev.test, "n": ev.n, "unit": ev.unit, "p": ev.p,
+                "p_adjusted": ev.p_adjusted, "family": fam.name if fam else None, "family_size": fam.size if fam else 1,
+                "correction": fam.correction if fam else "none", "interval_low": low, "interval_high": high,
+                "interval_level": ev.level, "bound": ev.bound, "caveats": export_cell(c.caveats),
+                "cost_tokens_per_s_ratio": c.cost.get("tokens_per_s"), "cost_j_per_token_ratio": c.cost.get("j_per_token"),
+                "recomputed": c.stage in recomputed, "text": c.text,
+            })
+    return rows
+
+
 def stage_table(stage: Stage, table: ExportTable) -> Callable[[list[Run]], list[dict[str, Any]]]:
     """A stage's table over every run: the run's key columns, then the stage's row, for each run
     that has the stage's result."""
@@ -146,6 +173,7 @@ def stage_table(stage: Stage, table: ExportTable) -> Callable[[list[Run]], list[
 # (energy), the watchdog's and the request lines.
 TABLES: dict[str, Callable[[list[Run]], list[dict[str, Any]]]] = {
     "runs": runs_rows,
+    "claims": claims_rows,
     **{table.name: stage_table(stage, table) for stage in STAGES.values() for table in stage.tables},
     "energy": energy_rows,
     "watchdog": watchdog_rows,

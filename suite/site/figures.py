@@ -455,6 +455,33 @@ class ModelRuns:
         return out
 
     @property
+    def first_screen(self) -> dict[str, Any]:
+        """Per arm, its three answers (suite.site.first_screen): same answer twice, what changes it,
+        what the fix costs; each from the run the page shows that stage from."""
+        from suite.site.first_screen import claims_of_stage, three_answers
+
+        def figures(arm: ArmRuns) -> dict[str, float | None]:
+            """The gate's own figures (every arm runs it, one request at a time): its generated
+            tokens per second of HTTP time and its J/token."""
+            s = arm.gate_run.s
+            tokens = sum((a.n_tokens or 0) * a.count for p in (s.gate.prompts if s.gate else []) for a in p.answers)
+            e = s.energy.get(VERDICT_STAGE)
+            return {"tokens_per_s": tokens / s.gate.http_s if s.gate and s.gate.http_s and tokens else None,
+                    "j_per_token": e.j_per_token if e else None}
+
+        batch_claims = {name: next(iter(claims_of_stage(a.for_stage("batch").s, "batch")), None)
+                        for name, a in self.arms.items()}
+        own = {name: figures(a) for name, a in self.arms.items()}
+        out: dict[str, Any] = {}
+        for name, a in self.arms.items():
+            siblings = {other: (batch_claims[other], own[other]) for other in self.arms if other != name}
+            runs = {stage: (r.s if getattr(r.s, stage, None) is not None else None)
+                    for stage in ("controls", "batch", "restarts") for r in [a.for_stage(stage)]}
+            out[name] = three_answers(a.gate_run.s, runs["controls"], runs["batch"], runs["restarts"], siblings,
+                                      own[name])
+        return out
+
+    @property
     def random_weights(self) -> bool:
         """Any run of this model served random weights (its signature says so): every page marks it."""
         return any(r.s.signature is not None and r.s.signature.model_random_weights

@@ -836,6 +836,7 @@ def rebuild(lines: list[Any], before: Any) -> ControlsResult | None:
 def recompute(result: ControlsResult, summary: Any = None) -> ControlsResult:
     """The elimination made again from the rows' answers with today's test and correction."""
     again = result.model_copy(deep=True)
+    again.alpha = ELIMINATION_ALPHA  # today's level, not the one the record was written with
     eliminate(again, getattr(summary, "gate", None))
     return again
 

@@ -69,13 +69,16 @@ def prompt_claim(p: GatePromptResult, arm: str, stage: str = "gate", configurati
     word = PATTERN_WORDS.get(p.pattern, p.pattern)
     if n < 2:
         word = "undetermined"
-    good = None if word == "undetermined" else d == 1
+    # more than one distinct answer is a fact whatever its pattern: not the same answer twice
+    good = None if n < 2 else d == 1
     ev = Evidence(n=n, unit="requests")
     if d == 1 and n >= 2:
         ev.bound, ev.test = unseen_share_bound(n), "n alike answers bound another answer's share (95%)"
     elif p.pattern == "cold-transient":
         ev.p, ev.test = p.cold_transient_p, "how often random order puts the odd answers on the first request"
     phrase = f"{d} distinct of {n}" + ("" if d == 1 or word == "undetermined" else f", {word}")
+    if p.errors:
+        phrase += f" ({p.errors} failed)"
     if d == 1 and n >= 2:
         bound = ev.bound
         text = (f"one answer in {n}" + (f": an answer more common than {bound:.0%} would likely have shown"

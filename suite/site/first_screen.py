@@ -1,0 +1,175 @@
+"""The first screen: for every arm, three short answers drawn from its claims (suite.claims).
+
+- *Same answer twice?* Per gate prompt, distinct answers of those answered, the pattern as a word,
+  and a request strip: one mark per request in order, coloured by which distinct answer it gave
+  (failed requests marked as failed), so that a cold-start transient, random order and a switch
+  look different at a glance.
+- *What changes it?* The credited cause and its strength in one phrase (a control that restores one
+  answer, with its Holm-adjusted p over the matrix), or "nothing tested changes it", or "not
+  tested"; the batch composition and the launches where those ran.
+- *What does the fix cost?* The crediting configuration's tokens/s and J/token against the default
+  (a control row's, or a sibling arm's where that arm's mode removes a batch effect this one shows).
+
+Each answer is a phrase and a colour; its reasoning (the claim's full sentence, test, family and
+caveats) is one click away on the page (`<details>`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from suite.analysis.claims import Claim
+from suite.claims import claims_of
+
+
+@dataclass
+class Strip:
+    """One gate prompt's requests in order: per request the rank of its distinct answer (0 = the
+    most common), or -1 where it failed."""
+
+    prompt: str
+    marks: list[int]
+    phrase: str  # "1 distinct of 20", "2 distinct of 20, cold-start transient"
+    good: bool | None
+    word: str
+    short: str = ""  # "2 of 20": the index's cell
+
+
+@dataclass
+class Answer:
+    """One of the three answers: a short phrase, its colour, and what is behind it."""
+
+    phrase: str
+    good: bool | None = None
+    details: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ThreeAnswers:
+    same: list[Strip]
+    same_answer: Answer
+    changes: Answer
+    cost: Answer
+    # Verdict texts the shown runs printed when they ended that today's statistics say otherwise
+    # (suite.claims): the card says so beside the answers.
+    recomputed: list[Any] = field(default_factory=list)
+
+
+def strips(summary: Any) -> list[Strip]:
+    """Each gate prompt's request strip and phrase, from the run's gate claims and answers."""
+    gate = getattr(summary, "gate", None)
+    if gate is None:
+        return []
+    claims = {c.prompt: c for c in claims_of_stage(summary, "gate")}
+    out: list[Strip] = []
+    for p in gate.prompts:
+        rank = {i: a.rank for a in p.answers for i in a.indices}
+        marks = [rank.get(i, -1) for i in range(max(p.requests, max(rank, default=-1) + 1))]
+        c = claims.get(p.prompt_id)
+        short = f"{p.distinct_answers} of {p.answered}" + (f" ({p.errors} failed)" if p.errors else "")
+        out.append(Strip(prompt=p.prompt_id, marks=marks, phrase=c.phrase if c else short,
+                         good=c.good if c else None, word=c.verdict if c else p.pattern, short=short))
+    return out
+
+
+def claims_of_stage(summary: Any, stage: str) -> list[Claim]:
+    return [c for c in claims_of(summary) if c.stage == stage]
+
+
+def _fmt_p(c: Claim) -> str:
+    p = c.evidence.p_adjusted if c.evidence.p_adjusted is not None else c.evidence.p
+    if p is None:
+        return ""
+    family = f", {c.family.text}" if c.family and c.family.text else ""
+    return f" (p = {p:.2g}{family})"
+
+
+def _cost_text(cost: dict[str, float]) -> str:
+    parts = []
+    if "tokens_per_s" in cost:
+        parts.append(f"{cost['tokens_per_s']:.2f}x the tokens/s")
+    if "j_per_token" in cost:
+        parts.append(f"{cost['j_per_token']:.2f}x the J/token")
+    return ", ".join(parts)
+
+
+def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None, restarts_run: Any | None,
+                  siblings: dict[str, Any] | None = None, own_figures: dict[str, float | None] | None = None) -> ThreeAnswers:
+    """The three answers of one arm, each from the run the page shows that stage from.
+
+    `siblings`: other arms of the model (name -> (their batch claim, their figures)), for the cost of
+    a mode that removes a batch effect; `own_figures`: this arm's tokens/s and J/token."""
+    same = strips(gate_run) if gate_run is not None else []
+    if not same:
+        same_answer = Answer("gate not run", None)
+    else:
+        varied = [s for s in same if s.good is False]
+        unknown = [s for s in same if s.good is None]
+        same_answer = Answer("no: " + "; ".join(f"{s.prompt} {s.phrase}" for s in varied) if varied else
+                             ("undetermined" if unknown else "yes, on every prompt"),
+                             False if varied else (None if unknown else True),
+                             [c.text for c in claims_of_stage(gate_run, "gate")])
+    causes: list[str] = []
+    details: list[str] = []
+    good: bool | None = None
+    cost = Answer("—", None)
+    elimination = next((c for c in claims_of_stage(controls_run, "controls") if c.kind == "elimination"), None) \
+        if controls_run is not None else None
+    batch = next(iter(claims_of_stage(batch_run, "batch")), None) if batch_run is not None else None
+    across = [c for c in claims_of_stage(restarts_run, "restarts") if c.kind == "across-launches"] \
+        if restarts_run is not None else []
+    if elimination is not None and elimination.verdict != "nothing to eliminate":
+        controls = [c for c in claims_of_stage(controls_run, "controls") if c.kind == "control"]
+        restoring = [c for c in controls if c.verdict == "restores one answer"]
+        if restoring:
+            causes.extend(f"{c.configuration} restores one answer{_fmt_p(c)}" for c in restoring)
+            good = True
+            text = _cost_text(restoring[0].cost)
+            cost = Answer(f"{restoring[0].configuration}: {text}" if text else
+                          f"{restoring[0].configuration}: not measured on the same requests", None,
+                          [f"{c.configuration}: {_cost_text(c.cost) or 'no ratio'}" for c in restoring])
+        else:
+            near = [c for c in controls if c.verdict.startswith("passes alone")]
+            causes.append(f"nothing of {len(controls)} control{'s' if len(controls) != 1 else ''} tested restores it"
+                          + (f" ({', '.join(c.configuration for c in near)} only without the correction)" if near else ""))
+            good = False
+        details.append(elimination.text)
+    elif same_answer.good is False:
+        causes.append("not tested (no control matrix ran)")
+    if batch is not None:
+        causes.append(f"its batch: {batch.verdict} ({batch.phrase})")
+        details.append(batch.text)
+        if batch.good is False:
+            good = False if good is None else good
+            for name, (their_batch, figures) in (siblings or {}).items():
+                if their_batch is not None and their_batch.good is True and own_figures:
+                    ratio = {k: figures[k] / own_figures[k] for k in ("tokens_per_s", "j_per_token")
+                             if figures.get(k) and own_figures.get(k)}
+                    text = _cost_text(ratio)
+                    cost = Answer(f"{name}: {text}" if text else f"{name}: figures not measured", None,
+                                  [f"{name} gives the same answer in every batch ({their_batch.phrase})"])
+                    break
+    differ = [c for c in across if c.verdict == "differ"]
+    if differ:
+        causes.append(f"a restart: launches differ on {', '.join(c.prompt or '' for c in differ)}{_fmt_p(differ[0])}")
+        details.extend(c.text for c in differ)
+        good = False
+    if not causes:
+        causes.append("nothing varied" if same_answer.good else "not tested")
+    if same_answer.good and batch is None and not differ:
+        good = None
+    if cost.phrase == "—" and same_answer.good and batch is None:
+        cost = Answer("nothing to fix", None)
+    seen: set[tuple[str, str, str]] = set()
+    notes = []
+    for run in (gate_run, controls_run, batch_run, restarts_run):
+        for r in getattr(run, "recomputed", None) or []:
+            key = (getattr(run, "run_id", ""), r.stage, r.field)
+            # restarts' own "verdict" joins its within and across texts, listed on their own
+            if key not in seen and not (r.stage == "restarts" and r.field.endswith("verdict") and
+                                        not r.field.endswith(("within_verdict", "across_verdict"))):
+                seen.add(key)
+                notes.append(r)
+    return ThreeAnswers(same=same, same_answer=same_answer, changes=Answer("; ".join(causes), good, details), cost=cost,
+                        recomputed=notes)

@@ -1,0 +1,91 @@
+"""Verdicts are claims computed from the records whenever they are read: a changed statistic reaches
+an old record's pages and export, and the page says where the run printed otherwise when it ended."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from suite.analysis.claims import Claim
+from suite.claims import claims_of
+from suite.records import load_all
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+CREDITED = EXAMPLES / "gpu-vllm-results" / "random-qwen3" / "vllm-gpu" / "20261202T064915975939Z-c74c0352"
+
+
+@pytest.fixture
+def old_record(tmp_path: Path) -> Path:
+    """A record a run wrote before today's code: prefix caching off credited over 3 launches a row
+    (3 of 3 default launches with the transient against 0 of 3, p = 0.05), one control tested."""
+    results = tmp_path / "results"
+    dest = results / "random-qwen3" / "vllm-gpu" / CREDITED.name
+    shutil.copytree(CREDITED, dest)
+    return results
+
+
+def _page_and_claims(results: Path, out: Path) -> tuple[str, pl.DataFrame]:
+    from suite.export import export_tables
+    from suite.site.publish import build_site
+
+    build_site(results, out / "site")
+    export_tables(results, "parquet", out / "export")
+    page = (out / "site" / "models" / "random-qwen3.html").read_text()
+    return page, pl.read_parquet(out / "export" / "claims.parquet")
+
+
+def test_a_changed_threshold_reaches_an_old_records_page_and_export(old_record: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import suite.stages.controls as controls
+
+    page, claims = _page_and_claims(old_record, tmp_path / "today")
+    elimination = claims.filter(pl.col("kind") == "elimination").row(0, named=True)
+    assert elimination["verdict"] == "prefix-caching-off restores one answer" and not elimination["recomputed"]
+    assert "prefix-caching-off restores one answer" in page and "read otherwise when the run ended" not in page
+
+    # the same record, read by code whose elimination asks for a stronger test
+    monkeypatch.setattr(controls, "ELIMINATION_ALPHA", 0.01)
+    page, claims = _page_and_claims(old_record, tmp_path / "stricter")
+    elimination = claims.filter(pl.col("kind") == "elimination").row(0, named=True)
+    assert elimination["verdict"] == "nothing tested restores one answer" and elimination["recomputed"]
+    assert "prefix-caching-off restores one answer" not in page
+    # the page says what the run printed then, with the version that wrote the record
+    assert "1 verdict read otherwise when the run ended" in page
+    assert "as printed when the run ended by suite 0.1.0" in page
+    assert "bring(s) document-4k back to one answer" in page  # the text as printed then, quoted
+
+
+def test_no_stored_sentence_is_the_source_of_a_verdict(old_record: Path) -> None:
+    """A record whose stored elimination text says something else entirely still gets the verdict its
+    rows give: the stored text is read for the 'as printed then' note alone."""
+    import json
+
+    summary_path = next(old_record.glob("*/*/*/summary.json"))
+    data = json.loads(summary_path.read_text())
+    data["controls"]["elimination"] = "eager brings everything back (a sentence no test gave)"
+    data["controls"]["restoring"] = ["eager"]
+    summary_path.write_text(json.dumps(data))
+    (run,) = load_all(old_record)
+    assert run.controls.restoring == ["prefix-caching-off"]
+    assert "eager" not in run.controls.elimination
+    (note,) = [n for n in run.recomputed if n.stage == "controls"]
+    assert note.then.startswith("eager brings everything back") and not note.kept
+
+
+def test_every_stage_claim_names_its_n_and_its_family() -> None:
+    runs = load_all(EXAMPLES / "cpu-results")
+    claims: list[Claim] = [c for s in runs for c in claims_of(s)]
+    assert {c.stage for c in claims} >= {"gate", "restarts", "controls"}
+    for c in claims:
+        assert c.arm and c.verdict and c.phrase
+        if c.kind in ("gate", "across-launches", "within-launches"):
+            assert c.evidence.n is not None and c.evidence.unit
+    llamacpp = [c for c in claims if c.arm == "llamacpp"]
+    (elimination,) = [c for c in llamacpp if c.kind == "elimination"]
+    # three controls tested at the launch unit: Holm over them, named with the claim
+    assert elimination.family is not None and elimination.family.size == 3 and elimination.family.correction == "Holm"
+    cut = [c for c in llamacpp if c.kind == "across-launches"]
+    assert cut and all(any("cut at max_tokens" in x for x in c.caveats) for c in cut)
