@@ -180,14 +180,17 @@ def test_gpu_vllm_example_tree_eliminates_the_prefix_cache_transient_over_launch
     assert "in 0 of 3 launches against 3 of 3 at default" in text and "p = 0.05 <= 0.05" in text
     page = _model_page(root, tmp_path, "random-qwen3")
     assert "prefix-caching-off bring(s) document-4k back to one answer" in page
-    # the first screen's one line for the arm is its newest run's (the fresh-caches restarts of
-    # 2026-12-02 11:56, whose gate sent 5 requests a prompt): its gate and its own controls, none
-    # there; the elimination stays on the model page, beside the gate it was tested against
+    # the first screen: the arm's gate is its newest run's (the fresh-caches restarts of 2026-12-02
+    # 11:56, whose gate sent 5 requests a prompt: 2 of 5 on document-4k, too few to call the first
+    # answer a transient), and what changes it is the newest control matrix's finding, with its p
+    # (one control tested: no family to correct for)
     index = (tmp_path / "site" / "index.html").read_text()
-    assert ("varies: document-4k: 2 answers of 5, only the first request after the start differs (1 of 5); "
-            "the 4 after agree; but at 5 answers random order puts the odd answer(s) there 20% of the time: "
-            "not enough to call it a cold-start transient (20 answers would tell)</") in index
-    assert "back to one answer: the first answer alone differed" not in index
+    qwen = index[index.index('id="model-random-qwen3"'):]
+    row = qwen[qwen.index('<tr class="arm-row" data-arm="vllm-gpu">'):]
+    row = row[:row.index("</tr>")]
+    assert "no</b>" in row and "2 of 5" in row
+    assert "prefix-caching-off restores one answer (p = 0.05)" in row
+    assert "0.75x the J/token" in row  # the row's J/token against the default row's, same requests
 
 
 def test_gpu_vllm_example_tree_compares_the_tiny_models_gpu_and_cpu_answers() -> None:
@@ -260,10 +263,10 @@ def test_the_first_screen_keeps_an_arms_gate_when_a_study_ran_after_it(tmp_path:
     row = index[index.index('<tr class="arm-row" data-arm="vllm-gpu">'):]
     row = row[:row.index('<tr class="arm-row"', 10)]
     assert '<span class="distinct ok">1 of 200</span>' in row and "gate not run" not in row
-    assert "the same answer every time: 1 answer per prompt (200 of 200 on each of 1 prompt)" in row
+    assert "yes</b>" in row and "1 distinct of 200" in row
     gate_run = next(s for s in load_all(root) if s.model == "random-llama-1b" and s.arm == "vllm-gpu"
                     and s.gate is not None)
-    assert f"(the gate of run <a href=\"runs/{gate_run.run_id}-vllm-gpu.html\">{gate_run.run_id}</a>, incomplete;" in row
+    assert f"(gate of run <a href=\"runs/{gate_run.run_id}-vllm-gpu.html\">{gate_run.run_id[-8:]}</a>, incomplete)" in row
 
 
 def test_gpu_vllm_example_tree_humming_matrix_resumed_after_its_cut(tmp_path: Path) -> None:

@@ -26,8 +26,8 @@ def read(path: Path) -> pl.DataFrame:
 def test_export_tables(tmp_path: Path, fmt: str) -> None:
     paths = export_tables(GOLDEN, fmt, tmp_path)
     names = {p.stem for p in paths}
-    assert names == {"runs", "gate", "controls", "restarts", "sessions", "latency", "extraction_sections", "watchdog",
-                     "requests"}
+    assert names == {"runs", "claims", "gate", "controls", "restarts", "sessions", "latency", "extraction_sections",
+                     "watchdog", "requests"}
     assert all(p.suffix == f".{fmt}" for p in paths)
     tables = {p.stem: read(p) for p in paths}
     summaries = load_all(GOLDEN)
