@@ -179,16 +179,20 @@ class MemorySeries:
     """One arm's watchdog timeline: sample times (s), readings by metric (bytes), the trip if any."""
 
     def __init__(self, arm: str, t_s: list[float], metrics: dict[str, list[float | None]],
-                 trip_t_s: float | None = None, threshold_bytes: float | None = None):
+                 trip_t_s: float | None = None, threshold_bytes: float | None = None,
+                 launch: list[int] | None = None):
         self.arm = arm
         self.t_s = t_s
         self.metrics = metrics
         self.trip_t_s = trip_t_s
         self.threshold_bytes = threshold_bytes
+        self.launch = launch if launch is not None else [0] * len(t_s)  # per sample, its launch
 
     def rows(self) -> list[dict[str, Any]]:
-        return [{"t": t, "reading": name, "gib": v / 2**30}
-                for name, values in self.metrics.items() for t, v in zip(self.t_s, values) if v is not None]
+        """One row per sample and reading, with its launch: each launch's line is drawn apart."""
+        return [{"t": t, "reading": name, "gib": v / 2**30, "launch": k}
+                for name, values in self.metrics.items() for t, v, k in zip(self.t_s, values, self.launch)
+                if v is not None]
 
 
 def memory_timelines(series: list[MemorySeries], width: int = 1180) -> str | None:
@@ -217,7 +221,8 @@ def _memory_spec(layout: tuple[tuple[str, bool, bool], ...], width: int) -> str:
             alt.Chart(alt.Data(name=f"mem{i}")).mark_line(interpolate="step-after", strokeWidth=1.5).encode(
                 x=alt.X("t:Q", title="time since the watchdog started (s)"),
                 y=alt.Y("gib:Q", title="memory (GiB)"),
-                color=alt.Color("reading:N", title="reading"))]
+                color=alt.Color("reading:N", title="reading"),
+                detail=alt.Detail("launch:N"))]
         if limit:
             layers.append(alt.Chart(alt.Data(name=f"limit{i}")).mark_rule(color=TRIP, strokeDash=[4, 3])
                           .encode(y="gib:Q"))
@@ -225,4 +230,4 @@ def _memory_spec(layout: tuple[tuple[str, bool, bool], ...], width: int) -> str:
             layers.append(alt.Chart(alt.Data(name=f"trip{i}")).mark_rule(color=TRIP).encode(x="t:Q"))
         panels.append(alt.layer(*layers).properties(title=arm, width=panel_width, height=HEIGHT))
     return spec_of(alt.hconcat(*panels).resolve_scale(y="shared").properties(title=alt.TitleParams(
-        text="Memory timeline per arm", subtitle="watchdog samples (GiB) of every launch of the arm (restarts, sessions and control rows after the main one, on one time axis); red: trip threshold and trip time")))
+        text="Memory timeline per arm", subtitle="watchdog samples (GiB) of every launch of the arm (restarts, sessions and control rows after the main one, on one time axis), one line per launch, never joined across launches; red: trip threshold and trip time")))

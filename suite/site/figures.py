@@ -589,6 +589,10 @@ class MemoryLine:
     trip_t_s: float | None
     threshold_bytes: float | None
     launches: int  # how many launches the line covers
+    # per sample, which launch it belongs to (0 = the first to start): the chart draws each launch's
+    # line apart, never joined across launches (two launches that overlap stay two lines)
+    launch: list[int] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)  # per launch, in the order they started
 
 
 def memory_line(s: Any) -> MemoryLine:
@@ -602,15 +606,19 @@ def memory_line(s: Any) -> MemoryLine:
     t_s: list[float] = []
     metrics: dict[str, list[float | None]] = {k: [] for k in keys}
     trip_t = threshold = None
-    for _, r in sorted(reports, key=lambda x: x[1].started_unix):
+    launch: list[int] = []
+    labels: list[str] = []
+    for i, (label, r) in enumerate(sorted(reports, key=lambda x: x[1].started_unix)):
         offset = r.started_unix - t0
         t_s.extend(offset + t for t in r.timeline.t_s)
+        launch.extend([i] * len(r.timeline.t_s))
+        labels.append(label)
         for k in keys:
             values = r.timeline.metrics.get(k)
             metrics[k].extend(values if values is not None else [None] * len(r.timeline.t_s))
         if r.trip is not None and trip_t is None:
             trip_t, threshold = offset + r.trip.t_s, r.trip.threshold_bytes
-    return MemoryLine(t_s, metrics, trip_t, threshold, len(reports))
+    return MemoryLine(t_s, metrics, trip_t, threshold, len(reports), launch, labels)
 
 
 def watchdog_view(wd: WatchdogReport | None) -> dict[str, Any] | None:

@@ -329,7 +329,7 @@ def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None
     for r in model.current:
         line = memory_line(r.s)
         series.append(charts.MemorySeries(r.s.arm, line.t_s, line.metrics, trip_t_s=line.trip_t_s,
-                                          threshold_bytes=line.threshold_bytes))
+                                          threshold_bytes=line.threshold_bytes, launch=line.launch))
     memory_svg = site.chart(charts.memory_timelines, series)
     sweep_svg = site.chart(charts.concurrency_sweep, {r.s.arm: latency_sweep(r.s.latency) for r in runs})
 
