@@ -867,6 +867,8 @@ def claims(result: ControlsResult, summary: Any) -> list[Claim]:
     for r in tried:
         if r.status != "ok":
             verdict, good = r.status, None
+        elif r.answered and not any(r.answered.values()):
+            verdict, good = "every request failed", None
         elif r.configuration in result.restoring:
             verdict, good = "restores one answer", True
         elif r.tests and all(t.credited for t in r.tests):

@@ -38,7 +38,11 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
     rows = []
     for r in c.rows:
         cut = truncation_by_prompt(r.gate)
+        failed = {gp.prompt_id: gp for gp in (r.gate.prompts if r.gate else [])}
         cells = [None if pid not in r.distinct else {
+            "errors": failed[pid].errors if pid in failed else 0,
+            "error": failed[pid].error_messages[0] if pid in failed and failed[pid].error_messages else None,
+            "requests": failed[pid].requests if pid in failed else None,
             "distinct": r.distinct[pid], "answered": r.answered.get(pid), "lengths": r.lengths.get(pid),
             "truncated": cut.get(pid, (None, None))[0], "max_tokens": cut.get(pid, (None, None))[1],
             # a transient's row: launches whose first answer alone differed, of the launches run

@@ -565,3 +565,27 @@ def test_six_controls_of_no_effect_credit_none_beyond_the_family_level():
     assert p is not None and 0.05 / 6 < p <= 0.05
     assert result.restoring == [] and result.family == 6
     assert "not over the 6 controls" in result.elimination or "no control of the 6" in result.elimination
+
+
+def test_a_control_row_whose_requests_all_failed_shows_failed_with_its_error():
+    """A control row's prompt whose every request failed (context size exceeded) is failed, with the
+    runtime's error, on the page and in its claim: never "0 of 0" beside a green note."""
+    from suite.analysis.repro import Sample, analyse
+    from suite.stages.controls import claims, eliminate, row_from_gate
+    from suite.stages.controls.view import controls_view
+    from suite.stages.repeat import GatePromptResult, GateResult
+
+    failed = [Sample(index=i, error="HTTP 500: context size exceeded") for i in range(20)]
+    p = GatePromptResult.from_analysis(analyse(failed), prompt_id="long-open", max_tokens=8,
+                                       error_messages=["HTTP 500: context size exceeded"])
+    gate = GateResult(label="eager", n_requests=20, seed=42, temperature=0.0, logprobs=False, prompts=[p],
+                      reproducible=None, verdict="", wall_s=1.0, http_s=1.0)
+    result = _matrix(7, 0, 20)
+    result.rows[1] = row_from_gate(ControlRow(configuration="enforce-eager", status="ok"), gate)
+    eliminate(result, _gate_with(7, 20))
+    assert result.restoring == []
+    view = controls_view(result, ["long-open"])
+    (cell,) = view["by_conf"]["enforce-eager"]["cells"]
+    assert cell["answered"] == 0 and cell["errors"] == 20 and "context size exceeded" in cell["error"]
+    (claim,) = [c for c in claims(result, None) if c.configuration == "enforce-eager"]
+    assert claim.verdict == "every request failed" and claim.good is None
