@@ -15,6 +15,7 @@ the export's claims table render.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from suite.analysis.claims import Claim, Recomputed
@@ -40,8 +41,10 @@ def verdict_key(result: Any) -> tuple[Any, ...]:
 def written_by(summary: Any) -> str:
     """'suite 0.1.0' (with its commit where the record keeps one)."""
     sig = getattr(summary, "signature", None)
-    version = getattr(sig, "suite_version", None) or "an unknown version"
+    version = getattr(sig, "suite_version", None)
     commit = getattr(sig, "suite_commit", None) or getattr(summary, "suite_commit", None)
+    if version is None:
+        return "an unknown suite version (the record has no signature)"
     return f"suite {version}" + (f" ({str(commit)[:12]})" if commit else "")
 
 
@@ -79,6 +82,42 @@ def recompute_verdicts(summary: Any) -> Any:
         setattr(summary, name, again)
     summary.recomputed = notes
     return summary
+
+
+LOG_TAIL_BYTES = 1 << 20  # how much of a failed runtime's log is read again for its error line
+
+
+def refresh_failure(summary: Any, run_dir: Path) -> None:
+    """A failed runtime's cause read again from its own log with today's rules (a traceback's
+    source line such as `raise RuntimeError(` never stands for the cause; the engine's error line
+    does), where the record keeps the log; the line the run printed then is kept for the note."""
+    from suite.launchers.base import find_error_line
+
+    failure = getattr(summary, "failure", None)
+    if failure is None or not failure.log_file:
+        return
+    log_path = run_dir / failure.log_file
+    try:
+        if log_path.is_symlink() or not log_path.is_file():
+            return
+        with log_path.open("rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - LOG_TAIL_BYTES))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return
+    from suite.secrets import scrub
+
+    line = find_error_line(text)
+    now = scrub(line) if line else None
+    if now is None or now == failure.error_line:
+        return
+    then = failure.error_line or "(none)"
+    if summary.reason and failure.error_line and failure.error_line in summary.reason:
+        summary.reason = summary.reason.replace(failure.error_line, now)
+    failure.error_line = now
+    summary.recomputed.append(Recomputed(stage="failure", field="error_line", then=then, now=now,
+                                         written_by=written_by(summary)))
 
 
 def claims_of(summary: Any) -> list[Claim]:

@@ -150,15 +150,17 @@ def cache_state(paths: dict[str, Path], limit: int = 10_000) -> dict[str, CacheS
     return out
 
 
-def command_version(command: list[str], env: dict[str, str] | None = None) -> str | None:
-    """First non-empty output line of a version command, or None (`env`: its whole environment)."""
+def command_version(command: list[str], env: dict[str, str] | None = None, limit: int = 200) -> str | None:
+    """First non-empty output line of a version command, or None (`env`: its whole environment), cut
+    at `limit` characters (None: whole, as a feature line must be: two arms sharing one build must
+    read alike)."""
     try:
         out = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return None
     for line in (out.stdout + "\n" + out.stderr).splitlines():
         if line.strip():
-            return line.strip()[:200]
+            return line.strip()[:limit] if limit is not None else line.strip()
     return None
 
 

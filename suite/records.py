@@ -40,7 +40,7 @@ from suite.paths import FILE_MODE
 from suite.signature import Signature
 from suite.secrets import scrub
 from suite.stages import STAGES, with_stage_settings
-from suite.claims import recompute_verdicts
+from suite.claims import recompute_verdicts, refresh_failure
 from suite.analysis.claims import Recomputed
 
 log = logging.getLogger(__name__)
@@ -564,7 +564,9 @@ def load_summary(path: Path, problems: list[str] | None = None) -> Summary:
         raise _invalid(path, exc) from None
     for key, result in stages.items():
         setattr(summary, key, result)
-    return recompute_verdicts(summary)
+    recompute_verdicts(summary)
+    refresh_failure(summary, path.parent)
+    return summary
 
 
 def read_manifest(run_dir: Path) -> RunManifest:
@@ -619,7 +621,9 @@ def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summ
             lines = read_requests(run_dir, stage.exported_requests or (name,))
             if lines:
                 setattr(summary, name, stage.rebuild(lines, summary))
-    return recompute_verdicts(summary)
+    recompute_verdicts(summary)
+    refresh_failure(summary, run_dir)
+    return summary
 
 
 def iter_run_dirs(results: Path) -> list[Path]:

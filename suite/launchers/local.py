@@ -599,7 +599,7 @@ class LocalLauncher(Launcher):
         local = runtime.local
         if local and local.features_command:
             prefix = install_prefix(runtime)
-            line = command_version([p.format(prefix=prefix) for p in local.features_command])
+            line = command_version([p.format(prefix=prefix) for p in local.features_command], limit=None)
             if line:
                 return line
         return super().features(runtime, rt)

@@ -478,7 +478,7 @@ class ModelRuns:
             runs = {stage: (r.s if getattr(r.s, stage, None) is not None else None)
                     for stage in ("controls", "batch", "restarts") for r in [a.for_stage(stage)]}
             out[name] = three_answers(a.gate_run.s, runs["controls"], runs["batch"], runs["restarts"], siblings,
-                                      own[name])
+                                      own[name], current=a.current.s)
         return out
 
     @property

@@ -95,7 +95,8 @@ def _cost_text(cost: dict[str, float]) -> str:
 
 
 def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None, restarts_run: Any | None,
-                  siblings: dict[str, Any] | None = None, own_figures: dict[str, float | None] | None = None) -> ThreeAnswers:
+                  siblings: dict[str, Any] | None = None, own_figures: dict[str, float | None] | None = None,
+                  current: Any | None = None) -> ThreeAnswers:
     """The three answers of one arm, each from the run the page shows that stage from.
 
     `siblings`: other arms of the model (name -> (their batch claim, their figures)), for the cost of
@@ -163,7 +164,7 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
         cost = Answer("nothing to fix", None)
     seen: set[tuple[str, str, str]] = set()
     notes = []
-    for run in (gate_run, controls_run, batch_run, restarts_run):
+    for run in (current, gate_run, controls_run, batch_run, restarts_run):
         for r in getattr(run, "recomputed", None) or []:
             key = (getattr(run, "run_id", ""), r.stage, r.field)
             # restarts' own "verdict" joins its within and across texts, listed on their own

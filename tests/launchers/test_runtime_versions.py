@@ -287,3 +287,17 @@ def test_live_bench_of_two_releases(tmp_path: Path) -> None:
     assert (old.runtime_pin, new.runtime_pin) == ("0.3.30", "0.3.36")
     assert "0.3.30" in (old.runtime_version or "") and "0.3.36" in (new.runtime_version or "")
     assert "llamacpp@0.3.30/bin/llama-server" in old.command[0] and "llamacpp@" not in new.command[0]
+
+
+def test_a_feature_line_is_kept_whole() -> None:
+    """llama-server's CPU feature line runs past 200 characters: cut, two arms sharing one build read
+    as different builds. A version line stays bounded; a feature line is whole."""
+    import sys
+
+    from suite.probes import command_version
+
+    line = "CPU : " + " | ".join(f"FEATURE_{i} = 1" for i in range(30))
+    cmd = [sys.executable, "-c", f"print({line!r})"]
+    assert len(line) > 200
+    assert command_version(cmd, limit=None) == line
+    assert command_version(cmd) == line[:200]

@@ -89,3 +89,18 @@ def test_every_stage_claim_names_its_n_and_its_family() -> None:
     assert elimination.family is not None and elimination.family.size == 3 and elimination.family.correction == "Holm"
     cut = [c for c in llamacpp if c.kind == "across-launches"]
     assert cut and all(any("cut at max_tokens" in x for x in c.caveats) for c in cut)
+
+
+def test_a_crash_is_named_by_the_engines_error_line_read_again_from_its_log() -> None:
+    """An old HUMMING failure's record quoted a traceback's source line (`raise RuntimeError(`); its
+    log, kept with the record, says the engine's TypeError: that is the cause every page now shows,
+    with what the run printed then beside it."""
+    from suite.records import load_summary
+
+    run = EXAMPLES / "gpu-vllm-results" / "random-llama-1b" / "vllm-gpu-humming-w4a16" / "20261202T010024384089Z-nosig"
+    s = load_summary(run / "summary.json")
+    assert s.failure.error_line.endswith("TypeError: quantize_weight() got an unexpected keyword argument "
+                                         "'has_global_scale'")
+    assert "raise RuntimeError(" not in s.reason
+    (note,) = [n for n in s.recomputed if n.stage == "failure"]
+    assert note.then.endswith("raise RuntimeError(") and "no signature" in note.written_by
