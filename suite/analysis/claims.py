@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 ClaimKind = Literal["gate", "within-launches", "across-launches", "control", "elimination", "batch", "sessions",
                     "paired", "extraction", "compare"]
-Correction = Literal["none", "Holm", "Bonferroni", "intersection-union"]
+Correction = Literal["none", "Holm", "Bonferroni", "intersection-union", "closed testing (Fisher)"]
 
 
 class Family(BaseModel):

@@ -178,3 +178,27 @@ def test_sign_test_on_known_splits():
     assert stats.sign_test_p(3, 0) == pytest.approx(0.25)
     assert stats.sign_test_p(6, 0) == pytest.approx(2 / 64)
     assert stats.sign_test_p(5, 5) == 1.0
+
+
+def test_closed_testing_by_fishers_combination():
+    assert stats.fisher_combined_p([0.05]) == pytest.approx(0.05)
+    assert stats.fisher_combined_p([0.05, 0.05]) == pytest.approx(0.0175, abs=5e-4)
+    # three prompts each showing the transient at p = 0.05: each holds over the family
+    assert stats.closed_fisher([0.05, 0.05, 0.05]) == [True, True, True]
+    # one of three at p = 0.05, the others not of that shape: not over the family
+    assert stats.closed_fisher([0.05, 1.0, 1.0]) == [False, False, False]
+    assert stats.closed_fisher([0.001, 1.0, 1.0]) == [True, False, False]
+
+
+def test_closed_fisher_holds_the_family_level_under_random_order():
+    """Three prompts of 20 answers, each with one odd answer placed at random: a transient (the odd
+    answer first) on some prompt by chance, at most 5 % of the time over the family."""
+    import random
+
+    rng = random.Random(1)
+    false = 0
+    runs = 20000
+    for _ in range(runs):
+        ps = [0.05 if rng.randrange(20) == 0 else 1.0 for _ in range(3)]
+        false += any(stats.closed_fisher(ps))
+    assert false / runs <= 0.05

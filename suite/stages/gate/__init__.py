@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from suite.analysis.claims import Claim, Evidence, caveat_cut, caveat_failed, run_caveats
-from suite.analysis.repro import unseen_share_bound
+from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, caveat_failed, run_caveats
+from suite.analysis.repro import ALPHA, unseen_share_bound
+from suite.analysis.stats import closed_fisher
 from suite.stages.base import ExportTable, Stage
 from suite.stages.lines import AnswerLine
 from suite.stages.repeat import (GatePromptResult, GateResult, concurrency_of, death_reason_of, logprobs_for,
@@ -93,9 +94,27 @@ def prompt_claim(p: GatePromptResult, arm: str, stage: str = "gate", configurati
 
 
 def claims(result: GateResult, summary: Any) -> list[Claim]:
-    """Per gate prompt: distinct answers of those answered, the pattern, and its bound or test."""
+    """Per gate prompt: distinct answers of those answered, the pattern, and its bound or test.
+
+    "Cold-start transient" is one family over the prompts that varied: each prompt's test (how often
+    random order puts its odd answers on its first request) must hold in the closed testing
+    procedure over them (every subset containing it, by Fisher's combination, at 5 %): with three
+    prompts varying in random order, naming a transient on some prompt by chance stays within 5 %.
+    A lone first-request difference among varying prompts is "first request differs", not a transient."""
     arm, extra = getattr(summary, "arm", ""), run_caveats(summary, "gate")
     out = [prompt_claim(p, arm) for p in result.prompts]
+    varied = [(c, p) for c, p in zip(out, result.prompts) if p.distinct_answers > 1 and p.answered >= 2]
+    if len(varied) > 1:
+        ps = [p.cold_transient_p if p.pattern == "cold-transient" and p.cold_transient_p is not None else 1.0
+              for _, p in varied]
+        held = closed_fisher(ps, ALPHA)
+        family = Family(name="varying prompts of the gate", size=len(varied), correction="closed testing (Fisher)")
+        for (c, p), ok in zip(varied, held):
+            c.family = family
+            if p.pattern == "cold-transient" and not ok:
+                c.verdict = "first request differs"
+                c.phrase = f"{p.distinct_answers} distinct of {p.answered}, first request differs"
+                c.caveats.append(f"too few to call it a cold-start transient over the {len(varied)} varying prompts")
     for c in out:
         c.run_id, c.caveats = getattr(summary, "run_id", ""), c.caveats + extra
     return out
