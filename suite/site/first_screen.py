@@ -135,6 +135,8 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
             causes.append(f"nothing of {len(controls)} control{'s' if len(controls) != 1 else ''} tested restores it"
                           + (f" ({', '.join(c.configuration for c in near)} only without the correction)" if near else ""))
             good = False
+            cost = Answer("no fix shown" + (f"; {near[0].configuration} would cost {_cost_text(near[0].cost)}"
+                                            if near and _cost_text(near[0].cost) else ""), None)
         details.append(elimination.text)
     elif same_answer.good is False:
         causes.append("not tested (no control matrix ran)")
