@@ -71,7 +71,7 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
         row["line"] = control_row_line(row)
     return {"prompts": prompts, "rows": rows, "n": c.n_requests, "launches": c.launches_per_row,
             "elimination": c.elimination, "interrupted": c.interrupted,
-            "automatic": c.automatic, "restoring": c.restoring, "spread_prompts": c.spread_prompts,
+            "automatic": c.automatic, "restoring": c.restoring, "spread_prompts": c.spread_prompts, "family": c.family,
             "by_conf": {row["configuration"]: row for row in rows}, "lora": c.lora}
 
 

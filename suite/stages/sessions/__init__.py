@@ -33,7 +33,8 @@ from suite.stages.base import ExportTable, FreshLaunch, SectionTemplate, Stage
 from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
-from suite.analysis.repro import (RunsAnalysis, Sample, alike_launches_text, analyse_launches, analyse_runs,
+from suite.analysis.claims import Claim, Evidence, caveat_cut, run_caveats
+from suite.analysis.repro import (RunsAnalysis, Sample, alike_bound, alike_launches_text, analyse_launches, analyse_runs,
                                   answer_key)
 from suite.stages.repeat import GateResult, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
 
@@ -347,6 +348,35 @@ def export_rows(result: SessionsResult) -> list[dict[str, Any]]:
     return rows
 
 
+def claims(result: SessionsResult, summary: Any) -> list[Claim]:
+    """Per configuration (base, adapter): distinct output hashes over the runs, resampled over sessions
+    (the study's unit): the identical-runs agreement across sessions with its interval, or what alike
+    sessions bound."""
+    arm, run_id, extra = getattr(summary, "arm", ""), getattr(summary, "run_id", ""), run_caveats(summary, "sessions")
+    out: list[Claim] = []
+    for c in result.configurations:
+        r = c.runs
+        if c.status != "ok" or r is None:
+            continue
+        same = r.agreement("identical runs")
+        alike = r.distinct_runs == 1 and r.runs > 0
+        out.append(Claim(stage="sessions", kind="sessions", arm=arm, run_id=run_id, configuration=c.label,
+                         verdict="one output hash" if alike else f"{r.distinct_runs} output hashes",
+                         good=alike if r.runs else None,
+                         counts={"sessions": r.sessions, "runs": r.runs, "distinct_runs": r.distinct_runs,
+                                 "truncated": r.truncated, "incomplete_runs": r.incomplete_runs},
+                         evidence=Evidence(test="agreement of runs across sessions (jackknife over sessions)",
+                                           n=r.sessions, unit="sessions",
+                                           interval=same.across_ci95 if same else None,
+                                           level=0.95 if same and same.across_ci95 else None,
+                                           bound=alike_bound(r.sessions) if alike else None),
+                         caveats=caveat_cut(r.truncated, r.runs * r.items) + extra,
+                         phrase=f"{c.label}: {r.distinct_runs} distinct output hash{'es' if r.distinct_runs != 1 else ''} "
+                                f"in {r.runs} runs of {r.sessions} sessions",
+                         text=c.line))
+    return out
+
+
 STAGE = Stage(name="sessions", result=SessionsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
               summary="K server processes x R replicates (study 2), base and adapter",
               inputs=lambda p: select_prompts(p.gate_prompts),
@@ -355,5 +385,5 @@ STAGE = Stage(name="sessions", result=SessionsResult, run=run, lines=(AnswerLine
               profile_keys={"sessions": "sessions", "replicates": "replicates", "sessions_lora": "lora"},
               # its request lines are many (K x R passes over the prompt set): not in the requests table
               tables=(ExportTable("sessions", export_rows),),
-              page_title="sessions",
+              page_title="sessions", claims=claims,
               section=SectionTemplate("section.html", "suite.stages.sessions.view:page", slot="causes", order=3))
