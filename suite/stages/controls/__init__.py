@@ -717,6 +717,14 @@ def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
            f"matrix ({family})")
     if result.restoring:
         lines = "; ".join(t.text for r in tried if r.configuration in result.restoring for t in r.tests)
+        for r in tried:
+            if r.configuration not in result.restoring:
+                continue
+            cut = truncation_by_prompt(r.gate)
+            capped = [pid for pid in spread if pid in cut and cut[pid][0] and cut[pid][0] >= r.answered.get(pid, 0)]
+            if capped:
+                tail = (f"; up to the cap: every answer of {r.configuration} on {', '.join(capped)} was cut at "
+                        f"{cut[capped[0]][1]} tokens, answers may differ past it") + tail
         adj = ", ".join(f"{r.configuration} p = {r.p_adjusted:.2g}" for r in tried
                         if r.configuration in result.restoring and r.p_adjusted is not None)
         result.elimination = (f"{', '.join(result.restoring)} bring(s) {', '.join(spread)} back to one answer "
@@ -883,7 +891,11 @@ def claims(result: ControlsResult, summary: Any) -> list[Claim]:
                          counts={"answered": sum(r.answered.values()), "launches": r.launches},
                          evidence=Evidence(test="one-sided Fisher's exact test against the default row", n=cut or None,
                                            unit=unit, p=r.p_value, p_adjusted=r.p_adjusted),
-                         family=family, cost=row_costs(r, default), caveats=list(extra),
+                         family=family, cost=row_costs(r, default),
+                         caveats=[f"every answer on {pid} cut at {cap} tokens: answers may differ past the cap"
+                                  for pid, (n_cut, cap) in truncation_by_prompt(r.gate).items()
+                                  if pid in result.spread_prompts and n_cut and n_cut >= r.answered.get(pid, 0)]
+                         + list(extra),
                          phrase=f"{r.configuration}: {verdict}",
                          text="; ".join(t.text for t in r.tests) or (r.reason or verdict)))
     if not result.spread_prompts:
