@@ -33,7 +33,8 @@ def verdict_key(result: Any) -> tuple[Any, ...]:
     """What a result claims, without its wording: its verdict fields, each prompt's across-launch
     word, and the same of a nested pass (restarts' kept caches)."""
     own = tuple(getattr(result, f, None) for f in CLAIM_FIELDS)
-    across = tuple(getattr(p, "across", None) for p in getattr(result, "prompts", None) or [])
+    across = tuple((getattr(p, "across", None), getattr(p, "pattern", None))
+                   for p in getattr(result, "prompts", None) or [] if not isinstance(p, str))
     nested = getattr(result, "with_kept_caches", None)
     return own + across + ((verdict_key(nested),) if nested is not None else ())
 

@@ -206,8 +206,11 @@ def test_model_page_in_the_browser(site: Path, browser: Browser, shots: Path) ->
     lp = golden_summary("tiny", "llamacpp-python")
     assert lp.gate.prompts[0].lengths_text in text
     assert "2 distinct of 6" in text and "first request after start differs from modal" in text
-    # the pattern is named: llama-cpp-python's prompt cache makes only the first answer differ
-    assert "cold-start transient: only the first request after the start differs (1 of 6)" in text
+    # the pattern is named, by today's rule: only the first answer of 6 differs, which random order
+    # does 1 time in 6, too often to call it a cold-start transient (the record, written by older
+    # code, printed one; the page recomputes it from the answers)
+    assert "only the first request after the start differs (1 of 6)" in text
+    assert "not enough to call it a cold-start transient" in text
     # determinism: refused with its error line; restarts: the two verdicts, the interval over launches
     assert "refused" in text and vllm.determinism.error_line in text
     assert "95% interval" in text and "(over launches)" in text

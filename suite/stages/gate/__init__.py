@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, caveat_failed, run_caveats
-from suite.analysis.repro import ALPHA, unseen_share_bound
+from suite.analysis.repro import ALPHA, Sample, analyse, unseen_share_bound
 from suite.analysis.stats import closed_fisher
 from suite.stages.base import ExportTable, Stage
 from suite.stages.lines import AnswerLine
@@ -54,10 +54,37 @@ def export_rows(result: GateResult) -> list[dict[str, Any]]:
     return rows
 
 
+# The fields of a prompt's analysis that today's rules make again from its answers (the pattern and
+# its test, the bound); the rest (divergences, logprob margins) need what only the run saw.
+RECOMPUTED_FIELDS = ("pattern", "pattern_text", "cold_transient_p", "unseen_share_bound", "distinct_answers",
+                     "modal_share", "modal_tied")
+
+
+def recompute_prompt(p: GatePromptResult) -> GatePromptResult:
+    """One prompt's pattern, its test and bound made again from its answers (their request indices)."""
+    samples = samples_of_prompt(p)
+    if not samples:
+        return p
+    cold = p.cold_warm.cold_indices if p.cold_warm is not None else [0]
+    process_cold = p.cold_warm.process_cold if p.cold_warm is not None else True
+    again = analyse(samples, cold_count=max(1, len(cold)), process_cold=process_cold)
+    return p.model_copy(update={f: getattr(again, f) for f in RECOMPUTED_FIELDS})
+
+
+def samples_of_prompt(p: GatePromptResult) -> list[Sample]:
+    """The prompt's requests rebuilt from its distinct answers (each answer at its indices)."""
+    out = [Sample(index=i, text=a.text, token_ids=a.token_ids, completion_tokens=a.n_tokens,
+                  finish_reason="length" if k < a.truncated else None)
+           for a in p.answers for k, i in enumerate(a.indices)]
+    out += [Sample(index=10_000 + k, error="failed") for k in range(p.errors)]
+    return out
+
+
 def recompute(result: GateResult, summary: Any) -> GateResult:
-    """The gate's verdict made again from its prompts' answers with today's rules."""
-    reproducible, verdict = verdict_of(result.prompts, result.stopped_reason)
-    return result.model_copy(update={"reproducible": reproducible, "verdict": verdict})
+    """The gate's patterns and verdict made again from its prompts' answers with today's rules."""
+    prompts = [recompute_prompt(p) for p in result.prompts]
+    reproducible, verdict = verdict_of(prompts, result.stopped_reason)
+    return result.model_copy(update={"prompts": prompts, "reproducible": reproducible, "verdict": verdict})
 
 
 PATTERN_WORDS = {"stable": "one answer", "cold-transient": "cold-start transient", "switch": "one switch that stays",
