@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import ClientError
+from suite.analysis.claims import Claim, Evidence, run_caveats
 from suite.stages.base import ExportTable, SectionTemplate, Stage, export_cell
 from suite.stages.lines import LineBase, RequestLineBase
 from suite.errors import SuiteError
@@ -436,6 +437,45 @@ class JudgeLine(RequestLineBase):
     judge_model: str | None = None
 
 
+def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
+    """Sections whose facts were identical across repeats (of those with valid JSON in every repeat),
+    with the exact 95 % interval of that share; the share clean and complete with its SE over sections."""
+    from suite.analysis.stats import clopper_pearson
+
+    arm, run_id = getattr(summary, "arm", ""), getattr(summary, "run_id", "")
+    extra = run_caveats(summary, "extraction")
+    base = result.comparable_sections if result.comparable_sections is not None else result.sections
+    same = result.identical_sections
+    interval = clopper_pearson(same, base) if base else None
+    out = [Claim(stage="extraction", kind="extraction", arm=arm, run_id=run_id, configuration="identical facts",
+                 verdict=f"{same} of {base} sections identical", good=(same == base) if base else None,
+                 counts={"identical": same, "comparable": base, "sections": result.sections,
+                         "repeats": result.repeats, "failed_requests": result.failed_requests},
+                 evidence=Evidence(test="exact (Clopper-Pearson) interval of the share", n=base, unit="sections",
+                                   interval=interval, level=0.95 if interval else None),
+                 caveats=([f"{result.failed_requests} of {result.requests} requests failed"]
+                          if result.failed_requests else []) + extra,
+                 phrase=f"{same} of {base} sections gave the same facts in every repeat",
+                 text=f"{same} of {base} sections identical across {result.repeats} repeats (of those with valid "
+                      f"JSON in every repeat; {result.sections} sections asked)")]
+    share = result.complete_share or result.clean_share
+    if share.mean is not None:
+        what = "clean and complete" if result.complete_share is not None else "clean"
+        se = f" ± {share.se * 100:.1f}" if share.se else ""
+        if share.se == 0 and share.n and share.mean in (0.0, 1.0):
+            # every section alike: no spread to estimate; the exact bound of k of n sections instead
+            k = round(share.mean * share.n)
+            lo, hi = clopper_pearson(k, share.n) or (0.0, 1.0)
+            se = (f" in every one of {share.n} sections, no spread to estimate: up to {hi * 100:.0f}"
+                  if k == 0 else f" in every one of {share.n} sections, no spread to estimate: down to {lo * 100:.0f}")
+        out.append(Claim(stage="extraction", kind="extraction", arm=arm, run_id=run_id, configuration=what,
+                         verdict=f"{share.mean * 100:.1f} % {what}", counts={"sections": share.n},
+                         evidence=Evidence(test="mean and standard error over sections", n=share.n, unit="sections"),
+                         caveats=list(extra), phrase=f"{share.mean * 100:.1f}{se} % {what} (n = {share.n})",
+                         text=f"{share.mean * 100:.1f}{se} % of sections {what} (mean over {share.n} sections)"))
+    return out
+
+
 STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(ExtractionLine, FactLine, JudgeLine,), fresh_runtimes=False, in_bench=True,
               summary="facts extracted as JSON, repeated, scored against gold (and a judge)",
               inputs=lambda p: (select_sections(settings(p).sections), load_prompt()),
@@ -448,5 +488,5 @@ STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(Extrac
               tables=(ExportTable("extraction_sections", export_rows),),
               # its answers, each answer's facts and the judge's grading (the reloads' answers are extraction lines too)
               exported_requests=("extraction", "extraction-fact", "judge"),
-              page_title="extraction",
+              page_title="extraction", claims=claims,
               section=SectionTemplate("section.html", "suite.stages.extraction.view:page", slot="measures", order=1, on_run_page=False))
