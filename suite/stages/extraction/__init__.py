@@ -462,16 +462,17 @@ def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
     if share.mean is not None:
         what = "clean and complete" if result.complete_share is not None else "clean"
         se = f" ± {share.se * 100:.1f}" if share.se else ""
+        phrase = f"{share.mean * 100:.1f}{se} % {what} (n = {share.n})"
         if share.se == 0 and share.n and share.mean in (0.0, 1.0):
-            # every section alike: no spread to estimate; the exact bound of k of n sections instead
-            k = round(share.mean * share.n)
-            lo, hi = clopper_pearson(k, share.n) or (0.0, 1.0)
-            se = (f" in every one of {share.n} sections, no spread to estimate: up to {hi * 100:.0f}"
-                  if k == 0 else f" in every one of {share.n} sections, no spread to estimate: down to {lo * 100:.0f}")
+            # every section alike: no spread to estimate; the one-sided exact bound of 0 (or n) of n instead
+            edge = 1.0 - 0.05 ** (1.0 / share.n)
+            phrase = (f"{share.mean * 100:.0f} % {what} in every one of {share.n} sections: no spread to estimate; "
+                      + (f"up to {edge * 100:.0f} %" if share.mean == 0.0 else f"down to {100 - edge * 100:.0f} %")
+                      + " is not ruled out (95 %)")
         out.append(Claim(stage="extraction", kind="extraction", arm=arm, run_id=run_id, configuration=what,
                          verdict=f"{share.mean * 100:.1f} % {what}", counts={"sections": share.n},
                          evidence=Evidence(test="mean and standard error over sections", n=share.n, unit="sections"),
-                         caveats=list(extra), phrase=f"{share.mean * 100:.1f}{se} % {what} (n = {share.n})",
+                         caveats=list(extra), phrase=phrase,
                          text=f"{share.mean * 100:.1f}{se} % of sections {what} (mean over {share.n} sections)"))
     return out
 
