@@ -206,3 +206,50 @@ def test_stable_within_carries_its_bound_and_the_cap():
     capped = summarise(outcomes, ["short-open"], 6, 20)
     assert "cut at max_tokens" in capped.within_verdict
     assert capped.consistent_across is None and "alike up to the cap" in capped.across_verdict
+
+
+def _gate_prompts(series: dict[str, list[list[int]]]) -> GateResult:
+    prompts = []
+    for pid, answers in series.items():
+        samples = [Sample(index=i, text=str(a), token_ids=a, finish_reason="stop") for i, a in enumerate(answers)]
+        prompts.append(GatePromptResult.from_analysis(analyse(samples), prompt_id=pid, prompt_sha256="x", max_tokens=8))
+    n = max(len(a) for a in series.values())
+    return GateResult(n_requests=n, seed=42, temperature=0.0, logprobs=False, prompts=prompts, reproducible=None,
+                      verdict="", wall_s=0.0, http_s=0.0)
+
+
+def test_the_launch_test_is_corrected_over_the_prompts_tested_together():
+    """Three prompts whose launches were compared: each prompt's p is Holm-adjusted over the three,
+    and the sentence names the family; a p of 0.03 alone is no longer 'differ' beside two others."""
+    import random
+
+    rng = random.Random(3)
+    launches = []
+    for k in range(6):
+        # short-open: each launch its own answer (a real launch effect); the other two in random order
+        series = {"short-open": [[1, k]] * 5,
+                  "long-open": [[1] if rng.random() < 0.7 else [2] for _ in range(5)],
+                  "document-4k": [[3] if rng.random() < 0.6 else [4] for _ in range(5)]}
+        launches.append(LaunchOutcome(index=k, status="ok", gate=_gate_prompts(series)))
+    r = summarise(launches, ["short-open", "long-open", "document-4k"], 6, 5)
+    by = {p.prompt_id: p for p in r.prompts}
+    tested = [p for p in r.prompts if p.permutation_p is not None]
+    assert len(tested) == 3 and all(p.family == 3 for p in tested)
+    assert by["short-open"].across == "differ" and by["short-open"].permutation_p_adjusted <= 0.05
+    assert "Holm-adjusted over the 3 prompts tested together" in by["short-open"].across_text
+    for p in tested:
+        assert p.permutation_p_adjusted >= p.permutation_p
+
+
+def test_answers_that_persist_inside_launches_are_not_called_a_difference_between_launches():
+    """A sticky state: every launch draws the same law, but an answer, once given, stays for a run of
+    requests. The launch test alone says 'differ'; the order test inside launches finds the answers
+    persisting, and the verdict says the order may explain it instead."""
+    launches = [LaunchOutcome(index=k, status="ok", gate=gate_of(([[1]] * 10 + [[2]] * 10) if k % 2 else
+                                                                  ([[2]] * 10 + [[1]] * 10))) for k in range(4)]
+    launches += [LaunchOutcome(index=4 + k, status="ok", gate=gate_of([[1]] * 20)) for k in range(2)]
+    r = summarise(launches, ["short-open"], 6, 20)
+    (p,) = r.prompts
+    assert p.order_p is not None and p.order_p <= 0.05
+    assert p.across == "order inside launches" and r.consistent_across is None
+    assert "the order inside launches may explain the difference" in p.across_text
