@@ -404,7 +404,27 @@ def start_with_determinism(plan: ArmPlan, log_dir: Path, extra_controls: list[st
     return plan.launcher.start(spec), spec, outcome
 
 
-def _watchdog_for(plan: ArmPlan, rt: RunningRuntime):
+def runtime_pids(runtimes: list[RunningRuntime]) -> set[int]:
+    """The pids of these runtimes' process trees (a local runtime's leader and its descendants)."""
+    import psutil
+
+    out: set[int] = set()
+    for r in runtimes:
+        pid = getattr(r, "pid", None)
+        if not pid:
+            continue
+        try:
+            leader = psutil.Process(pid)
+            out.add(pid)
+            out.update(c.pid for c in leader.children(recursive=True))
+        except psutil.Error:
+            continue
+    return out
+
+
+def _watchdog_for(plan: ArmPlan, rt: RunningRuntime, own: Callable[[], set[int]] | None = None):
+    """The memory watchdog of one launch; `own`: the pids of the bench's other runtimes of this arm
+    (its later launches), which the GPU probe counts as the suite's own, never as other processes."""
     import memwatch
 
     t = plan.card.watchdog
@@ -413,7 +433,7 @@ def _watchdog_for(plan: ArmPlan, rt: RunningRuntime):
     on_gpu = detect_hardware().gpu is not None and "gpu" in plan.runtime.platforms
     policy = memwatch.Policy(spill_gb=t.spill_gb if on_gpu else None, device_max_gb=t.device_max_gb,
                              host_max_gb=t.host_max_gb)
-    probes = memwatch.default_probes(pid=rt.pid, container_id=rt.container_id)
+    probes = memwatch.default_probes(pid=rt.pid, container_id=rt.container_id, own=own)
     return memwatch.Watchdog(policy, probes=probes, stop=rt.kill)
 
 
@@ -558,7 +578,9 @@ class BenchSession:
                                started_at=self.record.manifest.started_at, determinism=determinism,
                                signature=signature, startup_s=rt.startup_s,
                                invocation=self.record.manifest.invocation or self.invocation)
-        self.watchdog = _watchdog_for(plan, rt)
+        # the fresh launches of this arm (restarts, control rows, sessions) running now: the suite's own
+        self.launched: list[RunningRuntime] = []
+        self.watchdog = _watchdog_for(plan, rt, own=lambda: runtime_pids(self.launched))
         self.watchdog.start()
         self.base_controls = list(spec.controls)
         self.ctx = StageContext(card=plan.card, arm_name=plan.arm_name, arm=plan.arm, runtime=plan.runtime,
@@ -744,11 +766,15 @@ class BenchSession:
         sub_rt.launch_controls = list(sub_spec.controls)
         sub_rt.launch_env = redact_env(sub_spec.env)
         sub_rt.launch_args = redact_args(list(sub_spec.args))
-        sub_wd = _watchdog_for(plan, sub_rt)
+        sub_wd = _watchdog_for(plan, sub_rt, own=lambda: runtime_pids(
+            [r for r in [self.runtime, *self.launched] if r is not sub_rt]))
         sub_wd.start()
+        self.launched.append(sub_rt)
         label = f"{self.ctx.stage or 'launch'}: {'+'.join(wanted) or 'default'}"
 
         def stopped() -> WatchdogReport:
+            if sub_rt in self.launched:
+                self.launched.remove(sub_rt)
             report = sub_wd.stop()
             self.summary.launch_watchdogs.append(LaunchWatchdog(label=label, report=report))
             return report

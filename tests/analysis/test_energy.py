@@ -275,3 +275,48 @@ def test_the_export_has_energy_rows_per_stage_and_control_row(tmp_path: Path) ->
     assert rows and all(r["stage"] == "gate" and r["j_per_token"] == 0.3 for r in rows)
     with_controls = [r for r in TABLES["controls"](runs) if r["energy_j"] is not None]
     assert all(r["j_per_token"] == 0.3 for r in with_controls)
+
+
+def test_the_suites_own_later_launches_are_not_other_processes(nvml_fake) -> None:
+    """The arm's main watchdog keeps sampling while the bench starts its fresh launches (restarts,
+    control rows): their GPU memory is the suite's own, not another process's."""
+    from types import SimpleNamespace
+
+    from memwatch import NvmlProbe
+
+    mod = nvml_fake()
+    procs = [SimpleNamespace(pid=100, usedGpuMemory=10 * 2**30), SimpleNamespace(pid=200, usedGpuMemory=20 * 2**30),
+             SimpleNamespace(pid=300, usedGpuMemory=1 * 2**30)]
+    mod.nvmlDeviceGetComputeRunningProcesses = lambda h: procs
+    probe = NvmlProbe(pids=lambda: [100], own=lambda: {200})
+    assert probe.available()[0]
+    v = probe.sample()
+    assert v["gpu_proc_bytes"] == 10 * 2**30
+    assert v["gpu_own_proc_bytes"] == 20 * 2**30
+    assert v["gpu_other_proc_bytes"] == 1 * 2**30
+    # without the caller's own processes named, the probe reads as before
+    plain = NvmlProbe(pids=lambda: [100])
+    assert plain.available()[0]
+    assert "gpu_own_proc_bytes" not in plain.sample()
+
+
+def test_the_bench_names_its_runtimes_process_trees() -> None:
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from suite.bench import runtime_pids
+
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"])
+    try:
+        time.sleep(1.0)
+        pids = runtime_pids([SimpleNamespace(pid=child.pid), SimpleNamespace(pid=None)])
+        assert child.pid in pids and len(pids) >= 2
+    finally:
+        import psutil
+
+        for c in psutil.Process(child.pid).children(recursive=True):
+            c.kill()
+        child.kill()
+        child.wait()

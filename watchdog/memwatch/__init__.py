@@ -46,14 +46,16 @@ __all__ = [
 
 
 def default_probes(
-    pid: int | None = None, container_id: str | None = None, docker_client: Any = None
+    pid: int | None = None, container_id: str | None = None, docker_client: Any = None,
+    own: Any = None,
 ) -> list[Probe]:
     """Every probe that fits the target; those that cannot run here report why in the report.
 
     A process: its tree's RSS. A container: its cgroup (``docker_client``: reuse the caller's
-    Docker SDK client). Always: NVML and the Windows counter.
+    Docker SDK client). Always: NVML and the Windows counter. ``own``: a callable giving the pids of
+    the caller's other runtimes (NVML counts their memory as its own, not as other processes').
     """
-    probes: list[Probe] = [NvmlProbe()]
+    probes: list[Probe] = [NvmlProbe(own=own)]
     if pid is not None:
         probes.append(ProcessTreeProbe(pid))
     if container_id is not None:

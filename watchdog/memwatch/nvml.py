@@ -6,7 +6,9 @@ and ``gpu{i}_energy_j`` (``nvmlDeviceGetTotalEnergyConsumption``: joules since t
 so the difference of two samples is the energy between them; the details keep each device's first
 and last reading). Either is left out on a GPU that does not report it. Across devices: ``gpu_proc_bytes``,
 the device memory that NVML attributes to the runtime's processes (its pids, host pid numbers),
-and ``gpu_other_proc_bytes`` for every other process on the GPUs. The report's details keep each
+``gpu_own_proc_bytes`` for the processes of other runtimes the same caller started and named
+(``own``: a bench's later launches of the same arm, which are not someone else's), and
+``gpu_other_proc_bytes`` for every other process on the GPUs. The report's details keep each
 process's peak. ``gpu{i}_used_bytes`` carries the "device" role: the policy's device ceiling and
 device growth apply to it, one GPU at a time.
 """
@@ -26,9 +28,12 @@ class NvmlProbe(Probe):
 
     name = "nvml"
 
-    def __init__(self, pids: PidSource | None = None, devices: list[int] | None = None) -> None:
+    def __init__(self, pids: PidSource | None = None, devices: list[int] | None = None,
+                 own: PidSource | None = None) -> None:
         super().__init__()
         self._pid_source = pids
+        # the caller's own other processes (its later launches): never counted as other processes
+        self._own_source = own
         self.device_indices = devices
         self._nvml: Any = None
         self._handles: list[tuple[int, Any]] = []
@@ -116,9 +121,11 @@ class NvmlProbe(Probe):
         runtime_pids: set[int] = set()
         if self._pid_source is not None:
             runtime_pids = set(self._pid_source() or ())
+        own_pids = set(self._own_source() or ()) if self._own_source is not None else set()
         values: dict[str, float] = {}
         proc_total = 0
         other_total = 0
+        own_total = 0
         self._runtime_last = {}
         for i, h in self._handles:
             mem = self._memory(h)
@@ -146,6 +153,8 @@ class NvmlProbe(Probe):
                 if pid in runtime_pids:
                     proc_total += used
                     self._runtime_last[pid] = self._runtime_last.get(pid, 0) + used
+                elif pid in own_pids:
+                    own_total += used
                 else:
                     other_total += used
                     self._other_peak[pid] = max(self._other_peak.get(pid, 0), used)
@@ -153,6 +162,8 @@ class NvmlProbe(Probe):
             self._runtime_peak[pid] = max(self._runtime_peak.get(pid, 0), used)
         values["gpu_proc_bytes"] = float(proc_total)
         values["gpu_other_proc_bytes"] = float(other_total)
+        if self._own_source is not None:
+            values["gpu_own_proc_bytes"] = float(own_total)
         return values
 
     def roles(self, metric: str) -> tuple[str, ...]:
