@@ -598,3 +598,23 @@ def test_memwatch_never_kills_a_pid_it_saw_long_ago_that_now_names_another_proce
             end(victim)
     finally:
         end(root_proc)
+
+
+# ---------------------------------------------------------------- a signal ends the host process
+
+
+@pytest.mark.fault
+def test_sigterm_ends_a_test_run_whose_test_installed_the_suites_handlers(tmp_path: Path, fault_report) -> None:
+    """SIGTERM to a pytest process in which a launcher installed the suite's signal handlers: what
+    the suite owned is stopped, then the run ends by SIGTERM (no test runs after it)."""
+    from tests.launchers.test_lifetime_registry import run_host_and_sigterm
+
+    other = bystander("bash", "-c", "sleep 1005; exit 0")
+    try:
+        rc, _ = run_host_and_sigterm(tmp_path)
+        went_on = (tmp_path / "second").exists()
+        fault_report(tracebacks=int(went_on), foreign_kills=int(not alive(other)))
+        assert rc == -15 and not went_on and (tmp_path / "stopped").exists()
+        assert alive(other)
+    finally:
+        end(other)
