@@ -3,12 +3,16 @@
 The runtime's leader gets the kernel's parent-death signal (SIGKILL, suite.launchers.local), but
 the processes it starts do not: vLLM's engine core and its GPU workers, orphaned, kept the GPU
 until the next start found their lease. The guard is a small process started with each runtime,
-outside its group, with its own parent-death signal (SIGTERM, set by itself: the kernel sends it
-when the thread that started the guard ends, the same thread that started the runtime). On that
+outside its group, with its own parent-death signal (SIGTERM, set by the exec shim, which blocks it
+until the guard's handler is in place: the kernel sends it when the thread that started the guard
+ends, the same thread that started the runtime). On that
 signal, on SIGHUP, or when it sees its parent gone, it SIGKILLs the runtime's process group and
 exits. It also ends the group when the leader has gone and members remain (a leader that crashed
-leaves no workers behind), and exits on its own once the group is empty. Linux only (prctl);
-elsewhere no guard is started and the leases still end what is left at the next start.
+leaves no workers behind), and exits on its own once the group is empty. Given the runtime's
+mark (suite.launchers.owned), ending the group also ends every process that carries the mark: a
+worker that started its own session (or double-forked) has left the group but not the mark.
+Linux only (prctl); elsewhere no guard is started and the leases still end what is left at the
+next start.
 """
 
 from __future__ import annotations
@@ -28,15 +32,52 @@ POLL_S = 0.25
 GUARD_SOURCE = r"""
 import ctypes, os, signal, sys, time
 pgid, parent, poll = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+needle = ("SUITE_OWNED_BY=" + sys.argv[4]).encode() if len(sys.argv) > 4 and sys.argv[4] else b""
+def carries(pid):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as fh:
+            return needle in fh.read(1 << 20).split(b"\0")
+    except OSError:
+        return False
+def kill_marked():
+    found = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid() or not carries(int(name)):
+            continue
+        pid, fd = int(name), None
+        try:
+            try:
+                fd = os.pidfd_open(pid)
+            except (AttributeError, OSError):
+                fd = None
+            if not carries(pid):  # read again now that the pidfd holds the process
+                continue
+            if fd is not None:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+            found += 1
+        except OSError:
+            pass
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return found
 def end(*_):
     try:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
         pass
+    if needle:
+        for _ in range(5):  # one may fork between the listing and the kill: look again
+            if not kill_marked():
+                break
+            time.sleep(0.05)
     os._exit(0)
 signal.signal(signal.SIGTERM, end)
 signal.signal(signal.SIGHUP, end)
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the suite, which stops the runtime itself
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by the exec shim until now
 try:
     ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
 except (OSError, AttributeError):
@@ -52,7 +93,7 @@ while True:
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
-        os._exit(0)  # the group is empty: the runtime was stopped
+        end()  # the group is empty: the runtime was stopped (what left the group goes with it)
     except PermissionError:
         pass
     try:
@@ -85,16 +126,18 @@ class Guard:
             pass
 
 
-def start_guard(pgid: int, popen: Any = subprocess.Popen) -> Guard | None:
-    """A guard for the process group `pgid` (the runtime's leader pid), started through `popen`
-    (the launcher's spawner, so its parent-death signal follows the same thread); None off Linux
-    or when it cannot start (the leases still cover the runtime)."""
+def start_guard(pgid: int, popen: Any = subprocess.Popen, mark: str | None = None) -> Guard | None:
+    """A guard for the process group `pgid` (the runtime's leader pid) and the processes that carry
+    `mark`, started through `popen` (the launcher's spawner, so its parent-death signal follows
+    the same thread); None off Linux or when it cannot start (the leases still cover the runtime)."""
     if not sys.platform.startswith("linux"):
         return None
+    kwargs: dict[str, Any] = {"death_signal": signal.SIGTERM} if popen is not subprocess.Popen else {}
     try:
-        proc = popen([sys.executable, "-S", "-c", GUARD_SOURCE, str(pgid), str(os.getpid()), str(POLL_S)],
+        proc = popen([sys.executable, "-S", "-c", GUARD_SOURCE, str(pgid), str(os.getpid()), str(POLL_S),
+                      mark or ""],
                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                     start_new_session=True, close_fds=True)
+                     start_new_session=True, close_fds=True, **kwargs)
     except OSError as exc:
         log.debug("no guard for process group %d: %s", pgid, exc)
         return None

@@ -618,3 +618,24 @@ def test_sigterm_ends_a_test_run_whose_test_installed_the_suites_handlers(tmp_pa
         assert alive(other)
     finally:
         end(other)
+
+
+# ---------------------------------------------------------------- an install recipe dies with the suite
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("sig", [9, 15], ids=["SIGKILL", "SIGTERM"])
+def test_an_install_recipe_killed_with_its_suite_leaves_nothing_running(tmp_path: Path, sig: int,
+                                                                        fault_report) -> None:
+    """`suite setup` killed while its recipe compiles and smoke-tests: the compile, the smoke test
+    and its server end with it; a bystander lives."""
+    from tests.launchers.test_install_lifetime import kill_suite_during_install
+
+    other = bystander("bash", "-c", "sleep 1006; exit 0")
+    try:
+        left = kill_suite_during_install(tmp_path, sig)
+        fault_report(foreign_kills=int(not alive(other)))
+        assert left == [], f"left running: {left}"
+        assert alive(other)
+    finally:
+        end(other)
