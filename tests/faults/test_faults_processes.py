@@ -566,10 +566,13 @@ def _wait_freed(pid: int, timeout_s: float = 5.0) -> None:
 
 
 @pytest.mark.fault
+@pytest.mark.parametrize("seen_gone", [False, True], ids=["", "seen-gone"])
 @pytest.mark.parametrize("kind", ["tree", "group"])
-def test_memwatch_never_kills_a_pid_it_saw_long_ago_that_now_names_another_process(kind: str, fault_report) -> None:
+def test_memwatch_never_kills_a_pid_it_saw_long_ago_that_now_names_another_process(kind: str, seen_gone: bool,
+                                                                                  fault_report) -> None:
     """A member of the watched tree ends and its pid goes to a bystander; stopping the target
-    kills the tree, not the bystander."""
+    kills the tree, not the bystander. `seen-gone`: the watchdog polled the tree while the pid was
+    free (psutil then marks that member gone and stops comparing start times)."""
     from memwatch.targets import ProcessGroupTarget, ProcessTreeTarget
 
     command = ["bash", "-c", "sleep 0.5 & sleep 1000; exit 0"]
@@ -585,6 +588,8 @@ def test_memwatch_never_kills_a_pid_it_saw_long_ago_that_now_names_another_proce
         child = _short_lived_child(root_proc.pid)
         assert child in target.pids(), "the child was seen"
         _wait_freed(child)
+        if seen_gone:
+            assert child not in target.pids(), "the watchdog's poll sees the member gone"
         victim = _start_under(child, ["bash", "-c", "sleep 1004; exit 0"])
         if victim is None:
             pytest.skip("a freed pid cannot be handed to a new process here (ns_last_pid)")
@@ -639,3 +644,37 @@ def test_an_install_recipe_killed_with_its_suite_leaves_nothing_running(tmp_path
         assert alive(other)
     finally:
         end(other)
+
+
+# ---------------------------------------------------------------- a lease's pid taken by a daemon
+
+
+@pytest.mark.fault
+def test_a_stale_lease_whose_pid_a_daemon_took_spares_the_daemons_child(tmp_path: Path, fault_report) -> None:
+    """The lease's pid was taken by another program that led its own group, left a child in it and
+    exited (a double-forking daemon): the group id is the lease's, the child is not the runtime's."""
+    daemon = subprocess.Popen(["bash", "-c", "sleep 4341 & echo $!; exit 0"], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    child_pid = int(daemon.stdout.readline())
+    child = psutil.Process(child_pid)
+    daemon.wait()  # the daemon exited and was reaped: its pid is free, its group lives on in its child
+    assert os.getpgid(child_pid) == daemon.pid and not psutil.pid_exists(daemon.pid)
+    owner = dead_owner()
+    # The lease of a runtime that had this pid before the daemon (an earlier start), with its mark.
+    data = {"pid": daemon.pid, "start_ticks": 1, "pgid": daemon.pid, "mark": "1-1-0123456789abcdef",
+            "runtime": "fake", "command": ["fake-server"], "owner_pid": owner[0], "owner_start_ticks": owner[1],
+            "host": __import__("socket").gethostname(), "boot_id": procid.boot_id(), "pidns": procid.pid_namespace()}
+    folder = tmp_path / "leases"
+    folder.mkdir(mode=0o700)
+    (folder / f"{daemon.pid}-1.json").write_text(json.dumps(data))
+    (folder / f"{daemon.pid}-1.json").chmod(0o600)
+    try:
+        ended = reap_stale_leases(folder)
+        time.sleep(0.2)
+        killed = int(not child.is_running() or child.status() == psutil.STATUS_ZOMBIE)
+        fault_report(foreign_kills=killed)
+        assert not killed and ended == [], "the daemon's child was killed for a lease it has nothing to do with"
+        assert list(folder.glob("*.json")) == []
+    finally:
+        if child.is_running():
+            child.kill()
