@@ -678,3 +678,107 @@ def test_a_stale_lease_whose_pid_a_daemon_took_spares_the_daemons_child(tmp_path
     finally:
         if child.is_running():
             child.kill()
+
+
+# ---------------------------------------------------------------- a worker in its own session
+
+
+SESSION_WORKER_MAKER = textwrap.dedent("""
+    import subprocess, sys, time
+    from pathlib import Path
+    from suite.launchers.guard import start_guard
+    from suite.launchers.local import _SPAWNER, write_lease
+    out, guarded = Path(sys.argv[1]), sys.argv[2] == "guard"
+    # A runtime whose worker starts its own session and is left to init (setsid, then its parent exits).
+    command = ["bash", "-c", f"setsid bash -c 'sleep 4351 & echo $! > {out}' & wait; sleep 1000"]
+    p = _SPAWNER.popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+    write_lease(p.pid, command, "fake-session-runtime")
+    if guarded:
+        mark = getattr(p, "suite_mark", None)
+        start_guard(p.pid, _SPAWNER.popen, **({"mark": mark} if mark else {}))
+    deadline = time.monotonic() + 10
+    while not (out.exists() and out.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    print(p.pid, out.read_text().strip(), flush=True)
+    time.sleep(1000)
+""")
+
+
+def _session_worker_of_a_killed_suite(tmp_path: Path, guarded: bool) -> tuple[int, int, int]:
+    """A suite process starts a runtime whose worker left its session; the suite is killed with -9.
+    (leader pid, worker pid, worker start ticks)."""
+    cache = tmp_path / "cache"
+    suite_proc = subprocess.Popen([sys.executable, "-c", SESSION_WORKER_MAKER, str(tmp_path / "worker.pid"),
+                                   "guard" if guarded else "lease"], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT), "SUITE_CACHE": str(cache)})
+    leader, worker = map(int, suite_proc.stdout.readline().split())
+    worker_ticks = procid.start_ticks(worker)
+    assert worker_ticks is not None and os.getsid(worker) != os.getsid(leader), "the worker left the session"
+    suite_proc.kill()
+    suite_proc.wait()
+    return leader, worker, worker_ticks
+
+
+def _ended(pid: int, ticks: int, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not procid.is_same(pid, ticks):
+            return True
+        with _suppress():
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        return kind is not None and issubclass(kind, psutil.Error)
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("guarded", [True, False], ids=["guard", "next-start"])
+def test_a_worker_in_its_own_session_ends_with_a_killed_suite(tmp_path: Path, guarded: bool, fault_report) -> None:
+    """kill -9 of the suite: the guard ends the worker that started its own session (`guard`);
+    without a guard, the next start's lease reaper does (`next-start`). A bystander in its own
+    session, like the worker but not started by the suite, lives."""
+    other = bystander("bash", "-c", "sleep 1008; exit 0")
+    worker, ticks = 0, 0
+    try:
+        leader, worker, ticks = _session_worker_of_a_killed_suite(tmp_path, guarded)
+        if not guarded:
+            time.sleep(0.5)
+            assert procid.is_same(worker, ticks), "without a guard the worker outlives the suite until the next start"
+            ended = reap_stale_leases(tmp_path / "cache" / "leases")
+            assert ended == [f"fake-session-runtime pid {leader}"], ended
+        gone = _ended(worker, ticks)
+        fault_report(foreign_kills=int(not alive(other)))
+        assert gone, "the worker that started its own session outlived the suite"
+        assert alive(other)
+    finally:
+        if worker:
+            procid.signal_if_same(worker, ticks)
+        end(other)
+
+
+def test_a_stopped_runtime_takes_its_own_session_worker_with_it(tmp_path: Path) -> None:
+    """A clean stop (the runtime's kill) ends the worker that left the group, found by its mark."""
+    out = tmp_path / "worker.pid"
+    command = ["bash", "-c", f"setsid bash -c 'sleep 4352 & echo $! > {out}' & wait; sleep 1000"]
+    proc = local._SPAWNER.popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not (out.exists() and out.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    worker = int(out.read_text())
+    ticks = procid.start_ticks(worker)
+    assert ticks is not None
+    rt = local.LocalRuntime(proc, "http://127.0.0.1:1", command, tmp_path / "rt.log")
+    try:
+        rt.kill()
+        assert _ended(worker, ticks), "the worker that left the group outlived its runtime"
+    finally:
+        procid.signal_if_same(worker, ticks)
+        end(proc)
