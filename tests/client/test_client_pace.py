@@ -147,3 +147,29 @@ def test_the_budget_of_a_stage_follows_its_planned_requests(monkeypatch: pytest.
         monkeypatch.setenv(b.BUDGET_ENV, bad)
         with pytest.raises(ValueError, match=b.BUDGET_ENV):
             b.stage_budget_s(5)
+
+
+@pytest.mark.fault
+def test_a_bench_stage_on_a_runtime_that_never_answers_ends_at_its_budget(tmp_path, fault_report: Any) -> None:
+    """A real bench (the local launcher, a stand-in runtime process that trickles comment lines to
+    every completion) with a stage budget of 4 s: the gate ends at its budget, the arm is recorded
+    with the budget named, the bench exits cleanly (the request deadline alone would hold each of
+    five requests for 600 s)."""
+    import json
+
+    from tests.launchers.test_crash_naming import run_suite, standin_card, standin_images, suite_env
+
+    images = standin_images(tmp_path / "images", {"trickler": ["--mode", "trickle"]})
+    cards = standin_card(tmp_path / "cards", "slowcard", ["trickler"])
+    env = {**suite_env(tmp_path, images, cards), "SUITE_STAGE_BUDGET_S": "4"}
+    results = tmp_path / "results"
+    t0 = time.perf_counter()
+    bench = run_suite(["bench", "--model", "slowcard", "--profile", "quick", "--stages", "gate", "--launcher",
+                       "local", "--results", str(results)], env, timeout=240)
+    took = time.perf_counter() - t0
+    errors = [json.loads(line).get("error") or "" for p in results.glob("slowcard/trickler/*/requests.jsonl")
+              for line in p.read_text().splitlines() if line.strip()]
+    fault_report(tracebacks=int("Traceback" in bench.stdout + bench.stderr))
+    assert bench.returncode in (0, 1), bench.stdout + bench.stderr
+    assert errors and all("time budget of 4 s is spent" in e for e in errors), errors
+    assert took < 90, took
