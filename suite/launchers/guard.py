@@ -11,8 +11,12 @@ exits. It also ends the group when the leader has gone and members remain (a lea
 leaves no workers behind), and exits on its own once the group is empty. Given the runtime's
 mark (suite.launchers.owned), ending the group also ends every process that carries the mark: a
 worker that started its own session (or double-forked) has left the group but not the mark.
-Linux only (prctl); elsewhere no guard is started and the leases still end what is left at the
-next start.
+It also keeps a roster beside the runtime's lease: every 2 s, each process of the group and each
+one that carries the mark, by pid and start tick, as seen while the leader ran. The next start
+ends those (each only if its pid still names the process that started at that tick) when the
+guard itself is gone too: a member whose environment was overwritten (a process title set over
+it) has lost its mark but not its place in the roster. Linux only (prctl); elsewhere no guard is
+started and the leases still end what is left at the next start.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -31,6 +36,7 @@ POLL_S = 0.25
 # Standard library only: it runs in the suite's interpreter, before anything else is imported.
 GUARD_SOURCE = r"""
 import ctypes, os, signal, sys, time
+ROSTER_EVERY = 8  # polls between two writes of the roster (2 s)
 pgid, parent, poll = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 needle = ("SUITE_OWNED_BY=" + sys.argv[4]).encode() if len(sys.argv) > 4 and sys.argv[4] else b""
 def carries(pid):
@@ -63,6 +69,38 @@ def kill_marked():
             if fd is not None:
                 os.close(fd)
     return found
+roster = sys.argv[5] if len(sys.argv) > 5 else ""
+def started(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return int(fields[2]), int(fields[19])  # process group, start in clock ticks since boot
+    except (OSError, ValueError, IndexError):
+        return None
+written = [None]
+def write_roster():
+    leader = started(pgid)
+    if leader is None or leader[1] != leader_ticks:
+        return  # the leader is gone: its group id proves nothing now
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        seen = started(int(name))
+        if seen is not None and (seen[0] == pgid or (needle and carries(int(name)))):
+            found.append("%s %d" % (name, seen[1]))
+    text = "\n".join(sorted(found)) + "\n"
+    if text == written[0]:
+        return
+    tmp = "%s.%d.tmp" % (roster, os.getpid())
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, roster)
+        written[0] = text
+    except OSError:
+        pass
 def end(*_):
     try:
         os.killpg(pgid, signal.SIGKILL)
@@ -84,12 +122,17 @@ except (OSError, AttributeError):
     pass
 if os.getppid() != parent:
     end()
+leader_ticks = (started(pgid) or (0, -1))[1]
 sys.stdout.write("ready\n")
 sys.stdout.flush()
+polls = 0
 while True:
     time.sleep(poll)
     if os.getppid() != parent:
         end()
+    if roster and polls % ROSTER_EVERY == 0:
+        write_roster()  # while the leader runs, its group is the runtime's: each member as it is now
+    polls += 1
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -126,16 +169,18 @@ class Guard:
             pass
 
 
-def start_guard(pgid: int, popen: Any = subprocess.Popen, mark: str | None = None) -> Guard | None:
+def start_guard(pgid: int, popen: Any = subprocess.Popen, mark: str | None = None,
+                roster: Path | None = None) -> Guard | None:
     """A guard for the process group `pgid` (the runtime's leader pid) and the processes that carry
     `mark`, started through `popen` (the launcher's spawner, so its parent-death signal follows
-    the same thread); None off Linux or when it cannot start (the leases still cover the runtime)."""
+    the same thread); None off Linux or when it cannot start (the leases still cover the runtime).
+    `roster`: the file it keeps the group's members in (pid and start tick, every 2 s)."""
     if not sys.platform.startswith("linux"):
         return None
     kwargs: dict[str, Any] = {"death_signal": signal.SIGTERM} if popen is not subprocess.Popen else {}
     try:
         proc = popen([sys.executable, "-S", "-c", GUARD_SOURCE, str(pgid), str(os.getpid()), str(POLL_S),
-                      mark or ""],
+                      mark or "", str(roster or "")],
                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                      start_new_session=True, close_fds=True, **kwargs)
     except OSError as exc:

@@ -34,8 +34,10 @@ its workers) do not get that signal: a guard process beside each runtime (suite.
 ends the runtime's whole process group as soon as the suite is gone. Every process spawned here
 carries a mark in its environment (suite.launchers.owned) that its own children inherit; the
 lease records it, and what is left of a runtime once its leader is gone (a worker in its own
-session included) is found by that mark, never by a process group id alone, which a pid reused
-by another program may name.
+session included) is found by that mark, and by the roster the guard keeps beside the lease
+(each member of the group by pid and start tick, as seen while the leader ran: a worker whose
+environment was overwritten is in it), never by a process group id alone, which a pid reused by
+another program may name.
 
 A Python runtime's interpreter (`{python}`: its own venv, one built from a wheelhouse, or an
 existing environment with its import path) is chosen by suite.launchers.pyenv; an existing
@@ -196,6 +198,43 @@ def write_lease(pid: int, command: list[str], runtime: str = "", *, owner: tuple
         fh.write(json.dumps(lease))
     tmp.replace(path)
     return path
+
+
+def roster_of(lease: Path) -> Path:
+    """The file beside a lease where the runtime's guard keeps its group's members (pid, start tick)."""
+    return lease.with_suffix(".members")
+
+
+def _end_roster(path: Path, since_ticks: int) -> list[int]:
+    """SIGKILL each process of a trusted roster that still is the process it names (pid and start
+    tick, at or after the leader's); the pids signalled. The roster is removed."""
+    sent: list[int] = []
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return sent
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        text = fh.read(1 << 20).decode("ascii", "replace") if stat.S_ISREG(st.st_mode) and _trusted(st) else ""
+    path.unlink(missing_ok=True)
+    for line in text.splitlines():
+        try:
+            pid, ticks = (int(x) for x in line.split())
+        except ValueError:
+            continue
+        if pid > 1 and pid != os.getpid() and ticks >= since_ticks and not _zombie(pid) \
+                and procid.signal_if_same(pid, ticks):
+            sent.append(pid)
+    return sent
+
+
+def _zombie(pid: int) -> bool:
+    """Whether `pid` has ended and awaits its reaper (nothing left to end)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _command_of(proc: psutil.Process) -> list[str] | None:
@@ -360,6 +399,9 @@ def reap_stale_leases(directory: Path | None = None) -> list[str]:
         if procid.is_same(owner, owner_ticks):
             continue  # its suite process still runs
         killed = _end_stale(lease)
+        ticks = lease.get("start_ticks")
+        if isinstance(ticks, int) and _end_roster(roster_of(path), ticks):
+            killed = True  # members the guard saw (a worker whose environment, and mark, was overwritten)
         if killed:
             ended.append(f"{lease.get('runtime') or '?'} pid {lease.get('pid')}")
         path.unlink(missing_ok=True)
@@ -504,6 +546,7 @@ class LocalRuntime(RunningRuntime):
             self.guard.stop()
         if self.lease is not None and self.proc.poll() is not None:
             self.lease.unlink(missing_ok=True)  # a clean stop: nothing left to end later
+            roster_of(self.lease).unlink(missing_ok=True)
         self._stopped = True
         REGISTRY.discard(self)
 
@@ -539,7 +582,8 @@ class OwnedGroup:
         except OSError as exc:  # a read-only cache: the guard and the parent-death signal still apply
             log.debug("no lease for %s: %s", what, exc)
             self.lease = None
-        self.guard = start_guard(self.proc.pid, _SPAWNER.popen, self.mark)
+        self.guard = start_guard(self.proc.pid, _SPAWNER.popen, self.mark,
+                                 roster_of(self.lease) if self.lease else None)
 
     def kill(self) -> None:
         """End the group and every marked process, then the guard; the lease is removed."""
@@ -557,6 +601,7 @@ class OwnedGroup:
             self.guard.stop()
         if self.lease is not None:
             self.lease.unlink(missing_ok=True)
+            roster_of(self.lease).unlink(missing_ok=True)
         REGISTRY.discard(self)
 
 
@@ -646,12 +691,13 @@ class LocalLauncher(Launcher):
         finally:
             log_fh.close()
         try:
-            lease = write_lease(proc.pid, command, runtime.name)
+            lease = write_lease(proc.pid, command, runtime.name, mark=getattr(proc, "suite_mark", None))
         except OSError as exc:  # the cache is read-only: the parent-death signal still applies
             log.debug("no lease for %s: %s", runtime.name, exc)
             lease = None
         rt = LocalRuntime(proc, f"http://127.0.0.1:{port}", command, spec.log_path, lease)
-        rt.guard = start_guard(proc.pid, _SPAWNER.popen, rt.mark)  # the group (workers too) ends with the suite
+        # the group (workers too) ends with the suite; its members are kept beside the lease
+        rt.guard = start_guard(proc.pid, _SPAWNER.popen, rt.mark, roster_of(lease) if lease else None)
         try:
             self._wait_ready(rt, spec, t0)
         except RuntimeStartError as exc:

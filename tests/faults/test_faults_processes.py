@@ -782,3 +782,54 @@ def test_a_stopped_runtime_takes_its_own_session_worker_with_it(tmp_path: Path) 
     finally:
         procid.signal_if_same(worker, ticks)
         end(proc)
+
+
+ROSTER_MAKER = textwrap.dedent("""
+    import subprocess, sys, time
+    import psutil
+    from suite.launchers.guard import start_guard
+    from suite.launchers.local import _SPAWNER, roster_of, write_lease
+    # A runtime whose worker drops its environment (as a process title written over it would): no mark.
+    command = ["bash", "-c", "env -i /bin/sleep 4361 & wait"]
+    p = _SPAWNER.popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+    lease = write_lease(p.pid, command, "fake-unmarked-runtime", mark=p.suite_mark)
+    guard = start_guard(p.pid, _SPAWNER.popen, p.suite_mark, roster_of(lease))
+    deadline = time.monotonic() + 10
+    while not roster_of(lease).exists() or len(roster_of(lease).read_text().split()) < 4:
+        assert time.monotonic() < deadline, "no roster"
+        time.sleep(0.05)
+    worker = next(c for c in psutil.Process(p.pid).children() if c.cmdline()[:1] == ["/bin/sleep"])
+    print(p.pid, worker.pid, guard.proc.pid, flush=True)
+    time.sleep(1000)
+""")
+
+
+@pytest.mark.fault
+def test_a_worker_without_its_mark_is_ended_from_the_guards_roster(tmp_path: Path, fault_report) -> None:
+    """The guard is killed (the OOM killer), then the suite (-9): the leader dies of its parent-death
+    signal, its worker (which dropped its environment, and the mark) lives on in the group. The
+    next start ends it from the roster the guard kept; a bystander lives."""
+    other = bystander("bash", "-c", "sleep 1009; exit 0")
+    cache = tmp_path / "cache"
+    suite_proc = subprocess.Popen([sys.executable, "-c", ROSTER_MAKER], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT), "SUITE_CACHE": str(cache)})
+    worker, ticks = 0, 0
+    try:
+        leader, worker, guard = map(int, suite_proc.stdout.readline().split())
+        ticks = procid.start_ticks(worker) or 0
+        os.kill(guard, 9)  # the guard is a child of the suite process this test started
+        time.sleep(0.2)
+        suite_proc.kill()
+        suite_proc.wait()
+        time.sleep(0.5)
+        assert procid.is_same(worker, ticks), "the worker must outlive its suite and guard for this fault"
+        ended = reap_stale_leases(cache / "leases")
+        gone = _ended(worker, ticks)
+        fault_report(foreign_kills=int(not alive(other)))
+        assert ended == [f"fake-unmarked-runtime pid {leader}"] and gone, (ended, gone)
+        assert alive(other) and list((cache / "leases").glob("*")) == []
+    finally:
+        suite_proc.kill()
+        if worker:
+            procid.signal_if_same(worker, ticks)
+        end(other)
