@@ -573,17 +573,19 @@ class OwnedGroup:
     ends, when the suite stops on a signal or exits, and (guard, lease) when the suite is killed."""
 
     def __init__(self, command: list[str], what: str, **popen_kwargs: Any):
-        with REGISTRY.deferred():  # a signal now is delivered once the group is recorded
+        self.lease: Path | None = None
+        self.guard: Guard | None = None
+        # A signal meanwhile is delivered once the group, its lease and its guard are all recorded.
+        with REGISTRY.deferred():
             self.proc = _SPAWNER.popen(command, start_new_session=True, **popen_kwargs)
             self.mark: str | None = getattr(self.proc, "suite_mark", None)
             REGISTRY.add(self)
-        try:
-            self.lease: Path | None = write_lease(self.proc.pid, command, what, mark=self.mark)
-        except OSError as exc:  # a read-only cache: the guard and the parent-death signal still apply
-            log.debug("no lease for %s: %s", what, exc)
-            self.lease = None
-        self.guard = start_guard(self.proc.pid, _SPAWNER.popen, self.mark,
-                                 roster_of(self.lease) if self.lease else None)
+            try:
+                self.lease = write_lease(self.proc.pid, command, what, mark=self.mark)
+            except OSError as exc:  # a read-only cache: the guard and the parent-death signal still apply
+                log.debug("no lease for %s: %s", what, exc)
+            self.guard = start_guard(self.proc.pid, _SPAWNER.popen, self.mark,
+                                     roster_of(self.lease) if self.lease else None)
 
     def kill(self) -> None:
         """End the group and every marked process, then the guard; the lease is removed."""

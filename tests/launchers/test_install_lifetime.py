@@ -159,3 +159,44 @@ def test_the_smoke_tests_server_dies_with_the_smoke_test(tmp_path: Path) -> None
             os.killpg(smoke.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+TOOLS_INSTALLER = """
+import sys
+from pathlib import Path
+from suite import catalog
+from suite.lifetime import REGISTRY
+REGISTRY.install_signal_handlers()  # as the CLI does
+catalog.RECIPES = Path(sys.argv[1])  # a tools recipe that compiles for a long time
+catalog.ensure_tools()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_no_process_of_the_tools_install_outlives_the_suite(tmp_path: Path, sig: int) -> None:
+    """The model-preparation tools' recipe is an install recipe too: the same guarantees."""
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "tools-install.sh").write_text("#!/bin/bash\nbash -c 'sleep 4323 & wait' &\nwait\n")
+    env = {k: v for k, v in os.environ.items() if k != "SUITE_TOOLS_PYTHON"}
+    suite = subprocess.Popen([sys.executable, "-c", TOOLS_INSTALLER, str(recipes)], cwd=ROOT, start_new_session=True,
+                             env={**env, "PYTHONPATH": str(ROOT), "SUITE_CACHE": str(tmp_path / "cache")},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    procs: list[psutil.Process] = []
+    try:
+        procs = recipe_processes(suite.pid, {"sleep 4323"})
+        guards_in_place(suite.pid)
+        suite.send_signal(sig)
+        suite.wait(timeout=30)
+        left = left_behind(procs)
+        assert left == [], f"left running after {signal.Signals(sig).name}: {left}"
+    finally:
+        if suite.poll() is None:
+            suite.kill()
+            suite.wait()
+        for p in procs:
+            if p.is_running():
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
