@@ -8,8 +8,9 @@ a launcher's first start), on SIGINT, SIGTERM, SIGHUP and SIGQUIT, before the ha
 there before it runs. Where there was none, the signal then does what it does by default: it is
 raised again with its default disposition (SIGTERM ends the process as SIGTERM, so a test runner
 or any other host program stops instead of taking an exception for one failure and going on);
-SIGINT stays a KeyboardInterrupt. A signal the process ignored is left ignored (nohup). A signal that arrives while a launcher creates and records a runtime
-(`with REGISTRY.deferred():`) is delivered right after, so no runtime is started unrecorded.
+SIGINT stays a KeyboardInterrupt. A signal the process ignored is left ignored (nohup). A signal
+that arrives while a launcher creates and records a runtime (`with REGISTRY.deferred():`) is
+delivered right after, so no runtime is started unrecorded.
 
 A kill -9 leaves no path in this process: local runtimes then get the kernel's parent-death
 signal, and the next start ends what a gone owner left behind (leases, container labels).

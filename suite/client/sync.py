@@ -159,7 +159,8 @@ class OpenAIClient:
 
     def _stream(self, path: str, body: dict[str, Any], chat: bool, t_enter: float) -> Completion:
         """A streamed request, its response read by `_Response` (httptools) and a `StreamState`."""
-        state = StreamState(f"POST {self.base_url}{path}", chat, max_lines=StreamState.lines_for(body.get("max_tokens")))
+        state = StreamState(f"POST {self.base_url}{path}", chat,
+                            max_lines=StreamState.lines_for(body.get("max_tokens")))
         response, t_send = self._exchange(path, body, state, stream=True)
         assert response.done_at is not None
         try:
