@@ -274,6 +274,8 @@ def _end_stale(lease: dict[str, Any]) -> bool:
     if not isinstance(pid, int) or not isinstance(ticks, int) or pid <= 1:
         return False
     mark = mark if isinstance(mark, str) and mark else None
+    if mark is not None and mark == owned.mark_of(os.getpid()):
+        mark = None  # this process carries it too (started under that runtime): not a mark to end by
     leader: psutil.Process | None = None
     same = procid.is_same(pid, ticks)  # the lease's process, running or a zombie not yet reaped
     if same:
