@@ -31,6 +31,7 @@ from suite import gpu, progress
 from suite.catalog import (Arm, ModelCard, arm_runtime, format_dir, format_path, get_card, prepare_format,
                            prepared_checksum, prepared_model)
 from suite.client import GenerationParams, OpenAIClient
+from suite.client.budget import budget as client_budget, stage_budget_s
 from suite.contention import ContentionMeter
 from suite.definitions import RuntimeDefinition, get_definition
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
@@ -831,8 +832,11 @@ class BenchSession:
                 t0 = time.monotonic()
                 ctx.stage = name
                 # a bar with the stage's requests (count, rate, time left) or plain lines in a log
-                with progress.stage(f"{name} {plan.arm_name}", total=stage.requests_for(ctx.profile)), \
-                        gpu.EnergyMeter() as meter, ContentionMeter(own_runtime=plan.launcher.runs_children) as cpu:
+                # every request of the stage, of any client, ends by the stage's time budget
+                planned = stage.requests_for(ctx.profile)
+                with progress.stage(f"{name} {plan.arm_name}", total=planned), \
+                        gpu.EnergyMeter() as meter, ContentionMeter(own_runtime=plan.launcher.runs_children) as cpu, \
+                        client_budget(stage_budget_s(planned), f"stage {name}"):
                     result = stage.run(ctx)
                 contention = cpu.result()
                 if contention is not None:

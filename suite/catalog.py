@@ -33,6 +33,7 @@ from suite.definitions import RuntimeDefinition, Strict, get_definition, load_va
 from suite.errors import EnvironmentUnavailable, SuiteError
 from suite.paths import CARDS_DIR, DOCUMENTS_DIR, PROMPTS_DIR, REPO_ROOT, cache_dir, models_dir, tools_prefix
 from suite.hashing import sha256_file
+from suite.launchers.local import OwnedGroup
 
 log = logging.getLogger(__name__)
 
@@ -426,9 +427,15 @@ def ensure_tools() -> Path:
             install_log = prefix / "install.log"
             with (progress.step("install model-preparation tools", detail=f"log: {install_log}") as step,
                   install_log.open("w") as fh):
-                proc = subprocess.Popen(["bash", str(RECIPES / "tools-install.sh"), str(prefix)],
-                                        stdout=fh, stderr=subprocess.STDOUT)
-                if step.follow(proc, install_log) != 0:
+                # its own session, guarded and leased as a runtime is: nothing it starts outlives it
+                run = OwnedGroup(["bash", str(RECIPES / "tools-install.sh"), str(prefix)],
+                                 "install model-preparation tools", stdout=fh, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL)
+                try:
+                    rc = step.follow(run.proc, install_log)
+                finally:
+                    run.kill()
+                if rc != 0:
                     raise SuiteError(f"installing model-preparation tools failed (log: {install_log})")
     return python
 

@@ -5,8 +5,12 @@ it once it is stopped, and may add one cleanup of their own (`REGISTRY.on_exit(f
 launcher removes the containers labelled with this session). The registry stops them all at
 interpreter exit and, once its signal handlers are installed (from the main thread, by the CLI or
 a launcher's first start), on SIGINT, SIGTERM, SIGHUP and SIGQUIT, before the handler that was
-there before it runs. A signal that arrives while a launcher creates and records a runtime
-(`with REGISTRY.deferred():`) is delivered right after, so no runtime is started unrecorded.
+there before it runs. Where there was none, the signal then does what it does by default: it is
+raised again with its default disposition (SIGTERM ends the process as SIGTERM, so a test runner
+or any other host program stops instead of taking an exception for one failure and going on);
+SIGINT stays a KeyboardInterrupt. A signal the process ignored is left ignored (nohup). A signal
+that arrives while a launcher creates and records a runtime (`with REGISTRY.deferred():`) is
+delivered right after, so no runtime is started unrecorded.
 
 A kill -9 leaves no path in this process: local runtimes then get the kernel's parent-death
 signal, and the next start ends what a gone owner left behind (leases, container labels).
@@ -94,8 +98,8 @@ class Registry:
             previous = signal.getsignal(signum)
             if previous == self._on_signal:
                 continue
-            if signum == signal.SIGINT and previous is signal.SIG_IGN:
-                continue  # a background job that ignores Ctrl-C keeps ignoring it
+            if previous is signal.SIG_IGN:
+                continue  # an ignored signal stays ignored (a background job, nohup)
             self._previous[signum] = previous if previous not in (signal.SIG_DFL, None) else None
             signal.signal(signum, self._on_signal)
         self._installed = True
@@ -111,7 +115,10 @@ class Registry:
         elif signum == signal.SIGINT:
             raise KeyboardInterrupt
         else:
-            raise SystemExit(128 + signum)
+            # Everything this process owns is stopped: now the signal's own default (the process
+            # ends by it, as its sender meant), not an exception a host program may catch.
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:

@@ -8,7 +8,9 @@ local launcher from a runtime definition written into a temporary images folder
   kills itself with SIGSEGV before it is ready, as llama-server did on an AMX CPU;
 - `segv-after`: serves, and kills itself with SIGSEGV on completion number K+1 (K answered);
 - `vary`: serves, every answer different (a runtime whose gate finds more than one answer);
-- `same`: serves, every answer the same.
+- `same`: serves, every answer the same;
+- `trickle`: serves /health, and answers every completion with a head at once and then one
+  comment line (`: ping`) every 0.2 s, without end: every read on time, no answer ever.
 
 The death is real (`os.kill(os.getpid(), SIGSEGV)`): the suite sees a process ended by a signal,
 exactly as for a native crash.
@@ -36,7 +38,7 @@ def crash() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--mode", required=True, choices=["segv-start", "segv-after", "vary", "same"])
+    ap.add_argument("--mode", required=True, choices=["segv-start", "segv-after", "vary", "same", "trickle"])
     ap.add_argument("--after", type=int, default=0)
     ap.add_argument("--say", default="")
     ap.add_argument("rest", nargs="*")
@@ -78,6 +80,17 @@ def main() -> None:
                 print(f"slot launch_slot_: id 0 | task {served['n']} | processing task", flush=True)
                 crash()
             served["n"] += 1
+            if args.mode == "trickle":
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                try:
+                    while True:
+                        self.wfile.write(b": ping\n")
+                        self.wfile.flush()
+                        time.sleep(0.2)
+                except OSError:
+                    return
             words = ["the", "answer", "is", str(served["n"]) if args.mode == "vary" else "same"]
             chat = self.path.endswith("/chat/completions")
             usage = {"prompt_tokens": 5, "completion_tokens": len(words), "total_tokens": 5 + len(words)}

@@ -7,10 +7,12 @@
 
 Prints one line: "smoke test: ok (...)" and exits 0, or "smoke test: failed: <cause>" and exits 1,
 the cause naming a crash by its signal ("crashed: SIGSEGV (segmentation fault) 1.3 s after start").
+The server gets the parent-death signal (Linux): it ends with the smoke test, however that ends.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import signal
 import socket
@@ -44,12 +46,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    """In the server's child between fork and exec (this script runs no other thread): SIGKILL
+    when the smoke test ends (prctl PR_SET_PDEATHSIG), so a killed smoke test leaves no server."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def server(model: str, log: Path, command: list[str]) -> str | None:
     port = free_port()
     argv = [a.format(port=port, model=model) for a in command]
     t0 = time.monotonic()
     with log.open("w") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
+                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
     base = f"http://127.0.0.1:{port}"
     try:
         while True:

@@ -17,6 +17,7 @@ import ssl
 import time
 from typing import Any, Callable, Protocol
 
+from suite.client.budget import request_window
 from suite.client.params import GenerationParams
 from suite.client.replies import _MALFORMED, ClientError, Completion, _malformed
 from suite.client.stream import StreamState
@@ -152,7 +153,9 @@ class AsyncOpenAIClient:
     the loop hands it over, and parsed (`_Response`: httptools, then `StreamState`, as on the
     synchronous path) once the loop has handed over every read that was ready. Each stream waits
     at most the parent's `stall_timeout_s` for its next bytes ("no data for N s") and `timeout_s`
-    for the whole stream. No proxies. Create and use it inside one running event loop
+    for the whole stream (less where the stage's budget ends sooner: `suite.client.budget`); its
+    reply keeps a minimum byte rate and its lines are bounded by its `max_tokens` (an endless
+    event stream ends at once, not at its deadline). No proxies. Create and use it inside one running event loop
     (`event_loop_factory` makes one: uvloop's where it is installed).
 
     `backend` names the transport. benchmarks/client_transports.py subclasses it on other
@@ -247,13 +250,14 @@ class AsyncOpenAIClient:
         where = f"POST {self.base_url}{path}"
         request = _request(self._prefix, self._host_header, path, json.dumps(body).encode(), self._headers)
         for attempt in (0, 1):
-            state = StreamState(where, chat=False)
+            state = StreamState(where, chat=False, max_lines=StreamState.lines_for(body.get("max_tokens")))
+            window, late = request_window(where, self.timeout_s)  # a stage's budget may end it sooner
             reused = bool(self._idle)
             t_send = time.perf_counter()  # before connecting, as the synchronous path (and vllm bench) time it
             proto = await self._connect(where)
             future = proto.start(request, state, t_send)
             try:
-                t_end = await asyncio.wait_for(future, self.timeout_s)
+                t_end = await asyncio.wait_for(future, window)
                 break
             except ClientError as exc:
                 # a kept-alive connection the server closed as the request went out: once more, on a
@@ -264,7 +268,7 @@ class AsyncOpenAIClient:
             except asyncio.TimeoutError:
                 if proto.transport is not None:
                     proto.transport.close()
-                raise ClientError(f"{where}: no end of the stream after {self.timeout_s:g} s") from None
+                raise ClientError(late.replace("no end of the reply", "no end of the stream")) from None
             except asyncio.CancelledError:
                 if proto.transport is not None:
                     proto.transport.close()

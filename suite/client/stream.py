@@ -3,7 +3,10 @@
 Every streaming transport, the synchronous client's and the asyncio client's alike, hands the
 stream's bytes (or its `data:` lines) to a `StreamState` with the time it received them; the
 state times the chunks that carry a generated token (`is_token_choice`) and builds the
-`Completion`. One line of the stream is bounded at `MAX_LINE_BYTES`.
+`Completion`. One line of the stream is bounded at `MAX_LINE_BYTES`, and the number of its lines
+by what the request's `max_tokens` allows (`StreamState.lines_for`: a few lines per token and a
+margin), so a stream that never ends (never `[DONE]`, never closed) is an error as soon as it has
+said more than any answer could, not a loop that spins until the request's deadline.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from suite.client.replies import (_MALFORMED, ClientError, Completion, _choices,
                                   _text)
 
 MAX_LINE_BYTES = 8 * 1024 * 1024  # one line of an event stream (one chunk's JSON)
+LINES_PER_TOKEN = 4  # `event:`, `data:`, `id:` and the blank line that ends an event
+LINES_MARGIN = 256  # a role chunk, usage, timings, keep-alive comments during a long prefill
 
 
 class StreamState:
@@ -31,10 +36,13 @@ class StreamState:
 
     __slots__ = ("where", "chat", "pending", "pending_len", "parts", "token_ids", "logprobs", "top_logprobs",
                  "chunk_times",
-                 "finish_reason", "usage", "timings", "fingerprint", "parse_s")
+                 "finish_reason", "usage", "timings", "fingerprint", "parse_s", "lines", "max_lines")
 
-    def __init__(self, where: str, chat: bool):
+    def __init__(self, where: str, chat: bool, max_lines: int | None = None):
+        """`max_lines`: the most lines the stream may have (`lines_for` its request's `max_tokens`)."""
         self.where = where
+        self.lines = 0
+        self.max_lines = max_lines
         self.chat = chat
         self.pending: list[bytes] = []  # the stream's bytes after its last newline, as they came
         self.pending_len = 0
@@ -49,6 +57,13 @@ class StreamState:
         self.fingerprint: str | None = None
         self.parse_s = 0.0
 
+    @staticmethod
+    def lines_for(max_tokens: object) -> int | None:
+        """The most lines a stream of at most `max_tokens` tokens can need (None: no bound known)."""
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
+            return None
+        return LINES_PER_TOKEN * max_tokens + LINES_MARGIN
+
     def feed(self, data: bytes, t: float) -> bool:
         """Bytes of the event stream as they came, cut anywhere, received at offset `t`; True at `[DONE]`.
 
@@ -61,6 +76,10 @@ class StreamState:
             data = b"".join(self.pending) + data
             self.pending, self.pending_len = [], 0
         *lines, rest = data.split(b"\n")
+        self.lines += len(lines)
+        if self.max_lines is not None and self.lines > self.max_lines:
+            raise ClientError(f"{self.where}: a stream of more than {self.max_lines} lines, more than its "
+                              f"max_tokens allows (a stream that does not end)")
         for line in lines:
             if len(line) > MAX_LINE_BYTES:
                 raise ClientError(f"{self.where}: a stream line longer than {MAX_LINE_BYTES >> 20} MiB")

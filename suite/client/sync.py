@@ -4,8 +4,10 @@
 on a blocking socket (`_exchange`: the request built and the reply read by `suite.client.wire`,
 a streamed one through a `StreamState`), with the connection kept alive for the thread's next
 request; plain GETs and the runtime's own endpoints (/v1/models, /tokenize, a POST with no body)
-on httpx. Every generation request, streamed or not, takes at most `timeout_s` in all; a
-streamed one waits at most `stall_timeout_s` for its next bytes. `split_credentials` turns a
+on httpx. Every generation request, streamed or not, takes at most `timeout_s` in all, or the
+time left of the stage's budget where that is less (`suite.client.budget`); a streamed one waits
+at most `stall_timeout_s` for its next bytes, and every reply keeps a minimum byte rate
+(`suite.client.wire`). `split_credentials` turns a
 URL's `user:password@` part into a Basic authorization header, so the client's `base_url`, and
 every message it raises, holds only the public URL. `async_client` makes the asyncio twin
 (`suite.client.aio`).
@@ -24,6 +26,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
+from suite.client.budget import request_window
 from suite.client.aio import AsyncOpenAIClient
 from suite.client.params import GenerationParams
 from suite.client.replies import _MALFORMED, ClientError, Completion, _completion_from_reply, _malformed, _text
@@ -75,7 +78,8 @@ class OpenAIClient:
     def get_json(self, path: str) -> Any:
         """A GET's JSON reply (its body bounded by `MAX_BODY_BYTES`, the request by `timeout_s`)."""
         where = f"GET {self.base_url}{path}"
-        deadline = time.perf_counter() + self.timeout_s
+        window, late = request_window(where, self.timeout_s)
+        deadline = time.perf_counter() + window
         try:
             with self._http.stream("GET", path) as r:
                 pieces, size = [], 0
@@ -84,7 +88,7 @@ class OpenAIClient:
                     if size > MAX_BODY_BYTES:
                         raise ClientError(f"{where}: a reply body longer than {MAX_BODY_BYTES >> 20} MiB")
                     if time.perf_counter() > deadline:
-                        raise ClientError(f"{where}: no end of the reply after {self.timeout_s:g} s")
+                        raise ClientError(late)
                     pieces.append(piece)
         except httpx.HTTPError as exc:
             raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
@@ -155,7 +159,8 @@ class OpenAIClient:
 
     def _stream(self, path: str, body: dict[str, Any], chat: bool, t_enter: float) -> Completion:
         """A streamed request, its response read by `_Response` (httptools) and a `StreamState`."""
-        state = StreamState(f"POST {self.base_url}{path}", chat)
+        state = StreamState(f"POST {self.base_url}{path}", chat,
+                            max_lines=StreamState.lines_for(body.get("max_tokens")))
         response, t_send = self._exchange(path, body, state, stream=True)
         assert response.done_at is not None
         try:
@@ -182,8 +187,9 @@ class OpenAIClient:
                 sock: socket.socket | None = self._idle_socks.pop()
             except IndexError:
                 sock = None
+            window, late = request_window(where, self.timeout_s)  # a stage's budget may end it sooner
             t_send = time.perf_counter()  # before connecting, as the concurrent path (and vllm bench) time it
-            deadline = t_send + self.timeout_s
+            deadline = t_send + window
             reused = sock is not None  # a retry comes only before any byte of the reply: `state` is untouched
             response = _Response(state, t_send)
             if sock is None:
@@ -196,13 +202,13 @@ class OpenAIClient:
                 while response.done_at is None:
                     left = deadline - time.perf_counter()
                     if left <= 0:
-                        raise ClientError(f"{where}: no end of the reply after {self.timeout_s:g} s")
+                        raise ClientError(late)
                     sock.settimeout(min(stall, left))
                     try:
                         data = sock.recv(_READ_SIZE)
                     except TimeoutError:
                         if time.perf_counter() >= deadline:
-                            raise ClientError(f"{where}: no end of the reply after {self.timeout_s:g} s") from None
+                            raise ClientError(late) from None
                         raise
                     t = time.perf_counter()
                     if not data:

@@ -3,7 +3,12 @@
 The synchronous client (a blocking socket) and the asyncio client (the event loop's own
 transports) send the same request bytes and read every reply through `_Response`, which hands
 a streamed body to a `StreamState` and a plain one to a `_Body`. A reply is bounded here: its
-status line and headers at `MAX_HEAD_BYTES`, its body at `MAX_BODY_BYTES`.
+status line and headers at `MAX_HEAD_BYTES`, its body at `MAX_BODY_BYTES`, and its pace: once a
+piece of it has begun (the head, one line of an event stream, a plain body), the rest of that
+piece must come at `MIN_BYTE_RATE` bytes per second after `TRICKLE_GRACE_S` (a server writes
+each in one go; one that trickles it a byte at a time, each within the stall timeout, is cut off
+in seconds instead of holding the request to its deadline). Between pieces a stream may pause
+(a long prefill): the stall timeout and the stage's budget bound that.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from suite.client.stream import StreamState
 
 MAX_HEAD_BYTES = 64 * 1024  # a reply's status line and headers
 MAX_BODY_BYTES = 64 * 1024 * 1024  # a reply's body, streamed or not
+MIN_BYTE_RATE = 1024  # bytes per second, within a begun head, stream line or plain body,
+TRICKLE_GRACE_S = 10.0  # after this long (the slack for one piece split over reads)
 _SSE_HEADERS = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
 
 
@@ -32,7 +39,8 @@ class _Response:
     """
 
     __slots__ = ("parser", "state", "t_send", "t_read", "status", "framed", "in_body", "keep_alive", "ended",
-                 "done_at", "answered", "error_body", "head_bytes", "body_bytes")
+                 "done_at", "answered", "error_body", "head_bytes", "body_bytes", "piece_at", "piece_bytes",
+                 "piece_mark")
 
     def __init__(self, state: "StreamState | _Body", t_send: float):
         self.parser = httptools.HttpResponseParser(self)
@@ -49,6 +57,9 @@ class _Response:
         self.error_body = b""
         self.head_bytes = 0  # bytes read before the head ended
         self.body_bytes = 0
+        self.piece_at = 0.0  # when the piece not yet complete (head, stream line, plain body) began
+        self.piece_bytes = 0  # its bytes so far
+        self.piece_mark: tuple[bool, int] = (False, 0)  # (in the body, stream lines ended) as it began
 
     def feed(self, data: bytes, t: float) -> None:
         self.answered = True
@@ -67,6 +78,28 @@ class _Response:
             raise ClientError(f"{self.state.where}: {type(cause).__name__}: {cause}") from None
         except httptools.HttpParserError as exc:
             raise ClientError(f"{self.state.where}: malformed HTTP response: {exc}") from None
+        self._pace(len(data), t)
+
+    def _pace(self, n: int, t: float) -> None:
+        """The minimum byte rate within a piece begun and not complete (see the module docstring)."""
+        state = self.state
+        if self.ended or self.done_at is not None:
+            return
+        streamed = isinstance(state, StreamState)
+        if self.in_body and streamed and not state.pending_len:  # type: ignore[union-attr]
+            self.piece_bytes = 0  # between two lines: nothing begun
+            self.piece_mark = (True, -1)
+            return
+        mark = (self.in_body, state.lines if streamed else 0)  # type: ignore[union-attr]
+        if mark != self.piece_mark or not self.piece_bytes:  # a new piece began in this read
+            self.piece_mark, self.piece_at, self.piece_bytes = mark, t, n
+            return
+        self.piece_bytes += n
+        took = t - self.piece_at
+        if took > TRICKLE_GRACE_S + self.piece_bytes / MIN_BYTE_RATE:
+            what = "its head" if not self.in_body else "one stream line" if streamed else "its body"
+            raise ClientError(f"{state.where}: a reply that trickles: {self.piece_bytes} bytes of {what} in "
+                              f"{took:.0f} s (less than {MIN_BYTE_RATE} bytes/s)")
 
     def eof(self, t: float, exc: BaseException | None = None) -> None:
         """The connection closed at `t`: the end of a body that had no other framing, else an error."""

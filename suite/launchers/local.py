@@ -2,6 +2,9 @@
 
 `prepare` runs the definition's install recipe (`images/<name>/install.sh PREFIX`) once, into
 `$SUITE_CACHE/runtimes/<name>/`, never into the suite's own environment, and reuses it afterwards.
+The recipe is started as a runtime is (`OwnedGroup`: the spawner with its parent-death signal, its
+own session, a guard, a lease, the registry): whatever it started (a compile, a smoke test and its
+server) ends when the install ends, on a signal, and when the suite is killed.
 A release pinned by an arm (`version = "X"` in the card, the definition's `[version]` knob) is
 installed by the same recipe, with the knob's variable set to X, into `runtimes/<name>@X/`: one
 folder per release, installed once and reused, so two releases are measured side by side and
@@ -28,7 +31,13 @@ write, is ignored; a lease of another host, boot or pid namespace is not judged;
 ended only when its pid, start and command line all match the lease (never by name), and the
 suite says so in one log line. The processes a runtime starts itself (vLLM's engine core and
 its workers) do not get that signal: a guard process beside each runtime (suite.launchers.guard)
-ends the runtime's whole process group as soon as the suite is gone.
+ends the runtime's whole process group as soon as the suite is gone. Every process spawned here
+carries a mark in its environment (suite.launchers.owned) that its own children inherit; the
+lease records it, and what is left of a runtime once its leader is gone (a worker in its own
+session included) is found by that mark, and by the roster the guard keeps beside the lease
+(each member of the group by pid and start tick, as seen while the leader ran: a worker whose
+environment was overwritten is in it), never by a process group id alone, which a pid reused by
+another program may name.
 
 A Python runtime's interpreter (`{python}`: its own venv, one built from a wheelhouse, or an
 existing environment with its import path) is chosen by suite.launchers.pyenv; an existing
@@ -62,7 +71,7 @@ import psutil
 from suite import procid, progress
 from suite.definitions import RuntimeDefinition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers import pyenv
+from suite.launchers import owned, pyenv
 from suite.launchers.guard import Guard, start_guard
 from suite.launchers.base import (LaunchSpec, Launcher, ModelPath, RunningRuntime, find_error_line, free_port,
                                  wait_until_ready)
@@ -84,7 +93,7 @@ except (OSError, AttributeError):  # no libc prctl: leases still end stale runti
     _prctl = None
 
 
-def _with_parent_death(command: list[str], env: dict[str, str] | None) -> list[str]:
+def _with_parent_death(command: list[str], env: dict[str, str] | None, signum: int = signal.SIGKILL) -> list[str]:
     """The command behind the exec shim that sets the parent-death signal (Linux), else as it is.
 
     No `preexec_fn`: Python code between fork and exec can deadlock while other threads hold
@@ -98,7 +107,8 @@ def _with_parent_death(command: list[str], env: dict[str, str] | None) -> list[s
     path = (env or os.environ).get("PATH", os.defpath)
     if shutil.which(command[0], path=path) is None:
         raise FileNotFoundError(2, "No such file or directory", command[0])
-    return [sys.executable, "-I", "-S", str(_SHIM), str(os.getpid()), *command]
+    who = str(os.getpid()) if signum == signal.SIGKILL else f"{os.getpid()}:{int(signum)}"
+    return [sys.executable, "-I", "-S", str(_SHIM), who, *command]
 
 
 class _Spawner:
@@ -113,17 +123,29 @@ class _Spawner:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def popen(self, command: list[str], **kwargs: Any) -> subprocess.Popen:
-        command = _with_parent_death(command, kwargs.get("env"))
+    def popen(self, command: list[str], *, mark: str | None = None, death_signal: int = signal.SIGKILL,
+              **kwargs: Any) -> subprocess.Popen:
+        """Start `command` with the parent-death signal (`death_signal`, blocked across exec where
+        it is not SIGKILL) and `SUITE_OWNED_BY=<mark>` in its environment (a new mark unless given;
+        suite.launchers.owned): `proc.suite_mark`."""
+        mark = mark or owned.new_mark()
+        env = dict(kwargs["env"]) if kwargs.get("env") is not None else dict(os.environ)
+        env[owned.MARK_ENV] = mark
+        kwargs["env"] = env
+        command = _with_parent_death(command, env, death_signal)
         if threading.current_thread() is threading.main_thread():
-            return subprocess.Popen(command, **kwargs)
+            proc = subprocess.Popen(command, **kwargs)
+            proc.suite_mark = mark  # type: ignore[attr-defined]
+            return proc
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._serve, daemon=True, name="runtime-spawner")
                 self._thread.start()
         job: concurrent.futures.Future = concurrent.futures.Future()
         self._jobs.put((command, kwargs, job))
-        return job.result()
+        proc = job.result()
+        proc.suite_mark = mark
+        return proc
 
     def _serve(self) -> None:
         while True:
@@ -149,11 +171,12 @@ def _lease_folder(folder: Path) -> Path:
 
 
 def write_lease(pid: int, command: list[str], runtime: str = "", *, owner: tuple[int, int] | None = None,
-                start_ticks: int | None = None, directory: Path | None = None) -> Path:
+                start_ticks: int | None = None, directory: Path | None = None, mark: str | None = None) -> Path:
     """Record a started runtime; `owner` (pid, start ticks since boot) defaults to this process.
 
-    The lease names the runtime (pid, start ticks, process group, command line) and its owner, with
-    the host, boot id and pid namespace they are valid in (`suite.procid`); the file is 0600."""
+    The lease names the runtime (pid, start ticks, process group, command line, the mark in its
+    environment: `mark`, else read from the process) and its owner, with the host, boot id and pid
+    namespace they are valid in (`suite.procid`); the file is 0600."""
     folder = _lease_folder(directory or leases_dir())
     start = start_ticks if start_ticks is not None else procid.start_ticks(pid)
     if owner is None:
@@ -163,7 +186,9 @@ def write_lease(pid: int, command: list[str], runtime: str = "", *, owner: tuple
         pgid = os.getpgid(pid)
     except OSError:
         pgid = None
-    lease = {"pid": pid, "start_ticks": start, "pgid": pgid, "runtime": runtime, "command": redact_args(command),
+    mark = mark or owned.mark_of(pid)
+    lease = {"pid": pid, "start_ticks": start, "pgid": pgid, "mark": mark, "runtime": runtime,
+             "command": redact_args(command),
              "owner_pid": owner[0], "owner_start_ticks": owner[1], "host": socket.gethostname(),
              "boot_id": procid.boot_id(), "pidns": procid.pid_namespace()}
     path = folder / f"{pid}-{start or 0}.json"
@@ -173,6 +198,43 @@ def write_lease(pid: int, command: list[str], runtime: str = "", *, owner: tuple
         fh.write(json.dumps(lease))
     tmp.replace(path)
     return path
+
+
+def roster_of(lease: Path) -> Path:
+    """The file beside a lease where the runtime's guard keeps its group's members (pid, start tick)."""
+    return lease.with_suffix(".members")
+
+
+def _end_roster(path: Path, since_ticks: int) -> list[int]:
+    """SIGKILL each process of a trusted roster that still is the process it names (pid and start
+    tick, at or after the leader's); the pids signalled. The roster is removed."""
+    sent: list[int] = []
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return sent
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        text = fh.read(1 << 20).decode("ascii", "replace") if stat.S_ISREG(st.st_mode) and _trusted(st) else ""
+    path.unlink(missing_ok=True)
+    for line in text.splitlines():
+        try:
+            pid, ticks = (int(x) for x in line.split())
+        except ValueError:
+            continue
+        if pid > 1 and pid != os.getpid() and ticks >= since_ticks and not _zombie(pid) \
+                and procid.signal_if_same(pid, ticks):
+            sent.append(pid)
+    return sent
+
+
+def _zombie(pid: int) -> bool:
+    """Whether `pid` has ended and awaits its reaper (nothing left to end)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _command_of(proc: psutil.Process) -> list[str] | None:
@@ -197,16 +259,23 @@ def _same_command(live: list[str] | None, leased: Any) -> bool:
 
 
 def _end_stale(lease: dict[str, Any]) -> bool:
-    """Kill the runtime of a stale lease and what is left of its group; True if anything was killed.
+    """Kill the runtime of a stale lease and what is left of it; True if anything was killed.
 
     The leader is ended only if its pid, start tick and command line all match the lease (a
-    process that differs in any is someone else's: left alone). When the leader is gone, the
-    members of its own process group that started after it are ended (workers orphaned when the
-    leader got the parent-death signal)."""
+    process that differs in any is someone else's: left alone), with its descendants and, while
+    it is that process (running or a zombie), the members of its process group. What is left
+    once the leader is gone is found by the lease's mark (suite.launchers.owned): the processes
+    whose environment carries it, in the group or out of it (a worker that started its own
+    session). A group id alone proves nothing once its leader is gone: the pid may have been
+    taken by another program that led its own group and left a child in it. Every signal is sent
+    only to the process whose start was read (pid reuse between listing and kill is ruled out)."""
     victims: list[psutil.Process] = []
-    pid, ticks, pgid = lease.get("pid"), lease.get("start_ticks"), lease.get("pgid")
+    pid, ticks, pgid, mark = lease.get("pid"), lease.get("start_ticks"), lease.get("pgid"), lease.get("mark")
     if not isinstance(pid, int) or not isinstance(ticks, int) or pid <= 1:
         return False
+    mark = mark if isinstance(mark, str) and mark else None
+    if mark is not None and mark == owned.mark_of(os.getpid()):
+        mark = None  # this process carries it too (started under that runtime): not a mark to end by
     leader: psutil.Process | None = None
     same = procid.is_same(pid, ticks)  # the lease's process, running or a zombie not yet reaped
     if same:
@@ -223,9 +292,8 @@ def _end_stale(lease: dict[str, Any]) -> bool:
         with _suppress_psutil():
             victims += leader.children(recursive=True)
         victims.append(leader)
-    # The group is the runtime's while its leader is the lease's process (running or a zombie) or
-    # gone; a group whose id names another live process belongs to a reused pid.
-    group = pgid if isinstance(pgid, int) and pgid == pid and (same or not psutil.pid_exists(pgid)) else None
+    # The group is the runtime's only while its leader is the lease's process (running or a zombie).
+    group = pgid if isinstance(pgid, int) and pgid == pid and same else None
     ended = _kill_all(victims)
     # A member may fork between the listing and the kill: look again until a pass finds none.
     for _ in range(5):
@@ -233,7 +301,7 @@ def _end_stale(lease: dict[str, Any]) -> bool:
         if not members:
             break
         ended += _kill_all(members)
-    return bool(ended)
+    return bool(ended) | bool(_end_marked(mark))
 
 
 def _group_members(pgid: int, since_ticks: int) -> list[psutil.Process]:
@@ -249,10 +317,13 @@ def _group_members(pgid: int, since_ticks: int) -> list[psutil.Process]:
 
 
 def _kill_all(procs: list[psutil.Process]) -> list[psutil.Process]:
-    victims = [v for v in procs if _running(v)]  # a zombie is already ended, awaiting its reaper
-    for proc in victims:
-        with _suppress_psutil():
-            proc.kill()  # psutil refuses a pid reused since it was listed
+    """SIGKILL each process that still is the one listed (its start read now, the signal sent
+    through a pidfd where there are pidfds); those signalled, once they have ended."""
+    victims = []
+    for proc in procs:
+        ticks = procid.start_ticks(proc.pid)  # then: is the pid still the process listed (psutil's start)?
+        if ticks is not None and _running(proc) and proc.is_running() and procid.signal_if_same(proc.pid, ticks):
+            victims.append(proc)  # a zombie is already ended, awaiting its reaper
     psutil.wait_procs(victims, timeout=5)
     return victims
 
@@ -330,6 +401,9 @@ def reap_stale_leases(directory: Path | None = None) -> list[str]:
         if procid.is_same(owner, owner_ticks):
             continue  # its suite process still runs
         killed = _end_stale(lease)
+        ticks = lease.get("start_ticks")
+        if isinstance(ticks, int) and _end_roster(roster_of(path), ticks):
+            killed = True  # members the guard saw (a worker whose environment, and mark, was overwritten)
         if killed:
             ended.append(f"{lease.get('runtime') or '?'} pid {lease.get('pid')}")
         path.unlink(missing_ok=True)
@@ -414,6 +488,7 @@ class LocalRuntime(RunningRuntime):
         self.command = command
         self.log_path = log_path
         self.lease = lease
+        self.mark: str | None = getattr(proc, "suite_mark", None)
         self.guard: Guard | None = None
         self._stopped = False
         REGISTRY.add(self)  # stopped at exit and on a signal whatever else happens
@@ -460,18 +535,77 @@ class LocalRuntime(RunningRuntime):
         self._reap(descendants)
 
     def _reap(self, descendants: list[psutil.Process]) -> None:
-        # Children that left the process group (some runtimes start their own sessions).
+        # Children that left the process group (some runtimes start their own sessions), and
+        # whatever carries the runtime's mark (a worker that double-forked is no one's child).
         for p in descendants:
             try:
                 p.kill()
             except psutil.Error:
                 pass
         psutil.wait_procs(descendants, timeout=5)
+        _end_marked(self.mark)
         if self.guard is not None:
             self.guard.stop()
         if self.lease is not None and self.proc.poll() is not None:
             self.lease.unlink(missing_ok=True)  # a clean stop: nothing left to end later
+            roster_of(self.lease).unlink(missing_ok=True)
         self._stopped = True
+        REGISTRY.discard(self)
+
+
+def _end_marked(mark: str | None, timeout_s: float = 5.0) -> list[int]:
+    """SIGKILL every process that carries `mark`, again until none is left (one may fork between
+    a listing and the kill); the pids ended."""
+    ended: list[int] = []
+    if not mark:
+        return ended
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        sent = owned.kill_marked(mark)
+        if not sent:
+            break
+        ended += sent
+        time.sleep(0.02)
+    return ended
+
+
+class OwnedGroup:
+    """A process the suite started for itself (an install recipe) with its own session, a guard
+    and a lease, as a runtime has: its whole group, and whatever carries its mark, ends when it
+    ends, when the suite stops on a signal or exits, and (guard, lease) when the suite is killed."""
+
+    def __init__(self, command: list[str], what: str, **popen_kwargs: Any):
+        self.lease: Path | None = None
+        self.guard: Guard | None = None
+        # A signal meanwhile is delivered once the group, its lease and its guard are all recorded.
+        with REGISTRY.deferred():
+            self.proc = _SPAWNER.popen(command, start_new_session=True, **popen_kwargs)
+            self.mark: str | None = getattr(self.proc, "suite_mark", None)
+            REGISTRY.add(self)
+            try:
+                self.lease = write_lease(self.proc.pid, command, what, mark=self.mark)
+            except OSError as exc:  # a read-only cache: the guard and the parent-death signal still apply
+                log.debug("no lease for %s: %s", what, exc)
+            self.guard = start_guard(self.proc.pid, _SPAWNER.popen, self.mark,
+                                     roster_of(self.lease) if self.lease else None)
+
+    def kill(self) -> None:
+        """End the group and every marked process, then the guard; the lease is removed."""
+        if self.proc.returncode is None:  # not reaped: the group id is still this process's
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        _end_marked(self.mark)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.guard is not None:
+            self.guard.stop()
+        if self.lease is not None:
+            self.lease.unlink(missing_ok=True)
+            roster_of(self.lease).unlink(missing_ok=True)
         REGISTRY.discard(self)
 
 
@@ -497,6 +631,7 @@ class LocalLauncher(Launcher):
         recipe = runtime.folder / runtime.local.install
         if not recipe.exists():
             raise SuiteError(f"{runtime.folder / 'runtime.toml'}: local.install: no file {recipe.name}")
+        reap_stale_leases()  # an install or runtime a killed suite left (a compile holding a build lock)
         prefix.mkdir(parents=True, exist_ok=True)
         install_log = prefix / "install.log"
         with open(prefix / ".install.lock", "w") as lock:
@@ -509,10 +644,16 @@ class LocalLauncher(Launcher):
             t0 = time.monotonic()
             what = f"install {runtime.name}" + (f" {runtime.pinned_version}" if runtime.pinned_version else "")
             with progress.step(what, detail=f"log: {install_log}") as step, install_log.open("w") as fh:
-                # The full output goes to the log; the display shows its latest line.
-                proc = subprocess.Popen(["bash", str(recipe), str(prefix)], stdout=fh, stderr=subprocess.STDOUT,
+                # The full output goes to the log; the display shows its latest line. The recipe runs
+                # in its own session, guarded and leased like a runtime: nothing it started (a
+                # compile, a smoke test's server) outlives the install, whatever ends it.
+                recipe_run = OwnedGroup(["bash", str(recipe), str(prefix)], what, stdout=fh,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         env={**os.environ, **pinned})
-                rc = step.follow(proc, install_log)
+                try:
+                    rc = step.follow(recipe_run.proc, install_log)
+                finally:
+                    recipe_run.kill()
                 if rc != 0 or not marker.exists():
                     line = find_error_line(install_log.read_text(errors="replace")) or f"exit status {rc}"
                     raise SuiteError(f"installing runtime {runtime.name!r} failed: {line} (log: {install_log})")
@@ -554,12 +695,13 @@ class LocalLauncher(Launcher):
         finally:
             log_fh.close()
         try:
-            lease = write_lease(proc.pid, command, runtime.name)
+            lease = write_lease(proc.pid, command, runtime.name, mark=getattr(proc, "suite_mark", None))
         except OSError as exc:  # the cache is read-only: the parent-death signal still applies
             log.debug("no lease for %s: %s", runtime.name, exc)
             lease = None
         rt = LocalRuntime(proc, f"http://127.0.0.1:{port}", command, spec.log_path, lease)
-        rt.guard = start_guard(proc.pid, _SPAWNER.popen)  # the group (workers too) ends with the suite
+        # the group (workers too) ends with the suite; its members are kept beside the lease
+        rt.guard = start_guard(proc.pid, _SPAWNER.popen, rt.mark, roster_of(lease) if lease else None)
         try:
             self._wait_ready(rt, spec, t0)
         except RuntimeStartError as exc:

@@ -566,10 +566,13 @@ def _wait_freed(pid: int, timeout_s: float = 5.0) -> None:
 
 
 @pytest.mark.fault
+@pytest.mark.parametrize("seen_gone", [False, True], ids=["", "seen-gone"])
 @pytest.mark.parametrize("kind", ["tree", "group"])
-def test_memwatch_never_kills_a_pid_it_saw_long_ago_that_now_names_another_process(kind: str, fault_report) -> None:
+def test_memwatch_never_kills_a_pid_it_saw_long_ago_that_now_names_another_process(kind: str, seen_gone: bool,
+                                                                                  fault_report) -> None:
     """A member of the watched tree ends and its pid goes to a bystander; stopping the target
-    kills the tree, not the bystander."""
+    kills the tree, not the bystander. `seen-gone`: the watchdog polled the tree while the pid was
+    free (psutil then marks that member gone and stops comparing start times)."""
     from memwatch.targets import ProcessGroupTarget, ProcessTreeTarget
 
     command = ["bash", "-c", "sleep 0.5 & sleep 1000; exit 0"]
@@ -585,6 +588,8 @@ def test_memwatch_never_kills_a_pid_it_saw_long_ago_that_now_names_another_proce
         child = _short_lived_child(root_proc.pid)
         assert child in target.pids(), "the child was seen"
         _wait_freed(child)
+        if seen_gone:
+            assert child not in target.pids(), "the watchdog's poll sees the member gone"
         victim = _start_under(child, ["bash", "-c", "sleep 1004; exit 0"])
         if victim is None:
             pytest.skip("a freed pid cannot be handed to a new process here (ns_last_pid)")
@@ -598,3 +603,233 @@ def test_memwatch_never_kills_a_pid_it_saw_long_ago_that_now_names_another_proce
             end(victim)
     finally:
         end(root_proc)
+
+
+# ---------------------------------------------------------------- a signal ends the host process
+
+
+@pytest.mark.fault
+def test_sigterm_ends_a_test_run_whose_test_installed_the_suites_handlers(tmp_path: Path, fault_report) -> None:
+    """SIGTERM to a pytest process in which a launcher installed the suite's signal handlers: what
+    the suite owned is stopped, then the run ends by SIGTERM (no test runs after it)."""
+    from tests.launchers.test_lifetime_registry import run_host_and_sigterm
+
+    other = bystander("bash", "-c", "sleep 1005; exit 0")
+    try:
+        rc, _ = run_host_and_sigterm(tmp_path)
+        went_on = (tmp_path / "second").exists()
+        fault_report(tracebacks=int(went_on), foreign_kills=int(not alive(other)))
+        assert rc == -15 and not went_on and (tmp_path / "stopped").exists()
+        assert alive(other)
+    finally:
+        end(other)
+
+
+# ---------------------------------------------------------------- an install recipe dies with the suite
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("sig", [9, 15], ids=["SIGKILL", "SIGTERM"])
+def test_an_install_recipe_killed_with_its_suite_leaves_nothing_running(tmp_path: Path, sig: int,
+                                                                        fault_report) -> None:
+    """`suite setup` killed while its recipe compiles and smoke-tests: the compile, the smoke test
+    and its server end with it; a bystander lives."""
+    from tests.launchers.test_install_lifetime import kill_suite_during_install
+
+    other = bystander("bash", "-c", "sleep 1006; exit 0")
+    try:
+        left = kill_suite_during_install(tmp_path, sig)
+        fault_report(foreign_kills=int(not alive(other)))
+        assert left == [], f"left running: {left}"
+        assert alive(other)
+    finally:
+        end(other)
+
+
+# ---------------------------------------------------------------- a lease's pid taken by a daemon
+
+
+@pytest.mark.fault
+def test_a_stale_lease_whose_pid_a_daemon_took_spares_the_daemons_child(tmp_path: Path, fault_report) -> None:
+    """The lease's pid was taken by another program that led its own group, left a child in it and
+    exited (a double-forking daemon): the group id is the lease's, the child is not the runtime's."""
+    daemon = subprocess.Popen(["bash", "-c", "sleep 4341 & echo $!; exit 0"], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    child_pid = int(daemon.stdout.readline())
+    child = psutil.Process(child_pid)
+    daemon.wait()  # the daemon exited and was reaped: its pid is free, its group lives on in its child
+    assert os.getpgid(child_pid) == daemon.pid and not psutil.pid_exists(daemon.pid)
+    owner = dead_owner()
+    # The lease of a runtime that had this pid before the daemon (an earlier start), with its mark.
+    data = {"pid": daemon.pid, "start_ticks": 1, "pgid": daemon.pid, "mark": "1-1-0123456789abcdef",
+            "runtime": "fake", "command": ["fake-server"], "owner_pid": owner[0], "owner_start_ticks": owner[1],
+            "host": __import__("socket").gethostname(), "boot_id": procid.boot_id(), "pidns": procid.pid_namespace()}
+    folder = tmp_path / "leases"
+    folder.mkdir(mode=0o700)
+    (folder / f"{daemon.pid}-1.json").write_text(json.dumps(data))
+    (folder / f"{daemon.pid}-1.json").chmod(0o600)
+    try:
+        ended = reap_stale_leases(folder)
+        time.sleep(0.2)
+        killed = int(not child.is_running() or child.status() == psutil.STATUS_ZOMBIE)
+        fault_report(foreign_kills=killed)
+        assert not killed and ended == [], "the daemon's child was killed for a lease it has nothing to do with"
+        assert list(folder.glob("*.json")) == []
+    finally:
+        if child.is_running():
+            child.kill()
+
+
+# ---------------------------------------------------------------- a worker in its own session
+
+
+SESSION_WORKER_MAKER = textwrap.dedent("""
+    import subprocess, sys, time
+    from pathlib import Path
+    from suite.launchers.guard import start_guard
+    from suite.launchers.local import _SPAWNER, write_lease
+    out, guarded = Path(sys.argv[1]), sys.argv[2] == "guard"
+    # A runtime whose worker starts its own session and is left to init (setsid, then its parent exits).
+    command = ["bash", "-c", f"setsid bash -c 'sleep 4351 & echo $! > {out}' & wait; sleep 1000"]
+    p = _SPAWNER.popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+    write_lease(p.pid, command, "fake-session-runtime")
+    if guarded:
+        mark = getattr(p, "suite_mark", None)
+        start_guard(p.pid, _SPAWNER.popen, **({"mark": mark} if mark else {}))
+    deadline = time.monotonic() + 10
+    while not (out.exists() and out.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    print(p.pid, out.read_text().strip(), flush=True)
+    time.sleep(1000)
+""")
+
+
+def _session_worker_of_a_killed_suite(tmp_path: Path, guarded: bool) -> tuple[int, int, int]:
+    """A suite process starts a runtime whose worker left its session; the suite is killed with -9.
+    (leader pid, worker pid, worker start ticks)."""
+    cache = tmp_path / "cache"
+    suite_proc = subprocess.Popen([sys.executable, "-c", SESSION_WORKER_MAKER, str(tmp_path / "worker.pid"),
+                                   "guard" if guarded else "lease"], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT), "SUITE_CACHE": str(cache)})
+    leader, worker = map(int, suite_proc.stdout.readline().split())
+    worker_ticks = procid.start_ticks(worker)
+    assert worker_ticks is not None and os.getsid(worker) != os.getsid(leader), "the worker left the session"
+    suite_proc.kill()
+    suite_proc.wait()
+    return leader, worker, worker_ticks
+
+
+def _ended(pid: int, ticks: int, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not procid.is_same(pid, ticks):
+            return True
+        with _suppress():
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        return kind is not None and issubclass(kind, psutil.Error)
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("guarded", [True, False], ids=["guard", "next-start"])
+def test_a_worker_in_its_own_session_ends_with_a_killed_suite(tmp_path: Path, guarded: bool, fault_report) -> None:
+    """kill -9 of the suite: the guard ends the worker that started its own session (`guard`);
+    without a guard, the next start's lease reaper does (`next-start`). A bystander in its own
+    session, like the worker but not started by the suite, lives."""
+    other = bystander("bash", "-c", "sleep 1008; exit 0")
+    worker, ticks = 0, 0
+    try:
+        leader, worker, ticks = _session_worker_of_a_killed_suite(tmp_path, guarded)
+        if not guarded:
+            time.sleep(0.5)
+            assert procid.is_same(worker, ticks), "without a guard the worker outlives the suite until the next start"
+            ended = reap_stale_leases(tmp_path / "cache" / "leases")
+            assert ended == [f"fake-session-runtime pid {leader}"], ended
+        gone = _ended(worker, ticks)
+        fault_report(foreign_kills=int(not alive(other)))
+        assert gone, "the worker that started its own session outlived the suite"
+        assert alive(other)
+    finally:
+        if worker:
+            procid.signal_if_same(worker, ticks)
+        end(other)
+
+
+def test_a_stopped_runtime_takes_its_own_session_worker_with_it(tmp_path: Path) -> None:
+    """A clean stop (the runtime's kill) ends the worker that left the group, found by its mark."""
+    out = tmp_path / "worker.pid"
+    command = ["bash", "-c", f"setsid bash -c 'sleep 4352 & echo $! > {out}' & wait; sleep 1000"]
+    proc = local._SPAWNER.popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not (out.exists() and out.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    worker = int(out.read_text())
+    ticks = procid.start_ticks(worker)
+    assert ticks is not None
+    rt = local.LocalRuntime(proc, "http://127.0.0.1:1", command, tmp_path / "rt.log")
+    try:
+        rt.kill()
+        assert _ended(worker, ticks), "the worker that left the group outlived its runtime"
+    finally:
+        procid.signal_if_same(worker, ticks)
+        end(proc)
+
+
+ROSTER_MAKER = textwrap.dedent("""
+    import subprocess, sys, time
+    import psutil
+    from suite.launchers.guard import start_guard
+    from suite.launchers.local import _SPAWNER, roster_of, write_lease
+    # A runtime whose worker drops its environment (as a process title written over it would): no mark.
+    command = ["bash", "-c", "env -i /bin/sleep 4361 & wait"]
+    p = _SPAWNER.popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+    lease = write_lease(p.pid, command, "fake-unmarked-runtime", mark=p.suite_mark)
+    guard = start_guard(p.pid, _SPAWNER.popen, p.suite_mark, roster_of(lease))
+    deadline = time.monotonic() + 10
+    while not roster_of(lease).exists() or len(roster_of(lease).read_text().split()) < 4:
+        assert time.monotonic() < deadline, "no roster"
+        time.sleep(0.05)
+    worker = next(c for c in psutil.Process(p.pid).children() if c.cmdline()[:1] == ["/bin/sleep"])
+    print(p.pid, worker.pid, guard.proc.pid, flush=True)
+    time.sleep(1000)
+""")
+
+
+@pytest.mark.fault
+def test_a_worker_without_its_mark_is_ended_from_the_guards_roster(tmp_path: Path, fault_report) -> None:
+    """The guard is killed (the OOM killer), then the suite (-9): the leader dies of its parent-death
+    signal, its worker (which dropped its environment, and the mark) lives on in the group. The
+    next start ends it from the roster the guard kept; a bystander lives."""
+    other = bystander("bash", "-c", "sleep 1009; exit 0")
+    cache = tmp_path / "cache"
+    suite_proc = subprocess.Popen([sys.executable, "-c", ROSTER_MAKER], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT), "SUITE_CACHE": str(cache)})
+    worker, ticks = 0, 0
+    try:
+        leader, worker, guard = map(int, suite_proc.stdout.readline().split())
+        ticks = procid.start_ticks(worker) or 0
+        os.kill(guard, 9)  # the guard is a child of the suite process this test started
+        time.sleep(0.2)
+        suite_proc.kill()
+        suite_proc.wait()
+        time.sleep(0.5)
+        assert procid.is_same(worker, ticks), "the worker must outlive its suite and guard for this fault"
+        ended = reap_stale_leases(cache / "leases")
+        gone = _ended(worker, ticks)
+        fault_report(foreign_kills=int(not alive(other)))
+        assert ended == [f"fake-unmarked-runtime pid {leader}"] and gone, (ended, gone)
+        assert alive(other) and list((cache / "leases").glob("*")) == []
+    finally:
+        suite_proc.kill()
+        if worker:
+            procid.signal_if_same(worker, ticks)
+        end(other)

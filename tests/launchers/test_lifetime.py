@@ -225,9 +225,12 @@ def _tiny_gguf() -> Path:
 
 
 def test_stale_lease_ends_the_orphans_of_its_group(tmp_path: Path):
-    """The leader got the parent-death signal; a worker of its group lives on: it is ended too."""
+    """The leader got the parent-death signal; a worker of its group lives on: it is ended too
+    (started as the launcher starts a runtime, so it carries the runtime's mark)."""
+    from suite.launchers.local import _SPAWNER
+
     leases = tmp_path / "leases"
-    group, _ = sleeper("sh", "-c", "sleep 1000 & wait")
+    group = _SPAWNER.popen(["sh", "-c", "sleep 1000 & wait"], stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 5
     while not psutil.Process(group.pid).children() and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -5,10 +5,29 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from suite.lifetime import Registry
+from suite.lifetime import SIGNALS, Registry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_restored() -> Iterator[None]:
+    """Every test here may rebind the four signals a Registry handles: all four are put back."""
+    before = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 class Fake:
@@ -76,3 +95,74 @@ def test_without_a_previous_handler_sigint_is_a_keyboard_interrupt() -> None:
                 pass
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_the_four_signals_are_restored_after_each_test() -> None:
+    """The fixture above puts back what the tests rebind: here, the handlers pytest itself runs with."""
+    for signum in SIGNALS:
+        assert not isinstance(getattr(signal.getsignal(signum), "__self__", None), Registry), signal.Signals(signum).name
+
+
+def test_an_ignored_signal_stays_ignored() -> None:
+    reg = Registry()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    reg.install_signal_handlers()
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+
+
+HOST_TESTS = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from suite.lifetime import REGISTRY
+
+    HERE = Path(__file__).parent
+
+    class Owned:
+        def kill(self):
+            (HERE / "stopped").write_text("yes")
+
+    def test_first():
+        REGISTRY.install_signal_handlers()  # what a launcher's first start does
+        REGISTRY.add(Owned())
+        (HERE / "ready").write_text("yes")
+        time.sleep(60)
+
+    def test_second():
+        (HERE / "second").write_text("ran")
+        time.sleep(60)
+""")
+
+
+def run_host_and_sigterm(tmp_path: Path) -> tuple[int, float]:
+    """A real pytest process whose first test installs the suite's handlers, sent SIGTERM while in
+    it: its exit status and how long it took to end after the signal."""
+    (tmp_path / "test_host.py").write_text(HOST_TESTS)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull,
+                             "test_host.py"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            assert proc.poll() is None, "the host test run ended before its first test"
+            time.sleep(0.05)
+        assert (tmp_path / "ready").exists(), "the host test run never reached its first test"
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            rc = 0
+        return rc, time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_sigterm_stops_a_test_run_that_installed_the_handlers(tmp_path: Path) -> None:
+    """The handler stops what it owns, then SIGTERM ends the process as SIGTERM: the host test
+    runner does not record one failure and go on to the next test."""
+    rc, took = run_host_and_sigterm(tmp_path)
+    assert (tmp_path / "stopped").exists(), "what the registry owned was not stopped first"
+    assert not (tmp_path / "second").exists(), "the test run went on after SIGTERM"
+    assert rc == -signal.SIGTERM and took < 10, (rc, took)

@@ -35,13 +35,42 @@ def tree_pids(pid: int) -> list[int]:
     return [p.pid for p in _tree(pid)]
 
 
-def _kill(proc: psutil.Process, sig: int) -> None:
-    """Signal ``proc`` if its pid still names it: psutil compares the start time and refuses a
-    pid reused by another process since it was seen."""
+def _started(proc: psutil.Process) -> float | None:
+    """When ``proc`` started, as psutil recorded it when the process was first seen."""
     try:
-        proc.send_signal(sig)
+        return proc.create_time()  # cached by psutil from the first read
     except psutil.Error:
-        pass
+        return None
+
+
+def _kill(proc: psutil.Process, sig: int, started: float | None = None) -> bool:
+    """Signal ``proc`` only if its pid still names the process seen (same start time, read now
+    from a fresh look at the pid); True if sent. psutil's own check is not enough: once it saw a
+    process gone it no longer compares start times, and would signal whoever took the pid since.
+    Where the kernel has pidfds, the process is held by one from the comparison to the signal."""
+    started = started if started is not None else _started(proc)
+    if started is None:
+        return False
+    fd: int | None = None
+    try:
+        try:
+            fd = os.pidfd_open(proc.pid)  # type: ignore[attr-defined]
+        except ProcessLookupError:
+            return False
+        except (AttributeError, OSError):
+            fd = None
+        if psutil.Process(proc.pid).create_time() != started:
+            return False  # the pid names another process now
+        if fd is not None:
+            signal.pidfd_send_signal(fd, sig)  # type: ignore[attr-defined]
+        else:
+            os.kill(proc.pid, sig)
+        return True
+    except (psutil.Error, ProcessLookupError, PermissionError):
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def kill_tree(pid: int, sig: int = signal.SIGKILL) -> None:
@@ -61,22 +90,33 @@ class _Members:
     while it still names the same process (never a pid the system gave to someone else since)."""
 
     def __init__(self) -> None:
-        self._seen: dict[int, psutil.Process] = {}
+        self._seen: dict[int, tuple[psutil.Process, float]] = {}
 
     def add(self, procs: list[psutil.Process]) -> None:
         for p in procs:
+            started = _started(p)
+            if started is None:
+                continue
             known = self._seen.get(p.pid)
-            if known is None or not known.is_running():  # a new pid, or a reused one of the same tree
-                self._seen[p.pid] = p
+            if known is None or known[1] != started:  # a new pid, or a reused one of the same tree
+                self._seen[p.pid] = (p, started)
 
     def alive(self) -> list[int]:
         from memwatch.monitor import pids_alive
 
-        return pids_alive(p.pid for p in self._seen.values() if p.is_running())
+        return pids_alive(p.pid for p, started in self._seen.values() if _same(p.pid, started))
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        for p in list(self._seen.values()):
-            _kill(p, sig)
+        for p, started in list(self._seen.values()):
+            _kill(p, sig, started)
+
+
+def _same(pid: int, started: float) -> bool:
+    """Whether ``pid`` runs and is the process that started at ``started``."""
+    try:
+        return psutil.Process(pid).create_time() == started
+    except psutil.Error:
+        return False
 
 
 class ProcessGroupTarget:
