@@ -435,7 +435,7 @@ def resolve_judge(card: ModelCard, url: str | None, model: str | None) -> JudgeC
     if ref is None:
         return None
     if ref.url:
-        return JudgeChoice(ref.url, ref.served_name or model or "judge")
+        return JudgeChoice(ref.url, model or ref.served_name or "judge")  # --judge-model first
     if ref.model:
         judge_card = get_card(ref.model)
         raise SuiteError(

@@ -36,12 +36,13 @@ from suite.errors import SuiteError
 from suite.launchers import CHOICES as LAUNCHER_CHOICES
 from suite.lifetime import REGISTRY
 from suite.profiles import PROFILES
-from suite.stages import VERDICT_STAGE
+from suite.stages import ORDER, STAGES, VERDICT_STAGE
 from suite.stages.base import Stage
 from suite.stages.restarts import RestartsSettings
 from suite.stages.sessions import STAGE as SESSIONS_STAGE
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# Plain help (rich_markup_mode None): text wrapped at the terminal's width, never cut with an ellipsis.
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="A reproducibility-first benchmark suite for LLM inference runtimes.")
 def _console(stderr: bool = False) -> Console:
     """The commands' console: a terminal's own width; 160 columns when the output is a file or a
@@ -62,6 +63,8 @@ ProfileName = Literal[tuple(PROFILES)]  # type: ignore[valid-type]
 LauncherName = Literal[LAUNCHER_CHOICES]  # type: ignore[valid-type]
 RestartCaches = RestartsSettings.model_fields["caches"].annotation
 ExportFormat = Literal["parquet", "csv"]
+STAGES_HELP = (f"Stages to run, comma-separated, of: {', '.join(STAGES)} (default: {', '.join(ORDER)}, and the "
+               "stages the profile, the options or the gate's verdict add).")
 
 
 def _split(value: Optional[str]) -> list[str] | None:
@@ -231,7 +234,12 @@ def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare.")
     from suite.catalog import prepare_format, prepared_model
 
     wanted = _split(runtime)
-    plans = [p for p in plan_arms(model, None, launcher, "quick") if not wanted or p.runtime.name in wanted]
+    every = plan_arms(model, None, launcher, "quick")
+    known = list(dict.fromkeys(p.runtime.name for p in every))
+    unknown = [w for w in wanted or [] if w not in known]
+    if unknown:
+        raise SuiteError(f"--runtime {unknown[0]}: no arm of model {model!r} runs it; its runtimes: {', '.join(known)}")
+    plans = [p for p in every if not wanted or p.runtime.name in wanted]
     unavailable = [p for p in plans if not p.launcher.can_run]
     err = Console(stderr=True)
     for plan in unavailable:
@@ -260,7 +268,7 @@ def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or ru
     """Serve one arm of a model until Ctrl-C."""
     import time
 
-    from suite.bench import plan_arms
+    from suite.bench import check_controls, plan_arms
     from suite.catalog import get_card, prepare_format, prepared_model
     from suite.paths import cache_dir
 
@@ -270,6 +278,7 @@ def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or ru
     if arm is None:
         raise SuiteError(f"model {model!r} has no arm or runtime {runtime_or_arm!r}; known arms: {', '.join(card.arms)}")
     plan = plan_arms(model, [arm], launcher, "quick")[0]
+    check_controls([plan], _split(controls))  # an unknown control: one line, before any install
     plan.launcher.prepare(plan.runtime, prepared_model)
     prepare_format(plan.card, plan.arm.format)
     spec = plan.spec(_split(controls) or [], cache_dir() / "logs" / f"up-{plan.runtime.name}.log")
@@ -333,7 +342,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                                   "to count the tokens of a server that does not count them."),
           results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
           profile: ProfileName = typer.Option("standard", help="How many requests each stage makes."),
-          stages: Optional[str] = typer.Option(None, help="Stages to run (default: gate,latency,extraction,restarts)."),
+          stages: Optional[str] = typer.Option(None, help=STAGES_HELP),
           resume: bool = typer.Option(False, help="Continue the newest incomplete run of each arm."),
           judge_url: Optional[str] = typer.Option(None, help="LLM judge: any OpenAI-compatible URL "
                                                   "(key from SUITE_JUDGE_API_KEY)."),
@@ -391,6 +400,10 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
         if tokenizer is not None:
             raise SuiteError("--tokenizer counts the tokens of a server given with --url; a started runtime "
                              "counts its own")
+    if judge_model is not None and judge_url is None:
+        _judge_model_needs_a_url(model, judge_model)
+    if batch_prompt is not None:
+        _check_gate_prompt("--batch-prompt", batch_prompt)
     if as_json:
         _stdout_for_json()
     out = (results_folder.expanduser().resolve() if results_folder else results_dir())
@@ -438,6 +451,26 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                           on_arm=rebuilder.after_arm if rebuilder else None,
                           on_result=rebuilder.after_stage if rebuilder else None, retry_refused=retry_refused)
     _end_of_bench(summaries, out, as_json, fail_on_variance)
+
+
+def _judge_model_needs_a_url(model: str | None, judge_model: str) -> None:
+    """`--judge-model` names a model at a judge's address: --judge-url's, or the card's own judge
+    URL; with neither it would be ignored, so it is one line instead."""
+    from suite.catalog import get_card
+
+    ref = get_card(model).judge if model else None
+    if ref is None or not ref.url:
+        raise SuiteError(f"--judge-model {judge_model!r}: names a model at a judge's address; give that "
+                         "address with --judge-url")
+
+
+def _check_gate_prompt(option: str, prompt_id: str) -> None:
+    """A gate prompt id named by an option, checked whether or not its stage runs."""
+    from suite.stages.repeat import load_gate_prompts
+
+    known = load_gate_prompts()
+    if prompt_id not in known:
+        raise SuiteError(f"{option} {prompt_id!r}: not a gate prompt; known: {', '.join(known)}")
 
 
 def command_line() -> list[str]:
@@ -502,6 +535,7 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
                                                "gave more than one distinct answer (for CI).")) -> None:
     """Run the reproducibility gate (and, with --controls, the control matrix) for every arm.
 
+    Exits 1, with one line per arm saying what it needs, when no arm could run here (as `bench`).
     Control names are checked against each arm's runtime before anything starts (one line, exit 2).
     """
     from suite.bench import run_bench
@@ -515,7 +549,9 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
     out = results_folder.expanduser().resolve() if results_folder else results_dir()
     summaries = run_bench(model, _split(arms), launcher, profile, stages, results=out, controls=_split(controls),
                           command=command_line())
-    _print_summaries(summaries)
+    if any(s.status != "skipped" for s in summaries):
+        _print_summaries(summaries)
+    _honest_exit(summaries)
     from suite.stages.controls import format_controls_table
 
     for s in summaries:
@@ -623,7 +659,7 @@ def export(format: ExportFormat = typer.Option("parquet", "--format", help="The 
         console.print(str(path))
 
 
-study_app = typer.Typer(no_args_is_help=True, help="The studies' designs, one command each.")
+study_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The studies' designs, one command each.")
 app.add_typer(study_app, name="study")
 
 
@@ -634,19 +670,25 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
                    replicates: int = typer.Option(3, "--replicates", min=2, help="Runs of each gate prompt per process (R)."),
                    lora: bool = typer.Option(False, "--lora", help="Also the test LoRA adapter, in the same processes."),
                    launcher: Literal["local", "docker"] = typer.Option("local", help="Where the server processes run."),
-                   profile: ProfileName = typer.Option("quick", help="Which gate prompts and token caps.")) -> None:
-    """Sessions x replicates (study 2): K server processes, R runs each, base and adapter compared."""
+                   profile: ProfileName = typer.Option("quick", help="Which gate prompts and token caps."),
+                   results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP)) -> None:
+    """Sessions x replicates (study 2): K server processes, R runs each, base and adapter compared.
+
+    Exits 1, with one line per arm saying what it needs, when no arm could run here."""
     from suite.bench import run_bench
-    from suite.errors import SuiteError
+    from suite.paths import results_dir
 
     if sessions < 2 or replicates < 2:
         raise SuiteError(f"--sessions {sessions} --replicates {replicates}: each must be at least 2")
     overrides: dict[str, Any] = {}
     _stage_options(overrides, SESSIONS_STAGE, {"sessions": ("--sessions", sessions),
                                                      "replicates": ("--replicates", replicates), "lora": ("--lora", lora)})
-    summaries = run_bench(model, _split(arms), launcher, profile, [SESSIONS_STAGE.name],
+    out = results_folder.expanduser().resolve() if results_folder else results_dir()
+    summaries = run_bench(model, _split(arms), launcher, profile, [SESSIONS_STAGE.name], results=out,
                           overrides=overrides, command=command_line())
-    _print_summaries(summaries)
+    if any(s.status != "skipped" for s in summaries):
+        _print_summaries(summaries)
+    _honest_exit(summaries)
     for s in summaries:
         for line in (s.sessions.table if s.sessions else []):
             console.print(f"{s.arm}: {escape(line)}")
@@ -695,11 +737,17 @@ def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix 
     raise typer.Exit(1 if parted else 0)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                               "help_option_names": []})
 def watch(ctx: typer.Context) -> None:
-    """Run the memory watchdog alone (same options as `python -m memwatch`)."""
-    from memwatch.__main__ import main as memwatch_main
+    """Run the memory watchdog alone (same options as `python -m memwatch`; `suite watch --help` lists them)."""
+    from memwatch.cli import _parser, main as memwatch_main
 
+    if {"--help", "-h"} & set(ctx.args[:ctx.args.index("--")] if "--" in ctx.args else ctx.args):
+        parser = _parser()
+        parser.prog = "suite watch"  # its usage line names this command
+        parser.print_help()
+        raise typer.Exit(0)
     raise typer.Exit(memwatch_main(list(ctx.args)))
 
 
@@ -830,6 +878,50 @@ def usage_line(exc: BaseException) -> str:
 
 def _one_line(text: str) -> str:
     return " ".join(text.splitlines())
+
+
+def _placeholder(annotation: Any) -> str | None:
+    """The plain placeholder of an option's value in --help: its choices (`quick|standard|full`),
+    else TEXT, INTEGER, NUMBER or PATH; None for a flag (it takes no value)."""
+    import typing
+
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is Literal:
+        return "|".join(str(a) for a in typing.get_args(annotation))
+    if args and typing.get_origin(annotation) is not Literal:  # Optional[X]
+        return _placeholder(args[0])
+    return {str: "TEXT", int: "INTEGER", float: "NUMBER", Path: "PATH"}.get(annotation)
+
+
+def _plain_placeholders(typer_app: typer.Typer) -> None:
+    """Every option of every command shows a plain placeholder (`--restarts INTEGER`, `--profile
+    quick|standard|full`), never typer's `<str>` or `<bool>`; a metavar given by hand stays."""
+    import inspect
+    import typing
+
+    for command in typer_app.registered_commands:
+        hints = typing.get_type_hints(command.callback, include_extras=False)  # type: ignore[arg-type]
+        for name, param in inspect.signature(command.callback).parameters.items():  # type: ignore[arg-type]
+            info = param.default
+            if isinstance(info, typer.models.ArgumentInfo) and info.metavar is None:
+                info.metavar = name.upper()  # `RUN_A`, as the usage line shows it
+            if not isinstance(info, typer.models.OptionInfo) or info.metavar is not None:
+                continue
+            info.metavar = _placeholder(hints.get(name))
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _plain_placeholders(group.typer_instance)
+
+    # An argument's line names it alone (`ARM  Arm (or runtime) ...`), and the usage line shows it
+    # as `ARM`, not `ARM <str>` and `{ARM}` (typer has no setting for either).
+    argument = getattr(typer.core, "TyperArgument", None)
+    if argument is not None and hasattr(argument, "display_type_rich"):
+        argument.display_type_rich = lambda self, ctx: None
+        argument._usage_display_name = lambda self: (self.display_name_raw if self.required
+                                                      else f"[{self.display_name_raw}]")
+
+
+_plain_placeholders(app)
 
 if __name__ == "__main__":
     main()

@@ -81,7 +81,7 @@ BAD = [
     (["gate", "--controls", "lora"], "--controls lora: runtime 'same' does not serve LoRA adapters"),
     (["bench", "--judge-url", "http://127.0.0.1:{closed}/v1"], "--judge-url http://127.0.0.1:{closed}/v1: no server answers there"),
     (["bench", "--judge-url", "{judge}", "--judge-model", "other"], "--judge-model 'other': not served at"),
-    (["compare", "onlyone"], "Missing argument 'run_b'"),
+    (["compare", "onlyone"], "Missing argument 'RUN_B'"),
     (["nope"], "No such command 'nope'"),
     (["export", "--format", "xml"], "--format 'xml': not one of parquet, csv"),
     (["results", "--results", "{tmp}/nowhere"], "--results {tmp}/nowhere: no such folder"),
@@ -90,6 +90,14 @@ BAD = [
     (["export", "--results", "{tmp}/nowhere"], "--results {tmp}/nowhere: no such folder"),
     (["up", "same", "--port", "0"], "--port '0': must be 1 or more"),
     (["study", "sessions", "--sessions", "1"], "--sessions '1': must be 2 or more"),
+    # checked before anything starts: no install for an unknown control, no silent exit 0 for an
+    # unknown runtime, no judge model ignored, a target prompt checked whatever the stages
+    (["up", "same", "--controls", "nope"], "--controls nope: runtime 'same' has no control 'nope'"),
+    (["setup", "--runtime", "nope"], "--runtime nope: no arm of model 'standins' runs it; its runtimes: same, vary"),
+    (["bench", "--judge-model", "other"], "--judge-model 'other': names a model at a judge's address; give that "
+                                          "address with --judge-url"),
+    (["bench", "--batch-prompt", "nope"], "--batch-prompt 'nope': not a gate prompt; known: "),
+    (["bench", "--stages", "gate", "--batch-prompt", "nope"], "--batch-prompt 'nope': not a gate prompt"),
 ]
 
 
@@ -103,9 +111,9 @@ def test_bad_input_is_one_line_exit_2_nothing_started_nothing_written(world: dic
     args = [a.format(**values) for a in args]
     expected = expected.format(**values)
     extra: list[str] = []
-    if args[0] in ("bench", "gate", "up") or args[:2] == ["study", "sessions"]:
+    if args[0] in ("bench", "gate", "up", "setup") or args[:2] == ["study", "sessions"]:
         extra += ["--model", "standins"]
-        if args[0] != "up" and "--launcher" not in args:
+        if args[0] not in ("up", "setup") and "--launcher" not in args:
             extra += ["--launcher", "local"]
     results = case / "results"
     if args[0] in ("bench", "gate") and "--results" not in args:
@@ -135,8 +143,33 @@ def test_version_and_choices_in_help(world: dict) -> None:
     assert "parquet|csv" in run_suite(["export", "--help"], env).stdout
     site = " ".join(run_suite(["site", "--help"], env).stdout.split())
     assert "$SITE_OUT" in site and "emptied and rebuilt" in site and "--results" in site
-    for command in ("results", "compare", "export", "gate"):
-        assert "--results" in run_suite([command, "--help"], env).stdout
+    for command in (["results"], ["compare"], ["export"], ["gate"], ["site"], ["bench"], ["study", "sessions"]):
+        assert "--results" in run_suite([*command, "--help"], env).stdout, command
+
+
+@pytest.mark.parametrize("columns", ["80", "250"])
+def test_help_is_plain_and_whole(world: dict, columns: str) -> None:
+    """Plain placeholders (TEXT, INTEGER, PATH, the choices), never `<str>` or `<bool>`; defaults
+    and the stages' list whole at any width, never cut with an ellipsis."""
+    from suite.stages import ORDER, STAGES
+
+    env = {**world["env"], "COLUMNS": columns}
+    for command in (["bench"], ["gate"], ["up"], ["setup"], ["export"], ["site"], ["results"], ["compare"],
+                    ["study", "sessions"], ["doctor"]):
+        r = run_suite([*command, "--help"], env)
+        assert r.returncode == 0, r.stderr
+        assert "<str>" not in r.stdout and "<bool>" not in r.stdout and "<int" not in r.stdout, r.stdout
+        assert "…" not in r.stdout, r.stdout
+    bench = " ".join(run_suite(["bench", "--help"], env).stdout.split())
+    assert "--profile quick|standard|full" in bench and "--restarts INTEGER" in bench and "--results PATH" in bench
+    assert f"of: {', '.join(STAGES)} (default: {', '.join(ORDER)}," in bench
+    assert "[default: standard]" in bench and "--site / --no-site" in bench
+
+
+def test_watch_help_lists_the_watchdogs_options(world: dict) -> None:
+    r = run_suite(["watch", "--help"], world["env"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: suite watch") and "--pid" in r.stdout and "--spill-gb" in r.stdout
 
 
 @pytest.fixture(scope="module")
