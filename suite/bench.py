@@ -40,6 +40,7 @@ from suite.profiles import PROFILES, Profile, get_profile
 from suite.records import (RESULT_MODELS, DeterminismOutcome, Invocation, LaunchWatchdog, RunInUse, RunManifest,
                            RunRecord, RuntimeFailure, Summary, find_incomplete, new_run_id, read_requests, utcnow)
 from suite.secrets import REDACTED, SECRET_NAME, redact_args, redact_env
+from suite.provenance import suite_build
 from suite.signature import Signature, current_node
 from suite.probes import cache_dirs, cache_state, detect_hardware
 from suite.hashing import prompt_set_hash, resolve_revision
@@ -541,7 +542,7 @@ class BenchSession:
             self.previous = None
         if self.record is None:
             manifest = RunManifest(run_id=new_run_id(signature.digest), model=plan.card.name, arm=plan.arm_name,
-                                   runtime=plan.runtime.name, launcher=plan.launcher.name,
+                                   suite=suite_build(), runtime=plan.runtime.name, launcher=plan.launcher.name,
                                    profile=plan.profile.name, started_at=self.started, signature=signature,
                                    profile_settings=plan.profile.model_dump(mode="json"),
                                    invocation=self.invocation)
@@ -554,7 +555,7 @@ class BenchSession:
                 refusals.remember(determinism.memo_key, seen.model_copy(update={"run_id": self.record.manifest.run_id}))
         self._move_logs()
         self.summary = Summary(run_id=self.record.manifest.run_id, model=plan.card.name, arm=plan.arm_name,
-                               runtime=plan.runtime.name, launcher=plan.launcher.name, profile=plan.profile.name,
+                               suite=self.record.manifest.suite or suite_build(), runtime=plan.runtime.name, launcher=plan.launcher.name, profile=plan.profile.name,
                                started_at=self.record.manifest.started_at, determinism=determinism,
                                signature=signature, startup_s=rt.startup_s,
                                invocation=self.record.manifest.invocation or self.invocation)
@@ -628,6 +629,7 @@ class BenchSession:
         if self.record is None:
             self.record = RunRecord.create(self.results, RunManifest(
                 run_id=new_run_id(None), model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
+                suite=suite_build(),
                 launcher=plan.launcher.name, profile=plan.profile.name, started_at=self.started,
                 invocation=self.invocation))
             self._move_logs()
@@ -640,7 +642,7 @@ class BenchSession:
         log.error("arm %s: %s (log: %s)", plan.arm_name, reason, log_path or "none")
         m = self.record.manifest
         summary = Summary(run_id=m.run_id, model=m.model, arm=m.arm, runtime=m.runtime, launcher=m.launcher,
-                          profile=m.profile, started_at=m.started_at, signature=m.signature, finished_at=utcnow(),
+                          suite=m.suite or suite_build(), profile=m.profile, started_at=m.started_at, signature=m.signature, finished_at=utcnow(),
                           status="failed", reason=reason, failure=failure, invocation=m.invocation or self.invocation)
         self.record.finish(summary)
         return summary

@@ -327,8 +327,10 @@ def land_run(results: Path, model: str, arm: str, run_id: str, payload: bytes) -
 def record_failed(results: Path, model: str, arm: str, runtime: str, launcher: str, profile: str,
                   started: str, reason: str, placement: dict[str, Any]) -> Summary:
     """A failed arm on the driver: run.json, summary.json (status failed, the reason), ray.json."""
+    from suite.provenance import suite_build
+
     manifest = RunManifest(run_id=new_run_id(None), model=model, arm=arm, runtime=runtime, launcher=launcher,
-                           profile=profile, started_at=started)
+                           profile=profile, started_at=started, suite=suite_build())
     record = RunRecord.create(results, manifest)
     write_once(record.dir / "ray.json", json.dumps(placement, indent=2))
     summary = Summary(**manifest.model_dump(exclude={"signature", "profile_settings"}), finished_at=utcnow(),

@@ -37,6 +37,7 @@ from suite.contention import Contention
 from suite.errors import SuiteError
 from suite.gpu import Energy
 from suite.paths import FILE_MODE
+from suite.provenance import SuiteBuild
 from suite.signature import Signature
 from suite.secrets import scrub
 from suite.stages import STAGES, with_stage_settings
@@ -99,6 +100,9 @@ class Invocation(BaseModel):
     overrides: dict[str, Any] = Field(default_factory=dict)  # profile setting -> the value this run used instead
     stages: list[str] = Field(default_factory=list)  # the stages asked for (a stage a verdict adds is not among them)
     controls: list[str] | None = None  # `suite gate --controls`: the control sets asked for
+    # `--tag KEY=VALUE` (given more than once): the user's own labels of the run ("driver=575"),
+    # shown with it and filterable in `suite results --tag`; empty in records written before tags
+    tags: dict[str, str] = Field(default_factory=dict)
 
     def overrides_text(self) -> str:
         """`gate requests 3 · restarts launches 6 · reloads launches 1 · controls auto off`; empty
@@ -149,6 +153,22 @@ class RunIdentity(BaseModel):
     launcher: str
     profile: str
     started_at: str
+    # The suite's code that wrote it (version, git commit, tree modified), beside the signature and
+    # never in its digest; None: a record written before the suite kept it.
+    suite: SuiteBuild | None = None
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """The run's `--tag KEY=VALUE` labels (its invocation's)."""
+        invocation = getattr(self, "invocation", None)
+        return dict(invocation.tags) if invocation is not None else {}
+
+    @property
+    def short_id(self) -> str:
+        """The 8-character id printed for the run: its signature digest's part (the run id's
+        tail), which `suite compare` and `suite results --run` take (a unique prefix of the
+        run id is taken too)."""
+        return self.run_id.rsplit("-", 1)[-1]
 
 
 class RunManifest(RunIdentity):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.stages.base import ExportTable, FreshLaunch, SectionTemplate, Stage
+from suite.stages.base import ColumnType, ExportTable, FreshLaunch, SectionTemplate, Stage
 from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
@@ -330,7 +330,7 @@ def export_rows(result: SessionsResult) -> list[dict[str, Any]]:
     rows = []
     for c in result.configurations:
         base = {"sessions": result.sessions, "replicates": result.replicates, "configuration": c.label,
-                "status": c.status, "reason": c.reason, "controls": ", ".join(result.controls)}
+                "status": c.status, "reason": c.reason, "controls": list(result.controls)}
         runs_ = c.runs
         if runs_ is None:
             rows.append(base)
@@ -347,6 +347,14 @@ def export_rows(result: SessionsResult) -> list[dict[str, Any]]:
     return rows
 
 
+COLUMNS: dict[str, ColumnType] = {
+    "sessions": "int", "replicates": "int", "configuration": "str", "status": "str", "reason": "str",
+    "controls": "list[str]", "runs": "int", "distinct_runs": "int", "prompts": "int", "incomplete_runs": "int",
+    "truncated": "int", "measure": "str", "across": "float", "across_ci95_low": "float", "across_ci95_high": "float",
+    "across_pairs": "int", "ci_note": "str", "within": "float", "within_pairs": "int",
+    "first_run_only_difference": "bool"}
+
+
 STAGE = Stage(name="sessions", result=SessionsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
               summary="K server processes x R replicates (study 2), base and adapter",
               inputs=lambda p: select_prompts(p.gate_prompts),
@@ -354,6 +362,6 @@ STAGE = Stage(name="sessions", result=SessionsResult, run=run, lines=(AnswerLine
               settings=SessionsSettings, profiles={"quick": {"sessions": 2}},
               profile_keys={"sessions": "sessions", "replicates": "replicates", "sessions_lora": "lora"},
               # its request lines are many (K x R passes over the prompt set): not in the requests table
-              tables=(ExportTable("sessions", export_rows),),
+              tables=(ExportTable("sessions", export_rows, COLUMNS),),
               page_title="sessions",
               section=SectionTemplate("section.html", "suite.stages.sessions.view:page", slot="causes", order=3))
