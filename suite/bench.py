@@ -297,10 +297,10 @@ def profile_overrides(profile: Profile) -> dict[str, Any]:
 
 
 def invocation_of(plan: ArmPlan, stages: list[str], controls: list[str] | None,
-                  command: list[str] | None) -> Invocation:
-    """What this arm's run was asked to do: the command line and the profile's overrides."""
+                  command: list[str] | None, tags: dict[str, str] | None = None) -> Invocation:
+    """What this arm's run was asked to do: the command line, the profile's overrides, the tags."""
     return Invocation(command=list(command) if command else None, overrides=profile_overrides(plan.profile),
-                      stages=list(stages), controls=list(controls) if controls else None)
+                      stages=list(stages), controls=list(controls) if controls else None, tags=dict(tags or {}))
 
 
 TAIL_LINES = 20
@@ -449,14 +449,14 @@ def resolve_judge(card: ModelCard, url: str | None, model: str | None) -> JudgeC
 def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: list[str] | None = None,
             resume: bool = False, judge: JudgeChoice | None = None,
             on_stage: Callable[[str], None] | None = None, command: list[str] | None = None,
-            on_result: Callable[[str], None] | None = None) -> Summary:
+            on_result: Callable[[str], None] | None = None, tags: dict[str, str] | None = None) -> Summary:
     """Run one arm end to end and write its run record; a failure is recorded, not raised.
 
     `on_stage` is called with each stage's name as it starts (progress of a Ray task), `on_result`
     once its result is written (the CLI rebuilds the site); `command` is the command line that
     asked for it (recorded with the profile's overrides)."""
     started = utcnow()
-    invocation = invocation_of(plan, stages, controls_request, command)
+    invocation = invocation_of(plan, stages, controls_request, command, tags)
     try:
         plan.launcher.check_available()
         plan.launcher.prepare(plan.runtime, prepared_model)
@@ -1013,7 +1013,8 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
               resume: bool = False, judge_url: str | None = None, judge_model: str | None = None,
               gate_requests: int | None = None, overrides: dict[str, Any] | None = None, url: str | None = None, served_model: str | None = None, tokenizer: str | None = None,
               on_arm: Callable[[Summary], None] | None = None, command: list[str] | None = None,
-              retry_refused: bool = False, on_result: Callable[[str, str], None] | None = None) -> list[Summary]:
+              retry_refused: bool = False, on_result: Callable[[str, str], None] | None = None,
+              tags: dict[str, str] | None = None) -> list[Summary]:
     """Every arm of `model` (or, with `url`, the one server at that URL) through the stages.
 
     Each arm is prepared (runtime installed, model format made) just before it runs, never while
@@ -1060,7 +1061,7 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
             gpu.DeviceLease(locked=False, reason=f"launcher {plan.launcher.name}"))
         with device as lease:
             done = (lambda stage, model=plan.card.name: on_result(model, stage)) if on_result is not None else None
-            summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume, judge, command=command,
+            summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume, judge, command=command, tags=tags,
                                      on_result=done))
             if lease.locked:
                 waited = gpu.wait_for_baseline(lease.baseline_bytes)

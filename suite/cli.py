@@ -58,6 +58,9 @@ LAUNCHER_HELP = ("auto (per arm: local where the runtime has a local recipe for 
                  "Docker), local or docker.")
 RESULTS_HELP = "Results folder (default: $RESULTS, else ./results)."
 JSON_HELP = "Print JSON on stdout instead of a table (progress and log lines stay on stderr)."
+TAG_HELP = ("A label of the runs, KEY=VALUE (e.g. driver=575.57); give it more than once for several. "
+            "Kept in the run record, shown by `suite results` and filterable there with --tag.")
+_TAG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})=(.{0,200})$")
 # Choices shown as choices in --help and refused by the parser (exit 2) before anything starts.
 ProfileName = Literal[tuple(PROFILES)]  # type: ignore[valid-type]
 LauncherName = Literal[LAUNCHER_CHOICES]  # type: ignore[valid-type]
@@ -89,6 +92,19 @@ def _stage_options(overrides: dict[str, Any], stage: Stage, given: dict[str, tup
     overrides.setdefault("stage_settings", {})[stage.name] = values
 
 
+def _tags(values: Optional[list[str]]) -> dict[str, str]:
+    """`--tag KEY=VALUE` given any number of times, as a mapping (a key given twice: the last one);
+    a tag that is not KEY=VALUE is one line."""
+    out: dict[str, str] = {}
+    for value in values or []:
+        m = _TAG.match(value)
+        if m is None or "\n" in value:
+            raise SuiteError(f"--tag {value!r}: give KEY=VALUE (a key of letters, digits, '.', '_' or '-', "
+                             "at most 64 characters; a value of one line, at most 200)")
+        out[m[1]] = m[2]
+    return out
+
+
 def _int_list(option: str, value: Optional[str]) -> list[int] | None:
     items = _split(value)
     if not items:
@@ -100,15 +116,19 @@ def _int_list(option: str, value: Optional[str]) -> list[int] | None:
 
 
 def _show_version(value: bool) -> None:
+    """`suite 0.1.0 (commit 1a2b..., tree modified)`: the version, and the git commit of the code
+    with whether tracked files differ from it (every new run record keeps the same)."""
     if value:
-        console.print(f"suite {suite.__version__}", highlight=False)
+        from suite.provenance import suite_build
+
+        console.print(f"suite {suite_build().text()}", highlight=False, soft_wrap=True)
         raise typer.Exit(0)
 
 
 @app.callback()
 def _setup_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
                    version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
-                                                help="Print the suite's version and exit.")) -> None:
+                                                help="Print the suite's version, git commit and whether the tree was modified, and exit.")) -> None:
     handler: logging.Handler
     if progress.interactive():
         handler = RichHandler(console=progress.console(), show_path=False, show_time=True)
@@ -383,7 +403,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                              "mode even where this machine saw the same configuration refuse it "
                                              "(a refusal is remembered in the suite cache's refusals.json)."),
           as_json: bool = typer.Option(False, "--json", help="Print the final table as JSON on stdout "
-                                       "(progress and log lines stay on stderr).")) -> None:
+                                       "(progress and log lines stay on stderr)."),
+          tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP)) -> None:
     """Benchmark every arm of a model: gate, latency, extraction, restarts; write the run records.
 
     Exits 1, with one line per arm saying what it needs and what this machine lacks, when no arm
@@ -400,6 +421,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
         if tokenizer is not None:
             raise SuiteError("--tokenizer counts the tokens of a server given with --url; a started runtime "
                              "counts its own")
+    run_tags = _tags(tags)
     if judge_model is not None and judge_url is None:
         _judge_model_needs_a_url(model, judge_model)
     if batch_prompt is not None:
@@ -432,7 +454,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                   results=out, judge_url=judge_url, judge_model=judge_model,
                                   gate_requests=gate_requests,
                                   overrides=overrides or None, max_retries=ray_retries,
-                                  console=console, command=command_line())
+                                  console=console, command=command_line(), tags=run_tags)
         _end_of_bench(summaries, out, as_json, fail_on_variance)
         if site:
             _build_site(out)
@@ -449,7 +471,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                           gate_requests=gate_requests, url=url, served_model=served_model,
                           tokenizer=tokenizer, overrides=overrides, command=command_line(),
                           on_arm=rebuilder.after_arm if rebuilder else None,
-                          on_result=rebuilder.after_stage if rebuilder else None, retry_refused=retry_refused)
+                          on_result=rebuilder.after_stage if rebuilder else None, retry_refused=retry_refused,
+                          tags=run_tags)
     _end_of_bench(summaries, out, as_json, fail_on_variance)
 
 
@@ -489,6 +512,8 @@ def _stdout_for_json() -> None:
 
 def _summary_json(s: Any) -> dict[str, Any]:
     """One arm of the bench's final table, as `--json` prints it."""
+    from suite.run_figures import run_figures
+
     failure = getattr(s, "failure", None)
     invocation = getattr(s, "invocation", None)
     return {
@@ -500,6 +525,10 @@ def _summary_json(s: Any) -> dict[str, Any]:
         VERDICT_STAGE: [{"prompt_id": p.prompt_id, "distinct_answers": p.distinct_answers, "answered": p.answered,
                          "requests": p.requests} for p in (s.gate.prompts if s.gate else [])],
         "wall_s": s.wall_s, "stage_s": dict(s.stage_s), "run_id": s.run_id,
+        "short_id": s.short_id if s.run_id != "-" else None, "tags": s.tags,
+        "suite": s.suite.model_dump(mode="json") if s.suite else None,
+        # latency percentiles in ms and tokens/s, J/token, and the place of the run's verdicts
+        **run_figures(s).model_dump(mode="json"),
     }
 
 
@@ -532,7 +561,8 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
          profile: ProfileName = typer.Option("standard", help="How many requests each stage makes."),
          results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
          fail_on_variance: bool = typer.Option(False, "--fail-on-variance", help="Exit 1 when any gate prompt "
-                                               "gave more than one distinct answer (for CI).")) -> None:
+                                               "gave more than one distinct answer (for CI)."),
+         tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP)) -> None:
     """Run the reproducibility gate (and, with --controls, the control matrix) for every arm.
 
     Exits 1, with one line per arm saying what it needs, when no arm could run here (as `bench`).
@@ -547,8 +577,9 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
     if controls:
         stages = place(stages, controls_stage.STAGE.name)
     out = results_folder.expanduser().resolve() if results_folder else results_dir()
+    run_tags = _tags(tags)
     summaries = run_bench(model, _split(arms), launcher, profile, stages, results=out, controls=_split(controls),
-                          command=command_line())
+                          command=command_line(), tags=run_tags)
     if any(s.status != "skipped" for s in summaries):
         _print_summaries(summaries)
     _honest_exit(summaries)
@@ -637,15 +668,19 @@ def _print_json(data: Any) -> None:
 
 @app.command()
 def results(results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
-            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-    """List the run records in the results folder, newest first."""
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " Each run with its latency "
+                                         "percentiles in ms, tokens/s, J/token, tags and the suite's commit."),
+            tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE",
+                                                     help="Only the runs tagged so (give it more than once: all of them).")) -> None:
+    """List the run records in the results folder, newest first, with their tags."""
     from suite.site.publish import list_runs, run_rows
 
     folder = _results(results_folder)
+    wanted = _tags(tags)
     if as_json:
-        _print_json([row.model_dump(mode="json") for row in run_rows(folder)])
+        _print_json([row.model_dump(mode="json") for row in run_rows(folder, wanted)])
         return
-    console.print(list_runs(folder))
+    console.print(list_runs(folder, wanted))
 
 
 @app.command()
@@ -671,7 +706,8 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
                    lora: bool = typer.Option(False, "--lora", help="Also the test LoRA adapter, in the same processes."),
                    launcher: Literal["local", "docker"] = typer.Option("local", help="Where the server processes run."),
                    profile: ProfileName = typer.Option("quick", help="Which gate prompts and token caps."),
-                   results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP)) -> None:
+                   results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+                   tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP)) -> None:
     """Sessions x replicates (study 2): K server processes, R runs each, base and adapter compared.
 
     Exits 1, with one line per arm saying what it needs, when no arm could run here."""
@@ -685,7 +721,7 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
                                                      "replicates": ("--replicates", replicates), "lora": ("--lora", lora)})
     out = results_folder.expanduser().resolve() if results_folder else results_dir()
     summaries = run_bench(model, _split(arms), launcher, profile, [SESSIONS_STAGE.name], results=out,
-                          overrides=overrides, command=command_line())
+                          overrides=overrides, command=command_line(), tags=_tags(tags))
     if any(s.status != "skipped" for s in summaries):
         _print_summaries(summaries)
     _honest_exit(summaries)
@@ -695,7 +731,8 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
 
 
 @app.command()
-def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix of one) or a run folder."),
+def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix of one), the 8-character id "
+                                          "printed for a run, or a run folder."),
             run_b: str = typer.Argument(..., help="The run to compare it with (same model)."),
             results: Optional[Path] = typer.Option(None, help=RESULTS_HELP),
             across_models: bool = typer.Option(False, "--across-models", help="Two cards of the same weights "

@@ -232,7 +232,7 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
         with on_node(name), gpu.exclusive_device() as lease:
             summary = run_arm(plan, work, request["stages"], request.get("controls"), False, judge,
                               on_stage=lambda stage: board.report.remote(arm, "stage", stage=stage, node=name),
-                              command=request.get("command"))
+                              command=request.get("command"), tags=request.get("tags"))
             if lease.locked:
                 waited = gpu.wait_for_baseline(lease.baseline_bytes)
                 if not waited.reached:
@@ -441,7 +441,7 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
                   controls: list[str] | None = None, judge_url: str | None = None, judge_model: str | None = None,
                   gate_requests: int | None = None, overrides: dict[str, Any] | None = None,
                   max_retries: int = MAX_RETRIES, console: Any = None,
-                  command: list[str] | None = None) -> list[Summary]:
+                  command: list[str] | None = None, tags: dict[str, str] | None = None) -> list[Summary]:
     """Every arm of `model` as a Ray task on a `suite_host` node; run folders land in `results` write-once."""
     ray = import_ray()
     from rich.console import Console
@@ -459,7 +459,8 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
         judge = probe_judge(judge, explicit_model=judge_model is not None)
     base = {"model": model, "launcher": launcher, "profile": profile, "stages": stages or list(ORDER),
             "controls": controls, "judge": (judge.url, judge.model) if judge else None,
-            "gate_requests": gate_requests, "overrides": overrides, "suite_version": SUITE_VERSION, "command": command}
+            "gate_requests": gate_requests, "overrides": overrides, "suite_version": SUITE_VERSION, "command": command,
+            "tags": tags}
     t_bench = time.monotonic()
     check_reachable(address)
     try:

@@ -45,6 +45,7 @@ import polars as pl
 
 from suite.errors import SuiteError
 from suite.records import read_requests
+from suite.run_figures import j_per_token
 from suite.site.figures import Run, load_runs
 from suite.stages import STAGES
 from suite.stages.base import ColumnType, ExportTable, Stage
@@ -108,7 +109,7 @@ def runs_rows(runs: list[Run]) -> list[dict[str, Any]]:
             "suite_tree_modified": s.suite.modified if s.suite else None,
             "tags": [f"{k}={v}" for k, v in s.tags.items()],  # KEY=VALUE, in the order given
             "distinct_answers_max": h.distinct, "gate_answered": h.answered, "gate_requests": h.n,
-            "ttft_p50_ms": h.ttft_p50_ms, "output_tokens_per_s_p50": h.tokens_per_s, "j_per_token": run_j_per_token(s),
+            "ttft_p50_ms": h.ttft_p50_ms, "output_tokens_per_s_p50": h.tokens_per_s, "j_per_token": j_per_token(s),
             "extraction_clean_share": h.clean_share, "extraction_clean_share_se": h.clean_share_se,
             "extraction_identical_sections": ex.identical_sections if ex else None,
             # the identical count's denominator, as on every page (None: an older record, over all sections)
@@ -173,15 +174,6 @@ def requests_rows(runs: list[Run]) -> list[dict[str, Any]]:
             rows.append(_key(r) | row)
     return rows
 
-
-def run_j_per_token(s: Any) -> float | None:
-    """The run's joules per output token: its latency stage's where it has one (the suite's
-    own throughput measurement), else over every stage with an energy figure; None without one."""
-    if "latency" in s.energy and s.energy["latency"].j_per_token is not None:
-        return s.energy["latency"].j_per_token
-    joules = sum(e.joules for e in s.energy.values() if e.output_tokens)
-    tokens = sum(e.output_tokens or 0 for e in s.energy.values())
-    return round(joules / tokens, 6) if tokens else None
 
 
 def stage_table(stage: Stage, table: ExportTable) -> Callable[[list[Run]], list[dict[str, Any]]]:

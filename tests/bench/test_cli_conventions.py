@@ -92,6 +92,8 @@ BAD = [
     (["study", "sessions", "--sessions", "1"], "--sessions '1': must be 2 or more"),
     # checked before anything starts: no install for an unknown control, no silent exit 0 for an
     # unknown runtime, no judge model ignored, a target prompt checked whatever the stages
+    (["bench", "--tag", "nope"], "--tag 'nope': give KEY=VALUE"),
+    (["results", "--tag", "=x"], "--tag '=x': give KEY=VALUE"),
     (["up", "same", "--controls", "nope"], "--controls nope: runtime 'same' has no control 'nope'"),
     (["setup", "--runtime", "nope"], "--runtime nope: no arm of model 'standins' runs it; its runtimes: same, vary"),
     (["bench", "--judge-model", "other"], "--judge-model 'other': names a model at a judge's address; give that "
@@ -134,7 +136,8 @@ def test_version_and_choices_in_help(world: dict) -> None:
     import suite
 
     r = run_suite(["--version"], world["env"])
-    assert (r.returncode, r.stdout.strip()) == (0, f"suite {suite.__version__}")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(suite.__file__).parents[1])
+    assert r.returncode == 0 and r.stdout.startswith(f"suite {suite.__version__} (commit {head.stdout.strip()}")
     env = {**world["env"], "COLUMNS": "250"}
     bench = " ".join(run_suite(["bench", "--help"], env).stdout.split())
     for choices in ("quick|standard|full", "auto|local|docker", "fresh|kept|both"):
@@ -180,7 +183,8 @@ def benched(world: dict) -> dict:
     results = tmp / "results"
     bench = run_suite(["bench", "--model", "standins", "--profile", "quick", "--stages", "gate",
                        "--launcher", "local", "--results", str(results), "--gate-requests", "3",
-                       "--restarts", "4", "--reloads", "1", "--fail-on-variance", "--json"], env)
+                       "--restarts", "4", "--reloads", "1", "--fail-on-variance", "--json",
+                       "--tag", "driver=575.57", "--tag", "host=lab 2"], env)
     gate = run_suite(["gate", "--model", "standins", "--arms", "same", "--profile", "quick",
                       "--launcher", "local", "--results", str(results), "--fail-on-variance"], env)
     runs = {}
@@ -199,6 +203,10 @@ def test_fail_on_variance_exits_1_and_json_is_alone_on_stdout(benched: dict) -> 
     assert by_arm["same"]["gate"][0]["distinct_answers"] == 1
     assert by_arm["same"]["status"] == "complete" and by_arm["same"]["failure"] is None
     assert by_arm["vary"]["overrides"] == {"gate_requests": 3, "reloads.launches": 1, "restarts.launches": 4}
+    # for other tools: the tags, the suite's code, the figures (no latency stage ran: none), the verdicts' place
+    assert by_arm["vary"]["tags"] == {"driver": "575.57", "host": "lab 2"}
+    assert by_arm["vary"]["short_id"] == by_arm["vary"]["run_id"].rsplit("-", 1)[-1] and by_arm["vary"]["suite"]["commit"]
+    assert {"latency", "j_per_token", "verdicts"} <= set(by_arm["vary"]) and by_arm["vary"]["latency"] is None
     assert "variance: vary/short-open: 3 distinct of 3" in " ".join(bench.stderr.split())
     # the arm whose answers agree passes the same check
     assert benched["gate"].returncode == 0, benched["gate"].stdout + benched["gate"].stderr
@@ -210,9 +218,17 @@ def test_the_record_says_what_ran(benched: dict) -> None:
         inv = json.loads((run_dir / name).read_text())["invocation"]
         assert inv["command"] == ["suite", "bench", "--model", "standins", "--profile", "quick", "--stages", "gate",
                                   "--launcher", "local", "--results", str(benched["results"]), "--gate-requests",
-                                  "3", "--restarts", "4", "--reloads", "1", "--fail-on-variance", "--json"]
+                                  "3", "--restarts", "4", "--reloads", "1", "--fail-on-variance", "--json",
+                                  "--tag", "driver=575.57", "--tag", "host=lab 2"]
+        assert inv["tags"] == {"driver": "575.57", "host": "lab 2"}
         assert inv["overrides"] == {"gate_requests": 3, "reloads.launches": 1, "restarts.launches": 4}
         assert inv["stages"] == ["gate"] and inv["controls"] is None
+        # the suite's code beside the signature, never in its digest
+        record = json.loads((run_dir / name).read_text())
+        from suite.provenance import suite_build
+
+        assert record["suite"] == suite_build().model_dump(mode="json") and record["suite"]["commit"]
+        assert record["suite"]["commit"] not in json.dumps(record["signature"])
     # a run of the profile as it is says so: no overrides
     plain = json.loads((benched["runs"]["same"][-1] / "summary.json").read_text())["invocation"]
     assert plain["overrides"] == {} and plain["command"][:2] == ["suite", "gate"]
@@ -242,6 +258,17 @@ def test_results_compare_and_doctor_speak_json(benched: dict) -> None:
     vary = next(row for row in rows if row["arm"] == "vary")
     assert vary["distinct_answers"] == 3 and vary["overrides"] == {"gate_requests": 3, "reloads.launches": 1, "restarts.launches": 4}
     assert rows == sorted(rows, key=lambda row: row["started_at"], reverse=True)
+    assert vary["tags"] == {"driver": "575.57", "host": "lab 2"} and vary["suite"]["commit"]
+    assert {"latency", "j_per_token", "verdicts", "short_id"} <= set(vary)
+    # filtered by tag: every tag given must match
+    tagged = run_suite(["results", "--results", str(results), "--json", "--tag", "driver=575.57"], env)
+    tagged_rows = json.loads(tagged.stdout)  # the bench's two runs, not the gate's untagged one
+    assert sorted(row["arm"] for row in tagged_rows) == ["same", "vary"]
+    assert all(row["tags"]["driver"] == "575.57" for row in tagged_rows)
+    both = run_suite(["results", "--results", str(results), "--json", "--tag", "driver=575.57", "--tag", "host=lab 1"], env)
+    assert json.loads(both.stdout) == []
+    table = " ".join(run_suite(["results", "--results", str(results), "--tag", "host=lab 2"], env).stdout.split())
+    assert "driver=575.57 host=lab 2" in table and "tagged host=lab 2" in table
 
     same_a, same_b = benched["runs"]["same"]
     (vary_run,) = benched["runs"]["vary"]
