@@ -44,7 +44,7 @@ from suite.stages import STAGES, with_stage_settings
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # What a run record holds besides its identity: each stage's result under the stage's name (from
 # the stage registry), and the memory watchdog's report.
@@ -71,8 +71,15 @@ def update_to_3(data: dict[str, Any]) -> dict[str, Any]:
     return data | {"schema_version": 3}
 
 
+def update_to_4(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 -> 4: a record keeps the suite's code that wrote it (`suite`: version, git commit,
+    tree modified) and its invocation the run's tags (`invocation.tags`); a schema-3 record has
+    neither, and reads as None and no tags."""
+    return data | {"schema_version": 4}
+
+
 # Numbered upgrades (as asv's `update_to_N`): UPGRADES[n] turns a schema n-1 record into n.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: update_to_2, 3: update_to_3}
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: update_to_2, 3: update_to_3, 4: update_to_4}
 
 
 class DeterminismOutcome(BaseModel):

@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("stages", ("suite.stages",)),
     ("records", ("suite.records", "suite.run_figures")),
     ("orchestration", ("suite.refusals", "suite.bench")),
-    ("publication", ("suite.site", "suite.export", "suite.compare")),
+    ("publication", ("suite.site", "suite.export", "suite.compare", "suite.schema")),
     ("entry", ("suite.distributed", "suite.cli", "suite.__main__")),
 ]
 
