@@ -222,6 +222,11 @@ def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> Ru
     fa, fb = flatten_signature(a.signature), flatten_signature(b.signature)
     diff = [SignatureDiff(key=k, a=fa.get(k, "—"), b=fb.get(k, "—"))
             for k in dict.fromkeys([*fa, *fb]) if k not in _NOT_CONFIGURATION and fa.get(k) != fb.get(k)]
+    # the suite's code that wrote each run: beside the signature (not in its digest), named where it differs
+    for field in ("commit", "modified"):
+        va, vb = (str(getattr(x.suite, field)) if x.suite is not None else "—" for x in (a, b))
+        if va != vb:
+            diff.append(SignatureDiff(key=f"suite.{field} (beside the signature)", a=va, b=vb))
     if not prompts:
         verdict = "no gate prompt answered in both runs"
     else:

@@ -162,3 +162,20 @@ def test_the_short_id_printed_for_a_run_names_it_and_an_ambiguous_one_is_one_lin
                          capture_output=True, text=True, timeout=60)
     lines = [ln for ln in bad.stderr.splitlines() if ln.strip()]
     assert bad.returncode == 2 and len(lines) == 1 and "is ambiguous: 3 runs" in lines[0], bad.stderr
+
+
+def test_the_suites_commit_is_named_beside_the_signature_where_it_differs():
+    from suite.compare import compare_summaries
+    from suite.provenance import SuiteBuild
+    from suite.records import load_summary
+
+    a_dir, b_dir = [d for d in iter_run_dirs(GOLDEN) if d.parent.name == "llamacpp" and d.parent.parent.name == "tiny"]
+    a = load_summary(a_dir / "summary.json")
+    b = load_summary(b_dir / "summary.json")
+    same = compare_summaries(a, b)
+    assert not [d for d in same.signature_diff if d.key.startswith("suite.")]  # older records: neither names one
+    a.suite = SuiteBuild(version="0.1.0", commit="a" * 40, modified=False)
+    b.suite = SuiteBuild(version="0.1.0", commit="b" * 40, modified=False)
+    differ = {d.key: (d.a, d.b) for d in compare_summaries(a, b).signature_diff}
+    assert differ["suite.commit (beside the signature)"] == ("a" * 40, "b" * 40)
+    assert "suite.modified (beside the signature)" not in differ
