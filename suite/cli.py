@@ -88,7 +88,10 @@ def _stage_options(overrides: dict[str, Any], stage: Stage, given: dict[str, tup
     except ValidationError as exc:
         err = exc.errors()[0]
         key = str(err["loc"][0])
-        raise SuiteError(f"{given[key][0]} {values[key]!r}: {err['msg']}") from None
+        value = values[key]
+        shown = ",".join(map(str, value)) if isinstance(value, list) else str(value)  # as it was typed
+        found = _friendly(exc)
+        raise SuiteError(f"{given[key][0]} {shown!r}: {found[1] if found else err['msg']}") from None
     overrides.setdefault("stage_settings", {})[stage.name] = values
 
 
@@ -422,6 +425,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
             raise SuiteError("--tokenizer counts the tokens of a server given with --url; a started runtime "
                              "counts its own")
     run_tags = _tags(tags)
+    _check_stages(stages)
     if judge_model is not None and judge_url is None:
         _judge_model_needs_a_url(model, judge_model)
     if batch_prompt is not None:
@@ -485,6 +489,13 @@ def _judge_model_needs_a_url(model: str | None, judge_model: str) -> None:
     if ref is None or not ref.url:
         raise SuiteError(f"--judge-model {judge_model!r}: names a model at a judge's address; give that "
                          "address with --judge-url")
+
+
+def _check_stages(value: Optional[str]) -> None:
+    """`--stages` names checked against the stage registry, naming the option."""
+    for name in _split(value) or []:
+        if name not in STAGES:
+            raise SuiteError(f"--stages {name}: not a stage; known: {', '.join(STAGES)}")
 
 
 def _check_gate_prompt(option: str, prompt_id: str) -> None:

@@ -93,6 +93,8 @@ BAD = [
     # checked before anything starts: no install for an unknown control, no silent exit 0 for an
     # unknown runtime, no judge model ignored, a target prompt checked whatever the stages
     (["bench", "--tag", "nope"], "--tag 'nope': give KEY=VALUE"),
+    (["bench", "--stages", "gate,nope"], "--stages nope: not a stage; known: gate, "),
+    (["bench", "--batch-sizes", "1,8"], "--batch-sizes '1,8': must be 2 or more"),
     (["results", "--tag", "=x"], "--tag '=x': give KEY=VALUE"),
     (["up", "same", "--controls", "nope"], "--controls nope: runtime 'same' has no control 'nope'"),
     (["setup", "--runtime", "nope"], "--runtime nope: no arm of model 'standins' runs it; its runtimes: same, vary"),
