@@ -249,6 +249,11 @@ def test_the_pages_say_what_ran(benched: dict) -> None:
     run_page = parse(next(site.glob("runs/*-vary.html")).read_text())
     command = run_page.one("code", cls="command").text()
     assert command.startswith("suite bench --model standins --profile quick --stages gate") and "--restarts 4" in command
+    # the run's tags and the suite's code that wrote it, beside its signature
+    assert run_page.one("td", cls="tags").text() == "driver=575.57 host=lab 2"
+    from suite.provenance import suite_build
+
+    assert run_page.one("code", cls="suite-build").text() == suite_build().text()
 
 
 def test_results_compare_and_doctor_speak_json(benched: dict) -> None:
