@@ -948,6 +948,9 @@ def _plain_placeholders(typer_app: typer.Typer) -> None:
     import typing
 
     for command in typer_app.registered_commands:
+        if command.short_help is None and command.callback is not None and command.callback.__doc__:
+            # the command list shows each command's first paragraph whole, wrapped, never cut at "..."
+            command.short_help = " ".join(inspect.cleandoc(command.callback.__doc__).split("\n\n")[0].split())
         hints = typing.get_type_hints(command.callback, include_extras=False)  # type: ignore[arg-type]
         for name, param in inspect.signature(command.callback).parameters.items():  # type: ignore[arg-type]
             info = param.default

@@ -169,6 +169,10 @@ def test_help_is_plain_and_whole(world: dict, columns: str) -> None:
     assert "--profile quick|standard|full" in bench and "--restarts INTEGER" in bench and "--results PATH" in bench
     assert f"of: {', '.join(STAGES)} (default: {', '.join(ORDER)}," in bench
     assert "[default: standard]" in bench and "--site / --no-site" in bench
+    # the command list gives each command's first paragraph whole, never cut with "..."
+    top = " ".join(run_suite(["--help"], env).stdout.split())
+    assert "models List the model cards of the catalog, with their formats and arms." in top
+    assert "compare Do two runs of one model answer alike? Per gate prompt, and the configuration fields that differ." in top
 
 
 def test_watch_help_lists_the_watchdogs_options(world: dict) -> None:
