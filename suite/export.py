@@ -3,13 +3,15 @@
 `export_tables(results, fmt, out)` loads every run record (validated, as the site does) and
 writes one file per table, in this order:
 
-- `runs`: one row per run: status, determinism mode, signature digest, headline figures;
+- `runs`: one row per run: status, determinism mode, signature digest, the suite's commit, tags,
+  headline figures (TTFT p50 in ms, tokens/s, J/token);
 - each stage's own tables, in the stage registry's order (`Stage.tables`, defined in the stage's
   module; suite/stages/): `gate` (one row per run and gate prompt: distinct answers, lengths,
   cold vs warm), `batch` (one row per run and batch-composition mode: the target's distinct
   answers with n, how many differ from its one-at-a-time answer, the first departure and the
   logprob gap there, tokens/s and energy), `latency` (one row per run, concurrency level and
-  metric: n, mean, p50, p90, p99, min, max), `extraction_sections` (one row per run and document
+  metric: n, mean, p50, p90, p99, min, max, in the row's `unit`: times in ms, as `ttft_ms`),
+  `extraction_sections` (one row per run and document
   section), `restarts` (one row per run and gate prompt: within/across-launch figures, agreement
   interval), `controls` (one row per run, control configuration and gate prompt), `sessions` (one
   row per run, configuration and agreement measure: study 2's runs);
