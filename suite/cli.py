@@ -7,9 +7,13 @@ Conventions a script can rely on: a usage error (a bad number, a missing argumen
 option, choice or command) and any bad input the suite checks before it starts anything (an
 unknown control, a judge that does not answer, a card or file it cannot read) is one line on
 stderr naming the option and the value, exit status 2, nothing started and nothing written.
-`--json` puts JSON alone on stdout (results, compare, doctor, the bench's final table). `compare`
-exits 1 when a gate prompt's modal answers differ; `bench`/`gate --fail-on-variance` exit 1 when
-a gate prompt gave more than one answer. The command line goes into every run record.
+`--json` puts JSON alone on stdout (results, compare, doctor, the bench's final table; a run's
+latency percentiles in ms, tokens/s and J/token among it). `compare` exits 1 when a gate prompt's
+modal answers differ; `bench`/`gate --fail-on-variance` exit 1 when a gate prompt gave more than
+one answer; `bench`, `gate` and `study sessions` exit 1 when no arm could run here. The command
+line and its `--tag KEY=VALUE` labels go into every run record, with the suite's version and git
+commit (`suite --version`). A run is named by its id, a unique prefix of it, or the 8-character
+id printed for it. Help is plain text: TEXT/INTEGER/PATH placeholders, choices listed, defaults whole.
 """
 
 from __future__ import annotations
@@ -933,11 +937,11 @@ def _placeholder(annotation: Any) -> str | None:
     else TEXT, INTEGER, NUMBER or PATH; None for a flag (it takes no value)."""
     import typing
 
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) is Literal:
         return "|".join(str(a) for a in typing.get_args(annotation))
-    if args and typing.get_origin(annotation) is not Literal:  # Optional[X]
-        return _placeholder(args[0])
+    inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if inner:  # Optional[X]: X's
+        return _placeholder(inner[0])
     return {str: "TEXT", int: "INTEGER", float: "NUMBER", Path: "PATH"}.get(annotation)
 
 
@@ -963,16 +967,20 @@ def _plain_placeholders(typer_app: typer.Typer) -> None:
         if group.typer_instance is not None:
             _plain_placeholders(group.typer_instance)
 
-    # An argument's line names it alone (`ARM  Arm (or runtime) ...`), and the usage line shows it
-    # as `ARM`, not `ARM <str>` and `{ARM}` (typer has no setting for either).
+
+def _plain_arguments() -> None:
+    """An argument's help line names it alone (`ARM  Arm (or runtime) ...`) and the usage line shows
+    it as `ARM`, not `ARM <str>` and `{ARM}` (typer has no setting for either; left as typer has
+    them where its classes differ)."""
     argument = getattr(typer.core, "TyperArgument", None)
-    if argument is not None and hasattr(argument, "display_type_rich"):
+    if argument is not None and hasattr(argument, "display_type_rich") and hasattr(argument, "_usage_display_name"):
         argument.display_type_rich = lambda self, ctx: None
         argument._usage_display_name = lambda self: (self.display_name_raw if self.required
                                                       else f"[{self.display_name_raw}]")
 
 
 _plain_placeholders(app)
+_plain_arguments()
 
 if __name__ == "__main__":
     main()
