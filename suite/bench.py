@@ -41,6 +41,7 @@ from suite.profiles import PROFILES, Profile, get_profile
 from suite.records import (RESULT_MODELS, DeterminismOutcome, Invocation, LaunchWatchdog, RunInUse, RunManifest,
                            RunRecord, RuntimeFailure, Summary, find_incomplete, new_run_id, read_requests, utcnow)
 from suite.secrets import REDACTED, SECRET_NAME, redact_args, redact_env
+from suite.provenance import suite_build
 from suite.signature import Signature, current_node
 from suite.probes import cache_dirs, cache_state, detect_hardware
 from suite.hashing import prompt_set_hash, resolve_revision
@@ -297,10 +298,10 @@ def profile_overrides(profile: Profile) -> dict[str, Any]:
 
 
 def invocation_of(plan: ArmPlan, stages: list[str], controls: list[str] | None,
-                  command: list[str] | None) -> Invocation:
-    """What this arm's run was asked to do: the command line and the profile's overrides."""
+                  command: list[str] | None, tags: dict[str, str] | None = None) -> Invocation:
+    """What this arm's run was asked to do: the command line, the profile's overrides, the tags."""
     return Invocation(command=list(command) if command else None, overrides=profile_overrides(plan.profile),
-                      stages=list(stages), controls=list(controls) if controls else None)
+                      stages=list(stages), controls=list(controls) if controls else None, tags=dict(tags or {}))
 
 
 TAIL_LINES = 20
@@ -456,7 +457,7 @@ def resolve_judge(card: ModelCard, url: str | None, model: str | None) -> JudgeC
     if ref is None:
         return None
     if ref.url:
-        return JudgeChoice(ref.url, ref.served_name or model or "judge")
+        return JudgeChoice(ref.url, model or ref.served_name or "judge")  # --judge-model first
     if ref.model:
         judge_card = get_card(ref.model)
         raise SuiteError(
@@ -469,14 +470,14 @@ def resolve_judge(card: ModelCard, url: str | None, model: str | None) -> JudgeC
 def run_arm(plan: ArmPlan, results: Path, stages: list[str], controls_request: list[str] | None = None,
             resume: bool = False, judge: JudgeChoice | None = None,
             on_stage: Callable[[str], None] | None = None, command: list[str] | None = None,
-            on_result: Callable[[str], None] | None = None) -> Summary:
+            on_result: Callable[[str], None] | None = None, tags: dict[str, str] | None = None) -> Summary:
     """Run one arm end to end and write its run record; a failure is recorded, not raised.
 
     `on_stage` is called with each stage's name as it starts (progress of a Ray task), `on_result`
     once its result is written (the CLI rebuilds the site); `command` is the command line that
     asked for it (recorded with the profile's overrides)."""
     started = utcnow()
-    invocation = invocation_of(plan, stages, controls_request, command)
+    invocation = invocation_of(plan, stages, controls_request, command, tags)
     try:
         plan.launcher.check_available()
         plan.launcher.prepare(plan.runtime, prepared_model)
@@ -562,7 +563,7 @@ class BenchSession:
             self.previous = None
         if self.record is None:
             manifest = RunManifest(run_id=new_run_id(signature.digest), model=plan.card.name, arm=plan.arm_name,
-                                   runtime=plan.runtime.name, launcher=plan.launcher.name,
+                                   suite=suite_build(), runtime=plan.runtime.name, launcher=plan.launcher.name,
                                    profile=plan.profile.name, started_at=self.started, signature=signature,
                                    profile_settings=plan.profile.model_dump(mode="json"),
                                    invocation=self.invocation)
@@ -575,7 +576,7 @@ class BenchSession:
                 refusals.remember(determinism.memo_key, seen.model_copy(update={"run_id": self.record.manifest.run_id}))
         self._move_logs()
         self.summary = Summary(run_id=self.record.manifest.run_id, model=plan.card.name, arm=plan.arm_name,
-                               runtime=plan.runtime.name, launcher=plan.launcher.name, profile=plan.profile.name,
+                               suite=self.record.manifest.suite or suite_build(), runtime=plan.runtime.name, launcher=plan.launcher.name, profile=plan.profile.name,
                                started_at=self.record.manifest.started_at, determinism=determinism,
                                signature=signature, startup_s=rt.startup_s,
                                invocation=self.record.manifest.invocation or self.invocation)
@@ -651,6 +652,7 @@ class BenchSession:
         if self.record is None:
             self.record = RunRecord.create(self.results, RunManifest(
                 run_id=new_run_id(None), model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
+                suite=suite_build(),
                 launcher=plan.launcher.name, profile=plan.profile.name, started_at=self.started,
                 invocation=self.invocation))
             self._move_logs()
@@ -663,7 +665,7 @@ class BenchSession:
         log.error("arm %s: %s (log: %s)", plan.arm_name, reason, log_path or "none")
         m = self.record.manifest
         summary = Summary(run_id=m.run_id, model=m.model, arm=m.arm, runtime=m.runtime, launcher=m.launcher,
-                          profile=m.profile, started_at=m.started_at, signature=m.signature, finished_at=utcnow(),
+                          suite=m.suite or suite_build(), profile=m.profile, started_at=m.started_at, signature=m.signature, finished_at=utcnow(),
                           status="failed", reason=reason, failure=failure, invocation=m.invocation or self.invocation)
         self.record.finish(summary)
         return summary
@@ -1041,7 +1043,8 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
               resume: bool = False, judge_url: str | None = None, judge_model: str | None = None,
               gate_requests: int | None = None, overrides: dict[str, Any] | None = None, url: str | None = None, served_model: str | None = None, tokenizer: str | None = None,
               on_arm: Callable[[Summary], None] | None = None, command: list[str] | None = None,
-              retry_refused: bool = False, on_result: Callable[[str, str], None] | None = None) -> list[Summary]:
+              retry_refused: bool = False, on_result: Callable[[str, str], None] | None = None,
+              tags: dict[str, str] | None = None) -> list[Summary]:
     """Every arm of `model` (or, with `url`, the one server at that URL) through the stages.
 
     Each arm is prepared (runtime installed, model format made) just before it runs, never while
@@ -1088,7 +1091,7 @@ def run_bench(model: str | None, arms: list[str] | None = None, launcher: str = 
             gpu.DeviceLease(locked=False, reason=f"launcher {plan.launcher.name}"))
         with device as lease:
             done = (lambda stage, model=plan.card.name: on_result(model, stage)) if on_result is not None else None
-            summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume, judge, command=command,
+            summaries.append(run_arm(plan, out, stages or list(ORDER), controls, resume, judge, command=command, tags=tags,
                                      on_result=done))
             if lease.locked:
                 waited = gpu.wait_for_baseline(lease.baseline_bytes)

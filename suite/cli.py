@@ -7,9 +7,13 @@ Conventions a script can rely on: a usage error (a bad number, a missing argumen
 option, choice or command) and any bad input the suite checks before it starts anything (an
 unknown control, a judge that does not answer, a card or file it cannot read) is one line on
 stderr naming the option and the value, exit status 2, nothing started and nothing written.
-`--json` puts JSON alone on stdout (results, compare, doctor, the bench's final table). `compare`
-exits 1 when a gate prompt's modal answers differ; `bench`/`gate --fail-on-variance` exit 1 when
-a gate prompt gave more than one answer. The command line goes into every run record.
+`--json` puts JSON alone on stdout (results, compare, doctor, the bench's final table; a run's
+latency percentiles in ms, tokens/s and J/token among it). `compare` exits 1 when a gate prompt's
+modal answers differ; `bench`/`gate --fail-on-variance` exit 1 when a gate prompt gave more than
+one answer; `bench`, `gate` and `study sessions` exit 1 when no arm could run here. The command
+line and its `--tag KEY=VALUE` labels go into every run record, with the suite's version and git
+commit (`suite --version`). A run is named by its id, a unique prefix of it, or the 8-character
+id printed for it. Help is plain text: TEXT/INTEGER/PATH placeholders, choices listed, defaults whole.
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ from suite.errors import SuiteError
 from suite.launchers import CHOICES as LAUNCHER_CHOICES
 from suite.lifetime import REGISTRY
 from suite.profiles import PROFILES
-from suite.stages import VERDICT_STAGE
+from suite.stages import ORDER, STAGES, VERDICT_STAGE
 from suite.stages.base import Stage
 from suite.stages.restarts import RestartsSettings
 from suite.stages.sessions import STAGE as SESSIONS_STAGE
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# Plain help (rich_markup_mode None): text wrapped at the terminal's width, never cut with an ellipsis.
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="A reproducibility-first benchmark suite for LLM inference runtimes.")
 def _console(stderr: bool = False) -> Console:
     """The commands' console: a terminal's own width; 160 columns when the output is a file or a
@@ -57,11 +62,16 @@ LAUNCHER_HELP = ("auto (per arm: local where the runtime has a local recipe for 
                  "Docker), local or docker.")
 RESULTS_HELP = "Results folder (default: $RESULTS, else ./results)."
 JSON_HELP = "Print JSON on stdout instead of a table (progress and log lines stay on stderr)."
+TAG_HELP = ("A label of the runs, KEY=VALUE (e.g. driver=575.57); give it more than once for several. "
+            "Kept in the run record, shown by `suite results` and filterable there with --tag.")
+_TAG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})=(.{0,200})$")
 # Choices shown as choices in --help and refused by the parser (exit 2) before anything starts.
 ProfileName = Literal[tuple(PROFILES)]  # type: ignore[valid-type]
 LauncherName = Literal[LAUNCHER_CHOICES]  # type: ignore[valid-type]
 RestartCaches = RestartsSettings.model_fields["caches"].annotation
 ExportFormat = Literal["parquet", "csv"]
+STAGES_HELP = (f"Stages to run, comma-separated, of: {', '.join(STAGES)} (default: {', '.join(ORDER)}, and the "
+               "stages the profile, the options or the gate's verdict add).")
 
 
 def _split(value: Optional[str]) -> list[str] | None:
@@ -82,8 +92,24 @@ def _stage_options(overrides: dict[str, Any], stage: Stage, given: dict[str, tup
     except ValidationError as exc:
         err = exc.errors()[0]
         key = str(err["loc"][0])
-        raise SuiteError(f"{given[key][0]} {values[key]!r}: {err['msg']}") from None
+        value = values[key]
+        shown = ",".join(map(str, value)) if isinstance(value, list) else str(value)  # as it was typed
+        found = _friendly(exc)
+        raise SuiteError(f"{given[key][0]} {shown!r}: {found[1] if found else err['msg']}") from None
     overrides.setdefault("stage_settings", {})[stage.name] = values
+
+
+def _tags(values: Optional[list[str]]) -> dict[str, str]:
+    """`--tag KEY=VALUE` given any number of times, as a mapping (a key given twice: the last one);
+    a tag that is not KEY=VALUE is one line."""
+    out: dict[str, str] = {}
+    for value in values or []:
+        m = _TAG.match(value)
+        if m is None or "\n" in value:
+            raise SuiteError(f"--tag {value!r}: give KEY=VALUE (a key of letters, digits, '.', '_' or '-', "
+                             "at most 64 characters; a value of one line, at most 200)")
+        out[m[1]] = m[2]
+    return out
 
 
 def _int_list(option: str, value: Optional[str]) -> list[int] | None:
@@ -97,15 +123,19 @@ def _int_list(option: str, value: Optional[str]) -> list[int] | None:
 
 
 def _show_version(value: bool) -> None:
+    """`suite 0.1.0 (commit 1a2b..., tree modified)`: the version, and the git commit of the code
+    with whether tracked files differ from it (every new run record keeps the same)."""
     if value:
-        console.print(f"suite {suite.__version__}", highlight=False)
+        from suite.provenance import suite_build
+
+        console.print(f"suite {suite_build().text()}", highlight=False, soft_wrap=True)
         raise typer.Exit(0)
 
 
 @app.callback()
 def _setup_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
                    version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
-                                                help="Print the suite's version and exit.")) -> None:
+                                                help="Print the suite's version, git commit and whether the tree was modified, and exit.")) -> None:
     handler: logging.Handler
     if progress.interactive():
         handler = RichHandler(console=progress.console(), show_path=False, show_time=True)
@@ -231,7 +261,12 @@ def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare.")
     from suite.catalog import prepare_format, prepared_model
 
     wanted = _split(runtime)
-    plans = [p for p in plan_arms(model, None, launcher, "quick") if not wanted or p.runtime.name in wanted]
+    every = plan_arms(model, None, launcher, "quick")
+    known = list(dict.fromkeys(p.runtime.name for p in every))
+    unknown = [w for w in wanted or [] if w not in known]
+    if unknown:
+        raise SuiteError(f"--runtime {unknown[0]}: no arm of model {model!r} runs it; its runtimes: {', '.join(known)}")
+    plans = [p for p in every if not wanted or p.runtime.name in wanted]
     unavailable = [p for p in plans if not p.launcher.can_run]
     err = Console(stderr=True)
     for plan in unavailable:
@@ -260,7 +295,7 @@ def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or ru
     """Serve one arm of a model until Ctrl-C."""
     import time
 
-    from suite.bench import plan_arms
+    from suite.bench import check_controls, plan_arms
     from suite.catalog import get_card, prepare_format, prepared_model
     from suite.paths import cache_dir
 
@@ -270,6 +305,7 @@ def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or ru
     if arm is None:
         raise SuiteError(f"model {model!r} has no arm or runtime {runtime_or_arm!r}; known arms: {', '.join(card.arms)}")
     plan = plan_arms(model, [arm], launcher, "quick")[0]
+    check_controls([plan], _split(controls))  # an unknown control: one line, before any install
     plan.launcher.prepare(plan.runtime, prepared_model)
     prepare_format(plan.card, plan.arm.format)
     spec = plan.spec(_split(controls) or [], cache_dir() / "logs" / f"up-{plan.runtime.name}.log")
@@ -333,7 +369,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                                   "to count the tokens of a server that does not count them."),
           results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
           profile: ProfileName = typer.Option("standard", help="How many requests each stage makes."),
-          stages: Optional[str] = typer.Option(None, help="Stages to run (default: gate,latency,extraction,restarts)."),
+          stages: Optional[str] = typer.Option(None, help=STAGES_HELP),
           resume: bool = typer.Option(False, help="Continue the newest incomplete run of each arm."),
           judge_url: Optional[str] = typer.Option(None, help="LLM judge: any OpenAI-compatible URL "
                                                   "(key from SUITE_JUDGE_API_KEY)."),
@@ -374,7 +410,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                              "mode even where this machine saw the same configuration refuse it "
                                              "(a refusal is remembered in the suite cache's refusals.json)."),
           as_json: bool = typer.Option(False, "--json", help="Print the final table as JSON on stdout "
-                                       "(progress and log lines stay on stderr).")) -> None:
+                                       "(progress and log lines stay on stderr)."),
+          tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP)) -> None:
     """Benchmark every arm of a model: gate, latency, extraction, restarts; write the run records.
 
     Exits 1, with one line per arm saying what it needs and what this machine lacks, when no arm
@@ -391,6 +428,12 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
         if tokenizer is not None:
             raise SuiteError("--tokenizer counts the tokens of a server given with --url; a started runtime "
                              "counts its own")
+    run_tags = _tags(tags)
+    _check_stages(stages)
+    if judge_model is not None and judge_url is None:
+        _judge_model_needs_a_url(model, judge_model)
+    if batch_prompt is not None:
+        _check_gate_prompt("--batch-prompt", batch_prompt)
     if as_json:
         _stdout_for_json()
     out = (results_folder.expanduser().resolve() if results_folder else results_dir())
@@ -419,7 +462,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                   results=out, judge_url=judge_url, judge_model=judge_model,
                                   gate_requests=gate_requests,
                                   overrides=overrides or None, max_retries=ray_retries,
-                                  console=console, command=command_line())
+                                  console=console, command=command_line(), tags=run_tags)
         _end_of_bench(summaries, out, as_json, fail_on_variance)
         if site:
             _build_site(out)
@@ -436,8 +479,36 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                           gate_requests=gate_requests, url=url, served_model=served_model,
                           tokenizer=tokenizer, overrides=overrides, command=command_line(),
                           on_arm=rebuilder.after_arm if rebuilder else None,
-                          on_result=rebuilder.after_stage if rebuilder else None, retry_refused=retry_refused)
+                          on_result=rebuilder.after_stage if rebuilder else None, retry_refused=retry_refused,
+                          tags=run_tags)
     _end_of_bench(summaries, out, as_json, fail_on_variance)
+
+
+def _judge_model_needs_a_url(model: str | None, judge_model: str) -> None:
+    """`--judge-model` names a model at a judge's address: --judge-url's, or the card's own judge
+    URL; with neither it would be ignored, so it is one line instead."""
+    from suite.catalog import get_card
+
+    ref = get_card(model).judge if model else None
+    if ref is None or not ref.url:
+        raise SuiteError(f"--judge-model {judge_model!r}: names a model at a judge's address; give that "
+                         "address with --judge-url")
+
+
+def _check_stages(value: Optional[str]) -> None:
+    """`--stages` names checked against the stage registry, naming the option."""
+    for name in _split(value) or []:
+        if name not in STAGES:
+            raise SuiteError(f"--stages {name}: not a stage; known: {', '.join(STAGES)}")
+
+
+def _check_gate_prompt(option: str, prompt_id: str) -> None:
+    """A gate prompt id named by an option, checked whether or not its stage runs."""
+    from suite.stages.repeat import load_gate_prompts
+
+    known = load_gate_prompts()
+    if prompt_id not in known:
+        raise SuiteError(f"{option} {prompt_id!r}: not a gate prompt; known: {', '.join(known)}")
 
 
 def command_line() -> list[str]:
@@ -456,6 +527,8 @@ def _stdout_for_json() -> None:
 
 def _summary_json(s: Any) -> dict[str, Any]:
     """One arm of the bench's final table, as `--json` prints it."""
+    from suite.run_figures import run_figures
+
     failure = getattr(s, "failure", None)
     invocation = getattr(s, "invocation", None)
     return {
@@ -467,6 +540,10 @@ def _summary_json(s: Any) -> dict[str, Any]:
         VERDICT_STAGE: [{"prompt_id": p.prompt_id, "distinct_answers": p.distinct_answers, "answered": p.answered,
                          "requests": p.requests} for p in (s.gate.prompts if s.gate else [])],
         "wall_s": s.wall_s, "stage_s": dict(s.stage_s), "run_id": s.run_id,
+        "short_id": s.short_id if s.run_id != "-" else None, "tags": s.tags,
+        "suite": s.suite.model_dump(mode="json") if s.suite else None,
+        # latency percentiles in ms and tokens/s, J/token, and the run's claims
+        **run_figures(s).model_dump(mode="json"),
     }
 
 
@@ -499,9 +576,11 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
          profile: ProfileName = typer.Option("standard", help="How many requests each stage makes."),
          results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
          fail_on_variance: bool = typer.Option(False, "--fail-on-variance", help="Exit 1 when any gate prompt "
-                                               "gave more than one distinct answer (for CI).")) -> None:
+                                               "gave more than one distinct answer (for CI)."),
+         tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP)) -> None:
     """Run the reproducibility gate (and, with --controls, the control matrix) for every arm.
 
+    Exits 1, with one line per arm saying what it needs, when no arm could run here (as `bench`).
     Control names are checked against each arm's runtime before anything starts (one line, exit 2).
     """
     from suite.bench import run_bench
@@ -513,9 +592,12 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
     if controls:
         stages = place(stages, controls_stage.STAGE.name)
     out = results_folder.expanduser().resolve() if results_folder else results_dir()
+    run_tags = _tags(tags)
     summaries = run_bench(model, _split(arms), launcher, profile, stages, results=out, controls=_split(controls),
-                          command=command_line())
-    _print_summaries(summaries)
+                          command=command_line(), tags=run_tags)
+    if any(s.status != "skipped" for s in summaries):
+        _print_summaries(summaries)
+    _honest_exit(summaries)
     from suite.stages.controls import format_controls_table
 
     for s in summaries:
@@ -601,15 +683,19 @@ def _print_json(data: Any) -> None:
 
 @app.command()
 def results(results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
-            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-    """List the run records in the results folder, newest first."""
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " Each run with its latency "
+                                         "percentiles in ms, tokens/s, J/token, tags and the suite's commit."),
+            tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE",
+                                                     help="Only the runs tagged so (give it more than once: all of them).")) -> None:
+    """List the run records in the results folder, newest first, with their tags."""
     from suite.site.publish import list_runs, run_rows
 
     folder = _results(results_folder)
+    wanted = _tags(tags)
     if as_json:
-        _print_json([row.model_dump(mode="json") for row in run_rows(folder)])
+        _print_json([row.model_dump(mode="json") for row in run_rows(folder, wanted)])
         return
-    console.print(list_runs(folder))
+    console.print(list_runs(folder, wanted))
 
 
 @app.command()
@@ -623,7 +709,7 @@ def export(format: ExportFormat = typer.Option("parquet", "--format", help="The 
         console.print(str(path))
 
 
-study_app = typer.Typer(no_args_is_help=True, help="The studies' designs, one command each.")
+study_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The studies' designs, one command each.")
 app.add_typer(study_app, name="study")
 
 
@@ -634,26 +720,34 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
                    replicates: int = typer.Option(3, "--replicates", min=2, help="Runs of each gate prompt per process (R)."),
                    lora: bool = typer.Option(False, "--lora", help="Also the test LoRA adapter, in the same processes."),
                    launcher: Literal["local", "docker"] = typer.Option("local", help="Where the server processes run."),
-                   profile: ProfileName = typer.Option("quick", help="Which gate prompts and token caps.")) -> None:
-    """Sessions x replicates (study 2): K server processes, R runs each, base and adapter compared."""
+                   profile: ProfileName = typer.Option("quick", help="Which gate prompts and token caps."),
+                   results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+                   tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP)) -> None:
+    """Sessions x replicates (study 2): K server processes, R runs each, base and adapter compared.
+
+    Exits 1, with one line per arm saying what it needs, when no arm could run here."""
     from suite.bench import run_bench
-    from suite.errors import SuiteError
+    from suite.paths import results_dir
 
     if sessions < 2 or replicates < 2:
         raise SuiteError(f"--sessions {sessions} --replicates {replicates}: each must be at least 2")
     overrides: dict[str, Any] = {}
     _stage_options(overrides, SESSIONS_STAGE, {"sessions": ("--sessions", sessions),
                                                      "replicates": ("--replicates", replicates), "lora": ("--lora", lora)})
-    summaries = run_bench(model, _split(arms), launcher, profile, [SESSIONS_STAGE.name],
-                          overrides=overrides, command=command_line())
-    _print_summaries(summaries)
+    out = results_folder.expanduser().resolve() if results_folder else results_dir()
+    summaries = run_bench(model, _split(arms), launcher, profile, [SESSIONS_STAGE.name], results=out,
+                          overrides=overrides, command=command_line(), tags=_tags(tags))
+    if any(s.status != "skipped" for s in summaries):
+        _print_summaries(summaries)
+    _honest_exit(summaries)
     for s in summaries:
         for line in (s.sessions.table if s.sessions else []):
             console.print(f"{s.arm}: {escape(line)}")
 
 
 @app.command()
-def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix of one) or a run folder."),
+def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix of one), the 8-character id "
+                                          "printed for a run, or a run folder."),
             run_b: str = typer.Argument(..., help="The run to compare it with (same model)."),
             results: Optional[Path] = typer.Option(None, help=RESULTS_HELP),
             across_models: bool = typer.Option(False, "--across-models", help="Two cards of the same weights "
@@ -695,11 +789,17 @@ def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix 
     raise typer.Exit(1 if parted else 0)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                               "help_option_names": []})
 def watch(ctx: typer.Context) -> None:
-    """Run the memory watchdog alone (same options as `python -m memwatch`)."""
-    from memwatch.__main__ import main as memwatch_main
+    """Run the memory watchdog alone (same options as `python -m memwatch`; `suite watch --help` lists them)."""
+    from memwatch.cli import _parser, main as memwatch_main
 
+    if {"--help", "-h"} & set(ctx.args[:ctx.args.index("--")] if "--" in ctx.args else ctx.args):
+        parser = _parser()
+        parser.prog = "suite watch"  # its usage line names this command
+        parser.print_help()
+        raise typer.Exit(0)
     raise typer.Exit(memwatch_main(list(ctx.args)))
 
 
@@ -830,6 +930,57 @@ def usage_line(exc: BaseException) -> str:
 
 def _one_line(text: str) -> str:
     return " ".join(text.splitlines())
+
+
+def _placeholder(annotation: Any) -> str | None:
+    """The plain placeholder of an option's value in --help: its choices (`quick|standard|full`),
+    else TEXT, INTEGER, NUMBER or PATH; None for a flag (it takes no value)."""
+    import typing
+
+    if typing.get_origin(annotation) is Literal:
+        return "|".join(str(a) for a in typing.get_args(annotation))
+    inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if inner:  # Optional[X]: X's
+        return _placeholder(inner[0])
+    return {str: "TEXT", int: "INTEGER", float: "NUMBER", Path: "PATH"}.get(annotation)
+
+
+def _plain_placeholders(typer_app: typer.Typer) -> None:
+    """Every option of every command shows a plain placeholder (`--restarts INTEGER`, `--profile
+    quick|standard|full`), never typer's `<str>` or `<bool>`; a metavar given by hand stays."""
+    import inspect
+    import typing
+
+    for command in typer_app.registered_commands:
+        if command.short_help is None and command.callback is not None and command.callback.__doc__:
+            # the command list shows each command's first paragraph whole, wrapped, never cut at "..."
+            command.short_help = " ".join(inspect.cleandoc(command.callback.__doc__).split("\n\n")[0].split())
+        hints = typing.get_type_hints(command.callback, include_extras=False)  # type: ignore[arg-type]
+        for name, param in inspect.signature(command.callback).parameters.items():  # type: ignore[arg-type]
+            info = param.default
+            if isinstance(info, typer.models.ArgumentInfo) and info.metavar is None:
+                info.metavar = name.upper()  # `RUN_A`, as the usage line shows it
+            if not isinstance(info, typer.models.OptionInfo) or info.metavar is not None:
+                continue
+            info.metavar = _placeholder(hints.get(name))
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _plain_placeholders(group.typer_instance)
+
+
+def _plain_arguments() -> None:
+    """An argument's help line names it alone (`ARM  Arm (or runtime) ...`) and the usage line shows
+    it as `ARM`, not `ARM <str>` and `{ARM}` (typer has no setting for either; left as typer has
+    them where its classes differ)."""
+    argument = getattr(typer.core, "TyperArgument", None)
+    if argument is not None and hasattr(argument, "display_type_rich") and hasattr(argument, "_usage_display_name"):
+        argument.display_type_rich = lambda self, ctx: None
+        argument._usage_display_name = lambda self: (self.display_name_raw if self.required
+                                                      else f"[{self.display_name_raw}]")
+
+
+_plain_placeholders(app)
+_plain_arguments()
 
 if __name__ == "__main__":
     main()

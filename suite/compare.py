@@ -188,16 +188,22 @@ def _ref(s: Summary) -> RunRef:
 
 
 def resolve_run(ref: str, results: Path) -> Path:
-    """A run folder from a path, a run id, or a unique prefix of one, under `results`."""
+    """A run folder from a path, a run id, a unique prefix of one, or the 8-character id printed for
+    a run (the run id's tail, `90e5d744`; a unique prefix of it too), under `results`. No match,
+    or more than one, is one line (the ids that match, to choose from)."""
     path = Path(ref)
     if (path / "run.json").exists():
         return path
-    matches = [d for d in iter_run_dirs(results) if d.name == ref or d.name.startswith(ref)]
+    dirs = iter_run_dirs(results)
+    exact = [d for d in dirs if d.name == ref]
+    matches = exact or [d for d in dirs if ref and (d.name.startswith(ref) or d.name.rsplit("-", 1)[-1].startswith(ref))]
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise SuiteError(f"run {ref!r}: no such run folder, and no run id under {results} starts with it")
-    raise SuiteError(f"run {ref!r}: {len(matches)} runs under {results} start with it; give more of the id")
+        raise SuiteError(f"run {ref!r}: no such run folder, and no run id under {results} starts or ends with it")
+    shown = ", ".join(f"{d.parent.parent.name}/{d.parent.name}/{d.name}" for d in matches[:3]) + (", ..." if len(matches) > 3 else "")
+    raise SuiteError(f"run {ref!r} is ambiguous: {len(matches)} runs under {results} match it ({shown}); "
+                     "give more of the run id")
 
 
 def _summary(run_dir: Path) -> Summary:
@@ -216,6 +222,11 @@ def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> Ru
     fa, fb = flatten_signature(a.signature), flatten_signature(b.signature)
     diff = [SignatureDiff(key=k, a=fa.get(k, "—"), b=fb.get(k, "—"))
             for k in dict.fromkeys([*fa, *fb]) if k not in _NOT_CONFIGURATION and fa.get(k) != fb.get(k)]
+    # the suite's code that wrote each run: beside the signature (not in its digest), named where it differs
+    for field in ("commit", "modified"):
+        va, vb = (str(getattr(x.suite, field)) if x.suite is not None else "—" for x in (a, b))
+        if va != vb:
+            diff.append(SignatureDiff(key=f"suite.{field} (beside the signature)", a=va, b=vb))
     if not prompts:
         verdict = "no gate prompt answered in both runs"
     else:

@@ -232,7 +232,7 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
         with on_node(name), gpu.exclusive_device() as lease:
             summary = run_arm(plan, work, request["stages"], request.get("controls"), False, judge,
                               on_stage=lambda stage: board.report.remote(arm, "stage", stage=stage, node=name),
-                              command=request.get("command"))
+                              command=request.get("command"), tags=request.get("tags"))
             if lease.locked:
                 waited = gpu.wait_for_baseline(lease.baseline_bytes)
                 if not waited.reached:
@@ -327,8 +327,10 @@ def land_run(results: Path, model: str, arm: str, run_id: str, payload: bytes) -
 def record_failed(results: Path, model: str, arm: str, runtime: str, launcher: str, profile: str,
                   started: str, reason: str, placement: dict[str, Any]) -> Summary:
     """A failed arm on the driver: run.json, summary.json (status failed, the reason), ray.json."""
+    from suite.provenance import suite_build
+
     manifest = RunManifest(run_id=new_run_id(None), model=model, arm=arm, runtime=runtime, launcher=launcher,
-                           profile=profile, started_at=started)
+                           profile=profile, started_at=started, suite=suite_build())
     record = RunRecord.create(results, manifest)
     write_once(record.dir / "ray.json", json.dumps(placement, indent=2))
     summary = Summary(**manifest.model_dump(exclude={"signature", "profile_settings"}), finished_at=utcnow(),
@@ -439,7 +441,7 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
                   controls: list[str] | None = None, judge_url: str | None = None, judge_model: str | None = None,
                   gate_requests: int | None = None, overrides: dict[str, Any] | None = None,
                   max_retries: int = MAX_RETRIES, console: Any = None,
-                  command: list[str] | None = None) -> list[Summary]:
+                  command: list[str] | None = None, tags: dict[str, str] | None = None) -> list[Summary]:
     """Every arm of `model` as a Ray task on a `suite_host` node; run folders land in `results` write-once."""
     ray = import_ray()
     from rich.console import Console
@@ -457,7 +459,8 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
         judge = probe_judge(judge, explicit_model=judge_model is not None)
     base = {"model": model, "launcher": launcher, "profile": profile, "stages": stages or list(ORDER),
             "controls": controls, "judge": (judge.url, judge.model) if judge else None,
-            "gate_requests": gate_requests, "overrides": overrides, "suite_version": SUITE_VERSION, "command": command}
+            "gate_requests": gate_requests, "overrides": overrides, "suite_version": SUITE_VERSION, "command": command,
+            "tags": tags}
     t_bench = time.monotonic()
     check_reachable(address)
     try:

@@ -3,7 +3,8 @@
 `export_tables(results, fmt, out)` loads every run record (validated, as the site does) and
 writes one file per table, in this order:
 
-- `runs`: one row per run: status, determinism mode, signature digest, headline figures;
+- `runs`: one row per run: status, determinism mode, signature digest, the suite's commit, tags,
+  headline figures (TTFT p50 in ms, tokens/s, J/token);
 - `claims`: one row per claim (suite.claims), computed from the records whenever the export is
   made: verdict, test, n, p, family-corrected p, interval or bound, caveats, cost, and whether the
   run printed otherwise when it ended;
@@ -12,7 +13,8 @@ writes one file per table, in this order:
   cold vs warm), `batch` (one row per run and batch-composition mode: the target's distinct
   answers with n, how many differ from its one-at-a-time answer, the first departure and the
   logprob gap there, tokens/s and energy), `latency` (one row per run, concurrency level and
-  metric: n, mean, p50, p90, p99, min, max), `extraction_sections` (one row per run and document
+  metric: n, mean, p50, p90, p99, min, max, in the row's `unit`: times in ms, as `ttft_ms`),
+  `extraction_sections` (one row per run and document
   section), `restarts` (one row per run and gate prompt: within/across-launch figures, agreement
   interval), `controls` (one row per run, control configuration and gate prompt), `sessions` (one
   row per run, configuration and agreement measure: study 2's runs);
@@ -27,11 +29,20 @@ answers stopped at max_tokens (`truncated`) beside the count they are part of.
 
 Every row carries `run_id`, `model`, `arm` and `signature_digest`, so any figure can be joined
 back to the configuration that produced it. Nothing is run again.
+
+Every table's columns are declared with their types (`ExportTable.columns` for a stage's, `COLUMNS`
+here for the others), so a column has the same type in every export, also where every value of it
+is empty, and the tables of two results folders concatenate as they are (polars, DuckDB): times
+are UTC timestamps, lists are lists (in CSV, JSON arrays), and a duration's, an energy's or a
+size's unit is in the column's name (`_ms`, `_s`, `_j`, `_w`, `_bytes`; request and latency times
+in milliseconds, as `ttft_p50_ms`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -39,17 +50,47 @@ import polars as pl
 
 from suite.errors import SuiteError
 from suite.records import read_requests
+from suite.run_figures import j_per_token
 from suite.site.figures import Run, load_runs
 from suite.stages import STAGES
-from suite.stages.base import ExportTable, Stage, export_cell
+from suite.stages.base import ColumnType, ExportTable, Stage
 
 log = logging.getLogger(__name__)
 
 Format = Literal["parquet", "csv"]
-REQUEST_FIELDS = ("kind", "at", "label", "prompt_id", "index", "seed", "temperature", "max_tokens",
-                  "concurrency", "warmup", "text", "finish_reason", "prompt_tokens", "completion_tokens",
-                  "ttft_s", "e2e_s", "tpot_s", "error", "section", "repeat", "mode", "trial", "role", "position",
-                  "batch_size")
+# The run's key columns, first in every table.
+KEY_COLUMNS: dict[str, ColumnType] = {"run_id": "str", "model": "str", "arm": "str", "signature_digest": "str"}
+# A request line's fields as the requests table has them (the line's times, in seconds, as `_ms`).
+REQUEST_COLUMNS: dict[str, ColumnType] = {
+    "kind": "str", "at": "datetime", "label": "str", "prompt_id": "str", "index": "int", "seed": "int",
+    "temperature": "float", "max_tokens": "int", "concurrency": "int", "warmup": "bool", "text": "str",
+    "finish_reason": "str", "prompt_tokens": "int", "completion_tokens": "int", "ttft_ms": "float", "e2e_ms": "float",
+    "tpot_ms": "float", "error": "str", "section": "str", "repeat": "int", "mode": "str", "trial": "int", "role": "str",
+    "position": "int", "batch_size": "int"}
+RUNS_COLUMNS: dict[str, ColumnType] = {
+    "runtime": "str", "launcher": "str", "profile": "str", "status": "str", "reason": "str",
+    "started_at": "datetime", "finished_at": "datetime", "wall_s": "float", "startup_s": "float",
+    "determinism_control": "str", "determinism_outcome": "str", "determinism_error_line": "str",
+    "runtime_version": "str", "model_format": "str", "model_sha256": "str", "controls": "list[str]",
+    "suite_version": "str", "suite_commit": "str", "suite_tree_modified": "bool", "tags": "list[str]",
+    "distinct_answers_max": "int", "gate_answered": "int", "gate_requests": "int", "ttft_p50_ms": "float",
+    "output_tokens_per_s_p50": "float", "j_per_token": "float", "extraction_clean_share": "float",
+    "extraction_clean_share_se": "float", "extraction_identical_sections": "int",
+    "extraction_comparable_sections": "int", "extraction_sections": "int"}
+CLAIMS_COLUMNS: dict[str, ColumnType] = {
+    "stage": "str", "kind": "str", "prompt_id": "str", "configuration": "str", "verdict": "str", "good": "bool",
+    "test": "str", "n": "int", "unit": "str", "p": "float", "p_adjusted": "float", "family": "str",
+    "family_size": "int", "correction": "str", "interval_low": "float", "interval_high": "float",
+    "interval_level": "float", "bound": "float", "caveats": "list[str]", "cost_tokens_per_s_ratio": "float",
+    "cost_j_per_token_ratio": "float", "recomputed": "bool", "text": "str",
+}
+ENERGY_COLUMNS: dict[str, ColumnType] = {
+    "stage": "str", "energy_j": "float", "wall_s": "float", "mean_power_w": "float", "output_tokens": "int",
+    "j_per_token": "float", "source": "str"}
+WATCHDOG_COLUMNS: dict[str, ColumnType] = {
+    "tripped": "bool", "samples": "int", "duration_s": "float", "mean_interval_s": "float", "peak_bytes_max": "int",
+    "trip_rule": "str", "trip_metric": "str", "trip_value_bytes": "int", "trip_threshold_bytes": "int",
+    "trip_t_s": "float", "trip_gone_s": "float"}
 
 
 def _key(run: Run) -> dict[str, Any]:
@@ -74,10 +115,13 @@ def runs_rows(runs: list[Run]) -> list[dict[str, Any]]:
             "runtime_version": sig.runtime_version if sig else None,
             "model_format": sig.model_format if sig else None,
             "model_sha256": sig.model_sha256 if sig else None,
-            "controls": ", ".join(sig.controls) if sig else None,
-            "suite_version": sig.suite_version if sig else None,
+            "controls": list(sig.controls) if sig else None,
+            "suite_version": (s.suite.version if s.suite else None) or (sig.suite_version if sig else None),
+            "suite_commit": s.suite.commit if s.suite else None,
+            "suite_tree_modified": s.suite.modified if s.suite else None,
+            "tags": [f"{k}={v}" for k, v in s.tags.items()],  # KEY=VALUE, in the order given
             "distinct_answers_max": h.distinct, "gate_answered": h.answered, "gate_requests": h.n,
-            "ttft_p50_ms": h.ttft_p50_ms, "output_tokens_per_s_p50": h.tokens_per_s,
+            "ttft_p50_ms": h.ttft_p50_ms, "output_tokens_per_s_p50": h.tokens_per_s, "j_per_token": j_per_token(s),
             "extraction_clean_share": h.clean_share, "extraction_clean_share_se": h.clean_share_se,
             "extraction_identical_sections": ex.identical_sections if ex else None,
             # the identical count's denominator, as on every page (None: an older record, over all sections)
@@ -99,11 +143,17 @@ def runs_rows(runs: list[Run]) -> list[dict[str, Any]]:
 
 def energy_rows(runs: list[Run]) -> list[dict[str, Any]]:
     """One row per run and stage that has an energy figure (an NVIDIA GPU's energy counter)."""
-    return [_key(r) | {"stage": name} | e.model_dump() for r in runs for name, e in r.s.energy.items()]
+    return [_key(r) | {"stage": name, "energy_j": e.joules} | e.model_dump(exclude={"joules"})
+            for r in runs for name, e in r.s.energy.items()]
 
 
 
 
+
+
+def _bytes(value: float | None) -> int | None:
+    """A byte count as a whole number (a watchdog's figure may be a mean)."""
+    return None if value is None else int(round(value))
 
 
 def watchdog_rows(runs: list[Run]) -> list[dict[str, Any]]:
@@ -115,10 +165,10 @@ def watchdog_rows(runs: list[Run]) -> list[dict[str, Any]]:
         trip = wd.trip
         rows.append(_key(r) | {
             "tripped": wd.tripped, "samples": wd.sample_count, "duration_s": wd.duration_s,
-            "mean_interval_s": wd.mean_interval_s, "peak_bytes_max": max(wd.peaks.values()) if wd.peaks else None,
+            "mean_interval_s": wd.mean_interval_s, "peak_bytes_max": _bytes(max(wd.peaks.values()) if wd.peaks else None),
             "trip_rule": trip.rule if trip else None, "trip_metric": trip.metric if trip else None,
-            "trip_value_bytes": trip.value_bytes if trip else None,
-            "trip_threshold_bytes": trip.threshold_bytes if trip else None,
+            "trip_value_bytes": _bytes(trip.value_bytes if trip else None),
+            "trip_threshold_bytes": _bytes(trip.threshold_bytes if trip else None),
             "trip_t_s": trip.t_s if trip else None, "trip_gone_s": trip.gone_s if trip else None,
         })
     return rows
@@ -129,7 +179,11 @@ def requests_rows(runs: list[Run]) -> list[dict[str, Any]]:
     kinds = [kind for stage in STAGES.values() for kind in stage.exported_requests]
     for r in runs:
         for q in read_requests(r.run_dir, kinds):
-            rows.append(_key(r) | {f: export_cell(getattr(q, f, None)) for f in REQUEST_FIELDS})
+            row = {f: getattr(q, f, None) for f in REQUEST_COLUMNS}
+            for name in ("ttft", "e2e", "tpot"):
+                seconds = getattr(q, f"{name}_s", None)
+                row[f"{name}_ms"] = seconds * 1000 if seconds is not None else None
+            rows.append(_key(r) | row)
     return rows
 
 
@@ -150,7 +204,7 @@ def claims_rows(runs: list[Run]) -> list[dict[str, Any]]:
                 "verdict": c.verdict, "good": c.good, "test": ev.test, "n": ev.n, "unit": ev.unit, "p": ev.p,
                 "p_adjusted": ev.p_adjusted, "family": fam.name if fam else None, "family_size": fam.size if fam else 1,
                 "correction": fam.correction if fam else "none", "interval_low": low, "interval_high": high,
-                "interval_level": ev.level, "bound": ev.bound, "caveats": export_cell(c.caveats),
+                "interval_level": ev.level, "bound": ev.bound, "caveats": list(c.caveats),
                 "cost_tokens_per_s_ratio": c.cost.get("tokens_per_s"), "cost_j_per_token_ratio": c.cost.get("j_per_token"),
                 "recomputed": c.stage in recomputed, "text": c.text,
             })
@@ -170,7 +224,7 @@ def stage_table(stage: Stage, table: ExportTable) -> Callable[[list[Run]], list[
 
 
 # The runs, then each stage's tables in the registry's order, then the figures of every stage
-# (energy), the watchdog's and the request lines.
+# (energy), the watchdog's and the request lines: each table's rows, and its declared columns.
 TABLES: dict[str, Callable[[list[Run]], list[dict[str, Any]]]] = {
     "runs": runs_rows,
     "claims": claims_rows,
@@ -179,11 +233,92 @@ TABLES: dict[str, Callable[[list[Run]], list[dict[str, Any]]]] = {
     "watchdog": watchdog_rows,
     "requests": requests_rows,
 }
+COLUMNS: dict[str, dict[str, ColumnType]] = {
+    "runs": RUNS_COLUMNS,
+    "claims": CLAIMS_COLUMNS,
+    **{table.name: table.columns for stage in STAGES.values() for table in stage.tables},
+    "energy": ENERGY_COLUMNS,
+    "watchdog": WATCHDOG_COLUMNS,
+    "requests": REQUEST_COLUMNS,
+}
+
+DTYPES: dict[str, Any] = {
+    "str": pl.String, "int": pl.Int64, "float": pl.Float64, "bool": pl.Boolean,
+    "datetime": pl.Datetime("us", "UTC"), "list[str]": pl.List(pl.String), "list[int]": pl.List(pl.Int64),
+    "list[float]": pl.List(pl.Float64),
+}
 
 
-def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
-    """Rows as a DataFrame; every column's type is inferred from all rows, not the first few."""
-    return pl.DataFrame(rows, infer_schema_length=None)
+def schema(columns: dict[str, ColumnType]) -> dict[str, Any]:
+    """A table's polars schema: the run's key columns, then its declared ones."""
+    return {name: DTYPES[kind] for name, kind in (KEY_COLUMNS | columns).items()}
+
+
+def _cell(value: Any, kind: ColumnType) -> Any:
+    if value is None:
+        return None
+    if kind == "datetime" and isinstance(value, str):
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if kind == "float" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind == "int" and isinstance(value, float) and value.is_integer():  # a byte count read as a float
+        return int(value)
+    return value
+
+
+def inferred_columns(rows: list[dict[str, Any]]) -> dict[str, ColumnType]:
+    """The columns of a stage table that declares none (a stage from before declared columns): in
+    the rows' order, each typed by its first value (a column with none is text)."""
+    kinds: dict[str, ColumnType] = {}
+    for row in rows:
+        for name, value in row.items():
+            if name in KEY_COLUMNS or (name in kinds and value is None):
+                continue
+            if name not in kinds or kinds[name] == "str" and value is not None and not isinstance(value, str):
+                kinds[name] = _kind_of(value)
+    return kinds
+
+
+def _kind_of(value: Any) -> ColumnType:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, (list, tuple)):
+        inner = {_kind_of(v) for v in value if v is not None}
+        return "list[int]" if inner == {"int"} else "list[float]" if inner <= {"int", "float"} and inner else "list[str]"
+    return "str"
+
+
+def frame(rows: list[dict[str, Any]], columns: dict[str, ColumnType], table: str = "table") -> pl.DataFrame:
+    """Rows as a DataFrame of the table's declared columns and types (a row's missing column is
+    empty); a row with a column the table does not declare is an error naming both."""
+    columns = columns or inferred_columns(rows)
+    kinds = KEY_COLUMNS | columns
+    for row in rows:
+        extra = [k for k in row if k not in kinds]
+        if extra:
+            raise SuiteError(f"export table {table!r}: column {extra[0]!r} is not declared in its columns")
+    types = schema(columns)
+    series = []
+    for name, kind in kinds.items():
+        values = [_cell(row.get(name), kind) for row in rows]
+        try:
+            series.append(pl.Series(name, values, dtype=types[name], strict=True))
+        except (TypeError, ValueError, pl.exceptions.PolarsError) as exc:
+            bad = next((v for v in values if v is not None), None)
+            raise SuiteError(f"export table {table!r}: column {name!r} is declared {kind}, but holds "
+                             f"{bad!r} ({type(bad).__name__}): {str(exc).splitlines()[0]}") from None
+    return pl.DataFrame(series)
+
+
+def for_csv(df: pl.DataFrame) -> pl.DataFrame:
+    """CSV has no lists: a list column's cells as JSON arrays (`[973, 993]`)."""
+    lists = [name for name, dtype in df.schema.items() if isinstance(dtype, pl.List)]
+    return df.with_columns(pl.col(name).map_elements(lambda v: json.dumps(v.to_list()), return_dtype=pl.String)
+                           for name in lists) if lists else df
 
 
 def export_tables(results_dir: Path, fmt: str, out_dir: Path) -> list[Path]:
@@ -199,16 +334,17 @@ def export_tables(results_dir: Path, fmt: str, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for name, build in TABLES.items():
+        columns = COLUMNS[name]
         rows = build(runs)
         if not rows and name != "runs":
             log.info("export: no %s rows; %s not written", name, name)
             continue
-        df = frame(rows)
+        df = frame(rows, columns, name)
         path = out_dir / f"{name}.{fmt}"
         if fmt == "parquet":
             df.write_parquet(path)
         else:
-            df.write_csv(path)
+            for_csv(df).write_csv(path)
         log.info("export: %s (%d rows)", path, df.height)
         written.append(path)
     return written

@@ -37,6 +37,7 @@ from suite.contention import Contention
 from suite.errors import SuiteError
 from suite.gpu import Energy
 from suite.paths import FILE_MODE
+from suite.provenance import SuiteBuild
 from suite.signature import Signature
 from suite.secrets import scrub
 from suite.stages import STAGES, with_stage_settings
@@ -45,7 +46,7 @@ from suite.analysis.claims import Recomputed
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # What a run record holds besides its identity: each stage's result under the stage's name (from
 # the stage registry), and the memory watchdog's report.
@@ -72,8 +73,15 @@ def update_to_3(data: dict[str, Any]) -> dict[str, Any]:
     return data | {"schema_version": 3}
 
 
+def update_to_4(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 -> 4: a record keeps the suite's code that wrote it (`suite`: version, git commit,
+    tree modified) and its invocation the run's tags (`invocation.tags`); a schema-3 record has
+    neither, and reads as None and no tags."""
+    return data | {"schema_version": 4}
+
+
 # Numbered upgrades (as asv's `update_to_N`): UPGRADES[n] turns a schema n-1 record into n.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: update_to_2, 3: update_to_3}
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: update_to_2, 3: update_to_3, 4: update_to_4}
 
 
 class DeterminismOutcome(BaseModel):
@@ -101,6 +109,9 @@ class Invocation(BaseModel):
     overrides: dict[str, Any] = Field(default_factory=dict)  # profile setting -> the value this run used instead
     stages: list[str] = Field(default_factory=list)  # the stages asked for (a stage a verdict adds is not among them)
     controls: list[str] | None = None  # `suite gate --controls`: the control sets asked for
+    # `--tag KEY=VALUE` (given more than once): the user's own labels of the run ("driver=575"),
+    # shown with it and filterable in `suite results --tag`; empty in records written before tags
+    tags: dict[str, str] = Field(default_factory=dict)
 
     def overrides_text(self) -> str:
         """`gate requests 3 · restarts launches 6 · reloads launches 1 · controls auto off`; empty
@@ -151,6 +162,22 @@ class RunIdentity(BaseModel):
     launcher: str
     profile: str
     started_at: str
+    # The suite's code that wrote it (version, git commit, tree modified), beside the signature and
+    # never in its digest; None: a record written before the suite kept it.
+    suite: SuiteBuild | None = None
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """The run's `--tag KEY=VALUE` labels (its invocation's)."""
+        invocation = getattr(self, "invocation", None)
+        return dict(invocation.tags) if invocation is not None else {}
+
+    @property
+    def short_id(self) -> str:
+        """The 8-character id printed for the run: its signature digest's part (the run id's
+        tail), which `suite compare` and `suite results --run` take (a unique prefix of the
+        run id is taken too)."""
+        return self.run_id.rsplit("-", 1)[-1]
 
 
 class RunManifest(RunIdentity):

@@ -22,15 +22,15 @@ PACKAGE = "suite"
 # Lowest first. A module (or package: every module under it) belongs to the first layer naming it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("suite", "suite.errors", "suite.paths", "suite.progress", "suite.procid", "suite.lifetime",
-                    "suite.profiles", "suite.definitions", "suite.secrets", "suite.hashing")),
+                    "suite.profiles", "suite.definitions", "suite.secrets", "suite.hashing", "suite.provenance")),
     ("analysis", ("suite.analysis",)),
     ("services", ("suite.client", "suite.gpu", "suite.contention", "suite.probes", "suite.signature", "suite.sections",
                   "suite.launchers", "suite.recipes")),
     ("inputs", ("suite.catalog",)),
     ("stages", ("suite.stages",)),
-    ("records", ("suite.records", "suite.claims")),
+    ("records", ("suite.records", "suite.claims", "suite.run_figures")),
     ("orchestration", ("suite.refusals", "suite.bench")),
-    ("publication", ("suite.site", "suite.export", "suite.compare")),
+    ("publication", ("suite.site", "suite.export", "suite.compare", "suite.schema")),
     ("entry", ("suite.distributed", "suite.cli", "suite.__main__")),
 ]
 

@@ -45,7 +45,9 @@ from suite.site.figures import (
     gate_prompts, gate_settings_text, itl_gaps, load_runs, memory_line, prompt_view, signature_rows, slug, watchdog_view, with_thousands,
 )
 from suite.paths import SITE_DIR, cache_dir
+from suite.provenance import SuiteBuild
 from suite.records import read_requests
+from suite.run_figures import LatencyFigures, run_figures
 from suite.stages.latency import LatencyLine
 from suite.stages.lines import AnswerLine
 from suite.stages import LATENCY_STAGE, STAGES, VERDICT_STAGE
@@ -560,34 +562,46 @@ def _write_site(build_dir: Path, out_dir: Path, models: dict[str, ModelRuns], pr
     return report
 
 
-def list_runs(results_dir: Path) -> "Any":
-    """A rich Table of every run under the results folder, newest first (`suite results`)."""
+def has_tags(summary: Any, wanted: dict[str, str] | None) -> bool:
+    """Whether a run carries every one of these `--tag KEY=VALUE` labels (none asked: every run)."""
+    tags = summary.tags
+    return all(tags.get(k) == v for k, v in (wanted or {}).items())
+
+
+def list_runs(results_dir: Path, tags: dict[str, str] | None = None) -> "Any":
+    """A rich Table of every run under the results folder, newest first (`suite results`); with
+    `tags`, the runs that carry all of them."""
     from rich.table import Table
     from rich.text import Text
 
     from suite.progress import cells
 
     models = load_runs(Path(results_dir))
-    table = Table(title=Text(f"runs in {results_dir}"), show_lines=False)
+    wanted = " ".join(f"{k}={v}" for k, v in (tags or {}).items())
+    table = Table(title=Text(f"runs in {results_dir}" + (f" tagged {wanted}" if wanted else "")), show_lines=False)
     for col in ("started", "model", "arm", "status", "profile", "determinism", "distinct",
-                "TTFT p50 (ms)", "tok/s", "clean share", "signature", "run"):
+                "TTFT p50 (ms)", "tok/s", "clean share", "signature", "tags", "run"):
         table.add_column(col, overflow="fold")
     for model in models.values():
         for run in model.all_runs:
             s, h = run.s, run.headline
+            if not has_tags(s, tags):
+                continue
             status = s.status + (f": {s.reason}" if s.reason and s.status != "complete" else "")
             table.add_row(*cells(
                 run.date, s.model, s.arm, status, s.profile, s.determinism.outcome, h.distinct_text,
                 fmt_num(h.ttft_p50_ms), fmt_num(h.tokens_per_s), fmt_pct_pm(h.clean_share, h.clean_share_se, h.clean_n),
-                run.digest, s.run_id,
+                run.digest, " ".join(f"{k}={v}" for k, v in s.tags.items()) or "-", s.run_id,
             ))
     return table
 
 
 class RunRow(BaseModel):
-    """One run as `suite results --json` gives it: the figures of the table, typed."""
+    """One run as `suite results --json` gives it: the figures of the table, typed, with the
+    latency percentiles in ms, tokens/s and J/token (`RunFigures`), its tags and the suite's code."""
 
     run_id: str
+    short_id: str  # the 8-character id printed for it (the run id's tail); `suite compare` takes it
     run_dir: str
     model: str
     arm: str
@@ -607,16 +621,26 @@ class RunRow(BaseModel):
     clean_share: float | None = None
     clean_share_se: float | None = None
     signature: str | None = None
+    tags: dict[str, str] = {}  # `--tag KEY=VALUE` labels of the run
+    suite: SuiteBuild | None = None  # the suite's version, commit and tree state that wrote it (None: older record)
+    # RunFigures': latency percentiles in ms and tokens/s, J/token, and the place of the run's verdicts
+    latency: LatencyFigures | None = None
+    j_per_token: float | None = None
+    verdicts: dict[str, Any] | None = None
 
 
-def run_rows(results_dir: Path) -> list[RunRow]:
-    """Every run under the results folder, newest first, as `suite results --json` prints them."""
+def run_rows(results_dir: Path, tags: dict[str, str] | None = None) -> list[RunRow]:
+    """Every run under the results folder (with `tags`: those carrying all of them), newest first,
+    as `suite results --json` prints them."""
     rows: list[RunRow] = []
     for model in load_runs(Path(results_dir)).values():
         for run in model.all_runs:
             s, h = run.s, run.headline
+            if not has_tags(s, tags):
+                continue
             invocation = getattr(s, "invocation", None)
             rows.append(RunRow(
+                **run_figures(s).model_dump(), short_id=s.short_id, tags=s.tags, suite=s.suite,
                 run_id=s.run_id, run_dir=str(run.run_dir), model=s.model, arm=s.arm, runtime=s.runtime,
                 launcher=s.launcher, profile=s.profile, overrides=dict(invocation.overrides) if invocation else {},
                 status=s.status, reason=s.reason, started_at=s.started_at, finished_at=s.finished_at,

@@ -103,22 +103,46 @@ class StageContext:
             progress.advance(failed=bool(fields.get("error")))
 
 
+# The types a column of `suite export` may have: each table declares its columns with them, so a
+# column has the same type in every export (also where every value of it is empty), and the tables
+# of two results folders concatenate without a cast. A duration's or an energy's unit is in the
+# column's name (`_ms`, `_s`, `_j`, `_w`, `_bytes`); a list is a list, a time a UTC timestamp.
+ColumnType = Literal["str", "int", "float", "bool", "datetime", "list[str]", "list[int]", "list[float]"]
+
+
 @dataclass(frozen=True)
 class ExportTable:
-    """One table of `suite export` a stage gives: its name (the file's) and its rows for one run's
-    result of the stage, in column order (the export adds the run's key columns before them)."""
+    """One table of `suite export` a stage gives: its name (the file's), its rows for one run's
+    result of the stage, and its columns with their types, in order (the export adds the run's key
+    columns before them; a row's missing column is empty, a column it does not declare an error)."""
 
     name: str
     rows: Callable[[Any], list[dict[str, Any]]]
+    columns: dict[str, ColumnType] = field(default_factory=dict)
 
 
 def export_cell(v: Any) -> Any:
-    """A value as one cell of an exported table: a list joined with commas, a mapping left out."""
+    """A value as one cell of a page's table: a list joined with commas, a mapping left out."""
     if isinstance(v, (list, tuple)):
         return ", ".join(str(x) for x in v)
     if isinstance(v, dict):
         return None
     return v
+
+
+def length_lists(text: str | None) -> tuple[list[int | None] | None, list[int] | None]:
+    """`973 ×9, 993 ×11` (answer lengths in tokens with their counts) as two lists, ([973, 993],
+    [9, 11]); an unknown length (`?`) is None; no text: (None, None)."""
+    if not text:
+        return None, None
+    tokens: list[int | None] = []
+    counts: list[int] = []
+    for part in text.split(","):
+        length, _, count = part.strip().partition("×")
+        length = length.strip()
+        tokens.append(None if length in ("?", "") else int(length))
+        counts.append(int(count.strip() or 1))
+    return tokens, counts
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,19 @@ def test_lightning_here_exits_nonzero_with_one_line_per_arm(tmp_path):
     assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == lines
 
 
+@pytest.mark.skipif(gpu.available()[0], reason="this machine has an NVIDIA driver: lightning's arms may run")
+@pytest.mark.parametrize("command", [["gate"], ["study", "sessions", "--launcher", "docker"]], ids=" ".join)
+def test_gate_and_study_exit_1_when_no_arm_ran(tmp_path, command):
+    """As `bench` does: no arm could run here is one error line per arm and exit 1, nothing written."""
+    results = tmp_path / "results"
+    r = run_cli(*command, "--model", "lightning", "--results", str(results), env=NO_DOCKER)
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 3 and all(ln.startswith("error: lightning/") for ln in lines), r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    assert not results.exists(), "nothing is written when no arm ran"
+
+
 def test_makefile_defaults_to_auto():
     text = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
     assert "LAUNCHER ?= auto" in text

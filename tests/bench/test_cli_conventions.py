@@ -81,7 +81,7 @@ BAD = [
     (["gate", "--controls", "lora"], "--controls lora: runtime 'same' does not serve LoRA adapters"),
     (["bench", "--judge-url", "http://127.0.0.1:{closed}/v1"], "--judge-url http://127.0.0.1:{closed}/v1: no server answers there"),
     (["bench", "--judge-url", "{judge}", "--judge-model", "other"], "--judge-model 'other': not served at"),
-    (["compare", "onlyone"], "Missing argument 'run_b'"),
+    (["compare", "onlyone"], "Missing argument 'RUN_B'"),
     (["nope"], "No such command 'nope'"),
     (["export", "--format", "xml"], "--format 'xml': not one of parquet, csv"),
     (["results", "--results", "{tmp}/nowhere"], "--results {tmp}/nowhere: no such folder"),
@@ -90,6 +90,18 @@ BAD = [
     (["export", "--results", "{tmp}/nowhere"], "--results {tmp}/nowhere: no such folder"),
     (["up", "same", "--port", "0"], "--port '0': must be 1 or more"),
     (["study", "sessions", "--sessions", "1"], "--sessions '1': must be 2 or more"),
+    # checked before anything starts: no install for an unknown control, no silent exit 0 for an
+    # unknown runtime, no judge model ignored, a target prompt checked whatever the stages
+    (["bench", "--tag", "nope"], "--tag 'nope': give KEY=VALUE"),
+    (["bench", "--stages", "gate,nope"], "--stages nope: not a stage; known: gate, "),
+    (["bench", "--batch-sizes", "1,8"], "--batch-sizes '1,8': must be 2 or more"),
+    (["results", "--tag", "=x"], "--tag '=x': give KEY=VALUE"),
+    (["up", "same", "--controls", "nope"], "--controls nope: runtime 'same' has no control 'nope'"),
+    (["setup", "--runtime", "nope"], "--runtime nope: no arm of model 'standins' runs it; its runtimes: same, vary"),
+    (["bench", "--judge-model", "other"], "--judge-model 'other': names a model at a judge's address; give that "
+                                          "address with --judge-url"),
+    (["bench", "--batch-prompt", "nope"], "--batch-prompt 'nope': not a gate prompt; known: "),
+    (["bench", "--stages", "gate", "--batch-prompt", "nope"], "--batch-prompt 'nope': not a gate prompt"),
 ]
 
 
@@ -103,9 +115,9 @@ def test_bad_input_is_one_line_exit_2_nothing_started_nothing_written(world: dic
     args = [a.format(**values) for a in args]
     expected = expected.format(**values)
     extra: list[str] = []
-    if args[0] in ("bench", "gate", "up") or args[:2] == ["study", "sessions"]:
+    if args[0] in ("bench", "gate", "up", "setup") or args[:2] == ["study", "sessions"]:
         extra += ["--model", "standins"]
-        if args[0] != "up" and "--launcher" not in args:
+        if args[0] not in ("up", "setup") and "--launcher" not in args:
             extra += ["--launcher", "local"]
     results = case / "results"
     if args[0] in ("bench", "gate") and "--results" not in args:
@@ -126,7 +138,8 @@ def test_version_and_choices_in_help(world: dict) -> None:
     import suite
 
     r = run_suite(["--version"], world["env"])
-    assert (r.returncode, r.stdout.strip()) == (0, f"suite {suite.__version__}")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(suite.__file__).parents[1])
+    assert r.returncode == 0 and r.stdout.startswith(f"suite {suite.__version__} (commit {head.stdout.strip()}")
     env = {**world["env"], "COLUMNS": "250"}
     bench = " ".join(run_suite(["bench", "--help"], env).stdout.split())
     for choices in ("quick|standard|full", "auto|local|docker", "fresh|kept|both"):
@@ -135,8 +148,37 @@ def test_version_and_choices_in_help(world: dict) -> None:
     assert "parquet|csv" in run_suite(["export", "--help"], env).stdout
     site = " ".join(run_suite(["site", "--help"], env).stdout.split())
     assert "$SITE_OUT" in site and "emptied and rebuilt" in site and "--results" in site
-    for command in ("results", "compare", "export", "gate"):
-        assert "--results" in run_suite([command, "--help"], env).stdout
+    for command in (["results"], ["compare"], ["export"], ["gate"], ["site"], ["bench"], ["study", "sessions"]):
+        assert "--results" in run_suite([*command, "--help"], env).stdout, command
+
+
+@pytest.mark.parametrize("columns", ["80", "250"])
+def test_help_is_plain_and_whole(world: dict, columns: str) -> None:
+    """Plain placeholders (TEXT, INTEGER, PATH, the choices), never `<str>` or `<bool>`; defaults
+    and the stages' list whole at any width, never cut with an ellipsis."""
+    from suite.stages import ORDER, STAGES
+
+    env = {**world["env"], "COLUMNS": columns}
+    for command in (["bench"], ["gate"], ["up"], ["setup"], ["export"], ["site"], ["results"], ["compare"],
+                    ["study", "sessions"], ["doctor"]):
+        r = run_suite([*command, "--help"], env)
+        assert r.returncode == 0, r.stderr
+        assert "<str>" not in r.stdout and "<bool>" not in r.stdout and "<int" not in r.stdout, r.stdout
+        assert "…" not in r.stdout, r.stdout
+    bench = " ".join(run_suite(["bench", "--help"], env).stdout.split())
+    assert "--profile quick|standard|full" in bench and "--restarts INTEGER" in bench and "--results PATH" in bench
+    assert f"of: {', '.join(STAGES)} (default: {', '.join(ORDER)}," in bench
+    assert "[default: standard]" in bench and "--site / --no-site" in bench
+    # the command list gives each command's first paragraph whole, never cut with "..."
+    top = " ".join(run_suite(["--help"], env).stdout.split())
+    assert "models List the model cards of the catalog, with their formats and arms." in top
+    assert "compare Do two runs of one model answer alike? Per gate prompt, and the configuration fields that differ." in top
+
+
+def test_watch_help_lists_the_watchdogs_options(world: dict) -> None:
+    r = run_suite(["watch", "--help"], world["env"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: suite watch") and "--pid" in r.stdout and "--spill-gb" in r.stdout
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +189,8 @@ def benched(world: dict) -> dict:
     results = tmp / "results"
     bench = run_suite(["bench", "--model", "standins", "--profile", "quick", "--stages", "gate",
                        "--launcher", "local", "--results", str(results), "--gate-requests", "3",
-                       "--restarts", "4", "--reloads", "1", "--fail-on-variance", "--json"], env)
+                       "--restarts", "4", "--reloads", "1", "--fail-on-variance", "--json",
+                       "--tag", "driver=575.57", "--tag", "host=lab 2"], env)
     gate = run_suite(["gate", "--model", "standins", "--arms", "same", "--profile", "quick",
                       "--launcher", "local", "--results", str(results), "--fail-on-variance"], env)
     runs = {}
@@ -166,6 +209,12 @@ def test_fail_on_variance_exits_1_and_json_is_alone_on_stdout(benched: dict) -> 
     assert by_arm["same"]["gate"][0]["distinct_answers"] == 1
     assert by_arm["same"]["status"] == "complete" and by_arm["same"]["failure"] is None
     assert by_arm["vary"]["overrides"] == {"gate_requests": 3, "reloads.launches": 1, "restarts.launches": 4}
+    # for other tools: the tags, the suite's code, the figures (no latency stage ran: none), the claims
+    assert by_arm["vary"]["tags"] == {"driver": "575.57", "host": "lab 2"}
+    assert by_arm["vary"]["short_id"] == by_arm["vary"]["run_id"].rsplit("-", 1)[-1] and by_arm["vary"]["suite"]["commit"]
+    assert {"latency", "j_per_token", "claims"} <= set(by_arm["vary"]) and by_arm["vary"]["latency"] is None
+    gate_claim = next(c for c in by_arm["vary"]["claims"] if c["stage"] == "gate")
+    assert gate_claim["counts"]["distinct"] == 3 and gate_claim["good"] is False and gate_claim["evidence"]["n"] == 3
     assert "variance: vary/short-open: 3 distinct of 3" in " ".join(bench.stderr.split())
     # the arm whose answers agree passes the same check
     assert benched["gate"].returncode == 0, benched["gate"].stdout + benched["gate"].stderr
@@ -177,9 +226,17 @@ def test_the_record_says_what_ran(benched: dict) -> None:
         inv = json.loads((run_dir / name).read_text())["invocation"]
         assert inv["command"] == ["suite", "bench", "--model", "standins", "--profile", "quick", "--stages", "gate",
                                   "--launcher", "local", "--results", str(benched["results"]), "--gate-requests",
-                                  "3", "--restarts", "4", "--reloads", "1", "--fail-on-variance", "--json"]
+                                  "3", "--restarts", "4", "--reloads", "1", "--fail-on-variance", "--json",
+                                  "--tag", "driver=575.57", "--tag", "host=lab 2"]
+        assert inv["tags"] == {"driver": "575.57", "host": "lab 2"}
         assert inv["overrides"] == {"gate_requests": 3, "reloads.launches": 1, "restarts.launches": 4}
         assert inv["stages"] == ["gate"] and inv["controls"] is None
+        # the suite's code beside the signature, never in its digest
+        record = json.loads((run_dir / name).read_text())
+        from suite.provenance import suite_build
+
+        assert record["suite"] == suite_build().model_dump(mode="json") and record["suite"]["commit"]
+        assert record["suite"]["commit"] not in json.dumps(record["signature"])
     # a run of the profile as it is says so: no overrides
     plain = json.loads((benched["runs"]["same"][-1] / "summary.json").read_text())["invocation"]
     assert plain["overrides"] == {} and plain["command"][:2] == ["suite", "gate"]
@@ -198,6 +255,11 @@ def test_the_pages_say_what_ran(benched: dict) -> None:
     run_page = parse(next(site.glob("runs/*-vary.html")).read_text())
     command = run_page.one("code", cls="command").text()
     assert command.startswith("suite bench --model standins --profile quick --stages gate") and "--restarts 4" in command
+    # the run's tags and the suite's code that wrote it, beside its signature
+    assert run_page.one("td", cls="tags").text() == "driver=575.57 host=lab 2"
+    from suite.provenance import suite_build
+
+    assert run_page.one("code", cls="suite-build").text() == suite_build().text()
 
 
 def test_results_compare_and_doctor_speak_json(benched: dict) -> None:
@@ -209,6 +271,18 @@ def test_results_compare_and_doctor_speak_json(benched: dict) -> None:
     vary = next(row for row in rows if row["arm"] == "vary")
     assert vary["distinct_answers"] == 3 and vary["overrides"] == {"gate_requests": 3, "reloads.launches": 1, "restarts.launches": 4}
     assert rows == sorted(rows, key=lambda row: row["started_at"], reverse=True)
+    assert vary["tags"] == {"driver": "575.57", "host": "lab 2"} and vary["suite"]["commit"]
+    assert {"latency", "j_per_token", "claims", "short_id"} <= set(vary)
+    assert any(c["stage"] == "gate" and c["prompt"] == "short-open" for c in vary["claims"])
+    # filtered by tag: every tag given must match
+    tagged = run_suite(["results", "--results", str(results), "--json", "--tag", "driver=575.57"], env)
+    tagged_rows = json.loads(tagged.stdout)  # the bench's two runs, not the gate's untagged one
+    assert sorted(row["arm"] for row in tagged_rows) == ["same", "vary"]
+    assert all(row["tags"]["driver"] == "575.57" for row in tagged_rows)
+    both = run_suite(["results", "--results", str(results), "--json", "--tag", "driver=575.57", "--tag", "host=lab 1"], env)
+    assert json.loads(both.stdout) == []
+    table = " ".join(run_suite(["results", "--results", str(results), "--tag", "host=lab 2"], env).stdout.split())
+    assert "driver=575.57 host=lab 2" in table and "tagged host=lab 2" in table
 
     same_a, same_b = benched["runs"]["same"]
     (vary_run,) = benched["runs"]["vary"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,40 @@ def test_answers_cut_at_the_cap_agree_only_up_to_it():
         gate(_series("p", [([1, 2, 3, 4, 5, 6], "abcdef")] * 3, cap=8))
     prompts = compare_gates(a, b)
     assert [p.caveat for p in prompts] == ["cap"]
+
+
+def test_the_short_id_printed_for_a_run_names_it_and_an_ambiguous_one_is_one_line():
+    """The 8-character id (the run id's tail) is taken wherever a run is named, a prefix of it too;
+    one that several runs share is one line listing them, exit 2."""
+    vllm = next(d for d in iter_run_dirs(GOLDEN) if d.parent.name == "vllm-cpu")
+    short = vllm.name.rsplit("-", 1)[-1]
+    assert resolve_run(short, GOLDEN) == vllm and resolve_run(short[:5], GOLDEN) == vllm
+    shared = [d for d in iter_run_dirs(GOLDEN) if d.name.endswith("-bdd8ea8b")]
+    assert len(shared) == 3
+    with pytest.raises(SuiteError, match=r"run 'bdd8ea8b' is ambiguous: 3 runs under .* match it \(.*\); give more"):
+        resolve_run("bdd8ea8b", GOLDEN)
+    other = next(d for d in iter_run_dirs(GOLDEN) if d.parent.parent.name == "tiny" and d.parent.name == "llamacpp-python")
+    ok = subprocess.run([sys.executable, "-m", "suite.cli", "compare", short, other.name,
+                         "--results", str(GOLDEN), "--json"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode in (0, 1) and json.loads(ok.stdout)["a"]["run_id"] == vllm.name, ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "suite.cli", "compare", "bdd8ea8b", short, "--results", str(GOLDEN)],
+                         capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in bad.stderr.splitlines() if ln.strip()]
+    assert bad.returncode == 2 and len(lines) == 1 and "is ambiguous: 3 runs" in lines[0], bad.stderr
+
+
+def test_the_suites_commit_is_named_beside_the_signature_where_it_differs():
+    from suite.compare import compare_summaries
+    from suite.provenance import SuiteBuild
+    from suite.records import load_summary
+
+    a_dir, b_dir = [d for d in iter_run_dirs(GOLDEN) if d.parent.name == "llamacpp" and d.parent.parent.name == "tiny"]
+    a = load_summary(a_dir / "summary.json")
+    b = load_summary(b_dir / "summary.json")
+    same = compare_summaries(a, b)
+    assert not [d for d in same.signature_diff if d.key.startswith("suite.")]  # older records: neither names one
+    a.suite = SuiteBuild(version="0.1.0", commit="a" * 40, modified=False)
+    b.suite = SuiteBuild(version="0.1.0", commit="b" * 40, modified=False)
+    differ = {d.key: (d.a, d.b) for d in compare_summaries(a, b).signature_diff}
+    assert differ["suite.commit (beside the signature)"] == ("a" * 40, "b" * 40)
+    assert "suite.modified (beside the signature)" not in differ

@@ -1,4 +1,5 @@
-"""`suite export`: the golden results tree as Parquet and CSV tables, read back with polars."""
+"""`suite export`: the golden results tree as Parquet and CSV tables, read back with polars; the
+example trees' exports concatenate table by table in polars and DuckDB with no cast."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import polars as pl
 import pytest
 
 from suite.errors import SuiteError
-from suite.export import export_tables
+from suite.export import COLUMNS, export_tables, schema
 from suite.records import load_all
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "results"
 REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p for p in (REPO / "docs" / "examples").iterdir() if any(p.glob("*/*/*/run.json")))
 
 
 def read(path: Path) -> pl.DataFrame:
@@ -47,11 +49,18 @@ def test_export_tables(tmp_path: Path, fmt: str) -> None:
     lp = gate.filter((pl.col("arm") == "llamacpp-python") & (pl.col("model") == "tiny")
                      & (pl.col("prompt_id") == "short-open")).row(0, named=True)
     assert lp["distinct_answers"] == 2 and lp["cold_is_modal"] is False
+    if fmt == "parquet":  # lists as lists: the answers' lengths and their counts
+        assert isinstance(lp["answer_lengths_tokens"], list) and sum(lp["answer_length_counts"]) == lp["answered"]
+        assert runs.schema["started_at"] == pl.Datetime("us", "UTC")
 
     lines = sum(1 for p in GOLDEN.rglob("requests.jsonl") for ln in p.read_text().splitlines() if ln.strip())
     assert tables["requests"].height == lines
     assert "<script>" in "".join(tables["requests"]["text"].drop_nulls().to_list())  # data, kept as is
-    assert set(tables["latency"]["metric"].to_list()) >= {"ttft_s", "itl_s", "output_tokens_per_s"}
+    # times in milliseconds, the unit in the name, as the runs table's ttft_p50_ms
+    assert set(tables["latency"]["metric"].to_list()) >= {"ttft_ms", "itl_ms", "output_tokens_per_s"}
+    ttft = tables["latency"].filter((pl.col("metric") == "ttft_ms") & (pl.col("run_id") == vllm.run_id)).row(0, named=True)
+    assert ttft["unit"] == "ms" and ttft["p50"] == pytest.approx(vllm.latency.levels[0].ttft_s.p50 * 1000)
+    assert {"ttft_ms", "e2e_ms", "tpot_ms"} <= set(tables["requests"].columns) and "ttft_s" not in tables["requests"].columns
     restarts = tables["restarts"]
     assert restarts["agreement_ci95_low"].drop_nulls().len() > 0
     # truncation beside every comparison of answers, and study 2's measures with their intervals
@@ -77,3 +86,52 @@ def test_unknown_format_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode != 0
     out = (proc.stdout + proc.stderr).strip()
     assert "Traceback" not in out and len(out.splitlines()) == 1 and "xml" in out
+
+
+def test_every_table_has_its_declared_types_also_when_empty(tmp_path: Path) -> None:
+    """Each written table's columns and types are the declared ones, whatever the rows hold."""
+    for tree in EXAMPLES:
+        for path in export_tables(tree, "parquet", tmp_path / tree.name):
+            df = pl.read_parquet(path)
+            assert df.schema == pl.Schema(schema(COLUMNS[path.stem])), (tree.name, path.stem)
+            assert not [name for name, dtype in df.schema.items() if dtype == pl.Null], (tree.name, path.stem)
+
+
+def test_example_trees_concatenate_in_polars_and_duckdb(tmp_path: Path) -> None:
+    """The CPU and GPU example trees' exports concatenate table by table with no cast: in polars
+    (a strict vertical concat) and in DuckDB (UNION ALL of the Parquet files, with every column's
+    type the same in each file)."""
+    duckdb = pytest.importorskip("duckdb")
+    assert {"cpu-results", "gpu-vllm-results"} <= {t.name for t in EXAMPLES}
+    written: dict[str, list[Path]] = {}
+    for tree in EXAMPLES:
+        for path in export_tables(tree, "parquet", tmp_path / tree.name):
+            written.setdefault(path.stem, []).append(path)
+    shared = {name: paths for name, paths in written.items() if len(paths) > 1}
+    assert {"runs", "gate", "controls", "restarts", "watchdog", "requests"} <= set(shared)
+    con = duckdb.connect()
+    for name, paths in shared.items():
+        frames = [pl.read_parquet(p) for p in paths]
+        joined = pl.concat(frames, how="vertical")  # raises on any column whose type differs
+        assert joined.height == sum(f.height for f in frames)
+        kinds = [con.execute(f"DESCRIBE SELECT * FROM read_parquet('{p}')").fetchall() for p in paths]
+        assert all(k == kinds[0] for k in kinds), name
+        union = " UNION ALL ".join(f"SELECT * FROM read_parquet('{p}')" for p in paths)
+        (count,) = con.execute(f"SELECT count(*) FROM ({union})").fetchone()
+        assert count == joined.height, name
+        types = {row[0]: row[1] for row in kinds[0]}
+        if name == "runs":
+            assert types["started_at"] == "TIMESTAMP WITH TIME ZONE" and types["controls"] == "VARCHAR[]"
+            assert types["tags"] == "VARCHAR[]" and types["suite_tree_modified"] == "BOOLEAN"
+        if name == "controls":
+            assert types["energy_j"] == "DOUBLE" and types["answer_lengths_tokens"] == "BIGINT[]"
+
+
+def test_a_table_without_declared_columns_is_typed_by_its_values_and_an_undeclared_column_is_one_line() -> None:
+    from suite.export import frame
+
+    df = frame([{"request": 0, "answer": None, "sizes": [1, 2]}, {"request": 1, "answer": "x", "sizes": []}], {})
+    assert df.schema["request"] == pl.Int64 and df.schema["answer"] == pl.String
+    assert df.schema["sizes"] == pl.List(pl.Int64) and df.schema["run_id"] == pl.String
+    with pytest.raises(SuiteError, match="export table 'gate': column 'extra' is not declared"):
+        frame([{"prompt_id": "a", "extra": 1}], {"prompt_id": "str"}, "gate")

@@ -312,7 +312,7 @@ def test_a_run_recorded_when_batch_settings_were_profile_fields_reads_them_as_th
                 "launcher": "local", "profile": "full", "started_at": "2026-12-01T00:00:00Z", "profile_settings": old}
     (run / "run.json").write_text(json.dumps(manifest))
     m = read_manifest(run)
-    assert SCHEMA_VERSION == 3 and m.schema_version == 3
+    assert SCHEMA_VERSION == 4 and m.schema_version == 4
     assert "batch_trials" not in m.profile_settings
     assert m.profile_settings["stage_settings"]["batch"] == {"composition": True, "trials": 8, "sizes": [8, 16, 32],
                                                              "prompt": None}

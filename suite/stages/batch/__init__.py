@@ -46,7 +46,7 @@ from suite.analysis.repro import (ALPHA, DistinctAnswer, Divergence, PromptAnaly
 from suite.client import ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.errors import SuiteError
 from suite.analysis.claims import Claim, Evidence, caveat_cut, run_caveats
-from suite.stages.base import ExportTable, SectionTemplate, Stage, export_cell
+from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
 from suite.stages.lines import RequestLineBase
 from suite.stages.repeat import TOP_LOGPROBS, GatePrompt, death_reason_of, logprobs_for, select_prompts
 
@@ -493,7 +493,7 @@ def export_rows(result: BatchResult) -> list[dict[str, Any]]:
     for m in b.modes:
         d = m.first_divergence
         rows.append({
-            "prompt_id": b.prompt_id, "mode": m.mode, "trials": m.trials, "batch_sizes": export_cell(m.batch_sizes),
+            "prompt_id": b.prompt_id, "mode": m.mode, "trials": m.trials, "batch_sizes": list(m.batch_sizes),
             "requests": m.requests, "failed": m.failed, "answered": m.target.answered,
             "distinct_answers": m.target.distinct_answers, "same_as_single": m.same_as_single,
             "differ_from_single": m.differ_from_single,
@@ -557,6 +557,14 @@ def claims(result: BatchResult, summary: Any) -> list[Claim]:
                   caveats=caveat_cut(cut, answered) + run_caveats(summary, "batch"),
                   phrase=f"{differ} of {n_batched} batched answers differ from the one-at-a-time answer",
                   text=result.verdict)]
+COLUMNS: dict[str, ColumnType] = {
+    "prompt_id": "str", "mode": "str", "trials": "int", "batch_sizes": "list[int]", "requests": "int", "failed": "int",
+    "answered": "int", "distinct_answers": "int", "same_as_single": "int", "differ_from_single": "int",
+    "first_divergence_token": "int", "logprob_reference": "float", "logprob_other": "float",
+    "reference_margin": "float", "same_tokens_logprob_diff": "float", "output_tokens": "int", "wall_s": "float",
+    "tokens_per_s": "float", "energy_j": "float", "j_per_token": "float", "cache_reset": "str",
+    "varies_with_batch": "bool"}
+
 
 
 STAGE = Stage(name="batch", result=BatchResult, run=run, lines=(BatchLine,), fresh_runtimes=False, in_bench=False,
@@ -568,6 +576,6 @@ STAGE = Stage(name="batch", result=BatchResult, run=run, lines=(BatchLine,), fre
               profiles={"quick": {"trials": 2, "sizes": [3, 4]}, "full": {"composition": True, "trials": 8, "sizes": [8, 16, 32]}},
               profile_keys={"batch_composition": "composition", "batch_trials": "trials", "batch_sizes": "sizes",
                             "batch_prompt": "prompt"},
-              tables=(ExportTable("batch", export_rows),), exported_requests=("batch",),
+              tables=(ExportTable("batch", export_rows, COLUMNS),), exported_requests=("batch",),
               page_title="batch composition", recompute=recompute, claims=claims,
               section=SectionTemplate("section.html", "suite.stages.batch.view:page", slot="answers", order=0))

@@ -45,7 +45,7 @@ from suite.analysis.stats import fisher_fewer_others, holm, requests_needed
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.gpu import Energy, EnergyMeter
 from suite.launchers.base import LoraAdapter
-from suite.stages.base import ExportTable, SectionTemplate, Stage, StageContext
+from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage, StageContext, length_lists
 from suite.stages.lines import AnswerLine
 from suite.stages.repeat import (GatePromptResult, GateResult, concurrency_of, death_reason_of, logprobs_for,
                                  run_gate, select_prompts, truncation_by_prompt, verdict_of)
@@ -954,19 +954,27 @@ def export_rows(result: ControlsResult) -> list[dict[str, Any]]:
         e = row.energy
         base = {"configuration": row.configuration, "status": row.status, "reason": row.reason,
                 "concurrency": row.concurrency, "startup_s": row.startup_s,
-                "controls": ", ".join(row.ran_controls),
+                "controls": list(row.ran_controls),
                 "tokens_per_s": row.tokens_per_s, "energy_j": e.joules if e else None,
                 "j_per_token": e.j_per_token if e else None,
                 "mean_power_w": e.mean_power_w if e else None}
         cut = truncation_by_prompt(row.gate)
         if not row.distinct:
-            rows.append(base | {"prompt_id": None, "distinct_answers": None, "answered": None, "lengths": None,
-                                "truncated": None, "max_tokens": None})
+            rows.append(base)
         for pid, d in row.distinct.items():
             rows.append(base | {"prompt_id": pid, "distinct_answers": d, "answered": row.answered.get(pid),
-                                "lengths": row.lengths.get(pid), "truncated": cut.get(pid, (None, None))[0],
+                                **dict(zip(("answer_lengths_tokens", "answer_length_counts"),
+                                           length_lists(row.lengths.get(pid)))),
+                                "truncated": cut.get(pid, (None, None))[0],
                                 "max_tokens": cut.get(pid, (None, None))[1]})
     return rows
+
+
+COLUMNS: dict[str, ColumnType] = {
+    "configuration": "str", "status": "str", "reason": "str", "concurrency": "int", "startup_s": "float",
+    "controls": "list[str]", "tokens_per_s": "float", "energy_j": "float", "j_per_token": "float",
+    "mean_power_w": "float", "prompt_id": "str", "distinct_answers": "int", "answered": "int",
+    "answer_lengths_tokens": "list[int]", "answer_length_counts": "list[int]", "truncated": "int", "max_tokens": "int"}
 
 
 STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
@@ -978,7 +986,7 @@ STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine
               # after the gate
               when=lambda p: settings(p).auto, on_verdict=False, after="gate",
               settings=ControlsSettings, profiles={"quick": {"auto": False}}, profile_keys={"auto_controls": "auto"},
-              tables=(ExportTable("controls", export_rows),), exported_requests=("controls",),
+              tables=(ExportTable("controls", export_rows, COLUMNS),), exported_requests=("controls",),
               rebuild=rebuild, carries_line=lambda part, line: line.get("label") in {r.configuration for r in part.rows},
               page_title="control matrix", recompute=recompute, claims=claims,
               section=SectionTemplate("section.html", "suite.stages.controls.view:page", slot="causes", order=1, on_run_page=False))

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import ClientError
 from suite.analysis.claims import Claim, Evidence, run_caveats
-from suite.stages.base import ExportTable, SectionTemplate, Stage, export_cell
+from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
 from suite.stages.lines import LineBase, RequestLineBase
 from suite.errors import SuiteError
 from suite.analysis.jsonextract import extract_json_object
@@ -409,7 +409,13 @@ def summarise(sections: list[Section], answers: dict[str, list[Answer]], repeats
 
 def export_rows(result: ExtractionResult) -> list[dict[str, Any]]:
     """`suite export`'s extraction_sections table: one row per document section."""
-    return [{k: export_cell(v) for k, v in sec.model_dump().items()} for sec in result.per_section]
+    return [sec.model_dump() for sec in result.per_section]
+
+
+COLUMNS: dict[str, ColumnType] = {
+    "section": "str", "kind": "str", "facts": "int", "identical": "bool", "distinct_answers": "int",
+    "comparable": "bool", "no_facts": "bool", "clean_rate": "float", "complete_rate": "float", "recall": "float",
+    "precision": "float", "invalid_json": "int"}
 
 
 # -- its request lines ------------------------------------------------------------------------------
@@ -486,7 +492,7 @@ STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(Extrac
                         "full": {"sections": 48, "max_tokens": 384, "judge_repeats": 10}},
               profile_keys={"extraction_sections": "sections", "extraction_repeats": "repeats",
                             "extraction_max_tokens": "max_tokens", "judge_repeats": "judge_repeats"},
-              tables=(ExportTable("extraction_sections", export_rows),),
+              tables=(ExportTable("extraction_sections", export_rows, COLUMNS),),
               # its answers, each answer's facts and the judge's grading (the reloads' answers are extraction lines too)
               exported_requests=("extraction", "extraction-fact", "judge"),
               page_title="extraction", claims=claims,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, caveat_failed, run_caveats
 from suite.analysis.repro import ALPHA, Sample, analyse, unseen_share_bound
 from suite.analysis.stats import closed_fisher
-from suite.stages.base import ExportTable, Stage
+from suite.stages.base import ColumnType, ExportTable, Stage
 from suite.stages.lines import AnswerLine
 from suite.stages.repeat import (GatePromptResult, GateResult, concurrency_of, death_reason_of, logprobs_for,
                                  run_gate, select_prompts, verdict_of)
@@ -46,7 +46,8 @@ def export_rows(result: GateResult) -> list[dict[str, Any]]:
         rows.append({
             "prompt_id": p.prompt_id, "requests": p.requests, "answered": p.answered, "errors": p.errors,
             "distinct_answers": p.distinct_answers, "modal_share": p.modal_share,
-            "lengths": p.lengths_text, "compared_by": p.compared_by,
+            "answer_lengths_tokens": [lc.tokens for lc in p.lengths], "answer_length_counts": [lc.count for lc in p.lengths],
+            "compared_by": p.compared_by,
             "truncated": p.truncated, "max_tokens": p.max_tokens, "modal_tied": p.modal_tied,
             "cold_is_modal": cw.cold_is_modal if cw else None, "warm_distinct": cw.warm_distinct if cw else None,
             "warm_count": cw.warm_count if cw else None,
@@ -145,6 +146,12 @@ def claims(result: GateResult, summary: Any) -> list[Claim]:
     for c in out:
         c.run_id, c.caveats = getattr(summary, "run_id", ""), c.caveats + extra
     return out
+COLUMNS: dict[str, ColumnType] = {
+    "prompt_id": "str", "requests": "int", "answered": "int", "errors": "int", "distinct_answers": "int",
+    "modal_share": "float", "answer_lengths_tokens": "list[int]", "answer_length_counts": "list[int]", "compared_by": "str",
+    "truncated": "int", "max_tokens": "int", "modal_tied": "bool", "cold_is_modal": "bool", "warm_distinct": "int",
+    "warm_count": "int"}
+
 
 
 STAGE = Stage(name="gate", result=GateResult, run=run, lines=(AnswerLine,), fresh_runtimes=False, in_bench=True,
@@ -152,5 +159,5 @@ STAGE = Stage(name="gate", result=GateResult, run=run, lines=(AnswerLine,), fres
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=lambda p: p.gate_requests * len(select_prompts(p.gate_prompts)),
               verdict=lambda result: getattr(result, "reproducible", None),
-              tables=(ExportTable("gate", export_rows),), exported_requests=("gate",),
+              tables=(ExportTable("gate", export_rows, COLUMNS),), exported_requests=("gate",),
               page_title="gate", recompute=recompute, claims=claims)

@@ -55,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from suite.client import AsyncOpenAIClient, ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.definitions import MetricsSpec, TimingsSpec
-from suite.stages.base import ExportTable, SectionTemplate, Stage
+from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
 from suite.stages.lines import RequestLineBase
 from suite.errors import SuiteError
 from suite.analysis.stats import Distribution, distribution_fields, summarize
@@ -631,13 +631,25 @@ def planned(profile: "Profile") -> int:
 
 
 def export_rows(result: LatencyResult) -> list[dict[str, Any]]:
-    """`suite export`'s latency table: one row per concurrency level and metric: n, mean, p50, p90, p99, min, max."""
+    """`suite export`'s latency table: one row per concurrency level and metric: n, mean, p50, p90, p99, min, max.
+
+    Times are in milliseconds, as everywhere in the export: a metric kept in seconds (`ttft_s`) is
+    exported as `ttft_ms`; `unit` names the figures' unit (ms, tokens, tok/s)."""
     rows = []
+    stats = ("n", "mean", "p50", "p90", "p99", "min", "max")
     for level in result.levels:
-        for metric, (dist, _unit) in distribution_fields(level).items():
-            rows.append({"concurrency": level.concurrency, "metric": metric} |
-                        dist.model_dump(include={"n", "mean", "p50", "p90", "p99", "min", "max"}))
+        for metric, (dist, unit) in distribution_fields(level).items():
+            figures = dist.model_dump(include=set(stats))
+            if unit == "s":
+                metric, unit = metric.removesuffix("_s") + "_ms", "ms"
+                figures = {k: (v * 1000 if v is not None and k != "n" else v) for k, v in figures.items()}
+            rows.append({"concurrency": level.concurrency, "metric": metric, "unit": unit or None} | figures)
     return rows
+
+
+COLUMNS: dict[str, ColumnType] = {
+    "concurrency": "int", "metric": "str", "unit": "str", "n": "int", "mean": "float", "p50": "float",
+    "p90": "float", "p99": "float", "min": "float", "max": "float"}
 
 
 # -- its request lines ------------------------------------------------------------------------------
@@ -661,6 +673,6 @@ STAGE = Stage(name="latency", result=LatencyResult, run=run, lines=(LatencyLine,
                         "full": {"requests": 50, "warmup": 3, "max_tokens": 256, "concurrency": [1, 2, 4]}},
               profile_keys={"latency_requests": "requests", "latency_warmup": "warmup", "latency_max_tokens": "max_tokens",
                             "concurrency": "concurrency"},
-              tables=(ExportTable("latency", export_rows),), exported_requests=("latency",),
+              tables=(ExportTable("latency", export_rows, COLUMNS),), exported_requests=("latency",),
               page_title="latency",
               section=SectionTemplate("section.html", "suite.stages.latency.view:page", slot="measures", order=0, on_run_page=False))

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.stages.base import ExportTable, FreshLaunch, SectionTemplate, Stage, export_cell
+from suite.stages.base import ColumnType, ExportTable, FreshLaunch, SectionTemplate, Stage, length_lists
 from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.secrets import scrub
@@ -440,11 +440,12 @@ def export_rows(result: RestartsResult) -> list[dict[str, Any]]:
         low, high = p.agreement_ci95 or (None, None)
         rows.append({
             "launches": result.launches, "launched": result.launched, "prompt_id": p.prompt_id,
-            "within_distinct": export_cell(p.within_distinct), "across_distinct": p.across_distinct,
+            "within_distinct": list(p.within_distinct), "across_distinct": p.across_distinct,
             "agreement": p.agreement, "agreement_ci95_low": low, "agreement_ci95_high": high,
-            "lengths": p.lengths_text, "answered": p.answered or sum(x.answered for x in p.per_launch),
-            "truncated": p.truncated, "cache_mode": result.cache_mode, "controls": ", ".join(result.controls),
-            "cache_files_before": export_cell([o.cache_files_before for o in result.launch_outcomes]),
+            **dict(zip(("answer_lengths_tokens", "answer_length_counts"), length_lists(p.lengths_text))),
+            "answered": p.answered or sum(x.answered for x in p.per_launch),
+            "truncated": p.truncated, "cache_mode": result.cache_mode, "controls": list(result.controls),
+            "cache_files_before": [o.cache_files_before for o in result.launch_outcomes],
         })
     return rows
 
@@ -500,6 +501,12 @@ def claims(result: RestartsResult, summary: Any) -> list[Claim]:
                              family=family, caveats=caveat_cut(p.truncated, p.answered) + few + extra,
                              phrase=f"{p.across} across {len(p.per_launch)} launches", text=p.across_text))
     return out
+COLUMNS: dict[str, ColumnType] = {
+    "launches": "int", "launched": "int", "prompt_id": "str", "within_distinct": "list[int]", "across_distinct": "int",
+    "agreement": "float", "agreement_ci95_low": "float", "agreement_ci95_high": "float",
+    "answer_lengths_tokens": "list[int]", "answer_length_counts": "list[int]", "answered": "int", "truncated": "int", "cache_mode": "str",
+    "controls": "list[str]", "cache_files_before": "list[int]"}
+
 
 
 STAGE = Stage(name="restarts", result=RestartsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=True,
@@ -509,6 +516,6 @@ STAGE = Stage(name="restarts", result=RestartsResult, run=run, lines=(AnswerLine
               settings=RestartsSettings,
               profiles={"quick": {"launches": 2, "requests": 3}, "standard": {"caches": "kept"}, "full": {"caches": "both"}},
               profile_keys={"restarts": "launches", "restart_requests": "requests", "restart_caches": "caches"},
-              tables=(ExportTable("restarts", export_rows),), exported_requests=("restarts",),
+              tables=(ExportTable("restarts", export_rows, COLUMNS),), exported_requests=("restarts",),
               page_title="restarts", recompute=recompute, claims=claims,
               section=SectionTemplate("section.html", "suite.stages.restarts.view:page", slot="causes", order=2, on_run_page=False))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.stages.base import ExportTable, FreshLaunch, SectionTemplate, Stage
+from suite.stages.base import ColumnType, ExportTable, FreshLaunch, SectionTemplate, Stage
 from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
@@ -331,7 +331,7 @@ def export_rows(result: SessionsResult) -> list[dict[str, Any]]:
     rows = []
     for c in result.configurations:
         base = {"sessions": result.sessions, "replicates": result.replicates, "configuration": c.label,
-                "status": c.status, "reason": c.reason, "controls": ", ".join(result.controls)}
+                "status": c.status, "reason": c.reason, "controls": list(result.controls)}
         runs_ = c.runs
         if runs_ is None:
             rows.append(base)
@@ -375,6 +375,13 @@ def claims(result: SessionsResult, summary: Any) -> list[Claim]:
                                 f"in {r.runs} runs of {r.sessions} sessions",
                          text=c.line))
     return out
+COLUMNS: dict[str, ColumnType] = {
+    "sessions": "int", "replicates": "int", "configuration": "str", "status": "str", "reason": "str",
+    "controls": "list[str]", "runs": "int", "distinct_runs": "int", "prompts": "int", "incomplete_runs": "int",
+    "truncated": "int", "measure": "str", "across": "float", "across_ci95_low": "float", "across_ci95_high": "float",
+    "across_pairs": "int", "ci_note": "str", "within": "float", "within_pairs": "int",
+    "first_run_only_difference": "bool"}
+
 
 
 STAGE = Stage(name="sessions", result=SessionsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
@@ -384,6 +391,6 @@ STAGE = Stage(name="sessions", result=SessionsResult, run=run, lines=(AnswerLine
               settings=SessionsSettings, profiles={"quick": {"sessions": 2}},
               profile_keys={"sessions": "sessions", "replicates": "replicates", "sessions_lora": "lora"},
               # its request lines are many (K x R passes over the prompt set): not in the requests table
-              tables=(ExportTable("sessions", export_rows),),
+              tables=(ExportTable("sessions", export_rows, COLUMNS),),
               page_title="sessions", claims=claims,
               section=SectionTemplate("section.html", "suite.stages.sessions.view:page", slot="causes", order=3))

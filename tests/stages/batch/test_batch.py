@@ -377,10 +377,10 @@ def test_bad_batch_flags_on_the_command_line_are_one_line(tmp_path: Path) -> Non
                         "--batch-composition", "--batch-sizes", "1,8", "--results", str(tmp_path / "r")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
-    assert r.stderr.strip() == "error: --batch-sizes [1, 8]: Input should be greater than or equal to 2"
+    assert r.stderr.strip() == "error: --batch-sizes '1,8': must be 2 or more"
     r = subprocess.run([sys.executable, "-m", "suite.cli", "bench", "--model", "tiny", "--batch-trials", "0",
                         "--results", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "--batch-trials 0: Input should be greater than or equal to 1" in r.stderr
+    assert r.returncode == 2 and "--batch-trials '0': must be 1 or more" in r.stderr
     assert not (tmp_path / "r").exists()
 
 
