@@ -47,6 +47,7 @@ from suite.site.figures import (
 from suite.paths import SITE_DIR, cache_dir
 from suite.provenance import SuiteBuild
 from suite.records import read_requests
+from suite.analysis.claims import Claim, Recomputed
 from suite.run_figures import LatencyFigures, run_figures
 from suite.stages.latency import LatencyLine
 from suite.stages.lines import AnswerLine
@@ -623,10 +624,11 @@ class RunRow(BaseModel):
     signature: str | None = None
     tags: dict[str, str] = {}  # `--tag KEY=VALUE` labels of the run
     suite: SuiteBuild | None = None  # the suite's version, commit and tree state that wrote it (None: older record)
-    # RunFigures': latency percentiles in ms and tokens/s, J/token, and the place of the run's verdicts
+    # RunFigures': latency percentiles in ms and tokens/s, J/token, and the run's claims
     latency: LatencyFigures | None = None
     j_per_token: float | None = None
-    verdicts: dict[str, Any] | None = None
+    claims: list[Claim] = []
+    recomputed: list[Recomputed] = []
 
 
 def run_rows(results_dir: Path, tags: dict[str, str] | None = None) -> list[RunRow]:
@@ -640,7 +642,7 @@ def run_rows(results_dir: Path, tags: dict[str, str] | None = None) -> list[RunR
                 continue
             invocation = getattr(s, "invocation", None)
             rows.append(RunRow(
-                **run_figures(s).model_dump(), short_id=s.short_id, tags=s.tags, suite=s.suite,
+                **dict(run_figures(s)), short_id=s.short_id, tags=s.tags, suite=s.suite,
                 run_id=s.run_id, run_dir=str(run.run_dir), model=s.model, arm=s.arm, runtime=s.runtime,
                 launcher=s.launcher, profile=s.profile, overrides=dict(invocation.overrides) if invocation else {},
                 status=s.status, reason=s.reason, started_at=s.started_at, finished_at=s.finished_at,
