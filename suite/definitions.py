@@ -166,10 +166,30 @@ class Capabilities(Strict):
     formats: list[str] = Field(default_factory=list)  # model format kinds: gguf, hf, nvfp4, w4a16
 
 
+# The request fields the suite sets itself, and records: an `extra_body` may not override them
+# (a seed or a temperature the records do not state, a stream the reader does not expect).
+SUITE_REQUEST_KEYS = frozenset({
+    "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "seed", "temperature", "top_p",
+    "logprobs", "top_logprobs", "response_format", "stream", "stream_options", "n", "lora",
+})
+
+
+def _check_extra_body(body: dict[str, object]) -> dict[str, object]:
+    """Fields of a request body besides the suite's own: one of the suite's is refused."""
+    own = sorted(SUITE_REQUEST_KEYS & set(body))
+    if own:
+        raise ValueError(f"{own[0]!r} is a request field the suite sets itself and records; extra_body "
+                         "holds only the runtime's own fields")
+    return body
+
+
+ExtraBody = Annotated[dict[str, object], AfterValidator(_check_extra_body)]
+
+
 class RequestSpec(Strict):
     """Extra fields the runtime wants in every request body (token ids, cache flags...)."""
 
-    extra_body: dict[str, object] = Field(default_factory=dict)
+    extra_body: ExtraBody = Field(default_factory=dict)
 
 
 # A Prometheus metric name (the exposition format's rule).
@@ -281,7 +301,7 @@ class Control(Strict):
     description: str
     env: Env = Field(default_factory=dict)
     args: list[Arg] = Field(default_factory=list)
-    extra_body: dict[str, object] = Field(default_factory=dict)  # per-request fields
+    extra_body: ExtraBody = Field(default_factory=dict)  # per-request fields
     concurrency: int = Field(default=1, ge=1, le=256)  # gate requests sent at once (the same request by N clients)
     refused_patterns: list[Regex] = Field(default_factory=list)  # log regexes meaning "refused"
 
@@ -373,8 +393,8 @@ def _format_validation_error(path: Path, err: ValidationError) -> str:
         return f"{path}: unknown key: {key}"
     if kind == "missing":
         return f"{path}: missing required key: {key}"
-    what = first["msg"].lower()
-    if isinstance(value, dict) or not first["loc"]:  # a check over a whole table: its message says it
+    what = first["msg"].lower().removeprefix("value error, ")
+    if not first["loc"]:  # a check over the whole file: its message names the keys
         return f"{path}: {what}: {key}"
     return f"{path}: {key} = {shown_value(value)}: {what}"
 

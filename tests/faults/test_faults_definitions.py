@@ -179,3 +179,39 @@ def test_the_cli_says_a_hostile_card_in_one_line_with_status_2(tmp_path: Path, f
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(cards / "tiny.toml") in lines[0], r.stderr
+
+
+# -- the suite's own request fields in extra_body ----------------------------------------------------------
+
+OWN_FIELDS = [("definition", "seed", "7"), ("definition", "temperature", "1.5"), ("definition", "max_tokens", "1"),
+              ("definition", "stream", "true"), ("control", "seed", "7"), ("control", "stream", "true"),
+              ("control", "messages", "[]"), ("definition", "n", "2")]
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("where, field, value", OWN_FIELDS)
+def test_extra_body_may_not_set_the_suites_own_request_fields(tmp_path: Path, fault_report: Any, where: str,
+                                                             field: str, value: str) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    path = folder / "runtime.toml"
+    if where == "definition":
+        text = RUNTIME.replace("return_tokens = true", f"return_tokens = true, {field} = {value}")
+        key = "request.extra_body"
+    else:
+        text = RUNTIME.replace("cache_prompt = false", f"cache_prompt = false, {field} = {value}")
+        key = "controls.off.extra_body"
+    path.write_text(text)
+    outcome = _outcome(load_definition, path)
+    _check(outcome, path, key, f"{field!r} is a request field the suite sets itself", fault_report)
+
+
+def test_generation_params_refuse_the_suites_own_fields_in_extra_body() -> None:
+    from pydantic import ValidationError
+
+    from suite.client.params import GenerationParams
+
+    assert GenerationParams(extra_body={"cache_prompt": False}).fields() == {"temperature": 0.0, "seed": 42,
+                                                                             "cache_prompt": False}
+    with pytest.raises(ValidationError, match="'seed' is a request field the suite sets itself"):
+        GenerationParams(extra_body={"seed": 7})
