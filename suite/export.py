@@ -24,6 +24,10 @@ answers stopped at max_tokens (`truncated`) beside the count they are part of.
 
 Every row carries `run_id`, `model`, `arm` and `signature_digest`, so any figure can be joined
 back to the configuration that produced it. Nothing is run again.
+
+A CSV cell is text a spreadsheet opens: every string cell goes through `suite.sanitize.csv_cell`
+(control characters replaced, a cell that would read as a formula prefixed with `'`). Parquet keeps
+every value as it was, typed.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import polars as pl
 
 from suite.errors import SuiteError
 from suite.records import read_requests
+from suite.sanitize import csv_cell
 from suite.site.figures import Run, load_runs
 from suite.stages import STAGES
 from suite.stages.base import ExportTable, Stage, export_cell
@@ -158,6 +163,12 @@ def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     return pl.DataFrame(rows, infer_schema_length=None)
 
 
+def csv_safe(df: pl.DataFrame) -> pl.DataFrame:
+    """The frame with every string cell made a CSV cell a spreadsheet shows as text (`csv_cell`)."""
+    text = [c for c, dtype in df.schema.items() if dtype == pl.String]
+    return df.with_columns(pl.col(c).map_elements(csv_cell, return_dtype=pl.String) for c in text) if text else df
+
+
 def export_tables(results_dir: Path, fmt: str, out_dir: Path) -> list[Path]:
     """Write every non-empty table as `<out>/<table>.<fmt>`; return the paths written."""
     if fmt not in ("parquet", "csv"):
@@ -180,7 +191,7 @@ def export_tables(results_dir: Path, fmt: str, out_dir: Path) -> list[Path]:
         if fmt == "parquet":
             df.write_parquet(path)
         else:
-            df.write_csv(path)
+            csv_safe(df).write_csv(path)
         log.info("export: %s (%d rows)", path, df.height)
         written.append(path)
     return written
