@@ -11,12 +11,21 @@ the CSV export. Tab and line feed stay: they are layout, and every destination l
 `csv_cell` adds the spreadsheet rule (OWASP's CSV injection practice): a cell that begins with
 `=`, `+`, `-`, `@`, a tab or a carriage return is read as a formula by a spreadsheet, so it gets a
 leading `'`. Parquet keeps values typed and as they were.
+
+`SafeConsole` is the rich console every command prints through (it makes each rendered segment
+printable), `PrintableFormatter` the log formatter of a plain log, `printable_markup` the pages'
+templates' `finalize`.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from typing import Any
+from typing import Any, Iterable
+
+from markupsafe import Markup
+from rich.console import Console
+from rich.segment import Segment
 
 # C0 controls but tab and line feed, DEL, C1 controls, and the bidirectional marks, embeddings,
 # overrides and isolates (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069).
@@ -62,3 +71,30 @@ def csv_cell(text: str) -> str:
     if text.startswith(FORMULA_START):
         text = "'" + text
     return printable(text)
+
+
+class SafeConsole(Console):
+    """A rich console whose every printed character goes through `printable`: the text of each
+    rendered segment (a table's cells, a progress line, a log record), never rich's own control
+    segments (the live display's cursor moves) or styles. rich itself strips only BEL, BS, VT, FF and CR."""
+
+    def render(self, renderable: Any, options: Any = None) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            if segment.control is None and CONTROL.search(segment.text):
+                yield Segment(printable(segment.text), segment.style)
+            else:
+                yield segment
+
+
+class PrintableFormatter(logging.Formatter):
+    """A log formatter whose lines are printable (a runtime's log line may hold any byte)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
+
+
+def printable_markup(value: Any) -> Any:
+    """A template expression's value made printable, markup kept markup (jinja's `finalize`)."""
+    if isinstance(value, Markup):
+        return Markup(printable(str(value)))
+    return printable(value) if isinstance(value, str) else value

@@ -46,6 +46,7 @@ from suite.site.figures import (
 )
 from suite.paths import SITE_DIR, cache_dir
 from suite.records import read_requests
+from suite.sanitize import printable_markup
 from suite.stages.latency import LatencyLine
 from suite.stages.lines import AnswerLine
 from suite.stages import LATENCY_STAGE, STAGES, VERDICT_STAGE
@@ -150,7 +151,9 @@ def make_env() -> Environment:
     """
     bytecode_cache = None
     try:
-        folder = cache_dir() / "site-templates"
+        # compiled code depends on the environment's settings (its `finalize`), which the cache's
+        # key does not cover: a folder per version of those settings
+        folder = cache_dir() / "site-templates-printable"
         folder.mkdir(parents=True, exist_ok=True)
         bytecode_cache = FileSystemBytecodeCache(str(folder))
     except OSError as exc:  # a read-only cache folder: compile every time
@@ -166,6 +169,7 @@ def make_env() -> Environment:
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=printable_markup,  # no control character of a record reaches a page
     )
     env.filters.update(num=fmt_num, thousands=with_thousands, pm=fmt_pm, pct_pm=fmt_pct_pm, humanize=humanize,
                        slug=slug)

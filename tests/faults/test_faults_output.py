@@ -82,3 +82,77 @@ def test_csv_export_neutralises_formulas_and_control_bytes_and_parquet_keeps_the
     runs = (tmp_path / "csv" / "runs.csv").read_text()
     assert printable(ESCAPES) in runs and "\x1b" not in runs
     assert sorted(answers) == sorted([*FORMULAS, ESCAPES])  # Parquet: typed and as it was
+
+
+# -- the console and the pages ------------------------------------------------------------------------------
+
+def _cli(args: list[str], results: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "suite.cli", *args], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, env={**os.environ, "RESULTS": str(results), "COLUMNS": "400", "CI": "1",
+                                         "PYTHONPATH": str(REPO)})
+
+
+def _raw_controls(text: str) -> list[str]:
+    return sorted({f"U+{ord(c):04X}" for c in CONTROL.findall(text.replace("\r\n", "\n"))})
+
+
+@pytest.mark.fault
+def test_suite_results_and_compare_show_escape_sequences_as_visible_text(tmp_path: Path, fault_report: Any) -> None:
+    results = _hostile_results(tmp_path)
+    a, b = sorted(results.glob("tiny/llamacpp/*/summary.json"))
+    data = json.loads(b.read_text())
+    data["signature"]["runtime_version"] = ESCAPES  # a version line a runtime printed
+    b.write_text(json.dumps(data))
+    listed = _cli(["results"], results)
+    compared = _cli(["compare", a.parent.name, b.parent.name], results)
+    fault_report(tracebacks=int("Traceback" in listed.stderr + compared.stderr),
+                 records_lost=int(listed.returncode != 0) + int(compared.returncode not in (0, 1)))
+    assert listed.returncode == 0 and compared.returncode in (0, 1), listed.stderr + compared.stderr
+    assert _raw_controls(listed.stdout + listed.stderr) == [], listed.stdout
+    assert _raw_controls(compared.stdout + compared.stderr) == [], compared.stdout
+    assert "\u241b]0;owned" in listed.stdout and "\u241b]0;owned" in compared.stdout  # shown, visibly
+
+
+@pytest.mark.fault
+def test_the_bench_table_and_log_lines_show_escape_sequences_as_visible_text(tmp_path: Path, monkeypatch: Any,
+                                                                             fault_report: Any) -> None:
+    import logging
+
+    from suite import cli
+    from suite.records import load_all
+    from suite.sanitize import PrintableFormatter, SafeConsole
+
+    summaries = load_all(_hostile_results(tmp_path))
+    for interactive in (False, True):
+        console = SafeConsole(file=io.StringIO(), width=400, record=True, force_terminal=interactive,
+                              color_system="truecolor" if interactive else None)
+        monkeypatch.setattr(cli, "console", console)
+        try:
+            cli._print_summaries(summaries)
+        except Exception:  # noqa: BLE001 - measured
+            fault_report(tracebacks=1)
+            raise
+        out = console.file.getvalue()
+        # rich's own styles are escape sequences of a terminal; what the record held is not among them
+        assert "]0;owned" not in out.replace("\u241b]0;owned", "") and "\x00" not in out and "\u202e" not in out
+        assert "\x1b[2J" not in out and "\u241b]0;owned" in out
+    record = logging.LogRecord("suite", logging.WARNING, __file__, 1, "runtime said %s", (ESCAPES,), None)
+    line = PrintableFormatter("%(message)s").format(record)
+    fault_report()
+    assert _raw_controls(line) == [] and "\u241b[2J" in line
+
+
+@pytest.mark.fault
+def test_pages_carry_no_control_character_of_a_record(tmp_path: Path, fault_report: Any) -> None:
+    from suite.site.publish import build_site
+
+    results = _hostile_results(tmp_path)
+    try:
+        report = build_site(results, tmp_path / "public")
+    except Exception:  # noqa: BLE001 - measured
+        fault_report(tracebacks=1)
+        raise
+    pages = {p: p.read_text() for p in (tmp_path / "public").rglob("*.html")}
+    fault_report(records_lost=int(report.pages < 13))
+    assert not {str(p): _raw_controls(t) for p, t in pages.items() if _raw_controls(t)}
+    assert any("\u241b]0;owned" in t for t in pages.values())
