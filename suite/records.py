@@ -31,13 +31,14 @@ import re
 from typing import Annotated, Any, Callable, Iterable, Literal, Union
 
 from memwatch.report import WatchdogReport
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError, create_model
+from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError, create_model
 
 from suite.contention import Contention
 from suite.errors import SuiteError
 from suite.gpu import Energy
 from suite.paths import FILE_MODE
 from suite.signature import Signature
+from suite.sanitize import has_control, printable
 from suite.secrets import scrub
 from suite.stages import STAGES, with_stage_settings
 
@@ -138,17 +139,37 @@ class RuntimeFailure(BaseModel):
     log_file: str | None = None  # the runtime's log, relative to the run folder
 
 
+# A record's names (model, arm, runtime ...) show on every page, chart and table, and the chart
+# renderer aborts the whole process on a control character: a name holds none, and is 1 to 128
+# characters (pages name their files by the name's slug, never by the name).
+def _check_record_name(name: str) -> str:
+    if not name or len(name) > 128 or has_control(name):
+        raise ValueError(f"{printable(repr(name))[:140]} is not a name (1 to 128 characters, no control character)")
+    return name
+
+
+def _check_record_text(text: str) -> str:
+    if has_control(text):
+        raise ValueError(f"{printable(repr(text))[:140]} holds a control character")
+    return text
+
+
+RecordName = Annotated[str, AfterValidator(_check_record_name)]
+RecordText = Annotated[str, AfterValidator(_check_record_text)]
+
+
 class RunIdentity(BaseModel):
-    """What names a run: shared by its manifest (run.json) and its summary."""
+    """What names a run: shared by its manifest (run.json) and its summary. Its names are checked
+    on load (`RecordName`): a name that is not one makes the record one that is named and skipped."""
 
     schema_version: int = SCHEMA_VERSION
-    run_id: str
-    model: str
-    arm: str
-    runtime: str
-    launcher: str
-    profile: str
-    started_at: str
+    run_id: RecordName
+    model: RecordName
+    arm: RecordName
+    runtime: RecordName
+    launcher: RecordName
+    profile: RecordName
+    started_at: RecordText
 
 
 class RunManifest(RunIdentity):
@@ -317,7 +338,7 @@ def _read_json(path: Path) -> Any:
 def _invalid(path: Path, exc: ValidationError, prefix: str = "") -> SuiteError:
     first = exc.errors()[0]
     key = ".".join([prefix] * bool(prefix) + [str(p) for p in first["loc"]]) or "(top level)"
-    return SuiteError(f"{path}: invalid run record at {key}: {first['msg']}")
+    return SuiteError(f"{path}: invalid run record at {key}: {first['msg'].removeprefix('Value error, ')}")
 
 
 def upgraded(path: Path, data: Any) -> dict[str, Any]:
@@ -327,7 +348,7 @@ def upgraded(path: Path, data: Any) -> dict[str, Any]:
         raise SuiteError(f"{path}: not a run record (a JSON object was expected, found {type(data).__name__})")
     version = data.get("schema_version")
     if isinstance(version, int) and version > SCHEMA_VERSION:
-        raise SuiteError(f"{path}: schema version {version} is newer than this suite's {SCHEMA_VERSION}; "
+        raise NewerRecord(f"{path}: schema version {version} is newer than this suite's {SCHEMA_VERSION}; "
                          "upgrade the suite to read it")
     if not isinstance(version, int) or version < 1 or any(v not in UPGRADES for v in range(version + 1, SCHEMA_VERSION + 1)):
         raise SuiteError(f"{path}: schema version {version} is not one this suite reads (1 to {SCHEMA_VERSION}); "
@@ -335,6 +356,10 @@ def upgraded(path: Path, data: Any) -> dict[str, Any]:
     for v in range(version + 1, SCHEMA_VERSION + 1):
         data = UPGRADES[v](data)
     return data
+
+
+class NewerRecord(SuiteError):
+    """A record written by a newer suite: not a bad record, an old reader (it stops every view)."""
 
 
 class RunInUse(SuiteError):
@@ -621,14 +646,26 @@ def iter_run_dirs(results: Path) -> list[Path]:
     return sorted(p.parent for p in results.glob("*/*/*/run.json"))
 
 
-def load_all(results: Path, problems: list[str] | None = None) -> list[Summary]:
+def load_all(results: Path, problems: list[str] | None = None,
+             skipped: list[str] | None = None) -> list[Summary]:
     """Every run under the results folder, complete or not, oldest first (`problems`: see
-    `_stage_results`)."""
+    `_stage_results`).
+
+    A record that cannot be read (a missing field, a name that is not one, bad JSON) never hides
+    the others: it is named in one warning line (added to `skipped` too) and left out. A record of
+    a newer schema stops the load (NewerRecord): the suite is to be upgraded, not the run hidden."""
     out: list[Summary] = []
     for run_dir in iter_run_dirs(results):
         summary_path = run_dir / "summary.json"
-        out.append(load_summary(summary_path, problems) if summary_path.exists()
-                   else incomplete_summary(run_dir, problems))
+        try:
+            out.append(load_summary(summary_path, problems) if summary_path.exists()
+                       else incomplete_summary(run_dir, problems))
+        except NewerRecord:
+            raise
+        except SuiteError as exc:
+            log.warning("run record skipped: %s", exc)
+            if skipped is not None:
+                skipped.append(str(exc))
     out.sort(key=lambda s: (s.started_at, s.run_id))
     return out
 

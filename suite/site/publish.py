@@ -80,6 +80,7 @@ class BuildReport(BaseModel):
     pages_s: float = 0.0  # everything after loading: figures, templates, charts, writing
     stage_problems: list[str] = []  # stage results that do not match the stage models (left out of their run)
     section_problems: list[str] = []  # stage sections that could not be drawn (each says why on its page)
+    records_skipped: list[str] = []  # run records that could not be read (each named in the log), left out
 
     def __str__(self) -> str:
         text = (f"{self.pages} pages, {self.charts} charts from {self.runs} runs "
@@ -89,6 +90,8 @@ class BuildReport(BaseModel):
             text += f"; {len(self.stage_problems)} stage results do not match this suite's models (see the log)"
         if self.section_problems:
             text += f"; {len(self.section_problems)} stage sections could not be drawn (see the log and their pages)"
+        if self.records_skipped:
+            text += f"; {len(self.records_skipped)} run records could not be read and are left out (see the log)"
         return text
 
     def line(self) -> str:
@@ -502,13 +505,15 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     engine = threading.Thread(target=charts.warm_up, name="site-chart-engine", daemon=True)
     engine.start()  # the chart renderer starts while the records are read
     problems: list[str] = []
-    models = load_runs(results_dir, problems)  # validates every record before anything is deleted
+    skipped: list[str] = []
+    models = load_runs(results_dir, problems, skipped)  # validates every record before anything is deleted
     for line in problems:
         log.warning("stage result left out: it does not match this suite's stage models: %s", line)
     t_loaded = time.perf_counter()
     build_dir = _new_build(out_dir, results_dir)
     try:
         report = _write_site(build_dir, out_dir, models, problems, engine, t0, t_loaded)
+        report.records_skipped = skipped
         remover = _swap_in(build_dir, out_dir, results_dir)
     except BaseException:
         shutil.rmtree(build_dir, ignore_errors=True)
