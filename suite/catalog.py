@@ -32,7 +32,7 @@ from suite import progress
 from suite.definitions import (Arg, Env, FileInFolder, RuntimeDefinition, Strict, get_definition, load_validated, shown_value,
                                version_spec, with_version)
 from suite.errors import EnvironmentUnavailable, SuiteError
-from suite.paths import CARDS_DIR, DOCUMENTS_DIR, PROMPTS_DIR, REPO_ROOT, cache_dir, models_dir, tools_prefix
+from suite.paths import CARDS_DIR, DOCUMENTS_DIR, PROMPTS_DIR, REPO_ROOT, cache_dir, models_dir, open_lock, tools_prefix
 from suite.hashing import sha256_file
 
 log = logging.getLogger(__name__)
@@ -309,7 +309,7 @@ def prepare_format(card: ModelCard, fmt_name: str) -> Path:
     if _is_current(fmt, target) and path.exists():
         return path
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{fmt_name}.lock", "w") as lock:
+    with open_lock(target.parent / f".{fmt_name}.lock") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _is_current(fmt, target) and path.exists():
             return path
@@ -461,7 +461,7 @@ def ensure_tools() -> Path:
     if (prefix / ".installed").exists():
         return python
     prefix.mkdir(parents=True, exist_ok=True)
-    with open(prefix / ".install.lock", "w") as lock:
+    with open_lock(prefix / ".install.lock") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (prefix / ".installed").exists():
             log.info("installing model-preparation tools into %s", prefix)

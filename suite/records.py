@@ -18,6 +18,7 @@ The loader refuses a schema version other than this one with a sentence that say
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -28,7 +29,7 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 import re
-from typing import Annotated, Any, Callable, Iterable, Literal, Union
+from typing import IO, Annotated, Any, Callable, Iterable, Literal, Union
 
 from memwatch.report import WatchdogReport
 from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError, create_model
@@ -36,7 +37,7 @@ from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationEr
 from suite.contention import Contention
 from suite.errors import SuiteError
 from suite.gpu import Energy
-from suite.paths import FILE_MODE
+from suite.paths import FILE_MODE, open_lock
 from suite.signature import Signature
 from suite.sanitize import has_control, printable
 from suite.secrets import scrub
@@ -239,11 +240,14 @@ def read_requests(run_dir: Path, kinds: Iterable[str]) -> list[Any]:
     path = run_dir / "requests.jsonl"
     wanted = set(kinds)
     out: list[Any] = []
-    if not path.exists():
+    if not os.path.lexists(path):
         return out
     try:
-        fh = path.open("rb")
+        fh = open_record(path)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link to a file elsewhere: none of this run's lines
+            log.warning("%s: request records skipped: a symbolic link (not followed)", path)
+            return out
         raise SuiteError(f"{path}: cannot read the request records: {exc.strerror or exc}") from None
     with fh:
         for lineno, raw in enumerate(fh, 1):
@@ -326,12 +330,34 @@ def write_once(path: Path, data: str) -> None:
             pass
 
 
-def _read_json(path: Path) -> Any:
-    """A record file's JSON; unreadable, undecodable or malformed files are one-line errors."""
+def open_record(path: Path) -> IO[bytes]:
+    """A record file opened to read, never through a symbolic link (O_NOFOLLOW): a link in a results
+    folder is an OSError (ELOOP) naming no file outside it."""
+    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+
+
+def _open_write(path: Path, how: int) -> IO[bytes]:
+    """A file of a run folder opened to write (`how`: os.O_APPEND or os.O_TRUNC), created where
+    missing, never through a symbolic link; a link there is one SuiteError line."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | how, 0o644),
+                         "ab" if how == os.O_APPEND else "wb")
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot write: {_os_reason(exc)}") from None
+
+
+def _os_reason(exc: OSError) -> str:
+    return "a symbolic link (not followed)" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+
+
+def _read_json(path: Path) -> Any:
+    """A record file's JSON; unreadable, undecodable or malformed files (a symbolic link among
+    them) are one-line errors."""
+    try:
+        with open_record(path) as fh:
+            return json.loads(fh.read().decode("utf-8"))
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8 or JSON
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc) or type(exc).__name__
         raise SuiteError(f"{path}: cannot read run record: {reason}") from None
 
 
@@ -373,9 +399,10 @@ def _take_owner(run_dir: Path) -> Any:
     """Hold the run folder's owner lock; RunInUse naming the holder when a live process has it."""
     path = run_dir / OWNER_FILE
     try:
-        fh = open(path, "a+", encoding="utf-8")
+        fh = open_lock(path)  # a symbolic link there is refused, never followed (and its target truncated)
     except OSError as exc:
-        raise SuiteError(f"{path}: cannot take the run's owner lock: {exc.strerror or exc}") from None
+        reason = "a symbolic link (not followed)" if exc.errno == errno.ELOOP else exc.strerror or exc
+        raise SuiteError(f"{path}: cannot take the run's owner lock: {reason}") from None
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -462,9 +489,9 @@ class RunRecord:
         line = (json.dumps(payload, default=str) + "\n").encode("utf-8")
         with self._lock:
             try:
-                fd = os.open(self.requests_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                fd = os.open(self.requests_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             except OSError as exc:
-                raise SuiteError(f"{self.requests_path}: cannot record a request: {exc.strerror or exc}") from None
+                raise SuiteError(f"{self.requests_path}: cannot record a request: {_os_reason(exc)}") from None
             start = os.lseek(fd, 0, os.SEEK_END)
             try:
                 view = memoryview(line)
@@ -488,11 +515,16 @@ class RunRecord:
         Lines are moved and kept byte for byte: one that cannot be read (cut short, not UTF-8,
         nested too deep, a stage that is not a name) goes aside with the unfinished stages; one that
         is JSON but not an object names no stage and stays (`read_requests` skips it, naming it)."""
-        if not self.requests_path.exists():
+        if not os.path.lexists(self.requests_path):
             return 0
         keep: list[bytes] = []
         moved: list[bytes] = []
-        for ln in self.requests_path.read_bytes().split(b"\n"):
+        try:
+            with open_record(self.requests_path) as fh:
+                content = fh.read()
+        except OSError as exc:
+            raise SuiteError(f"{self.requests_path}: cannot read the request records: {_os_reason(exc)}") from None
+        for ln in content.split(b"\n"):
             if not ln.strip():
                 continue
             try:
@@ -506,12 +538,13 @@ class RunRecord:
             (keep if stays else moved).append(ln)
         if moved:
             # durable in this order: a crash leaves a line in both files at worst, never in neither
-            with (self.dir / "requests-interrupted.jsonl").open("ab") as fh:
+            aside = self.dir / "requests-interrupted.jsonl"
+            with _open_write(aside, os.O_APPEND) as fh:
                 fh.write(b"\n".join(moved) + b"\n")
                 fh.flush()
                 os.fsync(fh.fileno())
             tmp = self.requests_path.with_suffix(".jsonl.tmp")
-            with tmp.open("wb") as fh:
+            with _open_write(tmp, os.O_TRUNC) as fh:
                 fh.write(b"".join(ln + b"\n" for ln in keep))
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -642,8 +675,20 @@ def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summ
     return summary
 
 
+def _real_dirs(folder: Path) -> list[Path]:
+    """The folders in `folder`, symbolic links left out (a link may lead out of the results)."""
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
 def iter_run_dirs(results: Path) -> list[Path]:
-    return sorted(p.parent for p in results.glob("*/*/*/run.json"))
+    """Every run folder (`<model>/<arm>/<run_id>/` holding a run.json) under `results`; no symbolic
+    link is followed, so a model, arm or run folder linked from elsewhere is not a run of these results."""
+    return sorted(run for model in _real_dirs(results) for arm in _real_dirs(model) for run in _real_dirs(arm)
+                  if os.path.lexists(run / "run.json"))
 
 
 def load_all(results: Path, problems: list[str] | None = None,
@@ -658,7 +703,7 @@ def load_all(results: Path, problems: list[str] | None = None,
     for run_dir in iter_run_dirs(results):
         summary_path = run_dir / "summary.json"
         try:
-            out.append(load_summary(summary_path, problems) if summary_path.exists()
+            out.append(load_summary(summary_path, problems) if os.path.lexists(summary_path)
                        else incomplete_summary(run_dir, problems))
         except NewerRecord:
             raise
@@ -672,8 +717,10 @@ def load_all(results: Path, problems: list[str] | None = None,
 
 def find_incomplete(results: Path, model: str, arm: str) -> Path | None:
     """The newest incomplete run folder of this model and arm, if any."""
-    candidates = sorted(p.parent for p in (results / model / arm).glob("*/run.json")
-                        if not (p.parent / "summary.json").exists())
+    if any(p.is_symlink() for p in (results / model, results / model / arm)):
+        return None  # a folder linked from elsewhere holds no run of these results
+    candidates = sorted(run for run in _real_dirs(results / model / arm)
+                        if os.path.lexists(run / "run.json") and not os.path.lexists(run / "summary.json"))
     return candidates[-1] if candidates else None
 
 

@@ -44,9 +44,9 @@ from suite.site.figures import (
     ModelRuns, PromptView, Run, analyse_requests, arm_comparisons,
     gate_prompts, gate_settings_text, itl_gaps, load_runs, memory_line, prompt_view, signature_rows, slug, watchdog_view, with_thousands,
 )
-from suite.paths import SITE_DIR, cache_dir
+from suite.paths import SITE_DIR, cache_dir, open_lock
 from suite.records import read_requests
-from suite.sanitize import printable_markup
+from suite.sanitize import printable, printable_markup
 from suite.stages.latency import LatencyLine
 from suite.stages.lines import AnswerLine
 from suite.stages import LATENCY_STAGE, STAGES, VERDICT_STAGE
@@ -222,7 +222,7 @@ def _swap_in(tmp: Path, out: Path, results: Path) -> threading.Thread | None:
     on a thread; leftovers of a killed build (its process gone) are deleted too."""
     lock_path = out.with_name(f".{out.name}.lock")
     try:
-        fh = open(lock_path, "a")
+        fh = open_lock(lock_path)  # never through a symbolic link
     except OSError as exc:
         raise SuiteError(f"{lock_path}: cannot lock the site folder: {exc.strerror or exc}") from None
     with fh:
@@ -493,7 +493,7 @@ def _copy_failure_log(out_dir: Path, run: Run) -> str:
     rel = f"runs/{slug(run.s.run_id)}-{slug(run.s.arm)}-{slug(Path(failure.log_file).name)}.txt"
     path = out_dir / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(head + scrub(text), encoding="utf-8")
+    path.write_text(printable(head + scrub(text)), encoding="utf-8")
     return rel
 
 
