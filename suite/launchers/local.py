@@ -67,7 +67,7 @@ from suite.launchers.guard import Guard, start_guard
 from suite.launchers.base import (LaunchSpec, Launcher, ModelPath, RunningRuntime, find_error_line, free_port,
                                  wait_until_ready)
 from suite.lifetime import REGISTRY
-from suite.paths import leases_dir, runtime_prefix
+from suite.paths import leases_dir, open_lock, runtime_prefix
 from suite.secrets import SECRET_ENV, redact_args
 from suite.probes import RuntimeStack, command_version, probe_runtime_stack
 
@@ -499,7 +499,7 @@ class LocalLauncher(Launcher):
             raise SuiteError(f"{runtime.folder / 'runtime.toml'}: local.install: no file {recipe.name}")
         prefix.mkdir(parents=True, exist_ok=True)
         install_log = prefix / "install.log"
-        with open(prefix / ".install.lock", "w") as lock:
+        with open_lock(prefix / ".install.lock") as lock:  # never through a symbolic link
             fcntl.flock(lock, fcntl.LOCK_EX)  # another suite process may be installing it
             if marker.exists():
                 return
