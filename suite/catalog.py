@@ -29,9 +29,10 @@ from typing import Literal
 from pydantic import Field, PrivateAttr, model_validator
 
 from suite import progress
-from suite.definitions import RuntimeDefinition, Strict, get_definition, load_validated, version_spec, with_version
+from suite.definitions import (Arg, Env, FileInFolder, RuntimeDefinition, Strict, get_definition, load_validated, shown_value,
+                               version_spec, with_version)
 from suite.errors import EnvironmentUnavailable, SuiteError
-from suite.paths import CARDS_DIR, DOCUMENTS_DIR, PROMPTS_DIR, REPO_ROOT, cache_dir, models_dir, tools_prefix
+from suite.paths import CARDS_DIR, DOCUMENTS_DIR, PROMPTS_DIR, REPO_ROOT, cache_dir, models_dir, open_lock, tools_prefix
 from suite.hashing import sha256_file
 from suite.launchers.local import OwnedGroup
 
@@ -40,20 +41,26 @@ log = logging.getLogger(__name__)
 RECIPES = Path(__file__).resolve().parent / "recipes"
 
 
+# The longest context a card may name (16M tokens) and the largest seed (every runtime takes a
+# 32-bit unsigned one: llama.cpp's is uint32).
+MAX_CONTEXT = 1 << 24
+MAX_SEED = 2**32 - 1
+
+
 class RandomShape(Strict):
     """The shape of a checkpoint whose weights are generated from a seed (`source = "random:..."`):
     suite/recipes/random_weights.py builds it on the machine that runs it (torch + transformers),
     with a byte-level BPE tokenizer trained on text shipped in the repo and padded to `vocab_size`."""
 
-    hidden_size: int = Field(gt=0)
-    num_layers: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    vocab_size: int = Field(ge=512)
-    head_dim: int | None = None  # None: hidden_size / num_heads
-    max_position: int = 4096
-    seed: int = 0
+    hidden_size: int = Field(gt=0, le=1 << 20)
+    num_layers: int = Field(gt=0, le=1024)
+    num_heads: int = Field(gt=0, le=4096)
+    num_kv_heads: int = Field(gt=0, le=4096)
+    intermediate_size: int = Field(gt=0, le=1 << 22)
+    vocab_size: int = Field(ge=512, le=1 << 24)
+    head_dim: int | None = Field(default=None, gt=0, le=1 << 16)  # None: hidden_size / num_heads
+    max_position: int = Field(default=4096, gt=0, le=MAX_CONTEXT)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     tie_word_embeddings: bool = False
 
 
@@ -79,7 +86,7 @@ class ModelFormat(Strict):
     # generated from a seed, `shape` below; the card must say `random_weights = true`)
     source: str
     shape: RandomShape | None = None
-    file: str | None = None  # the file inside the source (GGUF); a path: source may name the file itself
+    file: FileInFolder | None = None  # the file inside the source (GGUF); a path: source may name the file itself
     sha256: str | None = None
     revision: str | None = None
     quantization: str | None = None
@@ -121,8 +128,8 @@ class Arm(Strict):
     # False: start in the runtime's default mode, not first in its determinism control (an arm that
     # measures what the default mode does, beside one that runs in the determinism mode).
     determinism_mode: bool = True
-    env: dict[str, str] = Field(default_factory=dict)
-    args: list[str] = Field(default_factory=list)
+    env: Env = Field(default_factory=dict)
+    args: list[Arg] = Field(default_factory=list)
     # `suite bench --ray`: labels the node must carry (`ray start --labels gpu=RTX-5090`), a Ray
     # label selector ("!v" and "in(a,b)" as Ray reads them); a local bench ignores them.
     node_labels: dict[str, str] = Field(default_factory=dict)
@@ -136,9 +143,9 @@ class Arm(Strict):
 
 
 class Sampling(Strict):
-    temperature: float = 0.0
-    seed: int = 42
-    top_p: float | None = None
+    temperature: float = Field(default=0.0, ge=0, le=2)  # the OpenAI API's range
+    seed: int = Field(default=42, ge=0, le=MAX_SEED)
+    top_p: float | None = Field(default=None, gt=0, le=1)
 
 
 # What an arm or format name may look like: it names a folder of the results and of the cache.
@@ -146,9 +153,9 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 
 
 class WatchdogThresholds(Strict):
-    spill_gb: float = 1.5
-    device_max_gb: float | None = None
-    host_max_gb: float | None = None
+    spill_gb: float = Field(default=1.5, ge=0)
+    device_max_gb: float | None = Field(default=None, gt=0)
+    host_max_gb: float | None = Field(default=None, gt=0)
 
 
 class JudgeRef(Strict):
@@ -164,11 +171,11 @@ class ModelCard(Strict):
     name: str
     title: str
     description: str = ""
-    context_length: int = 4096
+    context_length: int = Field(default=4096, gt=0, le=MAX_CONTEXT)
     served_name: str
     role: Literal["subject", "judge"] = "subject"
     # The GPU memory (GB) its GPU arms need: named when an arm cannot run here ("32 GB class").
-    gpu_memory_gb: float | None = None
+    gpu_memory_gb: float | None = Field(default=None, gt=0)
     formats: dict[str, ModelFormat]
     arms: dict[str, Arm]
     sampling: Sampling = Field(default_factory=Sampling)
@@ -216,11 +223,46 @@ def load_card(path: Path) -> ModelCard:
     if card.name != path.stem:
         raise SuiteError(f"{path}: name {card.name!r} differs from the file name {path.stem!r}")
     card._file = path
-    for fmt in card.formats.values():  # a relative path: source is relative to the card's folder
+    for name, fmt in card.formats.items():  # a relative path: source is relative to the card's folder
         if fmt.source.startswith("path:"):
+            given = fmt.source
             local = Path(fmt.source[5:].strip()).expanduser()
-            fmt.source = f"path:{local if local.is_absolute() else (path.parent / local).resolve()}"
+            local = local if local.is_absolute() else (path.parent / local).resolve()
+            problem = _local_model_problem(fmt, local)
+            if problem is not None:
+                raise SuiteError(f"{path}: formats.{name}.source = {shown_value(given)}: {problem}")
+            fmt.source = f"path:{local}"
     return card
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def _local_model_problem(fmt: ModelFormat, local: Path) -> str | None:
+    """Why a path: source that exists is not a model of its kind (None: it is one, or it is missing:
+    preparing it says so). A GGUF is a regular file that starts with the GGUF magic; any other kind
+    is a checkpoint folder."""
+    if not os.path.lexists(local):
+        return None
+    if fmt.file and not local.is_dir():
+        return f"{local} is not a folder (`file` names a file inside one)"
+    if fmt.kind == "gguf":
+        target = local / fmt.file if fmt.file else local
+        if not os.path.lexists(target) or target.is_dir():  # a folder: check_local_source says what to name
+            return None
+        if not target.is_file():
+            return f"{target} is not a regular file (a GGUF model is one)"
+        try:
+            with target.open("rb") as fh:
+                head = fh.read(len(GGUF_MAGIC))
+        except OSError as exc:
+            return f"{target}: cannot read: {exc.strerror}"
+        if head != GGUF_MAGIC:
+            return f"{target} is not a GGUF model (it does not start with {GGUF_MAGIC.decode()})"
+        return None
+    if not local.is_dir():
+        return f"{local} is not a folder (an {fmt.kind} checkpoint is one)"
+    return None
 
 
 def load_catalog(cards_dir: Path | None = None) -> dict[str, ModelCard]:
@@ -268,7 +310,7 @@ def prepare_format(card: ModelCard, fmt_name: str) -> Path:
     if _is_current(fmt, target) and path.exists():
         return path
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{fmt_name}.lock", "w") as lock:
+    with open_lock(target.parent / f".{fmt_name}.lock") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _is_current(fmt, target) and path.exists():
             return path
@@ -420,7 +462,7 @@ def ensure_tools() -> Path:
     if (prefix / ".installed").exists():
         return python
     prefix.mkdir(parents=True, exist_ok=True)
-    with open(prefix / ".install.lock", "w") as lock:
+    with open_lock(prefix / ".install.lock") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (prefix / ".installed").exists():
             log.info("installing model-preparation tools into %s", prefix)

@@ -40,6 +40,7 @@ from suite.errors import SuiteError
 from suite.launchers import CHOICES as LAUNCHER_CHOICES
 from suite.lifetime import REGISTRY
 from suite.profiles import PROFILES
+from suite.sanitize import PrintableFormatter, SafeConsole
 from suite.stages import ORDER, STAGES, VERDICT_STAGE
 from suite.stages.base import Stage
 from suite.stages.restarts import RestartsSettings
@@ -53,7 +54,7 @@ def _console(stderr: bool = False) -> Console:
     pipe (a log), unless COLUMNS says otherwise, so a table is not folded at 80."""
     stream = sys.stderr if stderr else sys.stdout
     wide = not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS")
-    return Console(stderr=stderr, width=160 if wide else None)
+    return SafeConsole(stderr=stderr, width=160 if wide else None)
 
 
 console = _console()
@@ -143,7 +144,7 @@ def _setup_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="
     else:
         # a log file or a pipe: one plain line per record, never wrapped or padded to a width
         handler = logging.StreamHandler(progress.console().file)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", datefmt="%H:%M:%S"))
+        handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)-7s %(message)s", datefmt="%H:%M:%S"))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
     for noisy in ("httpx", "httpcore", "docker", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -268,7 +269,7 @@ def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare.")
         raise SuiteError(f"--runtime {unknown[0]}: no arm of model {model!r} runs it; its runtimes: {', '.join(known)}")
     plans = [p for p in every if not wanted or p.runtime.name in wanted]
     unavailable = [p for p in plans if not p.launcher.can_run]
-    err = Console(stderr=True)
+    err = SafeConsole(stderr=True)
     for plan in unavailable:
         line = rich.markup.escape(f"{plan.card.name}/{plan.arm_name} {plan.launcher.reason}")  # type: ignore[attr-defined]
         err.print(f"[red]error:[/red] {line}" if len(unavailable) == len(plans) else f"skipped: {line}",
@@ -345,7 +346,7 @@ def _skipped_lines(summaries) -> list[str]:
 def _honest_exit(summaries) -> None:
     """No arm ran: one line per arm on stderr, exit 1. Some were skipped: list them, go on."""
     skipped = _skipped_lines(summaries)
-    err = Console(stderr=True)
+    err = SafeConsole(stderr=True)
     if summaries and len(skipped) == len(summaries):
         for line in skipped:
             err.print(f"[red]error:[/red] {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
@@ -563,7 +564,7 @@ def _end_of_bench(summaries: list[Any], out: Path, as_json: bool, fail_on_varian
     console.print(f"results: {out}", soft_wrap=True)
     varied = _varied(summaries)
     if fail_on_variance and varied:
-        Console(stderr=True).print(f"[red]variance:[/red] {rich.markup.escape('; '.join(varied))}",
+        SafeConsole(stderr=True).print(f"[red]variance:[/red] {rich.markup.escape('; '.join(varied))}",
                                    highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
@@ -605,7 +606,7 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
             console.print(format_controls_table(s.controls))
     varied = _varied(summaries)
     if fail_on_variance and varied:
-        Console(stderr=True).print(f"[red]variance:[/red] {rich.markup.escape('; '.join(varied))}",
+        SafeConsole(stderr=True).print(f"[red]variance:[/red] {rich.markup.escape('; '.join(varied))}",
                                    highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
@@ -811,7 +812,7 @@ def _say_error(text: str) -> None:
     """`error: ...` on stderr as one line, whatever the text holds (a key or value with a line
     break in a user's file), never read as markup."""
     line = " ".join(str(text).splitlines())
-    Console(stderr=True).print(f"[red]error:[/red] {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
+    SafeConsole(stderr=True).print(f"[red]error:[/red] {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
 
 
 def main() -> None:
@@ -840,12 +841,12 @@ def main() -> None:
         _say_error(str(exc))
         sys.exit(2)
     except KeyboardInterrupt:
-        Console(stderr=True).print("interrupted; runtimes stopped")
+        SafeConsole(stderr=True).print("interrupted; runtimes stopped")
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
-        Console(stderr=True).print("aborted")
+        SafeConsole(stderr=True).print("aborted")
         sys.exit(130)
     except Exception as exc:
         if not _parser_error(exc):

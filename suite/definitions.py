@@ -24,7 +24,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from suite.errors import SuiteError
 from suite.paths import IMAGES_DIR
@@ -36,39 +36,78 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class Strict(BaseModel):
-    """A model of a user's file (a runtime definition, a model card): an unknown key is an error."""
+    """A model of a user's file (a runtime definition, a model card): an unknown key is an error, and
+    so is a number that is not finite (nan, inf)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _check_regex(pattern: str | None) -> str | None:
+    """A Python regular expression (None passes); else a ValueError that names the pattern."""
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {pattern!r} ({exc})") from None
+    return pattern
+
+
+# A path the suite asks the server (GET/POST base_url + path): absolute, printable ASCII, no space.
+URL_PATH = r"^/[!-~]*$"
+UrlPath = Annotated[str, Field(pattern=URL_PATH)]
+Regex = Annotated[str, AfterValidator(_check_regex)]
+def _check_file_in_folder(name: str) -> str:
+    """A file of a definition's or a card's folder: a relative path that climbs no folder above it."""
+    parts = name.split("/")
+    if not re.match(r"^[A-Za-z0-9._/-]+$", name) or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError("must name a file inside its folder (letters, digits, '.', '_', '-' and '/', "
+                         "no '..', not absolute)")
+    return name
+
+
+# A file of a runtime's folder (its install recipe, its Dockerfile): a name there, no folder above it.
+FileInFolder = Annotated[str, AfterValidator(_check_file_in_folder)]
+# A number of seconds the suite waits: more than none, at most a day.
+Seconds = Annotated[float, Field(gt=0, le=86400)]
 
 
 class ServerSpec(Strict):
     """How to talk to the started server."""
 
-    ready_path: str = "/v1/models"  # GET answers 200 once the model is loaded
-    version_path: str | None = None  # GET returns the runtime's version/config
+    ready_path: UrlPath = "/v1/models"  # GET answers 200 once the model is loaded
+    version_path: UrlPath | None = None  # GET returns the runtime's version/config
     version_field: str | None = None  # dotted key in that JSON holding the version string
-    startup_timeout_s: float = 600.0
-    container_port: int = 8000  # port the server listens on inside a container
+    startup_timeout_s: Seconds = 600.0
+    container_port: int = Field(default=8000, ge=1, le=65535)  # port the server listens on inside a container
     # A regular expression over the runtime's log whose first group is the runtime's own feature
     # line (llama.cpp: "CPU : SSE3 = 1 | AVX512 = 1 | AMX_INT8 = 1 | REPACK = 1 | ..."): the CPU
     # kernel paths it chose, recorded in the signature since they change answers.
-    feature_pattern: str | None = None
+    feature_pattern: Regex | None = None
     # POST here empties the runtime's prefix cache (vLLM: /reset_prefix_cache, served with
     # VLLM_SERVER_DEV_MODE=1); the batch-composition stage resets it between trials. None: none offered.
-    reset_cache_path: str | None = None
+    reset_cache_path: UrlPath | None = None
+
+
+# An environment variable's name, and a value the environment can hold (no NUL byte).
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+EnvName = Annotated[str, Field(pattern=ENV_NAME)]
+EnvValue = Annotated[str, Field(pattern=r"^[^\x00]*$")]
+Env = dict[EnvName, EnvValue]
+# One argument of a command: no NUL byte (exec refuses one).
+Arg = Annotated[str, Field(pattern=r"^[^\x00]*$")]
 
 
 class LocalSpec(Strict):
     """How to install and start the runtime as a local process."""
 
-    install: str  # recipe script in the runtime's folder, called as `install PREFIX`
-    installed_marker: str = ".installed"
-    command: list[str]
-    env: dict[str, str] = Field(default_factory=dict)
-    version_command: list[str] | None = None  # prints the version (first line kept)
+    install: FileInFolder  # recipe script in the runtime's folder, called as `install PREFIX`
+    installed_marker: FileInFolder = ".installed"
+    command: list[Arg] = Field(min_length=1)
+    env: Env = Field(default_factory=dict)
+    version_command: list[Arg] | None = Field(default=None, min_length=1)  # prints the version (first line kept)
     # prints the runtime's feature line (as `feature_pattern` finds in a log) from the installed
     # libraries, for a runtime that logs it only at trace level (llama-server)
-    features_command: list[str] | None = None
+    features_command: list[Arg] | None = Field(default=None, min_length=1)
     # "CARD:FORMAT" of a model the install recipe smoke-tests its build on (its path in
     # $SUITE_SMOKE_MODEL); the recipe decides what a failed smoke test means.
     smoke_model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+:[A-Za-z0-9._-]+$")
@@ -81,10 +120,10 @@ class LocalSpec(Strict):
 class DockerSpec(Strict):
     """How to build and run the runtime's image."""
 
-    dockerfile: str = "Dockerfile"
-    build_args: dict[str, str] = Field(default_factory=dict)
-    command: list[str] = Field(default_factory=list)  # args after the image's entrypoint
-    env: dict[str, str] = Field(default_factory=dict)
+    dockerfile: FileInFolder = "Dockerfile"
+    build_args: Env = Field(default_factory=dict)
+    command: list[Arg] = Field(default_factory=list)  # args after the image's entrypoint
+    env: Env = Field(default_factory=dict)
     gpu: Literal["required", "optional", "none"] = "optional"
     model_mount: str = "/models"  # where the model cache is mounted in the container
     shm_size: str | None = None
@@ -119,7 +158,7 @@ class Capabilities(Strict):
     chat: bool = True
     json_schema: bool = False  # honours response_format json_schema
     lora: bool = False
-    lora_args: list[str] = Field(default_factory=list)  # per adapter: {lora_name} {lora_path}
+    lora_args: list[Arg] = Field(default_factory=list)  # per adapter: {lora_name} {lora_path}
     # How one request picks base or adapter in a server started with adapters: "model" (the
     # request's model field names the adapter), "scale" (a per-request `lora` list of
     # {id, scale}, as llama-server), "process" (the adapter applies to every request).
@@ -127,15 +166,34 @@ class Capabilities(Strict):
     formats: list[str] = Field(default_factory=list)  # model format kinds: gguf, hf, nvfp4, w4a16
 
 
+# The request fields the suite sets itself, and records: an `extra_body` may not override them
+# (a seed or a temperature the records do not state, a stream the reader does not expect).
+SUITE_REQUEST_KEYS = frozenset({
+    "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "seed", "temperature", "top_p",
+    "logprobs", "top_logprobs", "response_format", "stream", "stream_options", "n", "lora",
+})
+
+
+def _check_extra_body(body: dict[str, object]) -> dict[str, object]:
+    """Fields of a request body besides the suite's own: one of the suite's is refused."""
+    own = sorted(SUITE_REQUEST_KEYS & set(body))
+    if own:
+        raise ValueError(f"{own[0]!r} is a request field the suite sets itself and records; extra_body "
+                         "holds only the runtime's own fields")
+    return body
+
+
+ExtraBody = Annotated[dict[str, object], AfterValidator(_check_extra_body)]
+
+
 class RequestSpec(Strict):
     """Extra fields the runtime wants in every request body (token ids, cache flags...)."""
 
-    extra_body: dict[str, object] = Field(default_factory=dict)
+    extra_body: ExtraBody = Field(default_factory=dict)
 
 
-# A Prometheus metric name (the exposition format's rule) and an environment variable's name.
+# A Prometheus metric name (the exposition format's rule).
 METRIC_NAME = r"^[A-Za-z_:][A-Za-z0-9_:]*$"
-ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 MetricName = Annotated[str, Field(pattern=METRIC_NAME)]
 
 
@@ -217,21 +275,11 @@ class CompileCacheSpec(Strict):
     dirs: list[CacheFolder] = Field(default_factory=list)
     # Env set with the folders: what the caches must hold to be worth keeping (Triton's autotuning
     # choices, TRITON_CACHE_AUTOTUNING=1).
-    settings: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = Field(default_factory=dict)
+    settings: Env = Field(default_factory=dict)
     # Log lines by which the runtime says it found a cache and did not use it (it compiled again):
     # the restarts stage quotes the first such line of each launch, since a kept cache the runtime
     # cannot load keeps nothing. Python regular expressions.
-    not_loaded_patterns: list[str] = Field(default_factory=list)
-
-    @field_validator("not_loaded_patterns")
-    @classmethod
-    def _check_patterns(cls, v: list[str]) -> list[str]:
-        for pattern in v:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"not a regular expression: {pattern!r} ({exc})") from None
-        return v
+    not_loaded_patterns: list[Regex] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check_unique(self) -> "CompileCacheSpec":
@@ -251,11 +299,11 @@ class Control(Strict):
     """A named set of env and args that changes the runtime's behaviour (a determinism control)."""
 
     description: str
-    env: dict[str, str] = Field(default_factory=dict)
-    args: list[str] = Field(default_factory=list)
-    extra_body: dict[str, object] = Field(default_factory=dict)  # per-request fields
-    concurrency: int = 1  # gate requests sent at once (the same request by N clients)
-    refused_patterns: list[str] = Field(default_factory=list)  # log regexes meaning "refused"
+    env: Env = Field(default_factory=dict)
+    args: list[Arg] = Field(default_factory=list)
+    extra_body: ExtraBody = Field(default_factory=dict)  # per-request fields
+    concurrency: int = Field(default=1, ge=1, le=256)  # gate requests sent at once (the same request by N clients)
+    refused_patterns: list[Regex] = Field(default_factory=list)  # log regexes meaning "refused"
 
 
 class RuntimeDefinition(Strict):
@@ -328,35 +376,89 @@ def with_version(definition: RuntimeDefinition, version: str | None) -> RuntimeD
     return definition.model_copy(update={"pinned_version": version})
 
 
+def shown_value(value: object, limit: int = 60) -> str:
+    """A value of a user's file as one line names it: its repr (control characters escaped), cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _format_validation_error(path: Path, err: ValidationError) -> str:
     errors = err.errors()
     # A misspelt key shows as an unknown key and a missing one: name the unknown one first.
     first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     key = ".".join(str(p) for p in first["loc"]) or "(top level)"
     kind = first["type"]
+    value = first.get("input")
     if kind == "extra_forbidden":
-        what = "unknown key"
-    elif kind == "missing":
-        what = "missing required key"
-    else:
-        what = first["msg"].lower()
-    return f"{path}: {what}: {key}"
+        return f"{path}: unknown key: {key}"
+    if kind == "missing":
+        return f"{path}: missing required key: {key}"
+    what = first["msg"].lower().removeprefix("value error, ")
+    if not first["loc"]:  # a check over the whole file: its message names the keys
+        return f"{path}: {what}: {key}"
+    return f"{path}: {key} = {shown_value(value)}: {what}"
+
+
+# How deep a user's file may nest tables and arrays, and the numbers it may hold: no value of a
+# definition, a card or a prompt needs more, and the suite's own code walks them recursively.
+MAX_DEPTH = 32
+MAX_INT = 2**63 - 1
+# Characters no string of a user's file may hold: C0 controls but tab and line breaks, DEL, C1
+# controls, and the bidirectional overrides and isolates (they reorder what a reader sees).
+CONTROL_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def value_problem(value: object, key: str = "", depth: int = 0) -> tuple[str, object, str] | None:
+    """The first value of parsed TOML (or JSON) that no file of the suite may hold, as (key, value,
+    why), or None: nested deeper than MAX_DEPTH, a number that is not finite or beyond 64 bits, a
+    control character in a string or a key."""
+    if depth > MAX_DEPTH:
+        return key, "...", f"nested deeper than {MAX_DEPTH} levels"
+    if isinstance(value, dict):
+        for k, v in value.items():
+            sub = f"{key}.{k}" if key else str(k)
+            if isinstance(k, str) and (m := CONTROL_CHARS.search(k)):
+                return key or "(top level)", k, f"a key holds a control character (U+{ord(m.group()):04X})"
+            if (found := value_problem(v, sub, depth + 1)) is not None:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if (found := value_problem(v, f"{key}.{i}" if key else str(i), depth + 1)) is not None:
+                return found
+    elif isinstance(value, str):
+        if m := CONTROL_CHARS.search(value):
+            return key, value, f"holds a control character (U+{ord(m.group()):04X})"
+    elif isinstance(value, bool):
+        pass
+    elif isinstance(value, int):
+        if abs(value) > MAX_INT:
+            return key, value, "beyond a 64-bit integer"
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return key, value, "not a finite number"
+    return None
 
 
 def load_toml(path: Path) -> dict:
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise SuiteError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise SuiteError(f"{path}: not valid TOML: nested deeper than {MAX_DEPTH} levels") from None
     except UnicodeDecodeError as exc:
         raise SuiteError(f"{path}: not valid TOML: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise SuiteError(f"{path}: cannot read: {exc.strerror}") from None
+    if (found := value_problem(data)) is not None:
+        key, value, why = found
+        raise SuiteError(f"{path}: {key} = {shown_value(value)}: {why}")
+    return data
 
 
 def load_validated(path: Path, model: type[M], data: dict | None = None) -> M:
-    """A TOML file (or data read from it) validated as `model`; errors name the file and the key."""
+    """A TOML file (or data read from it) validated as `model`; errors name the file, the key and the value."""
     try:
         return model.model_validate(load_toml(path) if data is None else data)
     except ValidationError as exc:

@@ -444,13 +444,12 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
                   command: list[str] | None = None, tags: dict[str, str] | None = None) -> list[Summary]:
     """Every arm of `model` as a Ray task on a `suite_host` node; run folders land in `results` write-once."""
     ray = import_ray()
-    from rich.console import Console
-
     from suite.bench import check_controls, plan_arms, probe_judge, resolve_judge
     from suite.paths import results_dir
+    from suite.sanitize import SafeConsole
     from suite.stages import ORDER
 
-    console = console or Console(stderr=True)
+    console = console or SafeConsole(stderr=True)
     out = results or results_dir()
     plans = plan_arms(model, arms, launcher, profile, gate_requests, overrides)  # checks input
     judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None

@@ -36,12 +36,20 @@ is empty, and the tables of two results folders concatenate as they are (polars,
 are UTC timestamps, lists are lists (in CSV, JSON arrays), and a duration's, an energy's or a
 size's unit is in the column's name (`_ms`, `_s`, `_j`, `_w`, `_bytes`; request and latency times
 in milliseconds, as `ttft_p50_ms`).
+
+A CSV cell is text a spreadsheet opens: every string cell goes through `suite.sanitize.csv_cell`
+(control characters replaced, a cell that would read as a formula prefixed with `'`). Parquet keeps
+every value as it was, typed. No symbolic link is followed: not in the results (suite.records),
+not among the files written (a link at `<out>/runs.csv` is replaced, the file it names untouched).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -49,8 +57,10 @@ from typing import Any, Callable, Literal
 import polars as pl
 
 from suite.errors import SuiteError
+from suite.paths import FILE_MODE
 from suite.records import read_requests
 from suite.run_figures import j_per_token
+from suite.sanitize import csv_cell
 from suite.site.figures import Run, load_runs
 from suite.stages import STAGES
 from suite.stages.base import ColumnType, ExportTable, Stage
@@ -321,6 +331,31 @@ def for_csv(df: pl.DataFrame) -> pl.DataFrame:
                            for name in lists) if lists else df
 
 
+def csv_safe(df: pl.DataFrame) -> pl.DataFrame:
+    """The frame with every string cell made a CSV cell a spreadsheet shows as text (`csv_cell`)."""
+    text = [c for c, dtype in df.schema.items() if dtype == pl.String]
+    return df.with_columns(pl.col(c).map_elements(csv_cell, return_dtype=pl.String) for c in text) if text else df
+
+
+def _write_table(df: pl.DataFrame, path: Path, fmt: str) -> None:
+    """Write one table through a temporary file of the folder and a rename: a symbolic link at
+    `path` is replaced, never followed (the file it points to is left as it was)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        if fmt == "parquet":
+            df.write_parquet(tmp)
+        else:
+            csv_safe(for_csv(df)).write_csv(tmp)
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot write the export: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 def export_tables(results_dir: Path, fmt: str, out_dir: Path) -> list[Path]:
     """Write every non-empty table as `<out>/<table>.<fmt>`; return the paths written."""
     if fmt not in ("parquet", "csv"):
@@ -341,10 +376,7 @@ def export_tables(results_dir: Path, fmt: str, out_dir: Path) -> list[Path]:
             continue
         df = frame(rows, columns, name)
         path = out_dir / f"{name}.{fmt}"
-        if fmt == "parquet":
-            df.write_parquet(path)
-        else:
-            for_csv(df).write_csv(path)
+        _write_table(df, path, fmt)
         log.info("export: %s (%d rows)", path, df.height)
         written.append(path)
     return written

@@ -27,7 +27,7 @@ import psutil
 from pydantic import BaseModel
 
 from suite.errors import SuiteError
-from suite.paths import cache_dir
+from suite.paths import cache_dir, open_lock
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,10 @@ def machine_lock(path: Path | None = None, wait_s: float = 0.0) -> Iterator[Path
     """Hold the machine-wide GPU lock; refuse (SuiteError naming the holder) after wait_s."""
     path = path or lock_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(path, "a+")
+    try:
+        fh = open_lock(path)  # never through a symbolic link
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot open the GPU lock: {exc.strerror or exc}") from None
     try:
         deadline = time.monotonic() + wait_s
         while True:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import IO
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IMAGES_DIR = REPO_ROOT / "images"
@@ -65,3 +66,11 @@ def results_dir() -> Path:
 def site_out_dir() -> Path:
     """Where `suite site` and `suite bench --site` write the website."""
     return Path(os.environ.get("SITE_OUT") or SITE_DIR / "public").resolve()
+
+
+def open_lock(path: Path) -> IO[str]:
+    """A lock or owner file, opened to read and write and created where missing, never through a
+    symbolic link (O_NOFOLLOW): a link planted in its place is an OSError (ELOOP), never a file
+    elsewhere opened, locked or truncated. Nothing in it is truncated on opening."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    return os.fdopen(fd, "r+", encoding="utf-8")

@@ -42,6 +42,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TaskID, TextColumn
 from rich.text import Text
 
+from suite.sanitize import SafeConsole
+
 LINE_EVERY_FRACTION = 0.10  # plain output: a stage's progress line at most every 10 % of its total ...
 LINE_EVERY_S = 30.0  # ... or every 30 s
 LINE_GAP_S = 5.0  # ... and never two within 5 s (a short stage: its start and end lines only)
@@ -239,7 +241,7 @@ class Display:
 
     def __init__(self, console: Console | None = None, *, interactive: bool | None = None,
                  clock: Callable[[], float] = time.monotonic, refresh_per_second: float = 4.0):
-        self.console = console or Console(stderr=True)
+        self.console = console or SafeConsole(stderr=True)
         self.clock = clock
         self._interactive = interactive
         self._refresh = refresh_per_second

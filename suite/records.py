@@ -18,6 +18,7 @@ The loader refuses a schema version other than this one with a sentence that say
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -28,17 +29,18 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 import re
-from typing import Annotated, Any, Callable, Iterable, Literal, Union
+from typing import IO, Annotated, Any, Callable, Iterable, Literal, Union
 
 from memwatch.report import WatchdogReport
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError, create_model
+from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError, create_model
 
 from suite.contention import Contention
 from suite.errors import SuiteError
 from suite.gpu import Energy
-from suite.paths import FILE_MODE
+from suite.paths import FILE_MODE, open_lock
 from suite.provenance import SuiteBuild
 from suite.signature import Signature
+from suite.sanitize import has_control, printable
 from suite.secrets import scrub
 from suite.stages import STAGES, with_stage_settings
 from suite.claims import recompute_verdicts, refresh_failure
@@ -151,17 +153,37 @@ class RuntimeFailure(BaseModel):
     log_file: str | None = None  # the runtime's log, relative to the run folder
 
 
+# A record's names (model, arm, runtime ...) show on every page, chart and table, and the chart
+# renderer aborts the whole process on a control character: a name holds none, and is 1 to 128
+# characters (pages name their files by the name's slug, never by the name).
+def _check_record_name(name: str) -> str:
+    if not name or len(name) > 128 or has_control(name):
+        raise ValueError(f"{printable(repr(name))[:140]} is not a name (1 to 128 characters, no control character)")
+    return name
+
+
+def _check_record_text(text: str) -> str:
+    if has_control(text):
+        raise ValueError(f"{printable(repr(text))[:140]} holds a control character")
+    return text
+
+
+RecordName = Annotated[str, AfterValidator(_check_record_name)]
+RecordText = Annotated[str, AfterValidator(_check_record_text)]
+
+
 class RunIdentity(BaseModel):
-    """What names a run: shared by its manifest (run.json) and its summary."""
+    """What names a run: shared by its manifest (run.json) and its summary. Its names are checked
+    on load (`RecordName`): a name that is not one makes the record one that is named and skipped."""
 
     schema_version: int = SCHEMA_VERSION
-    run_id: str
-    model: str
-    arm: str
-    runtime: str
-    launcher: str
-    profile: str
-    started_at: str
+    run_id: RecordName
+    model: RecordName
+    arm: RecordName
+    runtime: RecordName
+    launcher: RecordName
+    profile: RecordName
+    started_at: RecordText
     # The suite's code that wrote it (version, git commit, tree modified), beside the signature and
     # never in its digest; None: a record written before the suite kept it.
     suite: SuiteBuild | None = None
@@ -250,11 +272,14 @@ def read_requests(run_dir: Path, kinds: Iterable[str]) -> list[Any]:
     path = run_dir / "requests.jsonl"
     wanted = set(kinds)
     out: list[Any] = []
-    if not path.exists():
+    if not os.path.lexists(path):
         return out
     try:
-        fh = path.open("rb")
+        fh = open_record(path)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link to a file elsewhere: none of this run's lines
+            log.warning("%s: request records skipped: a symbolic link (not followed)", path)
+            return out
         raise SuiteError(f"{path}: cannot read the request records: {exc.strerror or exc}") from None
     with fh:
         for lineno, raw in enumerate(fh, 1):
@@ -337,19 +362,41 @@ def write_once(path: Path, data: str) -> None:
             pass
 
 
-def _read_json(path: Path) -> Any:
-    """A record file's JSON; unreadable, undecodable or malformed files are one-line errors."""
+def open_record(path: Path) -> IO[bytes]:
+    """A record file opened to read, never through a symbolic link (O_NOFOLLOW): a link in a results
+    folder is an OSError (ELOOP) naming no file outside it."""
+    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+
+
+def _open_write(path: Path, how: int) -> IO[bytes]:
+    """A file of a run folder opened to write (`how`: os.O_APPEND or os.O_TRUNC), created where
+    missing, never through a symbolic link; a link there is one SuiteError line."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | how, 0o644),
+                         "ab" if how == os.O_APPEND else "wb")
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot write: {_os_reason(exc)}") from None
+
+
+def _os_reason(exc: OSError) -> str:
+    return "a symbolic link (not followed)" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+
+
+def _read_json(path: Path) -> Any:
+    """A record file's JSON; unreadable, undecodable or malformed files (a symbolic link among
+    them) are one-line errors."""
+    try:
+        with open_record(path) as fh:
+            return json.loads(fh.read().decode("utf-8"))
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8 or JSON
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc) or type(exc).__name__
         raise SuiteError(f"{path}: cannot read run record: {reason}") from None
 
 
 def _invalid(path: Path, exc: ValidationError, prefix: str = "") -> SuiteError:
     first = exc.errors()[0]
     key = ".".join([prefix] * bool(prefix) + [str(p) for p in first["loc"]]) or "(top level)"
-    return SuiteError(f"{path}: invalid run record at {key}: {first['msg']}")
+    return SuiteError(f"{path}: invalid run record at {key}: {first['msg'].removeprefix('Value error, ')}")
 
 
 def upgraded(path: Path, data: Any) -> dict[str, Any]:
@@ -359,7 +406,7 @@ def upgraded(path: Path, data: Any) -> dict[str, Any]:
         raise SuiteError(f"{path}: not a run record (a JSON object was expected, found {type(data).__name__})")
     version = data.get("schema_version")
     if isinstance(version, int) and version > SCHEMA_VERSION:
-        raise SuiteError(f"{path}: schema version {version} is newer than this suite's {SCHEMA_VERSION}; "
+        raise NewerRecord(f"{path}: schema version {version} is newer than this suite's {SCHEMA_VERSION}; "
                          "upgrade the suite to read it")
     if not isinstance(version, int) or version < 1 or any(v not in UPGRADES for v in range(version + 1, SCHEMA_VERSION + 1)):
         raise SuiteError(f"{path}: schema version {version} is not one this suite reads (1 to {SCHEMA_VERSION}); "
@@ -367,6 +414,10 @@ def upgraded(path: Path, data: Any) -> dict[str, Any]:
     for v in range(version + 1, SCHEMA_VERSION + 1):
         data = UPGRADES[v](data)
     return data
+
+
+class NewerRecord(SuiteError):
+    """A record written by a newer suite: not a bad record, an old reader (it stops every view)."""
 
 
 class RunInUse(SuiteError):
@@ -380,9 +431,10 @@ def _take_owner(run_dir: Path) -> Any:
     """Hold the run folder's owner lock; RunInUse naming the holder when a live process has it."""
     path = run_dir / OWNER_FILE
     try:
-        fh = open(path, "a+", encoding="utf-8")
+        fh = open_lock(path)  # a symbolic link there is refused, never followed (and its target truncated)
     except OSError as exc:
-        raise SuiteError(f"{path}: cannot take the run's owner lock: {exc.strerror or exc}") from None
+        reason = "a symbolic link (not followed)" if exc.errno == errno.ELOOP else exc.strerror or exc
+        raise SuiteError(f"{path}: cannot take the run's owner lock: {reason}") from None
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -469,9 +521,9 @@ class RunRecord:
         line = (json.dumps(payload, default=str) + "\n").encode("utf-8")
         with self._lock:
             try:
-                fd = os.open(self.requests_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                fd = os.open(self.requests_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             except OSError as exc:
-                raise SuiteError(f"{self.requests_path}: cannot record a request: {exc.strerror or exc}") from None
+                raise SuiteError(f"{self.requests_path}: cannot record a request: {_os_reason(exc)}") from None
             start = os.lseek(fd, 0, os.SEEK_END)
             try:
                 view = memoryview(line)
@@ -495,11 +547,16 @@ class RunRecord:
         Lines are moved and kept byte for byte: one that cannot be read (cut short, not UTF-8,
         nested too deep, a stage that is not a name) goes aside with the unfinished stages; one that
         is JSON but not an object names no stage and stays (`read_requests` skips it, naming it)."""
-        if not self.requests_path.exists():
+        if not os.path.lexists(self.requests_path):
             return 0
         keep: list[bytes] = []
         moved: list[bytes] = []
-        for ln in self.requests_path.read_bytes().split(b"\n"):
+        try:
+            with open_record(self.requests_path) as fh:
+                content = fh.read()
+        except OSError as exc:
+            raise SuiteError(f"{self.requests_path}: cannot read the request records: {_os_reason(exc)}") from None
+        for ln in content.split(b"\n"):
             if not ln.strip():
                 continue
             try:
@@ -513,12 +570,13 @@ class RunRecord:
             (keep if stays else moved).append(ln)
         if moved:
             # durable in this order: a crash leaves a line in both files at worst, never in neither
-            with (self.dir / "requests-interrupted.jsonl").open("ab") as fh:
+            aside = self.dir / "requests-interrupted.jsonl"
+            with _open_write(aside, os.O_APPEND) as fh:
                 fh.write(b"\n".join(moved) + b"\n")
                 fh.flush()
                 os.fsync(fh.fileno())
             tmp = self.requests_path.with_suffix(".jsonl.tmp")
-            with tmp.open("wb") as fh:
+            with _open_write(tmp, os.O_TRUNC) as fh:
                 fh.write(b"".join(ln + b"\n" for ln in keep))
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -653,26 +711,52 @@ def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summ
     return summary
 
 
+def _real_dirs(folder: Path) -> list[Path]:
+    """The folders in `folder`, symbolic links left out (a link may lead out of the results)."""
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
 def iter_run_dirs(results: Path) -> list[Path]:
-    return sorted(p.parent for p in results.glob("*/*/*/run.json"))
+    """Every run folder (`<model>/<arm>/<run_id>/` holding a run.json) under `results`; no symbolic
+    link is followed, so a model, arm or run folder linked from elsewhere is not a run of these results."""
+    return sorted(run for model in _real_dirs(results) for arm in _real_dirs(model) for run in _real_dirs(arm)
+                  if os.path.lexists(run / "run.json"))
 
 
-def load_all(results: Path, problems: list[str] | None = None) -> list[Summary]:
+def load_all(results: Path, problems: list[str] | None = None,
+             skipped: list[str] | None = None) -> list[Summary]:
     """Every run under the results folder, complete or not, oldest first (`problems`: see
-    `_stage_results`)."""
+    `_stage_results`).
+
+    A record that cannot be read (a missing field, a name that is not one, bad JSON) never hides
+    the others: it is named in one warning line (added to `skipped` too) and left out. A record of
+    a newer schema stops the load (NewerRecord): the suite is to be upgraded, not the run hidden."""
     out: list[Summary] = []
     for run_dir in iter_run_dirs(results):
         summary_path = run_dir / "summary.json"
-        out.append(load_summary(summary_path, problems) if summary_path.exists()
-                   else incomplete_summary(run_dir, problems))
+        try:
+            out.append(load_summary(summary_path, problems) if os.path.lexists(summary_path)
+                       else incomplete_summary(run_dir, problems))
+        except NewerRecord:
+            raise
+        except SuiteError as exc:
+            log.warning("run record skipped: %s", exc)
+            if skipped is not None:
+                skipped.append(str(exc))
     out.sort(key=lambda s: (s.started_at, s.run_id))
     return out
 
 
 def find_incomplete(results: Path, model: str, arm: str) -> Path | None:
     """The newest incomplete run folder of this model and arm, if any."""
-    candidates = sorted(p.parent for p in (results / model / arm).glob("*/run.json")
-                        if not (p.parent / "summary.json").exists())
+    if any(p.is_symlink() for p in (results / model, results / model / arm)):
+        return None  # a folder linked from elsewhere holds no run of these results
+    candidates = sorted(run for run in _real_dirs(results / model / arm)
+                        if os.path.lexists(run / "run.json") and not os.path.lexists(run / "summary.json"))
     return candidates[-1] if candidates else None
 
 

@@ -22,7 +22,7 @@ PACKAGE = "suite"
 # Lowest first. A module (or package: every module under it) belongs to the first layer naming it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("suite", "suite.errors", "suite.paths", "suite.progress", "suite.procid", "suite.lifetime",
-                    "suite.profiles", "suite.definitions", "suite.secrets", "suite.hashing", "suite.provenance")),
+                    "suite.profiles", "suite.definitions", "suite.secrets", "suite.hashing", "suite.provenance", "suite.sanitize")),
     ("analysis", ("suite.analysis",)),
     ("services", ("suite.client", "suite.gpu", "suite.contention", "suite.probes", "suite.signature", "suite.sections",
                   "suite.launchers", "suite.recipes")),

@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from suite.definitions import ExtraBody
+
 
 class GenerationParams(BaseModel):
     """What every generation request of one configuration carries besides its prompt, its length
@@ -23,7 +25,7 @@ class GenerationParams(BaseModel):
     seed: int | None = 42
     temperature: float = 0.0
     top_p: float | None = None
-    extra_body: dict[str, Any] = Field(default_factory=dict)
+    extra_body: ExtraBody = Field(default_factory=dict)  # never one of the suite's own fields
 
     @property
     def request_extra(self) -> dict[str, Any]:

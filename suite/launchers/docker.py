@@ -59,7 +59,7 @@ from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import (LaunchSpec, Launcher, ModelPath, RunningRuntime, exit_words,
                                  find_error_line, free_port, wait_until_ready)
 from suite.lifetime import REGISTRY
-from suite.paths import cache_dir
+from suite.paths import cache_dir, open_lock
 
 if TYPE_CHECKING:
     import docker
@@ -414,7 +414,7 @@ def build_image(runtime: RuntimeDefinition, client: "docker.DockerClient | None"
         return tag
     builds = cache_dir() / "docker" / "builds"
     builds.mkdir(parents=True, exist_ok=True)
-    with open(builds / f".{source.name}.lock", "w") as lock:
+    with open_lock(builds / f".{source.name}.lock") as lock:  # never through a symbolic link
         fcntl.flock(lock, fcntl.LOCK_EX)  # another suite process may be building it
         with contextlib.suppress(docker.errors.ImageNotFound):
             client.images.get(tag)

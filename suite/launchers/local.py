@@ -76,7 +76,7 @@ from suite.launchers.guard import Guard, start_guard
 from suite.launchers.base import (LaunchSpec, Launcher, ModelPath, RunningRuntime, find_error_line, free_port,
                                  wait_until_ready)
 from suite.lifetime import REGISTRY
-from suite.paths import leases_dir, runtime_prefix
+from suite.paths import leases_dir, open_lock, runtime_prefix
 from suite.secrets import SECRET_ENV, redact_args
 from suite.probes import RuntimeStack, command_version, probe_runtime_stack
 
@@ -634,7 +634,7 @@ class LocalLauncher(Launcher):
         reap_stale_leases()  # an install or runtime a killed suite left (a compile holding a build lock)
         prefix.mkdir(parents=True, exist_ok=True)
         install_log = prefix / "install.log"
-        with open(prefix / ".install.lock", "w") as lock:
+        with open_lock(prefix / ".install.lock") as lock:  # never through a symbolic link
             fcntl.flock(lock, fcntl.LOCK_EX)  # another suite process may be installing it
             if marker.exists():
                 return

@@ -24,6 +24,7 @@ import vl_convert as vlc
 from altair.utils import schemapi
 
 from suite.analysis.stats import percentile
+from suite.sanitize import printable_any
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +52,14 @@ def spec_of(chart: alt.TopLevelMixin) -> str:
 
 
 def render(spec_json: str, datasets: dict[str, list[dict[str, Any]]] | None = None) -> str:
-    """A specification as an SVG string for inline use; `datasets` fill its named data sources."""
+    """A specification as an SVG string for inline use; `datasets` fill its named data sources.
+
+    Every string of both goes through `printable` first: the renderer aborts the whole process (a
+    panic that cannot unwind) on a control character in a label, and a record's text may hold one."""
     spec = json.loads(spec_json)
     if datasets:
         spec["datasets"] = {**spec.get("datasets", {}), **datasets}
-    svg = vlc.vegalite_to_svg(spec)
+    svg = vlc.vegalite_to_svg(printable_any(spec))
     if svg.startswith("<?xml"):
         svg = svg.split("?>", 1)[1]
     return svg.strip()

@@ -503,13 +503,15 @@ def group_runs(results: Path, summaries: list[Summary]) -> dict[str, ModelRuns]:
     return dict(sorted(models.items()))
 
 
-def load_runs(results: Path, problems: list[str] | None = None) -> dict[str, ModelRuns]:
+def load_runs(results: Path, problems: list[str] | None = None,
+              skipped: list[str] | None = None) -> dict[str, ModelRuns]:
     """Every run under `results`, grouped by model and arm. With `problems`, a stage result that
     does not match this suite's models is left out of its run and described there (file, key,
-    why) instead of stopping the load."""
+    why) instead of stopping the load; a record that cannot be read is named and left out
+    (`skipped`: see `load_all`)."""
     if not results.is_dir():
         raise SuiteError(f"{results}: no such results folder; run `suite bench` first")
-    return group_runs(results, load_all(results, problems))
+    return group_runs(results, load_all(results, problems, skipped))
 
 
 # --------------------------------------------------------------------------------------------

@@ -44,9 +44,10 @@ from suite.site.figures import (
     ModelRuns, PromptView, Run, analyse_requests, arm_comparisons,
     gate_prompts, gate_settings_text, itl_gaps, load_runs, memory_line, prompt_view, signature_rows, slug, watchdog_view, with_thousands,
 )
-from suite.paths import SITE_DIR, cache_dir
+from suite.paths import SITE_DIR, cache_dir, open_lock
 from suite.provenance import SuiteBuild
 from suite.records import read_requests
+from suite.sanitize import printable, printable_markup
 from suite.analysis.claims import Claim, Recomputed
 from suite.run_figures import LatencyFigures, run_figures
 from suite.stages.latency import LatencyLine
@@ -82,6 +83,7 @@ class BuildReport(BaseModel):
     pages_s: float = 0.0  # everything after loading: figures, templates, charts, writing
     stage_problems: list[str] = []  # stage results that do not match the stage models (left out of their run)
     section_problems: list[str] = []  # stage sections that could not be drawn (each says why on its page)
+    records_skipped: list[str] = []  # run records that could not be read (each named in the log), left out
 
     def __str__(self) -> str:
         text = (f"{self.pages} pages, {self.charts} charts from {self.runs} runs "
@@ -91,6 +93,8 @@ class BuildReport(BaseModel):
             text += f"; {len(self.stage_problems)} stage results do not match this suite's models (see the log)"
         if self.section_problems:
             text += f"; {len(self.section_problems)} stage sections could not be drawn (see the log and their pages)"
+        if self.records_skipped:
+            text += f"; {len(self.records_skipped)} run records could not be read and are left out (see the log)"
         return text
 
     def line(self) -> str:
@@ -153,7 +157,9 @@ def make_env() -> Environment:
     """
     bytecode_cache = None
     try:
-        folder = cache_dir() / "site-templates"
+        # compiled code depends on the environment's settings (its `finalize`), which the cache's
+        # key does not cover: a folder per version of those settings
+        folder = cache_dir() / "site-templates-printable"
         folder.mkdir(parents=True, exist_ok=True)
         bytecode_cache = FileSystemBytecodeCache(str(folder))
     except OSError as exc:  # a read-only cache folder: compile every time
@@ -169,6 +175,7 @@ def make_env() -> Environment:
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=printable_markup,  # no control character of a record reaches a page
     )
     env.filters.update(num=fmt_num, thousands=with_thousands, pm=fmt_pm, pct_pm=fmt_pct_pm, humanize=humanize,
                        slug=slug)
@@ -218,7 +225,7 @@ def _swap_in(tmp: Path, out: Path, results: Path) -> threading.Thread | None:
     on a thread; leftovers of a killed build (its process gone) are deleted too."""
     lock_path = out.with_name(f".{out.name}.lock")
     try:
-        fh = open(lock_path, "a")
+        fh = open_lock(lock_path)  # never through a symbolic link
     except OSError as exc:
         raise SuiteError(f"{lock_path}: cannot lock the site folder: {exc.strerror or exc}") from None
     with fh:
@@ -489,7 +496,7 @@ def _copy_failure_log(out_dir: Path, run: Run) -> str:
     rel = f"runs/{slug(run.s.run_id)}-{slug(run.s.arm)}-{slug(Path(failure.log_file).name)}.txt"
     path = out_dir / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(head + scrub(text), encoding="utf-8")
+    path.write_text(printable(head + scrub(text)), encoding="utf-8")
     return rel
 
 
@@ -501,13 +508,15 @@ def build_site(results_dir: Path, out_dir: Path) -> BuildReport:
     engine = threading.Thread(target=charts.warm_up, name="site-chart-engine", daemon=True)
     engine.start()  # the chart renderer starts while the records are read
     problems: list[str] = []
-    models = load_runs(results_dir, problems)  # validates every record before anything is deleted
+    skipped: list[str] = []
+    models = load_runs(results_dir, problems, skipped)  # validates every record before anything is deleted
     for line in problems:
         log.warning("stage result left out: it does not match this suite's stage models: %s", line)
     t_loaded = time.perf_counter()
     build_dir = _new_build(out_dir, results_dir)
     try:
         report = _write_site(build_dir, out_dir, models, problems, engine, t0, t_loaded)
+        report.records_skipped = skipped
         remover = _swap_in(build_dir, out_dir, results_dir)
     except BaseException:
         shutil.rmtree(build_dir, ignore_errors=True)
