@@ -45,6 +45,26 @@ Scenario families (the issue's table):
   answer is a new one half the time): "varies with batch composition" and "the same answer in
   every batch".
 
+Families of what people run (the profiles and runtime definitions as they are):
+- `launches-prompts`: the standard profile's three prompts in one restarts stage, K = 3, 6, 8
+  launches x N = 5, 20 requests, no launch effect: one prompt varying (q = 0.5) or all three (q =
+  0.1, 0.5 with two answers, 0.3 with three); "NOT consistent across launches" is false.
+- `launches-sticky`: one prompt whose answers persist inside a launch (each request keeps the
+  previous answer with probability s = 0.5, 0.8, 0.95, else draws afresh, minority q = 0.3, 0.5),
+  the same law in every launch, K = 6, 8 x N = 5, 20: "NOT consistent" is false; "order inside
+  launches" (the page saying the order may explain a difference) is true.
+- `launches-unequal`: the three prompts, every other launch of 3 requests and the others of 20,
+  20 % of requests failed, every prompt varying at q = 0, 0.1, 0.3, 0.5, K = 3, 6, 8.
+- `controls-matrix`: a definition's whole matrix, C = 1 (LM Studio), 3 (llama.cpp), 6 (vLLM), 12
+  controls on one prompt that varied, none with an effect or control 0 with one: at the request unit
+  (n = 20, the default's minority q = 0.1, 0.3, 0.5) and at the launch unit (a cold-start transient
+  in a share t = 0.3, 0.5, 0.8, 1.0 of launches, rows of `launches_for(C)` launches as the stage plans
+  them; 3 where the code has no such plan): "credits a control without an effect".
+- `paired-edges`: paired differences near the floor (arm a at 0-5 % per section) and near the
+  ceiling (arm b at 95-100 %), true difference 0 or +10 points, n = 3, 6, 8, 24 sections, scores of
+  10 facts x 1 or 3 repeats, at the level the page gives one comparison or a family of three
+  (Bonferroni; before that correction every comparison was at 95 %).
+
 Usage: python benchmarks/bench_calibration.py [--quick] [--runs 1000] [--jobs 1] [--only FAMILY]
 The last line reads `worst interval coverage X.XX; worst false-claim rate Y.YY`.
 """
@@ -619,6 +639,250 @@ def batch_scenarios(quick: bool) -> list[dict[str, Any]]:
             if not (q == 0.0 and not e)]
 
 
+# -- what people run: the standard profile's prompts, sticky answers, unequal launches ------------
+
+PROMPTS3 = ["p0", "p1", "p2"]
+
+
+def _answer(rng: random.Random, q: float, modes: int) -> str:
+    """One request's answer: the minority at rate q, split evenly over B and C with three modes."""
+    if rng.random() >= q:
+        return "A"
+    return "B" if modes == 2 or rng.random() < 0.5 else "C"
+
+
+def _sticky(rng: random.Random, n: int, s: float, q: float) -> str:
+    """A launch's answers as a Markov chain: each request keeps the previous answer with
+    probability s, else draws afresh (minority at q); the first draws afresh. Its law at every
+    request is the same (minority q): only the order inside a launch persists."""
+    out = ""
+    for i in range(n):
+        out += out[-1] if i and rng.random() < s else ("B" if rng.random() < q else "A")
+    return out
+
+
+def _restarts_outcome(data: tuple[tuple[str, ...], ...], k: int, n: int, within: list[float],
+                      differ: list[float], order_true: bool = False) -> Outcome:
+    """The restarts stage's summary of these launches (`data[j][i]`: launch j's codes for prompt i)
+    through `summarise` over the prompts, against the truth: no launch effect (the same law in every
+    launch), so "NOT consistent across launches" is false; per prompt, `within` the per-request
+    minority inside a launch and `differ` the share of launches showing it (what "consistent" and
+    "stable" bound)."""
+    outcomes = [LaunchOutcome(index=j, status="ok",
+                              gate=gate_of_prompts({pid: samples_of_codes(c) for pid, c in zip(PROMPTS3, codes)}))
+                for j, codes in enumerate(data)]
+    pids = PROMPTS3[:len(data[0])]
+    r = summarise(outcomes, pids, k, n)
+    o = Outcome()
+    o.claims["not consistent"] = (r.consistent_across is False, True, True)
+    by = {pr.prompt_id: pr for pr in r.prompts}
+    bounds = [getattr(by.get(pid), "alike_bound", None) for pid in pids]
+    false_c = any(d > (b if b is not None else 0.0) for d, b in zip(differ, bounds))
+    o.claims["consistent"] = (r.consistent_across is True, false_c, any(d > 0 for d in differ))
+    text = r.within_verdict or ""
+    stable = text.startswith("stable")
+    ub = [getattr(by.get(pid), "unseen_bound", None) for pid in pids]
+    false_s = any(w > (b if b is not None else 0.0) for w, b in zip(within, ub))
+    o.claims["stable"] = (stable, false_s, any(w > 0 for w in within))
+    o.claims["cold-start transient"] = (text.startswith("cold-start transient"), True, True)
+    if order_true:  # answers do persist inside launches: the page saying so is power
+        o.claims["order inside launches"] = (any(pr.across == "order inside launches" for pr in r.prompts),
+                                             False, False)
+    return o
+
+
+def run_launches_prompts(rng: random.Random, p: dict[str, Any]) -> Outcome:
+    """The standard profile's three prompts in one restarts stage, K launches x N requests, no
+    launch effect: `V` of them vary by request (minority at q, two or three answer modes), the
+    others give one answer."""
+    k, n, q, v, modes = p["K"], p["N"], p["q"], p["V"], p["modes"]
+    data = tuple(tuple("".join(_answer(rng, q if i < v else 0.0, modes) for _ in range(n)) for i in range(3))
+                 for _ in range(k))
+    key = ("prompts", k, n, q, v, modes, data)
+    if key not in _MEMO:
+        within = [q if i < v else 0.0 for i in range(3)]
+        differ = [1 - (1 - w) ** n for w in within]
+        _MEMO[key] = _restarts_outcome(data, k, n, within, differ)
+    return _MEMO[key]
+
+
+def launches_prompts_scenarios(quick: bool) -> list[dict[str, Any]]:
+    if quick:
+        return [dict(K=8, N=5, q=0.3, V=3, modes=3)]
+    # one prompt varying, or all three (two or three answer modes); the standard profile's launches
+    return [dict(K=k, N=n, q=q, V=v, modes=m) for k in (3, 6, 8) for n in (5, 20)
+            for v, m, q in ((1, 2, 0.5), (3, 2, 0.1), (3, 2, 0.5), (3, 3, 0.3))]
+
+
+def run_launches_sticky(rng: random.Random, p: dict[str, Any]) -> Outcome:
+    """One prompt whose answers persist inside a launch (a Markov chain, `_sticky`), the same law in
+    every launch: "NOT consistent across launches" is false."""
+    k, n, s, q = p["K"], p["N"], p["s"], p["q"]
+    data = tuple((_sticky(rng, n, s, q),) for _ in range(k))
+    key = ("sticky", k, n, s, q, data)
+    if key not in _MEMO:
+        o = _restarts_outcome(data, k, n, [q], [0.0], order_true=True)
+        # the bounded claims assume requests independent inside a launch; not tallied here
+        o.claims.pop("consistent", None)
+        o.claims.pop("stable", None)
+        _MEMO[key] = o
+    return _MEMO[key]
+
+
+def launches_sticky_scenarios(quick: bool) -> list[dict[str, Any]]:
+    if quick:
+        return [dict(K=6, N=20, s=0.8, q=0.3)]
+    return [dict(K=k, N=n, s=s, q=q) for k in (6, 8) for n in (5, 20) for s in (0.5, 0.8, 0.95) for q in (0.3, 0.5)]
+
+
+def run_launches_unequal(rng: random.Random, p: dict[str, Any]) -> Outcome:
+    """The three prompts over launches of unequal length (every other launch `short` requests, the
+    others `N`), a share `fail` of requests failed, every prompt varying at q by request."""
+    k, n, short, q, fail = p["K"], p["N"], p["short"], p["q"], p["fail"]
+    sizes = [short if j % 2 else n for j in range(k)]
+    data = tuple(tuple("".join("E" if rng.random() < fail else _answer(rng, q, 2) for _ in range(m))
+                       for _ in range(3)) for m in sizes)
+    key = ("unequal", k, n, short, q, fail, data)
+    if key not in _MEMO:
+        # a launch shows the minority where one of its answered requests does
+        d = sum(1 - (1 - (1 - fail) * q) ** m for m in sizes) / k
+        _MEMO[key] = _restarts_outcome(data, k, n, [q] * 3, [d] * 3)
+    return _MEMO[key]
+
+
+def launches_unequal_scenarios(quick: bool) -> list[dict[str, Any]]:
+    if quick:
+        return [dict(K=3, N=20, short=3, q=0.1, fail=0.2)]
+    return [dict(K=k, N=20, short=3, q=q, fail=0.2) for k in (3, 6, 8) for q in (0.0, 0.1, 0.3, 0.5)]
+
+
+# -- the control matrix of a runtime definition ---------------------------------------------------
+
+def _launches_per_row(controls_: int) -> int:
+    """Launches per row of a transient's matrix as the stage plans them (before `launches_for`
+    existed, every row had TRANSIENT_LAUNCHES)."""
+    import suite.stages.controls as controls
+
+    plan = getattr(controls, "launches_for", None)
+    return plan(controls_) if plan is not None else controls.TRANSIENT_LAUNCHES
+
+
+def run_controls_matrix(rng: random.Random, p: dict[str, Any]) -> Outcome:
+    """A definition's whole matrix of C controls on one prompt that varied: at the request unit (n
+    requests a row, the default's minority at q) or at the launch unit (a cold-start transient in a
+    share t of launches, rows of `_launches_per_row(C)` launches of TRANSIENT_REQUESTS requests, a
+    control row stopping at its first launch that varied). `effect`: control 0 removes the variance,
+    the others change nothing. "c brings it back" is false for every control but that one."""
+    import suite.stages.controls as controls
+
+    k, unit, effect = p["C"], p["unit"], p["effect"]
+    names = [f"c{c}" for c in range(k)]
+    if unit == "request":
+        n, q = p["n"], p["q"]
+        stop_after = controls.CONTROL_STOP_AFTER_DISTINCT
+        main_gate = gate_of(_row_samples(rng, n, q, None))
+        if main_gate.prompts[0].distinct_answers < 2:
+            return Outcome()  # the elimination runs only after a gate that varied
+        rows = [row_from_gate(ControlRow(configuration="default", status="ok"), gate_of(_row_samples(rng, n, q, None)))]
+        for c, name in enumerate(names):
+            rows.append(row_from_gate(ControlRow(configuration=name, controls=[name], status="ok"),
+                                      gate_of(_row_samples(rng, n, 0.0 if effect and c == 0 else q, stop_after),
+                                              label=name)))
+        result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=n, prompts=[PID], rows=rows)
+    else:
+        t = p["t"]
+        launches, requests = _launches_per_row(k), controls.TRANSIENT_REQUESTS
+
+        def row(name: str, rate: float) -> ControlRow:
+            odd: list[bool | None] = []
+            first: ControlRow | None = None
+            for _ in range(launches):
+                ss = [sample(0, B if rng.random() < rate else A)] + [sample(i, A) for i in range(1, requests)]
+                r = row_from_gate(ControlRow(configuration=name, status="ok"), gate_of(ss, label=name))
+                odd.append(controls.cold_odd_of(r.gate.prompts[0]))
+                first = first or r
+                if name != "default" and odd[-1] is not False:
+                    break
+            assert first is not None
+            first.launches, first.cold_odd = len(odd), {PID: odd}
+            return first
+
+        main_gate = gate_of([sample(0, B)] + [sample(i, A) for i in range(1, 20)])
+        rows = [row("default", t)] + [row(name, 0.0 if effect and c == 0 else t) for c, name in enumerate(names)]
+        result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=requests, prompts=[PID],
+                                rows=rows, launches_per_row=launches)
+    eliminate(result, main_gate)
+    wrong = [x for x in result.restoring if x != "c0" or not effect]
+    o = Outcome()
+    o.claims["credits a control without an effect"] = (bool(wrong), True, True)
+    if effect:
+        o.claims["credits the control with the effect"] = ("c0" in result.restoring, False, False)
+    return o
+
+
+def controls_matrix_scenarios(quick: bool) -> list[dict[str, Any]]:
+    if quick:
+        return [dict(C=6, unit="request", n=20, q=0.3, effect=False),
+                dict(C=6, unit="launch", t=0.5, effect=False), dict(C=3, unit="launch", t=1.0, effect=True)]
+    out = []
+    for c in (1, 3, 6, 12):
+        for e in (False, True):
+            out += [dict(C=c, unit="request", n=20, q=q, effect=e) for q in (0.1, 0.3, 0.5)]
+            out += [dict(C=c, unit="launch", t=t, effect=e) for t in (0.3, 0.5, 0.8, 1.0)]
+    return out
+
+
+# -- paired differences at the floor and the ceiling ----------------------------------------------
+
+def _page_confidence(m: int) -> tuple[float, dict[str, Any]]:
+    """The level and keyword arguments the extraction page gives each of its m paired comparisons
+    (Bonferroni over the page's family; before the correction, 95 % each and no family)."""
+    import inspect
+
+    from suite.stages.extraction import view
+
+    alpha = getattr(view, "FAMILY_ALPHA", None)
+    if alpha is None or "family" not in inspect.signature(paired_difference).parameters:
+        return 0.95, {}
+    return 1.0 - alpha / m, {"family": m}
+
+
+def run_paired_edges(rng: random.Random, p: dict[str, Any]) -> Outcome:
+    """Per-section scores of F facts x R repeats (independent draws), a true paired difference
+    `delta` near the floor (arm a's rate per section 0-5 %) or near the ceiling (arm b's 95-100 %),
+    compared at the level the page gives a family of `family` comparisons."""
+    n, delta, edge, facts, repeats, fam = p["n"], p["delta"], p["edge"], p["F"], p["R"], p["family"]
+    m = facts * repeats
+    a: dict[str, float] = {}
+    b: dict[str, float] = {}
+    for i in range(n):
+        if edge == "floor":
+            pa = rng.uniform(0.0, 0.05)
+            pb = pa + delta
+        else:
+            pb = rng.uniform(0.95, 1.0)
+            pa = pb - delta
+        a[f"s{i}"] = sum(rng.random() < pa for _ in range(m)) / m
+        b[f"s{i}"] = sum(rng.random() < pb for _ in range(m)) / m
+    confidence, kw = _page_confidence(fam)
+    d = paired_difference(a, b, confidence=confidence, **kw)
+    paired_text(d)  # the page's line renders
+    o = Outcome()
+    printed = d.ci_low is not None and d.ci_high is not None
+    o.intervals["paired difference"] = (printed, printed and covers((d.ci_low, d.ci_high), delta))
+    o.claims["higher"] = (d.verdict == "higher", delta <= 0, delta <= 0)
+    o.claims["lower"] = (d.verdict == "lower", delta >= 0, delta >= 0)
+    return o
+
+
+def paired_edges_scenarios(quick: bool) -> list[dict[str, Any]]:
+    if quick:
+        return [dict(n=3, delta=0.1, edge="floor", F=10, R=1, family=1),
+                dict(n=8, delta=0.1, edge="ceiling", F=10, R=3, family=3)]
+    return [dict(n=n, delta=d, edge=e, F=10, R=r, family=f) for e in ("floor", "ceiling") for d in (0.0, 0.1)
+            for n in (3, 6, 8, 24) for r in (1, 3) for f in (1, 3)]
+
+
 FAMILIES: dict[str, tuple[Callable[[bool], list[dict[str, Any]]], Callable[[random.Random, dict[str, Any]], Outcome]]] = {
     "launches": (launch_scenarios, run_launches),
     "series": (series_scenarios, run_series),
@@ -630,7 +894,17 @@ FAMILIES: dict[str, tuple[Callable[[bool], list[dict[str, Any]]], Callable[[rand
     "sessions-alike": (sessions_alike_scenarios, run_sessions_alike),
     "runs": (runs_scenarios, run_runs),
     "batch": (batch_scenarios, run_batch_verdict),
+    "launches-prompts": (launches_prompts_scenarios, run_launches_prompts),
+    "launches-sticky": (launches_sticky_scenarios, run_launches_sticky),
+    "launches-unequal": (launches_unequal_scenarios, run_launches_unequal),
+    "controls-matrix": (controls_matrix_scenarios, run_controls_matrix),
+    "paired-edges": (paired_edges_scenarios, run_paired_edges),
 }
+
+
+# The quick form's runs for the families whose runs are slow (three prompts over launches, each with
+# its permutation tests): fewer, so that the quick form stays a test.
+QUICK_RUNS = {"launches-prompts": 100, "launches-sticky": 50, "launches-unequal": 100}
 
 
 def scenario_name(family: str, p: dict[str, Any]) -> str:
@@ -690,8 +964,11 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = [(fam, p) for fam in (args.only or list(FAMILIES)) for p in FAMILIES[fam][0](args.quick)
                  if all(m in scenario_name(fam, p) for m in args.match)]
     # each scenario in chunks of at most 100 runs (its own seed each), so workers share the heavy ones
-    work = [(fam, p, min(100, runs - start), args.seed, start // 100)
-            for fam, p in scenarios for start in range(0, runs, 100)]
+    def runs_of(fam: str) -> int:
+        return min(runs, QUICK_RUNS.get(fam, runs)) if args.quick and args.runs is None else runs
+
+    work = [(fam, p, min(100, runs_of(fam) - start), args.seed, start // 100)
+            for fam, p in scenarios for start in range(0, runs_of(fam), 100)]
     t0 = time.monotonic()
     if args.jobs > 1:
         import multiprocessing

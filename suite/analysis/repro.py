@@ -776,14 +776,19 @@ AcrossWord = Literal["alike", "alike up to the cap", "differ", "no detectable di
 
 
 def across_of(k: int, alike: bool, truncated: int, n_answers: int, perm_p: float | None,
-              adjusted_p: float | None, family: int, order: float | None) -> tuple[AcrossWord, bool | None, str]:
+              adjusted_p: float | None, family: int, order: float | None,
+              switched: int = 0) -> tuple[AcrossWord, bool | None, str]:
     """The across-launch verdict of one prompt: its word, whether it says the launches are consistent
     (True), not (False) or neither (None), and its sentence.
 
     `adjusted_p` is the launch test's p corrected for the family of prompts tested together (Holm;
     `family` of them); "differ" needs it at most ALPHA and answers in random order inside each
-    launch (`order` above ALPHA): where they persist, the test's assumption fails and the page says
-    that the order inside launches may explain the difference instead."""
+    launch (`order` above ALPHA) and no launch whose own pattern is a switch (`switched`: launches
+    whose answer changed once and stayed): where they persist, the test's assumption fails and the
+    page says that the order inside launches may explain the difference instead. With few requests
+    a launch the order test cannot see persistence (5 requests: answers that keep the previous one
+    half the time made launches of one law "differ" in 29-50 % of runs); a switch is that
+    persistence seen in one launch."""
     if k < 2:
         return "undetermined", None, f"undetermined: {k} launch(es) answered"
     if alike:
@@ -795,11 +800,14 @@ def across_of(k: int, alike: bool, truncated: int, n_answers: int, perm_p: float
     corrected = (f", Holm-adjusted over the {family} prompts tested together (raw p = {perm_p:.2g})"
                  if family > 1 and perm_p is not None else "")
     shown = f"{p:.3g}" if p is not None else "—"
-    if p is not None and p <= ALPHA and order is not None and order <= ALPHA:
+    if p is not None and p <= ALPHA and ((order is not None and order <= ALPHA) or switched):
+        seen = "; ".join(x for x in (
+            f"order test p = {order:.2g}" if order is not None else "",
+            f"{switched} of {k} launches switched answer once and kept it" if switched else "") if x)
         return "order inside launches", None, (
             f"the launches' answers differ by a test that takes the order inside a launch as random "
             f"(p = {shown}{corrected}, {k} launches), but inside the launches answers persist from one request to "
-            f"the next (order test p = {order:.2g}): the order inside launches may explain the difference")
+            f"the next ({seen}): the order inside launches may explain the difference")
     if p is not None and p <= ALPHA:
         return "differ", False, (f"the launches differ beyond chance inside a launch (permutation test over launch "
                                  f"labels, p = {shown}{corrected}, {k} launches)")
@@ -856,7 +864,7 @@ class LaunchesAnalysis(BaseModel):
     across: AcrossWord = "undetermined"
     across_text: str = ""
     # The order test inside launches (`order_p`): small where answers persist from one request to
-    # the next, which the launch test does not allow for.
+    # the next, which the launch test does not allow for. Run only where the launch test rejects (else None).
     order_p: float | None = None
     # How many answers each launch gave at least: the per-launch bound below rests on it.
     min_answers_per_launch: int = 0
@@ -942,8 +950,12 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
     else:
         note = (f"inconclusive: {k} launches answered; an interval over launches needs at least "
                 f"{MIN_LAUNCHES_FOR_CI}; per-launch figures instead")
-    order = order_p(keyed, seed=seed) if enough and not alike else None
-    across, consistent, text = across_of(k, alike, truncated, n_answers, perm_p, perm_p, 1, order)
+    # the order test decides only where the launch test rejects (a family's adjusted p is never below
+    # the raw one): run it there alone, its 999 shuffles per prompt being most of the analysis's time
+    order = (order_p(keyed, seed=seed) if enough and not alike and perm_p is not None and perm_p <= ALPHA
+             else None)
+    switched = sum(1 for f in per_launch if f.pattern == "switch")
+    across, consistent, text = across_of(k, alike, truncated, n_answers, perm_p, perm_p, 1, order, switched)
     stable_each = all(len(set(kk)) <= 1 for kk in answering) if answering else None
     cold_ps = []
     switch_ps = []

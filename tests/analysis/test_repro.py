@@ -256,3 +256,36 @@ def test_one_change_at_the_last_request_is_not_a_switch_that_stayed():
     assert "only the last request (5) differs" in last.pattern_text
     stayed = analyse([s(i, ids(1)) for i in range(3)] + [s(3, ids(2)), s(4, ids(2))])
     assert stayed.pattern == "switch" and "it stayed (3 before, 2 after)" in stayed.pattern_text
+
+
+def test_the_order_test_runs_where_the_launch_test_rejects_and_decides_there():
+    """Answers that persist inside launches (AAAAABBBBB, BBBBBAAAAA, ...): the launch test rejects
+    and the order test, run there, says the order may explain it; launches in random order that the
+    launch test does not reject skip the order test (it could not change their verdict)."""
+    runs = ["AAAAAAAAAABBBBBBBBBB", "BBBBBBBBBBAAAAAAAAAA", "AAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBB",
+            "AAAAAAAAAAAAAAABBBBB", "BBBBBBBBBBBBBBBBBAAA"]
+    sticky = analyse_launches([[s(i, ids(1 if c == "A" else 2)) for i, c in enumerate(r)] for r in runs])
+    assert sticky.permutation_p is not None and sticky.permutation_p <= 0.05
+    assert sticky.order_p is not None and sticky.order_p <= 0.05
+    assert sticky.across == "order inside launches" and sticky.consistent_across is None
+    mixed = ["ABAABABBAA", "BAABABAABA", "AABBABABAB", "BABAABABBA", "ABABBAABAB", "BAABBAABAA"]
+    random_order = analyse_launches([[s(i, ids(1 if c == "A" else 2)) for i, c in enumerate(r)] for r in mixed])
+    assert random_order.permutation_p is not None and random_order.permutation_p > 0.05
+    assert random_order.order_p is None and random_order.across == "no detectable difference"
+
+
+def test_a_launch_that_switched_once_and_kept_it_stops_the_launch_test_from_saying_differ():
+    """Five requests a launch are too few for the order test to see answers that persist; a launch
+    whose answer changed once and stayed shows it. The launch test rejects here (four launches of one
+    answer against four of the other), but two launches switched: the order inside launches may
+    explain it, and the launches are not called inconsistent. Launches of one answer each, with no
+    switch, still differ."""
+    runs = ["AAAAA", "AAAAA", "AAAAA", "AAABB", "BBBBB", "BBBBB", "BBBBB", "BBAAA"]
+    r = analyse_launches([[s(i, ids(1 if c == "A" else 2)) for i, c in enumerate(x)] for x in runs])
+    assert r.permutation_p is not None and r.permutation_p <= 0.05
+    assert [f.pattern for f in r.per_launch].count("switch") == 2
+    assert r.across == "order inside launches" and r.consistent_across is None
+    assert "2 of 8 launches switched answer once and kept it" in r.across_text
+    fixed = ["AAAAA"] * 4 + ["BBBBB"] * 4
+    r = analyse_launches([[s(i, ids(1 if c == "A" else 2)) for i, c in enumerate(x)] for x in fixed])
+    assert r.across == "differ" and r.consistent_across is False

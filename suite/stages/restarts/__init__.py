@@ -291,7 +291,8 @@ def with_family(prompts: list[RestartPromptResult]) -> None:
             continue
         k = sum(1 for x in p.per_launch if x.answered)
         p.across, p.consistent_across, p.across_text = across_of(
-            k, False, p.truncated, p.answered, p.permutation_p, adj, family, p.order_p)
+            k, False, p.truncated, p.answered, p.permutation_p, adj, family, p.order_p,
+            sum(1 for x in p.within_patterns if x == "switch"))
 
 
 def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: int) -> RestartsResult:
