@@ -775,9 +775,14 @@ AcrossWord = Literal["alike", "alike up to the cap", "differ", "no detectable di
                      "undetermined", "order inside launches"]
 
 
+# Below this many answers a launch, the order test inside launches has little power: answers that
+# persist for several requests read as a launch effect (the claim says so).
+ORDER_TEST_MIN_ANSWERS = 20
+
+
 def across_of(k: int, alike: bool, truncated: int, n_answers: int, perm_p: float | None,
               adjusted_p: float | None, family: int, order: float | None,
-              switched: int = 0) -> tuple[AcrossWord, bool | None, str]:
+              switched: int = 0, per_launch: int | None = None) -> tuple[AcrossWord, bool | None, str]:
     """The across-launch verdict of one prompt: its word, whether it says the launches are consistent
     (True), not (False) or neither (None), and its sentence.
 
@@ -809,8 +814,12 @@ def across_of(k: int, alike: bool, truncated: int, n_answers: int, perm_p: float
             f"(p = {shown}{corrected}, {k} launches), but inside the launches answers persist from one request to "
             f"the next ({seen}): the order inside launches may explain the difference")
     if p is not None and p <= ALPHA:
+        assumption = ("" if per_launch is None or per_launch >= ORDER_TEST_MIN_ANSWERS else
+                      f"; the test takes the answers inside a launch as coming in random order, which {per_launch} "
+                      f"answers a launch cannot check: answers that persist for many requests would read the same "
+                      f"({ORDER_TEST_MIN_ANSWERS} a launch would tell)")
         return "differ", False, (f"the launches differ beyond chance inside a launch (permutation test over launch "
-                                 f"labels, p = {shown}{corrected}, {k} launches)")
+                                 f"labels, p = {shown}{corrected}, {k} launches{assumption})")
     return "no detectable difference", None, (
         f"no detectable difference between launches (permutation test over launch labels, "
         f"p = {p:.2g}{corrected}, {k} launches)" if p is not None else
@@ -955,7 +964,8 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
     order = (order_p(keyed, seed=seed) if enough and not alike and perm_p is not None and perm_p <= ALPHA
              else None)
     switched = sum(1 for f in per_launch if f.pattern == "switch")
-    across, consistent, text = across_of(k, alike, truncated, n_answers, perm_p, perm_p, 1, order, switched)
+    across, consistent, text = across_of(k, alike, truncated, n_answers, perm_p, perm_p, 1, order, switched,
+                                         min((len(kk) for kk in answering), default=None))
     stable_each = all(len(set(kk)) <= 1 for kk in answering) if answering else None
     cold_ps = []
     switch_ps = []

@@ -41,7 +41,8 @@ from suite.stages.base import ColumnType, ExportTable, FreshLaunch, SectionTempl
 from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.secrets import scrub
-from suite.analysis.repro import (ALPHA, LaunchFigures, LaunchPair, Pattern, across_of, analyse_launches,
+from suite.analysis.repro import (ALPHA, ORDER_TEST_MIN_ANSWERS, LaunchFigures, LaunchPair, Pattern, across_of,
+                                  analyse_launches,
                                   requests_for_transient)
 from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, run_caveats
 from suite.analysis.stats import holm
@@ -292,7 +293,8 @@ def with_family(prompts: list[RestartPromptResult]) -> None:
         k = sum(1 for x in p.per_launch if x.answered)
         p.across, p.consistent_across, p.across_text = across_of(
             k, False, p.truncated, p.answered, p.permutation_p, adj, family, p.order_p,
-            sum(1 for x in p.within_patterns if x == "switch"))
+            sum(1 for x in p.within_patterns if x == "switch"),
+            min((x.answered for x in p.per_launch if x.answered), default=None))
 
 
 def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: int) -> RestartsResult:
@@ -491,6 +493,9 @@ def claims(result: RestartsResult, summary: Any) -> list[Claim]:
         for p in r.prompts:
             family = (Family(name="prompts of the across-launch verdict", size=p.family, correction="Holm")
                       if p.family > 1 else None)
+            fewest = min((x.answered for x in p.per_launch if x.answered), default=0)
+            order = ([f"assumes answers in random order inside a launch: {fewest} a launch cannot check it"]
+                     if p.across == "differ" and fewest < ORDER_TEST_MIN_ANSWERS else [])
             out.append(Claim(stage="restarts", kind="across-launches", arm=arm, run_id=run_id, prompt=p.prompt_id,
                              configuration=conf, verdict=p.across, good=ACROSS_GOOD.get(p.across),
                              counts={"launches": len([x for x in p.per_launch if x.answered]),
@@ -499,7 +504,7 @@ def claims(result: RestartsResult, summary: Any) -> list[Claim]:
                                                else None, n=len(p.per_launch), unit="launches", p=p.permutation_p,
                                                p_adjusted=p.permutation_p_adjusted, interval=p.agreement_ci95,
                                                level=0.95 if p.agreement_ci95 else None, bound=p.alike_bound),
-                             family=family, caveats=caveat_cut(p.truncated, p.answered) + few + extra,
+                             family=family, caveats=caveat_cut(p.truncated, p.answered) + few + order + extra,
                              phrase=f"{p.across} across {len(p.per_launch)} launches", text=p.across_text))
     return out
 COLUMNS: dict[str, ColumnType] = {
