@@ -246,8 +246,9 @@ def _launch_outcome(mode: str, k: int, n: int, q: float, launches: list[list[Sam
     nc = not t["launches_differ"]
     o.claims["not consistent"] = (r.consistent_across is False, nc, nc)
     within = r.within_verdict or ""
-    # "stable within": unqualified, or with a bound on the per-request minority share
-    stable = within.startswith("stable") and "cut at" not in within
+    # "stable within": unqualified, or with a bound on the per-request minority share; a sentence that
+    # says its launches had too few answers to bound what they missed claims no more than it saw
+    stable = within.startswith("stable") and "cut at" not in within and "too few to bound" not in within
     wb = getattr(pr, "unseen_bound", None)
     o.claims["stable"] = (stable, t["within"] > wb if wb is not None else t["within"] > 0, t["within"] > 0)
     o.claims["cold-start transient"] = (within.startswith("cold-start transient"), not t["cold"], not t["cold"])
@@ -680,7 +681,7 @@ def _restarts_outcome(data: tuple[tuple[str, ...], ...], k: int, n: int, within:
     false_c = any(d > (b if b is not None else 0.0) for d, b in zip(differ, bounds))
     o.claims["consistent"] = (r.consistent_across is True, false_c, any(d > 0 for d in differ))
     text = r.within_verdict or ""
-    stable = text.startswith("stable")
+    stable = text.startswith("stable") and "cut at" not in text and "too few to bound" not in text
     ub = [getattr(by.get(pid), "unseen_bound", None) for pid in pids]
     false_s = any(w > (b if b is not None else 0.0) for w, b in zip(within, ub))
     o.claims["stable"] = (stable, false_s, any(w > 0 for w in within))
