@@ -771,8 +771,8 @@ def order_p(groups: Sequence[Sequence[Hashable]], permutations: int = 999, seed:
     return (at_most + 1) / (permutations + 1)
 
 
-AcrossWord = Literal["alike", "alike up to the cap", "differ", "no detectable difference", "too few",
-                     "undetermined", "order inside launches"]
+AcrossWord = Literal["alike", "alike up to the cap", "differ", "differ or persist", "no detectable difference",
+                     "too few", "undetermined", "order inside launches"]
 
 
 # Below this many answers a launch, the order test inside launches has little power: answers that
@@ -813,13 +813,19 @@ def across_of(k: int, alike: bool, truncated: int, n_answers: int, perm_p: float
             f"the launches' answers differ by a test that takes the order inside a launch as random "
             f"(p = {shown}{corrected}, {k} launches), but inside the launches answers persist from one request to "
             f"the next ({seen}): the order inside launches may explain the difference")
+    if p is not None and p <= ALPHA and per_launch is not None and per_launch < ORDER_TEST_MIN_ANSWERS:
+        # the launch test takes the order inside a launch as random; with few answers a launch the
+        # order test cannot check that, and answers that persist for several requests (the same law in
+        # every launch) give the same data as launches that differ: the claim says both
+        return "differ or persist", None, (
+            f"the launches' answers differ beyond what random order inside a launch gives (permutation test over "
+            f"launch labels, p = {shown}{corrected}, {k} launches), but {per_launch} answers a launch cannot tell "
+            f"launches that differ from answers that persist for several requests inside a launch "
+            f"({ORDER_TEST_MIN_ANSWERS} a launch would tell): either way, the same request does not get the same "
+            "answer from one start to the next")
     if p is not None and p <= ALPHA:
-        assumption = ("" if per_launch is None or per_launch >= ORDER_TEST_MIN_ANSWERS else
-                      f"; the test takes the answers inside a launch as coming in random order, which {per_launch} "
-                      f"answers a launch cannot check: answers that persist for many requests would read the same "
-                      f"({ORDER_TEST_MIN_ANSWERS} a launch would tell)")
         return "differ", False, (f"the launches differ beyond chance inside a launch (permutation test over launch "
-                                 f"labels, p = {shown}{corrected}, {k} launches{assumption})")
+                                 f"labels, p = {shown}{corrected}, {k} launches)")
     return "no detectable difference", None, (
         f"no detectable difference between launches (permutation test over launch labels, "
         f"p = {p:.2g}{corrected}, {k} launches)" if p is not None else

@@ -153,9 +153,11 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
                     cost = Answer(f"{name}: {text}" if text else f"{name}: figures not measured", None,
                                   [f"{name} gives the same answer in every batch ({their_batch.phrase})"])
                     break
-    differ = [c for c in across if c.verdict == "differ"]
+    differ = [c for c in across if c.verdict in ("differ", "differ or persist")]
     if differ:
-        causes.append(f"a restart: launches differ on {', '.join(c.prompt or '' for c in differ)}{_fmt_p(differ[0])}")
+        either = any(c.verdict == "differ or persist" for c in differ)
+        causes.append(f"a restart: launches differ on {', '.join(c.prompt or '' for c in differ)}"
+                      + (" (or answers persist inside them)" if either else "") + _fmt_p(differ[0]))
         details.extend(c.text for c in differ)
         good = False
     if not causes:

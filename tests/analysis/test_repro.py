@@ -223,12 +223,17 @@ def test_launches_within_and_across_separately():
 
 
 def test_launches_each_stable_but_different_from_each_other():
-    r = analyse_launches([[s(i, ids(1)) for i in range(5)], [s(i, ids(2)) for i in range(5)]], resamples=100)
+    r = analyse_launches([[s(i, ids(1)) for i in range(20)], [s(i, ids(2)) for i in range(20)]], resamples=100)
     assert r.within_distinct == [1, 1]
     assert r.across_distinct == 2
     assert r.agreement == 0.0 and r.agreement_ci95 is None
     assert r.modal_per_launch_distinct == 2
-    assert r.consistent_across is False and r.stable_within is True
+    assert r.consistent_across is False and r.stable_within is True and r.across == "differ"
+    # at 5 answers a launch the same split cannot tell launches that differ from answers that persist
+    # for several requests inside a launch (the same law in every launch): the claim says both
+    few = analyse_launches([[s(i, ids(1)) for i in range(5)], [s(i, ids(2)) for i in range(5)]], resamples=100)
+    assert few.across == "differ or persist" and few.consistent_across is None
+    assert "5 answers a launch cannot tell launches that differ from answers that persist" in few.across_text
 
 
 def test_launch_with_only_errors():
@@ -286,6 +291,6 @@ def test_a_launch_that_switched_once_and_kept_it_stops_the_launch_test_from_sayi
     assert [f.pattern for f in r.per_launch].count("switch") == 2
     assert r.across == "order inside launches" and r.consistent_across is None
     assert "2 of 8 launches switched answer once and kept it" in r.across_text
-    fixed = ["AAAAA"] * 4 + ["BBBBB"] * 4
+    fixed = ["A" * 20] * 4 + ["B" * 20] * 4
     r = analyse_launches([[s(i, ids(1 if c == "A" else 2)) for i, c in enumerate(x)] for x in fixed])
     assert r.across == "differ" and r.consistent_across is False

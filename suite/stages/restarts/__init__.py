@@ -264,6 +264,8 @@ def across_verdict_of(prompts: list[RestartPromptResult], enough: bool) -> tuple
         head = "NOT consistent across launches"
     elif all(p.across == "alike" for p in known):
         consistent, head = True, "consistent across launches"
+    elif any(p.across == "differ or persist" for p in known):
+        consistent, head = None, "NOT the same answers across launches (launches that differ, or answers that persist inside them)"
     elif any(p.across == "order inside launches" for p in known):
         consistent, head = None, "undetermined across launches: answers persist inside launches"
     elif any(p.across == "no detectable difference" for p in known):
@@ -464,7 +466,7 @@ def recompute(result: RestartsResult, summary: Any = None) -> RestartsResult:
     return again
 
 
-ACROSS_GOOD = {"alike": True, "differ": False}
+ACROSS_GOOD = {"alike": True, "differ": False, "differ or persist": False}
 
 
 def claims(result: RestartsResult, summary: Any) -> list[Claim]:
@@ -494,8 +496,8 @@ def claims(result: RestartsResult, summary: Any) -> list[Claim]:
             family = (Family(name="prompts of the across-launch verdict", size=p.family, correction="Holm")
                       if p.family > 1 else None)
             fewest = min((x.answered for x in p.per_launch if x.answered), default=0)
-            order = ([f"assumes answers in random order inside a launch: {fewest} a launch cannot check it"]
-                     if p.across == "differ" and fewest < ORDER_TEST_MIN_ANSWERS else [])
+            order = ([f"{fewest} answers a launch cannot tell launches that differ from answers that persist inside them"]
+                     if p.across == "differ or persist" else [])
             out.append(Claim(stage="restarts", kind="across-launches", arm=arm, run_id=run_id, prompt=p.prompt_id,
                              configuration=conf, verdict=p.across, good=ACROSS_GOOD.get(p.across),
                              counts={"launches": len([x for x in p.per_launch if x.answered]),

@@ -21,11 +21,11 @@ def gate_of(answers: list[list[int]], errors: int = 0, truncated: bool = False) 
 
 
 def test_stable_within_but_not_across_launches():
-    # 2 launches x 5 requests, each launch its own answer: dealing the 10 answers back at random
-    # gives this split 2 times in C(10, 5) = 252, p ~ 0.008: the launches differ
-    outcomes = [LaunchOutcome(index=0, status="ok", gate=gate_of([[1, 2]] * 5)),
-                LaunchOutcome(index=1, status="ok", gate=gate_of([[1, 3]] * 5))]
-    r = summarise(outcomes, ["short-open"], 2, 5)
+    # 2 launches x 20 requests, each launch its own answer: dealing the 40 answers back at random
+    # gives this split 2 times in C(40, 20): the launches differ
+    outcomes = [LaunchOutcome(index=0, status="ok", gate=gate_of([[1, 2]] * 20)),
+                LaunchOutcome(index=1, status="ok", gate=gate_of([[1, 3]] * 20))]
+    r = summarise(outcomes, ["short-open"], 2, 20)
     (p,) = r.prompts
     assert p.within_distinct == [1, 1] and p.across_distinct == 2
     assert p.agreement == 0.0 and p.agreement_ci95 is None  # two launches: too few for an interval
@@ -35,6 +35,11 @@ def test_stable_within_but_not_across_launches():
     assert r.across_verdict.startswith("NOT consistent across launches")
     assert "permutation test over launch labels" in r.across_verdict
     assert r.within_verdict.startswith("stable within every launch")
+    # at 5 requests a launch (p ~ 0.008 for the same split) the claim names both readings
+    short = summarise([LaunchOutcome(index=i, status="ok", gate=gate_of([[1, 2 + i]] * 5)) for i in range(2)],
+                      ["short-open"], 2, 5)
+    assert short.prompts[0].across == "differ or persist" and short.consistent_across is None
+    assert short.across_verdict.startswith("NOT the same answers across launches")
 
 
 def test_two_short_launches_that_differ_cannot_tell_chance_from_a_difference():
@@ -235,7 +240,7 @@ def test_the_launch_test_is_corrected_over_the_prompts_tested_together():
     by = {p.prompt_id: p for p in r.prompts}
     tested = [p for p in r.prompts if p.permutation_p is not None]
     assert len(tested) == 3 and all(p.family == 3 for p in tested)
-    assert by["short-open"].across == "differ" and by["short-open"].permutation_p_adjusted <= 0.05
+    assert by["short-open"].across == "differ or persist" and by["short-open"].permutation_p_adjusted <= 0.05
     assert "Holm-adjusted over the 3 prompts tested together" in by["short-open"].across_text
     for p in tested:
         assert p.permutation_p_adjusted >= p.permutation_p
