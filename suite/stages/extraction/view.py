@@ -84,7 +84,7 @@ def paired_text(d: "PairedDifference") -> str:
     if d.zero_spread:
         sign = f"; sign test p = {d.sign_p:.2g}" if d.sign_p is not None else ""
         word = word.replace(" (the interval covers 0)", "")
-        return (f"{_points(d.mean)} points in every one of the {d.n} paired sections: no spread to estimate, "
+        return (f"{_points(d.mean)} points in every paired section ({sections}): no spread to estimate, "
                 f"no interval{sign}: {word}")
     if d.ci_low is None or d.ci_high is None:
         return f"{_points(d.mean)} points ({sections}: too few for an interval)"

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from suite.analysis.stats import paired_difference
+
 from suite.site import figures
 from suite.stages.extraction import view as extraction_page
 from suite.analysis.scoring import score_section
@@ -148,9 +150,15 @@ def test_paired_comparison_of_older_records_and_the_judge():
              "judge": {"per_section": {"a": 1.0, "b": 1.0, "c": 1.0}}}
     rows = extraction_page.extraction_pairs([_result(old_a), _result(old_b)], ["x", "y"])[0]["rows"]
     assert [r["measure"].split(" ")[0] for r in rows] == ["clean", "recall", "judge"]
-    assert rows[0]["diff"].mean == pytest.approx(-2.5 / 3) and rows[0]["diff"].verdict == "lower"
+    # the page's three comparisons are one family (Bonferroni, 98.3 % intervals each): at three sections
+    # the clean share's -1, -0.5, -1 no longer excludes 0, where alone (95 %) it did
+    assert all(r["diff"].family == 3 and r["diff"].confidence == pytest.approx(1 - 0.05 / 3) for r in rows)
+    assert rows[0]["diff"].mean == pytest.approx(-2.5 / 3) and rows[0]["diff"].verdict == "no detectable difference"
+    alone = paired_difference({"a": 1.0, "b": 0.5, "c": 1.0}, {"a": 0.0, "b": 0.0, "c": 0.0})
+    assert alone.verdict == "lower"
     assert rows[1]["diff"].verdict == "no detectable difference" and rows[1]["diff"].mean == 0.0
-    assert rows[2]["diff"].verdict == "higher"
+    assert rows[2]["diff"].verdict == "no detectable difference" and rows[2]["diff"].mean > 0
+    assert paired_difference({"a": 0.5, "b": 0.5, "c": 0.25}, {"a": 1.0, "b": 1.0, "c": 1.0}).verdict == "higher"
     # two paired sections say no direction at all
     two = extraction_page.extraction_pairs([_result({"per_section": old_a["per_section"][:2]}),
                                     _result({"per_section": old_b["per_section"][:2]})], ["x", "y"])[0]["rows"]
