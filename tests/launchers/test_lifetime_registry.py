@@ -97,10 +97,23 @@ def test_without_a_previous_handler_sigint_is_a_keyboard_interrupt() -> None:
         signal.signal(signal.SIGINT, previous)
 
 
+_BEFORE_INSTALL: dict[int, object] = {}
+
+
+def test_a_test_that_installs_the_handlers_and_leaves_them() -> None:
+    """Installs the registry's handlers and does not put them back: the fixture must."""
+    _BEFORE_INSTALL.update({signum: signal.getsignal(signum) for signum in SIGNALS})
+    Registry().install_signal_handlers()
+    assert all(signal.getsignal(signum) is not _BEFORE_INSTALL[signum] for signum in SIGNALS
+               if _BEFORE_INSTALL[signum] is not signal.SIG_IGN)
+
+
 def test_the_four_signals_are_restored_after_each_test() -> None:
-    """The fixture above puts back what the tests rebind: here, the handlers pytest itself runs with."""
+    """The fixture above puts back what the test before this one rebound (whatever this process ran
+    with before it: another test file may have started a runtime that installed them)."""
+    assert _BEFORE_INSTALL, "runs after the test that installs the handlers"
     for signum in SIGNALS:
-        assert not isinstance(getattr(signal.getsignal(signum), "__self__", None), Registry), signal.Signals(signum).name
+        assert signal.getsignal(signum) == _BEFORE_INSTALL[signum], signal.Signals(signum).name
 
 
 def test_an_ignored_signal_stays_ignored() -> None:

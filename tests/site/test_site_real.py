@@ -67,7 +67,7 @@ def test_real_run_pages(real_results: Path, real_site: Path, tmp_path: Path) -> 
         assert index.console_errors() == []
         index.screenshot(shots / "real-index.png")
         row = index.eval("""(() => { const r = document.querySelector('tr.arm-row[data-arm="llamacpp"]');
-            return {distinct: r.querySelector('[data-fig=distinct]').innerText.trim(),
+            return {distinct: r.querySelector('[data-fig=distinct] span.distinct').innerText.trim(),
                     ttft: r.querySelector('[data-fig=ttft]').innerText.trim(),
                     tps: r.querySelector('[data-fig=tps]').innerText.trim()}; })()""")
         prompts = gate_prompts(summary.gate)
