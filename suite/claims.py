@@ -121,12 +121,12 @@ def refresh_failure(summary: Any, run_dir: Path) -> None:
                                          written_by=written_by(summary)))
 
 
-def claims_of(summary: Any) -> list[Claim]:
-    """Every claim of one run, stage by stage in the registry's order."""
+def claims_of(summary: Any, only: str | None = None) -> list[Claim]:
+    """Every claim of one run, stage by stage in the registry's order (`only`: that stage's alone)."""
     out: list[Claim] = []
     for name, stage in STAGES.items():
         result = getattr(summary, name, None)
-        if stage.claims is None or result is None:
+        if stage.claims is None or result is None or (only is not None and name != only):
             continue
         try:
             out.extend(stage.claims(result, summary))

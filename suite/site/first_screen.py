@@ -74,7 +74,8 @@ def strips(summary: Any) -> list[Strip]:
 
 
 def claims_of_stage(summary: Any, stage: str) -> list[Claim]:
-    return [c for c in claims_of(summary) if c.stage == stage]
+    """One stage's claims of a run (not every stage's, filtered)."""
+    return claims_of(summary, only=stage)
 
 
 def _fmt_p(c: Claim) -> str:
