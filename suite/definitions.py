@@ -295,6 +295,17 @@ class CompileCacheSpec(Strict):
         return {d.env: str(root / d.folder) for d in self.dirs} | self.settings
 
 
+class InLaunch(Strict):
+    """How a control is applied to one request inside a launch that runs without it: the
+    runtime's cache emptied just before the request (`[server] reset_cache_path`), and/or fields
+    added to the request. A control that has such an equivalent is tested inside one launch, in
+    pairs of requests with and without it, instead of over launches of its own."""
+
+    reset_cache: bool = False  # POST the server's reset_cache_path before each request with the control
+    extra_body: ExtraBody = Field(default_factory=dict)  # fields each request with the control carries
+    why: str = ""  # what the per-request form stands for, shown on the page
+
+
 class Control(Strict):
     """A named set of env and args that changes the runtime's behaviour (a determinism control)."""
 
@@ -304,6 +315,18 @@ class Control(Strict):
     extra_body: ExtraBody = Field(default_factory=dict)  # per-request fields
     concurrency: int = Field(default=1, ge=1, le=256)  # gate requests sent at once (the same request by N clients)
     refused_patterns: list[Regex] = Field(default_factory=list)  # log regexes meaning "refused"
+    # Its per-request form, where it has one (a control of request fields alone has one of itself):
+    # tested inside one launch rather than over launches of its own.
+    in_launch: InLaunch | None = None
+
+    def per_request(self) -> InLaunch | None:
+        """The control's per-request form: declared, or, for a control that is request fields only
+        (no env, no args, one client), those fields; None: it needs a launch of its own."""
+        if self.in_launch is not None:
+            return self.in_launch
+        if self.extra_body and not self.env and not self.args and self.concurrency == 1:
+            return InLaunch(extra_body=dict(self.extra_body), why="a field of each request")
+        return None
 
 
 class RuntimeDefinition(Strict):
@@ -334,6 +357,9 @@ class RuntimeDefinition(Strict):
             raise ValueError(
                 f"determinism_control {self.determinism_control!r} is not one of [controls]"
             )
+        for name, control in self.controls.items():
+            if control.in_launch and control.in_launch.reset_cache and not self.server.reset_cache_path:
+                raise ValueError(f"controls.{name}.in_launch: reset_cache = true needs [server] reset_cache_path")
         return self
 
     def control(self, name: str) -> Control:
