@@ -225,21 +225,19 @@ def real_llama_server(results_root: Path) -> dict[str, dict[str, float]]:
     for label, in_launch in (("today", False), ("in-launch", True)):
         results = results_root / label
         t0 = time.monotonic()
-        (summary,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["gate", "controls"], results=results,
-                               overrides={"stage_settings": {"controls": {"in_launch": in_launch}}})
+        (summary,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["gate"], results=results,
+                               overrides={"stage_settings": {"controls": {"auto": True, "in_launch": in_launch}}})
         wall = time.monotonic() - t0
         c = summary.controls
         if c is None:
             raise SystemExit(f"{label}: the control matrix did not run ({summary.reason})")
         (run_dir,) = list(results.glob(f"*/*/{summary.run_id}"))
         lines = read_requests(run_dir, ["controls"])
-        starts = {r.command and " ".join(r.command) for r in c.rows if r.status == "ok"}
         launches = sum(r.launches for r in c.rows if r.status == "ok" and not r.in_launch) + (
             1 if any(r.in_launch for r in c.rows) else 0)
         out[label] = {"launches": launches, "requests": len(lines), "wall_s": wall,
                       "credited": len(c.restoring), "restoring": ", ".join(c.restoring),  # type: ignore[dict-item]
                       "p": min((r.p_adjusted for r in c.rows if r.p_adjusted is not None), default=math.nan)}
-        del starts
         print(f"real llama-server, {label}: {launches} launches, {len(lines)} requests, {wall:.0f} s; "
               f"credited: {', '.join(c.restoring) or 'nothing'}; {c.elimination[:300]}")
     return out

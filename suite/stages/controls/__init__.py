@@ -40,8 +40,9 @@ from rich.table import Table
 from rich.text import Text
 
 from suite.analysis.claims import Claim, Evidence, Family, run_caveats
-from suite.analysis.repro import Sample, analyse, group_answers
+from suite.analysis.repro import Sample, analyse, group_answers, unseen_share_bound
 from suite.analysis.sequential import EFFECT, MAX_PAIRS
+from suite.definitions import InLaunch
 from suite.analysis.stats import fisher_fewer_others, holm, requests_needed
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.gpu import Energy, EnergyMeter
@@ -654,8 +655,11 @@ def _in_launch_test(t: RowTest, row: ControlRow, pid: str, alpha: float) -> RowT
     seq = (f"exact sequential sign test at {series.level:.2g} over up to {series.max_pairs} pairs, "
            f"p = {t.p_value:.2g}")
     if credited:
-        t.text = (f"{head}; with it one answer in {series.with_answers}: it changes the answer and brings it to one "
-                  f"({seq})")
+        bound = unseen_share_bound(series.with_answers)
+        seen = (f"a second answer with it in more than {bound:.0%} of requests would likely have shown" if bound
+                else "too few to bound how often a second answer would come")
+        t.text = (f"{head}; with it one answer in {series.with_answers} ({seen}): it changes the answer and brings "
+                  f"it to one ({seq})")
     elif res.decision == "rule-out":
         t.text = (f"{head}: rules out that it changes the answer in {series.effect:.0%} of requests or more "
                   f"({seq})")
@@ -1106,11 +1110,18 @@ def export_rows(result: ControlsResult) -> list[dict[str, Any]]:
                 "tokens_per_s": row.tokens_per_s, "energy_j": e.joules if e else None,
                 "j_per_token": e.j_per_token if e else None,
                 "mean_power_w": e.mean_power_w if e else None}
+        base["unit"] = row.unit
         cut = truncation_by_prompt(row.gate)
         if not row.distinct:
             rows.append(base)
         for pid, d in row.distinct.items():
-            rows.append(base | {"prompt_id": pid, "distinct_answers": d, "answered": row.answered.get(pid),
+            series = row.in_launch.get(pid)
+            res = series.result() if series is not None else None
+            pairs = {} if series is None or res is None else {
+                "pairs": len(series.outcomes), "pairs_differ": res.favourable, "pairs_other_way": res.against,
+                "pairs_alike": res.concordant, "sequential_stop": series.stop, "sequential_p": res.p_value,
+                "sequential_level": series.level}
+            rows.append(base | pairs | {"prompt_id": pid, "distinct_answers": d, "answered": row.answered.get(pid),
                                 **dict(zip(("answer_lengths_tokens", "answer_length_counts"),
                                            length_lists(row.lengths.get(pid)))),
                                 "truncated": cut.get(pid, (None, None))[0],
@@ -1118,11 +1129,24 @@ def export_rows(result: ControlsResult) -> list[dict[str, Any]]:
     return rows
 
 
+def carries_line(part: ControlsResult, line: dict[str, Any]) -> bool:
+    """Whether a resumed run keeps a request line of an earlier one: a finished row's (a row tried
+    inside one launch labels its lines "NAME:with", "NAME:without" and "NAME:first")."""
+    label = str(line.get("label"))
+    if label in {r.configuration for r in part.rows}:
+        return True
+    name, _, side = label.rpartition(":")
+    return side in ("with", "without", "first") and name in {r.configuration for r in part.rows if r.in_launch}
+
+
 COLUMNS: dict[str, ColumnType] = {
     "configuration": "str", "status": "str", "reason": "str", "concurrency": "int", "startup_s": "float",
     "controls": "list[str]", "tokens_per_s": "float", "energy_j": "float", "j_per_token": "float",
     "mean_power_w": "float", "prompt_id": "str", "distinct_answers": "int", "answered": "int",
-    "answer_lengths_tokens": "list[int]", "answer_length_counts": "list[int]", "truncated": "int", "max_tokens": "int"}
+    "answer_lengths_tokens": "list[int]", "answer_length_counts": "list[int]", "truncated": "int", "max_tokens": "int",
+    # the row's unit (request, launch, pair) and, for a row tried inside one launch, its pairs per prompt
+    "unit": "str", "pairs": "int", "pairs_differ": "int", "pairs_other_way": "int", "pairs_alike": "int",
+    "sequential_stop": "str", "sequential_p": "float", "sequential_level": "float"}
 
 
 STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
@@ -1135,6 +1159,6 @@ STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine
               when=lambda p: settings(p).auto, on_verdict=False, after="gate",
               settings=ControlsSettings, profiles={"quick": {"auto": False}}, profile_keys={"auto_controls": "auto"},
               tables=(ExportTable("controls", export_rows, COLUMNS),), exported_requests=("controls",),
-              rebuild=rebuild, carries_line=lambda part, line: line.get("label") in {r.configuration for r in part.rows},
+              rebuild=rebuild, carries_line=carries_line,
               page_title="control matrix", recompute=recompute, claims=claims,
               section=SectionTemplate("section.html", "suite.stages.controls.view:page", slot="causes", order=1, on_run_page=False))
