@@ -431,7 +431,7 @@ def read_record(path: Path) -> IO[bytes]:
     a compacted one reads decompressed, a bad or cut-short stream raising one of PACK_ERRORS."""
     real = record_path(path)
     fh = open_record(real)
-    if real is path:
+    if real == path:
         return fh
     return _Unpacked(fh)  # type: ignore[return-value]
 
