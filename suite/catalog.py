@@ -568,7 +568,7 @@ def _silent_bars() -> type:
     """huggingface_hub's progress bar class, always off (plain output: a start and an end line instead)."""
     from huggingface_hub.utils import tqdm as hub_tqdm
 
-    class Silent(hub_tqdm):  # type: ignore[misc, valid-type]
+    class Silent(hub_tqdm):
         def __init__(self, *args: object, **kwargs: object) -> None:
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)

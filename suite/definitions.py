@@ -306,12 +306,19 @@ class Control(Strict):
     refused_patterns: list[Regex] = Field(default_factory=list)  # log regexes meaning "refused"
 
 
+Platform = Literal["cpu", "gpu"]
+
+
+def _cpu_only() -> list[Platform]:
+    return ["cpu"]
+
+
 class RuntimeDefinition(Strict):
     """One runtime: how to install, start, and talk to it."""
 
     name: str
     description: str
-    platforms: list[Literal["cpu", "gpu"]] = Field(default_factory=lambda: ["cpu"])
+    platforms: list[Platform] = Field(default_factory=_cpu_only)
     base: str | None = None  # another definition whose image this one reuses (variants)
     server: ServerSpec = Field(default_factory=ServerSpec)
     local: LocalSpec | None = None

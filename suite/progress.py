@@ -150,7 +150,7 @@ class Step:
         line = last_line(text)
         if line and line != self.note_text:
             self.note_text = line
-            self.display._update(self, note=line)
+            self.display._update_note(self, line)
 
     def follow(self, proc: subprocess.Popen, log_path: Path, poll_s: float = 0.5) -> int:
         """Wait for a subprocess that writes its output to `log_path`, showing the log's latest
@@ -311,10 +311,10 @@ class Display:
                     self._progress = None
                 self.interactive_now = None
 
-    def _update(self, item: Step | Counter, **fields: object) -> None:
+    def _update_note(self, item: Step | Counter, note: str) -> None:
         with self._lock:
             if self._progress is not None and item.task is not None:
-                self._progress.update(item.task, **fields)
+                self._progress.update(item.task, note=note)
 
     def _advanced(self, counter: Counter, line: str | None) -> None:
         with self._lock:

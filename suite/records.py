@@ -29,7 +29,7 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 import re
-from typing import IO, Annotated, Any, Callable, Iterable, Literal, Union
+from typing import IO, TYPE_CHECKING, Annotated, Any, Callable, Iterable, Literal, Union
 
 from memwatch.report import WatchdogReport
 from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError, create_model
@@ -45,6 +45,16 @@ from suite.secrets import scrub
 from suite.stages import STAGES, with_stage_settings
 from suite.claims import recompute_verdicts, refresh_failure
 from suite.analysis.claims import Recomputed
+
+if TYPE_CHECKING:
+    from suite.stages.batch import BatchResult
+    from suite.stages.controls import ControlsResult
+    from suite.stages.extraction import ExtractionResult
+    from suite.stages.extraction.reloads import ReloadsResult
+    from suite.stages.latency import LatencyResult
+    from suite.stages.repeat import GateResult
+    from suite.stages.restarts import RestartsResult
+    from suite.stages.sessions import SessionsResult
 
 log = logging.getLogger(__name__)
 
@@ -246,11 +256,28 @@ class SummaryBase(RunIdentity):
 
 # summary.json: one arm's run, and one typed field per stage of the registry (and the watchdog),
 # None when it did not run: `summary.gate` is a GateResult, `summary.latency` a LatencyResult...
-Summary = create_model(  # type: ignore[call-overload]
-    "Summary", __base__=SummaryBase,
-    __doc__="summary.json: one arm's run, one typed result per stage (None when the stage did not run).",
-    **{name: (model | None, None) for name, model in RESULT_MODELS.items()},
-)
+if TYPE_CHECKING:
+    # What the type checker reads: the fields that the built-in stages give the model made below
+    # (a stage from another package adds its own at run time; code reaches it by name).
+    # tests/records/test_summary_fields.py holds this list to the stage registry.
+    class Summary(SummaryBase):
+        """summary.json: one arm's run, one typed result per stage (None when the stage did not run)."""
+
+        gate: GateResult | None = None
+        batch: BatchResult | None = None
+        latency: LatencyResult | None = None
+        extraction: ExtractionResult | None = None
+        reloads: ReloadsResult | None = None
+        restarts: RestartsResult | None = None
+        controls: ControlsResult | None = None
+        sessions: SessionsResult | None = None
+        watchdog: WatchdogReport | None = None
+else:
+    Summary = create_model(
+        "Summary", __base__=SummaryBase,
+        __doc__="summary.json: one arm's run, one typed result per stage (None when the stage did not run).",
+        **{name: (model | None, None) for name, model in RESULT_MODELS.items()},
+    )
 
 
 # -- request lines (requests.jsonl) ----------------------------------------------------------------

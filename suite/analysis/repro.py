@@ -330,6 +330,12 @@ def series_pattern(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence
     return "varies", f"answers vary in random order ({len(set(keys))} distinct, {changes} changes in {len(keys)})"
 
 
+def joint_p(ps: Sequence[float | None]) -> float | None:
+    """The product of independent p-values: None where there are none, or one of them is None."""
+    known = [p for p in ps if p is not None]
+    return math.prod(known) if known and len(known) == len(ps) else None
+
+
 def cold_transient_p(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence[int]) -> float | None:
     """How often random order would put every odd answer of the series on its cold request(s).
 
@@ -981,9 +987,9 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
         if len({answer_key(s, by) for s in ok}) > 1:
             cold_ps.append(cold_transient_p(ok, by, first))
             switch_ps.append(switch_at_start_p(len(ok), sum(1 for s in ok if s.index in first)))
-    shaped = bool(cold_ps) and all(p is not None for p in cold_ps)
-    cold_p = math.prod(cold_ps) if shaped else None
-    cold_switch = math.prod(switch_ps) if shaped and all(p is not None for p in switch_ps) else None
+    cold_p = joint_p(cold_ps)
+    shaped = cold_p is not None
+    cold_switch = joint_p(switch_ps) if cold_p is not None else None
     across_diff, apart = launch_logprob_gaps(modal_samples)
     return LaunchesAnalysis(
         compared_by=by,
@@ -1094,7 +1100,7 @@ def run_hash(run: dict[str, Sample], items: Sequence[str], compared_by: str) -> 
 
 
 def _pair_measures(a: dict[str, Sample], b: dict[str, Sample], items: Sequence[str], by: str,
-                   ha: str | None, hb: str | None) -> dict[str, float | None]:
+                   ha: str | None, hb: str | None) -> dict[RunMeasure, float | None]:
     both = [pid for pid in items if pid in a and pid in b and a[pid].ok and b[pid].ok]
     return {
         "identical runs": None if ha is None or hb is None else float(ha == hb),

@@ -261,7 +261,7 @@ def _score_number(gold: GoldFact, answer: Any) -> tuple[bool, bool, str | None]:
     q = parse_quantity(answer)
     if q is None:
         return False, False, "not a number"
-    gold_value = float(gold.value)  # type: ignore[arg-type]
+    gold_value = float(gold.value)
     if not gold.unit:
         dim, _ = unit_info(q.unit)
         if q.unit is not None and not dim.startswith("word:"):

@@ -105,6 +105,8 @@ class _SSEProtocol(asyncio.Protocol):
         if future is not None and not future.done() and response is not None:
             try:
                 response.eof(time.perf_counter(), exc)
+                if response.done_at is None:  # it ended on an error: never a time of None for the waiter
+                    raise ClientError(f"{response.state.where}: the connection closed before the response ended")
                 future.set_result(response.done_at)
             except ClientError as err:
                 future.set_exception(err)
@@ -181,6 +183,9 @@ class AsyncOpenAIClient:
         self._open: set[_SSEProtocol] = set()
         self._unparsed: list[_SSEProtocol] = []  # connections with reads not parsed yet
         self._watchdog: asyncio.Task[None] | None = None
+        # applied to each streamed reply with its prompt before it is returned (None: as received);
+        # a client that counts tokens itself where the server does not sets it (TokenizerClient)
+        self.finish: Callable[[Completion, str], Completion] | None = None
 
     async def aclose(self) -> None:
         if self._watchdog is not None:
@@ -207,7 +212,8 @@ class AsyncOpenAIClient:
         """A streamed /v1/completions request, timed as `OpenAIClient.complete(..., stream=True)` times it."""
         t_enter = time.perf_counter()
         body = self._body(prompt, max_tokens, extra)
-        return await self._stream("/v1/completions", body, t_enter)
+        out = await self._stream("/v1/completions", body, t_enter)
+        return self.finish(out, prompt) if self.finish is not None else out
 
     def _parse_reads(self) -> None:
         """Parse every connection's reads since the last call (scheduled by the first read after it)."""

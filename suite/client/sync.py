@@ -225,9 +225,9 @@ class OpenAIClient:
                 if isinstance(exc, TimeoutError):
                     raise ClientError(f"{where}: no data for {stall:g} s (stall timeout)") from None
                 raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
-            break
-        self._keep(sock, response)
-        return response, t_send
+            self._keep(sock, response)
+            return response, t_send
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _connect_stream(self) -> socket.socket:
         sock = socket.create_connection((self._host, self._port), timeout=10.0)

@@ -624,7 +624,9 @@ class DockerLauncher(Launcher):
         self._images: dict[str, str] = {}
 
     @property
-    def client(self) -> "docker.DockerClient":
+    def engine(self) -> "docker.DockerClient":
+        """The Docker engine's client (connected on first use). Not `client`: that is the stages'
+        client to the runtime (Launcher.client), which a bench asks every launcher for."""
         if self._client is None:
             self._client = _docker_client()
         return self._client
@@ -633,7 +635,7 @@ class DockerLauncher(Launcher):
         import docker
 
         try:
-            self.client.ping()
+            self.engine.ping()
         except docker.errors.DockerException as exc:
             raise EnvironmentUnavailable(f"Docker engine not reachable: {_first_line(exc)}") from None
 
@@ -680,7 +682,7 @@ class DockerLauncher(Launcher):
         runtime = spec.runtime
         dspec = docker_spec(runtime)
         self.check_available()
-        client = self.client
+        client = self.engine
         tag = build_image(runtime, _docker_client(timeout=3600))  # reused when it exists
         self._images[_image_key(runtime)] = tag
         want_gpu = dspec.gpu != "none"

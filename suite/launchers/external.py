@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from suite.client import Completion, OpenAIClient
+from suite.client import AsyncOpenAIClient, Completion, OpenAIClient
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import LaunchSpec, Launcher, ModelPath, RunningRuntime
 
@@ -255,16 +255,12 @@ class TokenizerClient(OpenAIClient):
         out = super()._generate(path, body, stream, extra, chat)
         return count_missing(out, self.local_tokenizer, None if chat else body.get("prompt"))
 
-    def async_client(self, *args: Any, **kwargs: Any) -> Any:
+    def async_client(self, max_connections: int = 256,
+                     backend: type[AsyncOpenAIClient] = AsyncOpenAIClient) -> AsyncOpenAIClient:
         """The asyncio twin (latency at concurrency), its streamed replies counted the same way."""
-        inner = super().async_client(*args, **kwargs)
-        stream = inner.complete_stream
+        inner = super().async_client(max_connections, backend)
         tokenizer = self.local_tokenizer
-
-        async def complete_stream(prompt: str, **kw: Any) -> Completion:
-            return count_missing(await stream(prompt, **kw), tokenizer, prompt)
-
-        inner.complete_stream = complete_stream
+        inner.finish = lambda completion, prompt: count_missing(completion, tokenizer, prompt)
         return inner
 
 

@@ -327,8 +327,8 @@ def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None
     """Start drawing a model page's charts: TTFT, inter-token latency, memory timelines."""
     runs = model.current_for(LATENCY_STAGE)
     requests = [site.requests(r) for r in runs]
-    latency_reqs = [[q for q in reqs if q.kind == LATENCY_STAGE and not q.warmup and not q.error
-                     and not q.incomplete and q.concurrency == 1]
+    latency_reqs = [[q for q in reqs if isinstance(q, LatencyLine) and q.kind == LATENCY_STAGE and not q.warmup
+                     and not q.error and not q.incomplete and q.concurrency == 1]
                     for reqs in requests]
     ttft = {r.s.arm: [q.ttft_s for q in reqs if q.ttft_s is not None] for r, reqs in zip(runs, latency_reqs)}
     itl = {r.s.arm: [g for q in reqs for g in itl_gaps(q)] for r, reqs in zip(runs, latency_reqs)}
@@ -382,7 +382,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         # a run whose gate never finished: rebuild its prompts from the request records
         recorded: dict[str, list[AnswerLine]] = {}
         for q in reqs:
-            if q.kind == VERDICT_STAGE:
+            if isinstance(q, AnswerLine) and q.kind == VERDICT_STAGE:
                 recorded.setdefault(q.prompt_id, []).append(q)
         for pid, qs in recorded.items():
             if pid not in by_prompt or not by_prompt[pid].answers:

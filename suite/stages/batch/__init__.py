@@ -106,6 +106,9 @@ class BatchMode(BaseModel):
         return s
 
 
+CacheReset = Literal["per-trial", "not-offered", "failed"]
+
+
 class BatchResult(BaseModel):
     """The target prompt alone and in batches: per mode, distinct answers and departures."""
 
@@ -118,7 +121,7 @@ class BatchResult(BaseModel):
     seed: int | None
     temperature: float
     logprobs: bool
-    cache_reset: Literal["per-trial", "not-offered", "failed"]
+    cache_reset: CacheReset
     cache_reset_path: str | None = None
     cache_reset_note: str | None = None  # why it failed, or what was offered instead
     modes: list[BatchMode]
@@ -410,7 +413,7 @@ def run_batch(client: OpenAIClient, prompt: GatePrompt, *, trials: int, batch_si
     single = next((m for m in results if m.mode == "single"), None)
     if single is not None and single.target.answers:
         ref_answer = single.target.answers[0]
-    cache = "not-offered" if reset_path is None else ("failed" if reset_state else "per-trial")
+    cache: CacheReset = "not-offered" if reset_path is None else ("failed" if reset_state else "per-trial")
     result = BatchResult(
         prompt_id=prompt.id, prompt_version=prompt.version, prompt_sha256=prompt.sha256, max_tokens=max_tokens,
         trials=trials, batch_sizes=list(batch_sizes), seed=params.seed, temperature=params.temperature,

@@ -135,10 +135,8 @@ def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> lis
     m = sum(len(measures) for _, measures in planned)
     out: list[dict[str, Any]] = []
     for arm, measures in planned:
-        rows = [{"measure": name, "diff": paired_difference(a, b, confidence=1.0 - FAMILY_ALPHA / m, family=m)}
-                for name, a, b in measures]
-        for row in rows:
-            row["text"] = paired_text(row["diff"])
+        diffs = [(name, paired_difference(a, b, confidence=1.0 - FAMILY_ALPHA / m, family=m)) for name, a, b in measures]
+        rows = [{"measure": name, "diff": diff, "text": paired_text(diff)} for name, diff in diffs]
         out.append({"arm": arm, "against": base_arm, "rows": rows})
     note = multiplicity_note(out)
     for p in out:

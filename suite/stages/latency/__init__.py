@@ -78,7 +78,7 @@ PROMPT = (
 # The nonce before the prompt: one per request of the stage, the same length (and token length:
 # four zero-padded digits) for every request. 10,000 requests per stage at most.
 PROMPT_PREFIX = "Request {index:04d}: "
-PROMPT_CACHE = "unique-prefix"
+PROMPT_CACHE: Literal["unique-prefix"] = "unique-prefix"
 MAX_REQUESTS = 10_000
 MAX_CONCURRENCY = 256
 

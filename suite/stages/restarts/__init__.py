@@ -42,7 +42,7 @@ from suite.stages.lines import AnswerLine
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.secrets import scrub
 from suite.analysis.repro import (ALPHA, ORDER_TEST_MIN_ANSWERS, LaunchFigures, LaunchPair, Pattern, across_of,
-                                  analyse_launches,
+                                  analyse_launches, joint_p,
                                   requests_for_transient)
 from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, run_caveats
 from suite.analysis.stats import holm
@@ -161,13 +161,13 @@ class RestartsResult(BaseModel):
                     f"every launch was to start with empty compile caches, but {len(found)} found files")
         later = counts[1:]
         if later and all(later):
-            found = (f"launches after the first found the first's compile caches ({', '.join(map(str, later))} "
+            text = (f"launches after the first found the first's compile caches ({', '.join(map(str, later))} "
                      "files at their start)")
             refused = [o for o in self.launch_outcomes[1:] if o.cache_not_loaded]
             if refused:
-                found += (f", but the runtime did not load them in {len(refused)} of {len(later)} and compiled "
+                text += (f", but the runtime did not load them in {len(refused)} of {len(later)} and compiled "
                           f"again (its log: {refused[0].cache_not_loaded!r}): kept caches saved no compiling there")
-            return found
+            return text
         return (f"launches after the first were to reuse the first's compile caches but found "
                 f"{', '.join(map(str, later)) or 'none'} files at their start: the runtime wrote no cache there, "
                 "nothing was kept")
@@ -213,14 +213,15 @@ def within_verdict_of(prompts: list[RestartPromptResult]) -> str:
                  for pid, _ in unstable}
         shaped = [p for p in prompts if any(x == "cold-transient" for x in p.within_patterns)]
         ps = [p.cold_transient_p for p in shaped]
-        joint = math.prod(ps) if ps and all(x is not None for x in ps) else None
+        joint = joint_p(ps)
         # two or more series that changed right after their first request: a switch placed at
         # random in each does that too, a little more often than random order
         series = len(unstable)
         chance = "random order"
         if joint is not None and series >= 2:
             switch = [p.cold_switch_p for p in shaped]
-            joint = max(joint, math.prod(switch)) if all(x is not None for x in switch) else None
+            switch_joint = joint_p(switch)
+            joint = max(joint, switch_joint) if switch_joint is not None else None
             chance = "random order, or one switch placed at random in each,"
         if joint is not None and joint <= ALPHA:
             return (f"cold-start transient within launches ({where}: in {len(unstable)} launch-prompt series of "

@@ -328,9 +328,9 @@ def table_lines(result: SessionsResult) -> list[str]:
 def export_rows(result: SessionsResult) -> list[dict[str, Any]]:
     """`suite export`'s sessions table (study 2's): per configuration, each agreement measure between
     runs (one pass over the prompt set) across sessions with its interval, and within sessions."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for c in result.configurations:
-        base = {"sessions": result.sessions, "replicates": result.replicates, "configuration": c.label,
+        base: dict[str, Any] = {"sessions": result.sessions, "replicates": result.replicates, "configuration": c.label,
                 "status": c.status, "reason": c.reason, "controls": list(result.controls)}
         runs_ = c.runs
         if runs_ is None:
