@@ -231,7 +231,7 @@ class TimingsSpec(Strict):
     cached_tokens: str | None = None  # prompt tokens taken from the runtime's cache (llama-server: cache_n)
 
     @model_validator(mode="after")
-    def _check_pairs(self) -> "TimingsSpec":
+    def _check_pairs(self) -> TimingsSpec:
         if (self.prompt_ms is None) != (self.generation_ms is None):
             raise ValueError("prompt_ms and generation_ms go together (the runtime's TTFT and e2e need both)")
         if self.generated_tokens is not None and self.prompt_ms is None:
@@ -257,7 +257,7 @@ class CacheFolder(Strict):
     default: str | None = None
 
     @model_validator(mode="after")
-    def _check_recorded(self) -> "CacheFolder":
+    def _check_recorded(self) -> CacheFolder:
         if (self.recorded_as is None) != (self.default is None):
             raise ValueError("recorded_as and default go together (the signature finds the folder by its default)")
         return self
@@ -282,7 +282,7 @@ class CompileCacheSpec(Strict):
     not_loaded_patterns: list[Regex] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _check_unique(self) -> "CompileCacheSpec":
+    def _check_unique(self) -> CompileCacheSpec:
         for what in ("env", "folder", "recorded_as"):
             values = [getattr(d, what) for d in self.dirs if getattr(d, what) is not None]
             twice = sorted({v for v in values if values.count(v) > 1})
@@ -336,7 +336,7 @@ class RuntimeDefinition(Strict):
     pinned_version: str | None = None
 
     @model_validator(mode="after")
-    def _check_controls(self) -> "RuntimeDefinition":
+    def _check_controls(self) -> RuntimeDefinition:
         if self.determinism_control and self.determinism_control not in self.controls:
             raise ValueError(
                 f"determinism_control {self.determinism_control!r} is not one of [controls]"
@@ -558,7 +558,7 @@ def _fill(part: str, values: dict[str, object]) -> str:
     return part.format(**values)
 
 
-def _check_templates(path: Path, definition: "RuntimeDefinition") -> None:
+def _check_templates(path: Path, definition: RuntimeDefinition) -> None:
     """Every template of a runtime.toml names only its placeholders; else one line naming the key."""
     checks: list[tuple[str, list[str], tuple[str, ...]]] = []
     if definition.local is not None:

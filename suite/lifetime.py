@@ -24,7 +24,8 @@ import logging
 import os
 import signal
 import threading
-from typing import Any, Callable, Iterator, Protocol, TypeVar, overload
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar, overload
 
 log = logging.getLogger(__name__)
 

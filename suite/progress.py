@@ -135,7 +135,7 @@ class Step:
     """One running step: its name, when it started, and its latest output line."""
 
     name: str
-    display: "Display"
+    display: Display
     started: float
     timeout_s: float | None = None
     task: TaskID | None = None
@@ -172,7 +172,7 @@ class Counter:
     """One running stage: its requests so far (thread-safe), of `total` when it is known."""
 
     name: str
-    display: "Display"
+    display: Display
     started: float
     total: int | None = None
     completed: int = 0

@@ -49,7 +49,7 @@ class GoldFact(BaseModel):
     model_config = {"extra": "forbid"}
 
     @model_validator(mode="after")
-    def _check(self) -> "GoldFact":
+    def _check(self) -> GoldFact:
         if self.type == "boolean" and not isinstance(self.value, bool):
             raise ValueError(f"fact {self.key!r}: a boolean fact needs true or false")
         if self.type == "number" and (isinstance(self.value, bool) or not isinstance(self.value, (int, float))):

@@ -376,7 +376,7 @@ def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float | None:
     n = len(a)
     if n == 0:
         return None
-    observed = sum(x == y for x, y in zip(a, b)) / n
+    observed = sum(x == y for x, y in zip(a, b, strict=True)) / n
     count_a, count_b = Counter(a), Counter(b)
     expected = math.fsum((count_a[c] / n) * (count_b[c] / n) for c in set(count_a) | set(count_b))
     if math.isclose(expected, 1.0):

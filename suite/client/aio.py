@@ -15,7 +15,8 @@ import asyncio
 import json
 import ssl
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from suite.client.budget import request_window
 from suite.client.params import GenerationParams
@@ -63,7 +64,7 @@ class _SSEProtocol(asyncio.Protocol):
     Keep-alive: a connection whose response ended goes back to its client's idle pool.
     """
 
-    def __init__(self, owner: "AsyncOpenAIClient"):
+    def __init__(self, owner: AsyncOpenAIClient):
         self.owner = owner
         self.transport: asyncio.Transport | None = None
         self.closed = False
@@ -72,7 +73,7 @@ class _SSEProtocol(asyncio.Protocol):
         self.future: asyncio.Future[float] | None = None
         self.reads: list[tuple[bytes, float]] = []  # reads not parsed yet, with their arrival times
 
-    def start(self, request: bytes, state: StreamState, t_send: float) -> "asyncio.Future[float]":
+    def start(self, request: bytes, state: StreamState, t_send: float) -> asyncio.Future[float]:
         """Send `request`; the future gets the time the stream ended (perf_counter) or a ClientError."""
         self.response = _Response(state, t_send)
         self.future = asyncio.get_running_loop().create_future()
@@ -197,7 +198,7 @@ class AsyncOpenAIClient:
         self._open.clear()
         self._idle.clear()
 
-    async def __aenter__(self) -> "AsyncOpenAIClient":
+    async def __aenter__(self) -> AsyncOpenAIClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -247,7 +248,7 @@ class AsyncOpenAIClient:
         try:
             _, proto = await asyncio.wait_for(
                 loop.create_connection(lambda: _SSEProtocol(self), self._host, self._port, ssl=ssl_ctx), 30.0)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise ClientError(f"{where}: cannot connect: {type(exc).__name__}: {exc}") from None
         self._open.add(proto)
         return proto
@@ -271,7 +272,7 @@ class AsyncOpenAIClient:
                 if attempt == 0 and reused and proto.closed and not proto.answered and not isinstance(exc, _Stalled):
                     continue
                 raise
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if proto.transport is not None:
                     proto.transport.close()
                 raise ClientError(late.replace("no end of the reply", "no end of the stream")) from None

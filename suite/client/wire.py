@@ -42,7 +42,7 @@ class _Response:
                  "done_at", "answered", "error_body", "head_bytes", "body_bytes", "piece_at", "piece_bytes",
                  "piece_mark")
 
-    def __init__(self, state: "StreamState | _Body", t_send: float):
+    def __init__(self, state: StreamState | _Body, t_send: float):
         self.parser = httptools.HttpResponseParser(self)
         self.state = state
         self.t_send = t_send

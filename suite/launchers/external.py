@@ -33,7 +33,7 @@ import httpx
 
 from suite.client import AsyncOpenAIClient, Completion, OpenAIClient
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers.base import LaunchSpec, Launcher, ModelPath, RunningRuntime
+from suite.launchers.base import Launcher, LaunchSpec, ModelPath, RunningRuntime
 
 if TYPE_CHECKING:
     from suite.definitions import RuntimeDefinition
@@ -329,15 +329,15 @@ class ExternalLauncher(Launcher):
         return rt
 
     # -- what the signature records ---------------------------------------------------------------
-    def version(self, runtime: "RuntimeDefinition", rt: RunningRuntime) -> str | None:
+    def version(self, runtime: RuntimeDefinition, rt: RunningRuntime) -> str | None:
         """What the server said about itself when probed."""
         return self.info.version
 
-    def env(self, runtime: "RuntimeDefinition", spec: LaunchSpec) -> dict[str, str]:
+    def env(self, runtime: RuntimeDefinition, spec: LaunchSpec) -> dict[str, str]:
         """Unknown: the suite did not start it (the spec's env only, which a --url arm leaves empty)."""
         return dict(spec.env)
 
-    def hardware(self) -> "Hardware":
+    def hardware(self) -> Hardware:
         """This machine's, only when the server runs here (a loopback address); else unknown."""
         from suite.probes import Hardware, detect_hardware
 

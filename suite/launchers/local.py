@@ -54,8 +54,8 @@ import logging
 import os
 import queue
 import re
-import signal
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -72,13 +72,12 @@ from suite import procid, progress
 from suite.definitions import RuntimeDefinition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers import owned, pyenv
+from suite.launchers.base import Launcher, LaunchSpec, ModelPath, RunningRuntime, find_error_line, free_port, wait_until_ready
 from suite.launchers.guard import Guard, start_guard
-from suite.launchers.base import (LaunchSpec, Launcher, ModelPath, RunningRuntime, find_error_line, free_port,
-                                 wait_until_ready)
 from suite.lifetime import REGISTRY
 from suite.paths import leases_dir, open_lock, runtime_prefix
-from suite.secrets import SECRET_ENV, redact_args
 from suite.probes import RuntimeStack, command_version, probe_runtime_stack
+from suite.secrets import SECRET_ENV, redact_args
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +118,7 @@ class _Spawner:
     """
 
     def __init__(self) -> None:
-        self._jobs: "queue.Queue[tuple[list[str], dict[str, Any], concurrent.futures.Future]]" = queue.Queue()
+        self._jobs: queue.Queue[tuple[list[str], dict[str, Any], concurrent.futures.Future]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 

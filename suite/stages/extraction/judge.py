@@ -39,12 +39,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from suite.analysis.jsonextract import extract_json_object
+from suite.analysis.stats import MeanSE, cohen_kappa, mean_se
 from suite.client import ClientError, GenerationParams, OpenAIClient
 from suite.errors import SuiteError
-from suite.analysis.jsonextract import extract_json_object
 from suite.paths import PROMPTS_DIR
-from suite.analysis.stats import MeanSE, cohen_kappa, mean_se
-
 from suite.sections import Answer, JsonChat, Section, changed_sections
 
 if TYPE_CHECKING:
@@ -184,7 +183,7 @@ def parse_verdicts(section: Section, obj: dict[str, Any] | None) -> tuple[dict[s
     return verdicts, reasoning if isinstance(reasoning, str) else None
 
 
-def grade(ctx: "StageContext", sections: list[Section], answers: dict[str, list[Answer]],
+def grade(ctx: StageContext, sections: list[Section], answers: dict[str, list[Answer]],
           max_tokens: int | None = None) -> JudgeResult:
     """Grade the extraction answers with ctx.judge, gate the judge, and compare with gold.
 
@@ -295,5 +294,5 @@ def fact_agreement(judge_correct: list[bool], gold_correct: list[bool]) -> tuple
         raise ValueError("fact_agreement: the judge and gold label lists differ in length")
     if not judge_correct:
         return None, None
-    raw = sum(j == g for j, g in zip(judge_correct, gold_correct)) / len(judge_correct)
+    raw = sum(j == g for j, g in zip(judge_correct, gold_correct, strict=True)) / len(judge_correct)
     return raw, cohen_kappa(judge_correct, gold_correct)
