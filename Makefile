@@ -10,7 +10,7 @@ LAUNCHER ?= auto
 TEST_MARKERS ?= not slow and not gpu
 PYTEST_ARGS ?=
 
-.PHONY: setup bench test faults site lint clean-site
+.PHONY: setup bench test typecheck faults site lint clean-site
 
 $(BIN)/suite: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,12 @@ bench: $(BIN)/suite
 site: $(BIN)/suite
 	$(BIN)/suite site
 
-test: $(BIN)/suite
+# The type checker and the linter over suite/ (configured in pyproject.toml); `make test` runs them first.
+typecheck: $(BIN)/suite
+	$(BIN)/mypy
+	$(BIN)/ruff check suite
+
+test: $(BIN)/suite typecheck
 	$(BIN)/suite setup --model tiny
 	bash .ci/docker-setup.sh || echo "warning: Docker set-up failed; the Docker tests will say why they skip"
 	bash .ci/browser-setup.sh
