@@ -97,6 +97,7 @@ def start_suite(cache: Path, tmp: Path, args: list[str]) -> tuple[subprocess.Pop
     pytest.fail("the suite did not serve within 60 s:\n" + (tmp / "suite.out").read_text(errors="replace"))
 
 
+@pytest.mark.live
 def test_kill_9_of_the_suite_ends_llama_server(suite_cache: Path, tmp_path: Path):
     proc, server = start_suite(suite_cache, tmp_path, [*SUITE, "up", "llamacpp"])
     created = server.create_time()

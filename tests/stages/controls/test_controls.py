@@ -69,6 +69,7 @@ def controls_run(tmp_path_factory):
     return summary
 
 
+@pytest.mark.live
 def test_controls_on_fresh_llama_servers(controls_run):
     assert controls_run.status == "complete", controls_run.reason
     result = controls_run.controls
@@ -91,6 +92,7 @@ def test_controls_on_fresh_llama_servers(controls_run):
     assert "--lora" not in by["prompt-cache-off"].command
 
 
+@pytest.mark.live
 def test_lora_base_and_adapter_in_one_llama_server(controls_run):
     result = controls_run.controls
     lora = result.lora
