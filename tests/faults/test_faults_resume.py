@@ -1,5 +1,5 @@
 """`--resume` never takes over a live run and never mixes configurations; a linked record survives
-a crash (issue 23, points 3 and 10).
+a crash.
 
 A live run is a real second process that holds a run folder and keeps appending request lines
 while this one tries to resume it; what it wrote is counted line by line afterwards.

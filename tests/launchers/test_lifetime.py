@@ -1,4 +1,4 @@
-"""Runtimes die with the suite, whatever ends it (issue 15, point 1).
+"""Runtimes die with the suite, whatever ends it.
 
 Real llama-server on the tiny model: `suite up` in a subprocess, then kill -9 / SIGHUP / SIGQUIT
 of the suite must leave no llama-server behind; a runtime started from a worker thread survives

@@ -1,4 +1,4 @@
-"""Runtime versions as arms (issue 11, point 5): a card names one runtime at several releases.
+"""Runtime versions as arms: a card names one runtime at several releases.
 
 A definition's `[version]` knob says how a release is chosen (the install recipe's variable, the
 Dockerfile's build arg, the package whose releases an arm may name). An arm's `version` gets its
