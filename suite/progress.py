@@ -83,6 +83,7 @@ def tail_of(path: Path, size: int = 4096) -> str:
 class _BarColumn(BarColumn):
     """A stage's bar (pulsing without a total); nothing for a step."""
 
+    # rich draws whatever renderable a column gives; its types say a bar column gives only a bar
     def render(self, task: Task) -> Text:  # type: ignore[override]
         if task.fields.get("kind") != "stage":
             return Text("")

@@ -16,7 +16,7 @@ import json
 import ssl
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from suite.client.budget import request_window
 from suite.client.params import GenerationParams
@@ -88,7 +88,7 @@ class _SSEProtocol(asyncio.Protocol):
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream connection's is a Transport
 
     def data_received(self, data: bytes) -> None:
         t = self.last_read = time.perf_counter()

@@ -134,6 +134,7 @@ class _Spawner:
         command = _with_parent_death(command, env, death_signal)
         if threading.current_thread() is threading.main_thread():
             proc = subprocess.Popen(command, **kwargs)
+            # the ownership mark rides on the Popen its caller holds (read back with getattr)
             proc.suite_mark = mark  # type: ignore[attr-defined]
             return proc
         with self._lock:
@@ -621,7 +622,8 @@ class LocalLauncher(Launcher):
                                          "(it runs only from its Docker image)")
         if pyenv.uses_existing(runtime):
             version = pyenv.check_existing(runtime)  # another version than the arm's: one line
-            log.info("%s %s from %s", runtime.name, version, pyenv.python_way(runtime).text)  # type: ignore[union-attr]
+            way = pyenv.python_way(runtime)
+            log.info("%s %s from %s", runtime.name, version, way.text if way is not None else "its own Python")
             return
         prefix = install_prefix(runtime)
         marker = prefix / runtime.local.installed_marker
