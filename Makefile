@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 # compiles its own.
 TEST_LLAMA_BUILD ?= portable
 
-.PHONY: setup bench test faults site lint clean-site
+.PHONY: setup bench test typecheck faults site lint clean-site
 
 $(BIN)/suite: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,12 @@ bench: $(BIN)/suite
 site: $(BIN)/suite
 	$(BIN)/suite site
 
-test: $(BIN)/suite
+# The type checker and the linter over suite/ (configured in pyproject.toml); `make test` runs them first.
+typecheck: $(BIN)/suite
+	$(BIN)/mypy
+	$(BIN)/ruff check suite
+
+test: $(BIN)/suite typecheck
 	SUITE_LLAMA_BUILD=$(TEST_LLAMA_BUILD) SUITE_LLAMA_PORTABLE_LEVEL=x86-64-v3 $(BIN)/suite setup --model tiny
 	bash .ci/docker-setup.sh || echo "warning: Docker set-up failed; the Docker tests will say why they skip"
 	bash .ci/llama-build-context.sh

@@ -22,9 +22,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from suite.analysis.repro import Sample, answer_key, first_diff, prefix_logprob_diff
 from suite.errors import SuiteError
 from suite.records import Summary, has_record, incomplete_summary, iter_run_dirs, load_summary
-from suite.analysis.repro import Sample, answer_key, first_diff, prefix_logprob_diff
 from suite.signature import flatten_signature
 from suite.stages.repeat import GatePromptResult, GateResult
 

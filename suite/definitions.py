@@ -231,7 +231,7 @@ class TimingsSpec(Strict):
     cached_tokens: str | None = None  # prompt tokens taken from the runtime's cache (llama-server: cache_n)
 
     @model_validator(mode="after")
-    def _check_pairs(self) -> "TimingsSpec":
+    def _check_pairs(self) -> TimingsSpec:
         if (self.prompt_ms is None) != (self.generation_ms is None):
             raise ValueError("prompt_ms and generation_ms go together (the runtime's TTFT and e2e need both)")
         if self.generated_tokens is not None and self.prompt_ms is None:
@@ -257,7 +257,7 @@ class CacheFolder(Strict):
     default: str | None = None
 
     @model_validator(mode="after")
-    def _check_recorded(self) -> "CacheFolder":
+    def _check_recorded(self) -> CacheFolder:
         if (self.recorded_as is None) != (self.default is None):
             raise ValueError("recorded_as and default go together (the signature finds the folder by its default)")
         return self
@@ -282,7 +282,7 @@ class CompileCacheSpec(Strict):
     not_loaded_patterns: list[Regex] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _check_unique(self) -> "CompileCacheSpec":
+    def _check_unique(self) -> CompileCacheSpec:
         for what in ("env", "folder", "recorded_as"):
             values = [getattr(d, what) for d in self.dirs if getattr(d, what) is not None]
             twice = sorted({v for v in values if values.count(v) > 1})
@@ -329,12 +329,19 @@ class Control(Strict):
         return None
 
 
+Platform = Literal["cpu", "gpu"]
+
+
+def _cpu_only() -> list[Platform]:
+    return ["cpu"]
+
+
 class RuntimeDefinition(Strict):
     """One runtime: how to install, start, and talk to it."""
 
     name: str
     description: str
-    platforms: list[Literal["cpu", "gpu"]] = Field(default_factory=lambda: ["cpu"])
+    platforms: list[Platform] = Field(default_factory=_cpu_only)
     base: str | None = None  # another definition whose image this one reuses (variants)
     server: ServerSpec = Field(default_factory=ServerSpec)
     local: LocalSpec | None = None
@@ -352,7 +359,7 @@ class RuntimeDefinition(Strict):
     pinned_version: str | None = None
 
     @model_validator(mode="after")
-    def _check_controls(self) -> "RuntimeDefinition":
+    def _check_controls(self) -> RuntimeDefinition:
         if self.determinism_control and self.determinism_control not in self.controls:
             raise ValueError(
                 f"determinism_control {self.determinism_control!r} is not one of [controls]"
@@ -577,7 +584,7 @@ def _fill(part: str, values: dict[str, object]) -> str:
     return part.format(**values)
 
 
-def _check_templates(path: Path, definition: "RuntimeDefinition") -> None:
+def _check_templates(path: Path, definition: RuntimeDefinition) -> None:
     """Every template of a runtime.toml names only its placeholders; else one line naming the key."""
     checks: list[tuple[str, list[str], tuple[str, ...]]] = []
     if definition.local is not None:

@@ -36,16 +36,28 @@ import asyncio
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from suite.analysis.claims import Claim, Evidence, caveat_cut, run_caveats
+from suite.analysis.repro import (
+    ALPHA,
+    DistinctAnswer,
+    Divergence,
+    PromptAnalysis,
+    Sample,
+    analyse,
+    answer_key,
+    divergence,
+    launches_for_bound,
+    prefix_logprob_diff,
+    unseen_share_bound,
+)
 from suite.analysis.stats import fisher_fewer_others, requests_needed
-from suite.analysis.repro import (ALPHA, DistinctAnswer, Divergence, PromptAnalysis, Sample, analyse, answer_key,
-                                  divergence, launches_for_bound, prefix_logprob_diff, unseen_share_bound)
 from suite.client import ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.errors import SuiteError
-from suite.analysis.claims import Claim, Evidence, caveat_cut, run_caveats
 from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
 from suite.stages.lines import RequestLineBase
 from suite.stages.repeat import TOP_LOGPROBS, GatePrompt, death_reason_of, logprobs_for, select_prompts
@@ -106,6 +118,9 @@ class BatchMode(BaseModel):
         return s
 
 
+CacheReset = Literal["per-trial", "not-offered", "failed"]
+
+
 class BatchResult(BaseModel):
     """The target prompt alone and in batches: per mode, distinct answers and departures."""
 
@@ -118,7 +133,7 @@ class BatchResult(BaseModel):
     seed: int | None
     temperature: float
     logprobs: bool
-    cache_reset: Literal["per-trial", "not-offered", "failed"]
+    cache_reset: CacheReset
     cache_reset_path: str | None = None
     cache_reset_note: str | None = None  # why it failed, or what was offered instead
     modes: list[BatchMode]
@@ -410,7 +425,7 @@ def run_batch(client: OpenAIClient, prompt: GatePrompt, *, trials: int, batch_si
     single = next((m for m in results if m.mode == "single"), None)
     if single is not None and single.target.answers:
         ref_answer = single.target.answers[0]
-    cache = "not-offered" if reset_path is None else ("failed" if reset_state else "per-trial")
+    cache: CacheReset = "not-offered" if reset_path is None else ("failed" if reset_state else "per-trial")
     result = BatchResult(
         prompt_id=prompt.id, prompt_version=prompt.version, prompt_sha256=prompt.sha256, max_tokens=max_tokens,
         trials=trials, batch_sizes=list(batch_sizes), seed=params.seed, temperature=params.temperature,
@@ -442,14 +457,14 @@ class BatchSettings(BaseModel):
     prompt: str | None = None  # the target gate prompt (None: short-open, else the profile's first)
 
 
-def settings(profile: "Profile") -> BatchSettings:
+def settings(profile: Profile) -> BatchSettings:
     """This stage's settings for a profile (its values, then the run's own)."""
     resolved = STAGE.settings_for(profile)
     assert isinstance(resolved, BatchSettings)
     return resolved
 
 
-def batch_prompt(profile: "Profile") -> GatePrompt:
+def batch_prompt(profile: Profile) -> GatePrompt:
     """The target: the setting `prompt`, else short-open where it is one of the profile's gate
     prompts, else its first gate prompt (a gate prompt id that does not exist is one line)."""
     wanted = settings(profile).prompt
@@ -459,14 +474,14 @@ def batch_prompt(profile: "Profile") -> GatePrompt:
     return select_prompts([wanted])[0]
 
 
-def planned(profile: "Profile") -> int:
+def planned(profile: Profile) -> int:
     own = settings(profile)
     sizes = own.sizes or [2]
     per_mode = sum(sizes[t % len(sizes)] for t in range(own.trials))
     return own.trials + 2 * per_mode
 
 
-def run(ctx: "StageContext") -> BatchResult:
+def run(ctx: StageContext) -> BatchResult:
     """The batch-composition stage on the arm's running runtime."""
     from suite import gpu
 
@@ -480,7 +495,7 @@ def run(ctx: "StageContext") -> BatchResult:
     return result
 
 
-def _inputs(profile: "Profile") -> object:
+def _inputs(profile: Profile) -> object:
     other_texts()
     return batch_prompt(profile)
 

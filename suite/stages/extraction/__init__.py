@@ -24,7 +24,6 @@ the answers too, when the context has one.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from functools import lru_cache
@@ -33,17 +32,17 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.client import ClientError
 from suite.analysis.claims import Claim, Evidence, run_caveats
-from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
-from suite.stages.lines import LineBase, RequestLineBase
-from suite.errors import SuiteError
 from suite.analysis.jsonextract import extract_json_object
-from suite.paths import DOCUMENTS_DIR, EXTRACTION_DIR
 from suite.analysis.scoring import GoldFact, score_section
 from suite.analysis.stats import MeanSE, mean, mean_se
-from suite.stages.extraction.judge import JudgeResult
+from suite.client import ClientError
+from suite.errors import SuiteError
+from suite.paths import DOCUMENTS_DIR, EXTRACTION_DIR
 from suite.sections import Answer, JsonChat, Mode, Section, _answered_facts, changed_sections
+from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
+from suite.stages.extraction.judge import JudgeResult
+from suite.stages.lines import LineBase, RequestLineBase
 
 if TYPE_CHECKING:
     from suite.profiles import Profile
@@ -130,7 +129,7 @@ class ExtractionSettings(BaseModel):
     judge_repeats: int = Field(default=5, ge=0)  # the judge's own gate: one grading repeated
 
 
-def settings(profile: "Profile") -> ExtractionSettings:
+def settings(profile: Profile) -> ExtractionSettings:
     """This stage's settings for a profile (its values, then the run's own)."""
     return cast(ExtractionSettings, STAGE.settings_for(profile))
 
@@ -259,7 +258,7 @@ class ExtractionResult(BaseModel):
     signature_digest: str = Field(description="configuration signature of the arm")
 
 
-def _fact_signature(ctx: "StageContext") -> dict[str, Any]:
+def _fact_signature(ctx: StageContext) -> dict[str, Any]:
     sig = ctx.signature.model_dump(mode="json")
     return {k: sig.get(k) for k in (*SIGNATURE_KEY_FIELDS, "command", "env", "hardware", "image_digest", "suite_version")}
 
@@ -278,7 +277,7 @@ def no_facts(section: Section, extracted: dict[str, Any] | None) -> bool:
 ANSWERS_KEY = "extraction.answers"  # where the stage leaves its answers for the reloads stage
 
 
-def ask_section(ctx: "StageContext", chat: JsonChat, section: Section, prompt: PromptTemplate, repeat: int,
+def ask_section(ctx: StageContext, chat: JsonChat, section: Section, prompt: PromptTemplate, repeat: int,
                 signature: Any, reload: int | None = None) -> Answer:
     """Ask one section once, score it against gold, and record the request and every fact."""
     max_tokens = settings(ctx.profile).max_tokens
@@ -313,7 +312,7 @@ def ask_section(ctx: "StageContext", chat: JsonChat, section: Section, prompt: P
                   score=score, error=error)
 
 
-def run(ctx: "StageContext") -> ExtractionResult:
+def run(ctx: StageContext) -> ExtractionResult:
     """Ask every section R times, score against gold, and run the judge when there is one."""
     t_start = time.monotonic()
     own = settings(ctx.profile)

@@ -48,17 +48,18 @@ import logging
 import math
 import resource
 import time
+from itertools import pairwise
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from suite.analysis.stats import Distribution, distribution_fields, summarize
 from suite.client import AsyncOpenAIClient, ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.definitions import MetricsSpec, TimingsSpec
+from suite.errors import SuiteError
 from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
 from suite.stages.lines import RequestLineBase
-from suite.errors import SuiteError
-from suite.analysis.stats import Distribution, distribution_fields, summarize
 
 if TYPE_CHECKING:
     from suite.profiles import Profile
@@ -78,7 +79,7 @@ PROMPT = (
 # The nonce before the prompt: one per request of the stage, the same length (and token length:
 # four zero-padded digits) for every request. 10,000 requests per stage at most.
 PROMPT_PREFIX = "Request {index:04d}: "
-PROMPT_CACHE = "unique-prefix"
+PROMPT_CACHE: Literal["unique-prefix"] = "unique-prefix"
 MAX_REQUESTS = 10_000
 MAX_CONCURRENCY = 256
 
@@ -95,7 +96,7 @@ class LatencySettings(BaseModel):
     concurrency: list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]] = Field(default_factory=lambda: [1], min_length=1)
 
 
-def settings(profile: "Profile") -> LatencySettings:
+def settings(profile: Profile) -> LatencySettings:
     """This stage's settings for a profile (its values, then the run's own)."""
     return cast(LatencySettings, STAGE.settings_for(profile))
 
@@ -441,7 +442,7 @@ def level_requests(requests: int, concurrency: int) -> int:
     return max(requests, concurrency)
 
 
-def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: int,
+def run_level(ctx: StageContext, concurrency: int, requests: int, max_tokens: int,
               first_index: int = 0) -> LatencyLevel:
     """`requests` streamed requests with `concurrency` in flight; summary of the measured ones.
 
@@ -475,7 +476,7 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
                                e2e_s=c.e2e_s, stream_close_s=c.stream_close_s)
             return
         times = c.chunk_times_s
-        itl = [b - a for a, b in zip(times, times[1:])]
+        itl = [b - a for a, b in pairwise(times)]
         runtime = reported_timings(c.server_timings, timings)
         sample = _Sample(ttft=c.ttft_s, e2e=c.e2e_s, tpot=_tpot(c, n), n_tokens=n, itl=itl,
                          overhead_s=c.overhead_s, runtime=runtime, stream_close=c.stream_close_s,
@@ -590,7 +591,7 @@ def _runtime_timings(samples: list[_Sample], level: LatencyLevel, before: dict[s
     return out
 
 
-def run(ctx: "StageContext") -> LatencyResult:
+def run(ctx: StageContext) -> LatencyResult:
     """Warm up, then measure every concurrency level of the profile."""
     profile, own = ctx.profile, settings(ctx.profile)
     max_tokens = own.max_tokens
@@ -624,7 +625,7 @@ def run(ctx: "StageContext") -> LatencyResult:
                          prompt_cache=PROMPT_CACHE, prompt_prefix=PROMPT_PREFIX)
 
 
-def planned(profile: "Profile") -> int:
+def planned(profile: Profile) -> int:
     """Its requests for a profile: the warm-up, then each level's."""
     own = settings(profile)
     return own.warmup + sum(level_requests(own.requests, c) for c in own.concurrency)

@@ -29,13 +29,12 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.stages.base import ColumnType, ExportTable, FreshLaunch, SectionTemplate, Stage
-from suite.stages.lines import AnswerLine
+from suite.analysis.claims import Claim, Evidence, caveat_cut, run_caveats
+from suite.analysis.repro import RunsAnalysis, Sample, alike_bound, alike_launches_text, analyse_launches, analyse_runs, answer_key
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
-from suite.analysis.claims import Claim, Evidence, caveat_cut, run_caveats
-from suite.analysis.repro import (RunsAnalysis, Sample, alike_bound, alike_launches_text, analyse_launches, analyse_runs,
-                                  answer_key)
+from suite.stages.base import ColumnType, ExportTable, FreshLaunch, SectionTemplate, Stage
+from suite.stages.lines import AnswerLine
 from suite.stages.repeat import GateResult, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
 
 if TYPE_CHECKING:
@@ -55,7 +54,7 @@ class SessionsSettings(BaseModel):
     lora: bool = False  # ... to the base model and, in the same processes, to the test adapter
 
 
-def settings(profile: "Profile") -> SessionsSettings:
+def settings(profile: Profile) -> SessionsSettings:
     """This stage's settings for a profile (its values, then the run's own)."""
     return cast(SessionsSettings, STAGE.settings_for(profile))
 
@@ -220,14 +219,14 @@ def _replicate_sample(gate: GateResult, prompt_id: str, replicate: int) -> Sampl
     return samples[0].model_copy(update={"index": replicate}) if samples else None
 
 
-def planned(profile: "Profile") -> int:
+def planned(profile: Profile) -> int:
     """Its requests for a profile: K x R passes over the gate prompts; with an adapter not known
     (0: the runtime may not serve one)."""
     own = settings(profile)
     return 0 if own.lora else own.sessions * own.replicates * len(select_prompts(profile.gate_prompts))
 
 
-def run(ctx: "StageContext") -> SessionsResult:
+def run(ctx: StageContext) -> SessionsResult:
     from suite.stages.controls import ADAPTER_NAME, ensure_adapter
 
     own = settings(ctx.profile)
@@ -275,7 +274,7 @@ def run(ctx: "StageContext") -> SessionsResult:
     return result
 
 
-def _run_session(ctx: "StageContext", i: int, r: int, labels: list[Literal["base", "adapter"]], prompts: list,
+def _run_session(ctx: StageContext, i: int, r: int, labels: list[Literal["base", "adapter"]], prompts: list,
                  lora: list[LoraAdapter] | None, session: dict[str, dict[str, list[Sample]]]) -> SessionOutcome:
     """Session i: a fresh process, R runs of each prompt per configuration (into `session`)."""
     from suite.stages.controls import lora_request_fields
@@ -328,9 +327,9 @@ def table_lines(result: SessionsResult) -> list[str]:
 def export_rows(result: SessionsResult) -> list[dict[str, Any]]:
     """`suite export`'s sessions table (study 2's): per configuration, each agreement measure between
     runs (one pass over the prompt set) across sessions with its interval, and within sessions."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for c in result.configurations:
-        base = {"sessions": result.sessions, "replicates": result.replicates, "configuration": c.label,
+        base: dict[str, Any] = {"sessions": result.sessions, "replicates": result.replicates, "configuration": c.label,
                 "status": c.status, "reason": c.reason, "controls": list(result.controls)}
         runs_ = c.runs
         if runs_ is None:

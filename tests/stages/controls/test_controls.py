@@ -81,6 +81,7 @@ def controls_run(tmp_path_factory):
     return summary
 
 
+@pytest.mark.live
 def test_controls_on_fresh_llama_servers(controls_run):
     assert controls_run.status == "complete", controls_run.reason
     result = controls_run.controls
@@ -112,6 +113,7 @@ def test_controls_on_fresh_llama_servers(controls_run):
     assert any("--lora" in part for part in by["lora:adapter"].command)
 
 
+@pytest.mark.live
 def test_lora_base_and_adapter_in_one_llama_server(controls_run):
     result = controls_run.controls
     lora = result.lora

@@ -25,11 +25,13 @@ from suite.stages import extraction as ex
 from suite.stages.extraction import judge as judge_stage
 from suite.stages import latency as lat
 
+pytestmark = pytest.mark.live
+
 QUICK = get_profile("quick")
 
 
 @pytest.fixture(scope="module")
-def live(request: pytest.FixtureRequest, tiny_gguf: Path, tmp_path_factory) -> Iterator[tuple[str, RunningRuntime]]:
+def tiny_runtime(request: pytest.FixtureRequest, tiny_gguf: Path, tmp_path_factory) -> Iterator[tuple[str, RunningRuntime]]:
     if is_installed(get_definition("llamacpp")):
         yield "llamacpp", request.getfixturevalue("llamacpp_server")
         return
@@ -58,8 +60,8 @@ def requests_of(ctx: StageContext, kind: str) -> list[dict]:
     return [r for r in map(json.loads, lines) if r["kind"] == kind]
 
 
-def test_latency_stage(live, tmp_path: Path):
-    arm, rt = live
+def test_latency_stage(tiny_runtime, tmp_path: Path):
+    arm, rt = tiny_runtime
     ctx = make_ctx(arm, rt, tmp_path, latency_requests=4, latency_warmup=1, latency_max_tokens=24, concurrency=[1, 2])
     result = lat.run(ctx)
     assert [lv.concurrency for lv in result.levels] == [1, 2]
@@ -91,8 +93,8 @@ def test_latency_stage(live, tmp_path: Path):
     json.dumps(result.model_dump(mode="json"))  # serialisable for the summary
 
 
-def test_extraction_stage_signs_every_fact(live, tmp_path: Path):
-    arm, rt = live
+def test_extraction_stage_signs_every_fact(tiny_runtime, tmp_path: Path):
+    arm, rt = tiny_runtime
     ctx = make_ctx(arm, rt, tmp_path, extraction_sections=1, extraction_repeats=2, extraction_max_tokens=64)
     result = ex.run(ctx)
     section = ex.select_sections(1)[0]
@@ -126,9 +128,9 @@ def test_extraction_stage_signs_every_fact(live, tmp_path: Path):
     json.dumps(result.model_dump(mode="json"))
 
 
-def test_judge_grades_and_gates_itself(live, tmp_path: Path):
+def test_judge_grades_and_gates_itself(tiny_runtime, tmp_path: Path):
     """The tiny model as its own judge: the mechanics, not the quality, are under test."""
-    arm, rt = live
+    arm, rt = tiny_runtime
     ctx = make_ctx(arm, rt, tmp_path, extraction_sections=1, extraction_repeats=1, extraction_max_tokens=64,
                    judge_repeats=2)
     ctx.reproducible = True  # grade the first repeat only

@@ -12,7 +12,7 @@ import pytest
 from conftest import installed_definition
 from suite.bench import run_bench
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.live, pytest.mark.vllm, pytest.mark.slow]
 
 
 def test_vllm_latency_and_extraction(tiny_hf, tmp_path):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from suite.stages.controls import ControlRow, ControlsResult, eliminate
 from suite.stages.repeat import GateResult
 
@@ -59,6 +61,7 @@ def test_elimination_when_nothing_helps_or_nothing_varied():
     assert "did not vary" in result.elimination
 
 
+@pytest.mark.live
 def test_reload_and_kept_caches_on_llama_server(tmp_path: Path, tiny_gguf: Path) -> None:
     from conftest import installed_definition
     from suite.bench import run_bench
@@ -90,6 +93,7 @@ def test_reload_and_kept_caches_on_llama_server(tmp_path: Path, tiny_gguf: Path)
     assert sum('"reload": 0' in ln for ln in lines if '"kind": "extraction"' in ln) == reloads.sections
 
 
+@pytest.mark.live
 def test_control_rows_run_without_the_main_launchs_determinism_mode(tmp_path: Path, tiny_gguf: Path) -> None:
     """An arm whose determinism control was accepted: its `default` row must still run at default."""
     from conftest import installed_definition

@@ -19,7 +19,7 @@ from suite.records import RunManifest, RunRecord, new_run_id, utcnow
 from suite.stages import StageContext
 from suite.stages import latency as lat
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 
 def _ctx(rt: RunningRuntime, tmp: Path) -> StageContext:
