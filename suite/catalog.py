@@ -142,12 +142,12 @@ class ModelFormat(Strict):
                 raise ValueError(f"a random:nemotron_h shape names {', '.join(missing)}")
             if arch != "nemotron_h" and given:
                 raise ValueError(f"shape: {', '.join(given)} belong to random:nemotron_h")
+        elif self.shape is not None:
+            raise ValueError("shape belongs to a random: source")
         if (scheme == "quantize") != (self.scheme is not None):
             raise ValueError("a quantize: source names its scheme, and only a quantize: source has one")
         if self.scheme is not None and QUANTIZE_SCHEMES[self.scheme] != self.kind:
             raise ValueError(f"scheme {self.scheme} makes a {QUANTIZE_SCHEMES[self.scheme]} format, not {self.kind}")
-        elif self.shape is not None:
-            raise ValueError("shape belongs to a random: source")
         if scheme == "path" and not self.source[5:].strip():
             raise ValueError("a path: source names a file or folder")
         if self.kind == "gguf" and not self.file and scheme != "path":
