@@ -62,6 +62,10 @@ class RandomShape(Strict):
     max_position: int = Field(default=4096, gt=0, le=MAX_CONTEXT)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     tie_word_embeddings: bool = False
+    # one token a digit in the trained tokenizer (digits never merged): a number of n digits is n
+    # tokens, so every latency nonce (`Request 0007: `) has one token length; False: the
+    # tokenizer the first random cards were made with (their checkpoints unchanged)
+    split_digits: bool = False
     # nemotron_h (NVIDIA's hybrid Mamba-Transformer MoE): one letter a layer (M Mamba-2, * attention,
     # E MoE, - MLP), the experts and the Mamba-2 heads; None for the other architectures
     layer_pattern: str | None = Field(default=None, pattern=r"^[M*E-]{1,1024}$")

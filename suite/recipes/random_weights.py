@@ -8,7 +8,7 @@ suite's own. Usage:
 
 SHAPE_JSON: {"architecture": "llama" | "qwen3" | "nemotron_h", "hidden_size", "num_layers",
 "num_heads", "num_kv_heads", "intermediate_size", "vocab_size", "head_dim" (or null), "max_position",
-"seed", "tie_word_embeddings"}; a nemotron_h shape (NVIDIA's hybrid Mamba-Transformer MoE, vLLM's
+"seed", "tie_word_embeddings", "split_digits" (optional: one token a digit)}; a nemotron_h shape (NVIDIA's hybrid Mamba-Transformer MoE, vLLM's
 NemotronHForCausalLM) also names "layer_pattern" (one letter a layer: M Mamba-2, * attention,
 E MoE, - MLP; its length is num_layers), "n_routed_experts", "num_experts_per_tok",
 "moe_intermediate_size", "moe_shared_expert_intermediate_size", "mamba_num_heads",
@@ -61,11 +61,17 @@ def texts(dirs: list[str]) -> list[str]:
     return out
 
 
-def train_tokenizer(corpus: list[str], vocab_size: int):
+def train_tokenizer(corpus: list[str], vocab_size: int, split_digits: bool = False):
+    """A byte-level BPE trained on the corpus, padded to `vocab_size`. `split_digits`: every digit is
+    a token of its own (no merges across digits), so that numbers of as many digits take as many
+    tokens: the latency stage's `Request 0007: ` nonces then all have one token length (without it,
+    58 to 61 tokens for the latency prompt with the repo's text at 32,000)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+                         if split_digits else byte_level)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -122,7 +128,7 @@ def build(shape: dict, out: Path, text_dirs: list[str]) -> dict:
 
     arch = shape["architecture"]
     vocab = int(shape["vocab_size"])
-    tok, learned = train_tokenizer(texts(text_dirs), vocab)
+    tok, learned = train_tokenizer(texts(text_dirs), vocab, bool(shape.get("split_digits")))
     kw = dict(vocab_size=vocab, hidden_size=shape["hidden_size"], intermediate_size=shape["intermediate_size"],
               num_hidden_layers=shape["num_layers"], num_attention_heads=shape["num_heads"],
               num_key_value_heads=shape["num_kv_heads"], max_position_embeddings=shape["max_position"],
