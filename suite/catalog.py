@@ -599,12 +599,36 @@ def _random_hf(architecture: str, fmt: ModelFormat, target: Path) -> str:
 QUANTIZE_RECIPE_VERSION = 1
 
 
-def quantize_pythonpath() -> str | None:
+def quantize_pythonpath() -> str:
     """Where the quantisation tools (llmcompressor, compressed-tensors and what they import beyond
-    torch and transformers) are installed, for the tools interpreter: `SUITE_QUANTIZE_PYTHONPATH`
-    (a machine without network: a folder the wheels were installed into), else None (the tools
-    environment has them itself)."""
-    return os.environ.get("SUITE_QUANTIZE_PYTHONPATH", "").strip() or None
+    torch and transformers) are, for the tools interpreter: `SUITE_QUANTIZE_PYTHONPATH` (a machine
+    without network: the folder benchmarks/gpu/install-vllm-parts.sh installed the carried wheels
+    into), else their own folder beside the tools venv, installed once (recipes/quantize-install.sh)."""
+    given = os.environ.get("SUITE_QUANTIZE_PYTHONPATH", "").strip()
+    if given:
+        return given
+    python = ensure_tools()
+    prefix = tools_prefix() / "quantize"
+    if (prefix / ".installed").exists():
+        return str(prefix)
+    prefix.mkdir(parents=True, exist_ok=True)
+    with open_lock(prefix.parent / ".quantize.lock") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (prefix / ".installed").exists():
+            install_log = prefix.parent / "quantize-install.log"
+            with (progress.step("install the quantisation tools", detail=f"log: {install_log}") as step,
+                  install_log.open("w") as fh):
+                run = OwnedGroup(["bash", str(RECIPES / "quantize-install.sh"), str(python), str(prefix)],
+                                 "install the quantisation tools", stdout=fh, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL)
+                try:
+                    rc = step.follow(run.proc, install_log)
+                finally:
+                    run.kill()
+                if rc != 0:
+                    raise SuiteError(f"installing the quantisation tools failed (log: {install_log}); on a machine "
+                                     "without network, name a folder that has them in SUITE_QUANTIZE_PYTHONPATH")
+    return str(prefix)
 
 
 def _quantize_hf(src: Path, scheme: str, target: Path, source_digest: str | None) -> str:
@@ -614,9 +638,8 @@ def _quantize_hf(src: Path, scheme: str, target: Path, source_digest: str | None
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     env = dict(os.environ)
-    extra = quantize_pythonpath()
-    if extra:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (extra, env.get("PYTHONPATH", "")) if p)
+    # first on the path: the tools' own compressed-tensors before any other (vLLM's, a release older)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (quantize_pythonpath(), env.get("PYTHONPATH", "")) if p)
     with progress.step(f"quantise {src.name} to {scheme}"):
         r = subprocess.run([str(python), str(RECIPES / "quantize.py"), scheme, str(src), str(tmp),
                             source_digest or ""], capture_output=True, text=True, env=env)
