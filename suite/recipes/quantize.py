@@ -77,7 +77,7 @@ def quantize(scheme: str, src: Path, out: Path, source_digest: str) -> dict:
     cfg_path = out / "config.json"
     cfg = json.loads(cfg_path.read_text())
     source_cfg = json.loads((src / "config.json").read_text())
-    for key in ("suite_random_weights", "hybrid_override_pattern"):  # what the source's config says as it says it
+    for key in ("suite_random_weights", "hybrid_override_pattern", "num_hidden_layers"):  # what the source's config says as it says it
         if key in source_cfg:
             cfg[key] = source_cfg[key]
     if "hybrid_override_pattern" in source_cfg:

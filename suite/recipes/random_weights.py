@@ -160,6 +160,7 @@ def build(shape: dict, out: Path, text_dirs: list[str]) -> dict:
     if arch == "nemotron_h":  # the released checkpoints' spelling of the layers, not transformers' list
         cfg.pop("layers_block_type", None)
         cfg["hybrid_override_pattern"] = shape["layer_pattern"]
+        cfg["num_hidden_layers"] = len(shape["layer_pattern"])
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
     # every id decodes, and a prompt starts with <s>
     assert all(isinstance(fast.decode([i]), str) for i in (0, learned - 1, vocab - 1))

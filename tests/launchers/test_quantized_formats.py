@@ -146,7 +146,8 @@ scheme = "NVFP4"
     bf16 = prepare_format(card, "hf")
     cfg = json.loads((bf16 / "config.json").read_text())
     assert cfg["architectures"] == ["NemotronHForCausalLM"] and is_random_checkpoint(bf16)
-    assert cfg["hybrid_override_pattern"] == "MEM*E" and "layers_block_type" not in cfg  # the release's spelling
+    # the released checkpoints' spelling, which transformers 5 and vLLM 0.24.0 read
+    assert cfg["hybrid_override_pattern"] == "MEM*E" and cfg["num_hidden_layers"] == 5 and "layers_block_type" not in cfg
     assert cfg["n_routed_experts"] == 8 and cfg["num_experts_per_tok"] == 2
     for fmt_name, scheme, fmt, bits_key in (("four", "W4A16", "pack-quantized", "weight_packed"),
                                             ("nv", "NVFP4", "nvfp4-pack-quantized", "weight_global_scale")):
