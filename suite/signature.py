@@ -169,6 +169,16 @@ def kernel_phrase(kernel_path: dict[str, str] | None) -> str | None:
     return "kernels: " + ", ".join(parts) if parts else None
 
 
+def kernel_differences(signatures: list[Any]) -> list[str | None]:
+    """Per arm, its kernel phrase where the arms' recorded kernel paths differ (two arms on other
+    kernels: the page says which each ran); all None where they agree or fewer than two recorded one."""
+    paths = [getattr(sig, "kernel_path", None) if sig is not None else None for sig in signatures]
+    recorded = [json.dumps(p, sort_keys=True) for p in paths if p]
+    if len(recorded) < 2 or len(set(recorded)) < 2:
+        return [None] * len(paths)
+    return [kernel_phrase(p) for p in paths]
+
+
 def flatten_signature(sig: Any) -> dict[str, str]:
     """A signature as `key -> text` rows for side-by-side tables and diffs: nested records as
     `key.field` rows of plain values (no JSON), the command with its launch-time port as `{port}`."""

@@ -10,6 +10,7 @@ vLLM puts in them; the Blackwell excerpt is a real RTX-class log of NVFP4 on nat
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from pydantic import ValidationError
@@ -117,3 +118,33 @@ def test_a_value_is_cut_and_a_template_must_name_groups_the_pattern_has(tmp_path
     assert path is not None and len(path["linear"]) == 160
     with pytest.raises(ValidationError, match="names group 2"):
         KernelLine(pattern=r"Using (\w+)", value=r"\1 \2")
+
+
+def test_the_model_page_marks_arms_whose_kernels_differ(tmp_path: Path) -> None:
+    """Two arms of the golden records given other kernel paths (one with markup in a log value):
+    each arm's card says its kernels, escaped; arms that agree say nothing."""
+    import json
+    import shutil
+
+    from suite.signature import kernel_differences
+    from suite.site.publish import build_site
+
+    results = tmp_path / "results"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "golden" / "results", results)
+    paths = {"llamacpp-python": {"linear": "MarlinNvFp4LinearKernel", "moe": "MARLIN (NvFp4)"},
+             "vllm-cpu": {"linear": "<b>FlashInferCutlassNvFp4LinearKernel</b>", "attention": "FLASHINFER"}}
+    for arm, path in paths.items():
+        for f in (results / "tiny" / arm).glob("*/*.json"):
+            data = json.loads(f.read_text())
+            if isinstance(data.get("signature"), dict):
+                data["signature"]["kernel_path"] = path
+                f.write_text(json.dumps(data))
+    build_site(results, tmp_path / "public")
+    page = (tmp_path / "public" / "models" / "tiny.html").read_text()
+    assert "kernels: MarlinNvFp4LinearKernel (linear), MARLIN (NvFp4) (MoE)" in page
+    assert "kernels: &lt;b&gt;FlashInferCutlassNvFp4LinearKernel&lt;/b&gt; (linear), FLASHINFER (attention)" in page
+    assert "<b>FlashInferCutlass" not in page
+    same = {"linear": "x"}
+    sig = SimpleNamespace(kernel_path=same)
+    assert kernel_differences([sig, SimpleNamespace(kernel_path=dict(same)), None]) == [None, None, None]
+    assert kernel_differences([sig, SimpleNamespace(kernel_path=None)]) == [None, None]
