@@ -151,18 +151,21 @@ case "$PHASE" in
     mkdir -p /tmp/tools-wheels && cp "$REPO"/.gpu/tools/*.whl /tmp/tools-wheels/ && ls /tmp/tools-wheels ;;
   background)
     shift
-    mkdir -p /tmp/vllm-bg && rm -f /tmp/vllm-bg/.done
+    # each chain its own number: `collect` waits for the newest chain, not for an earlier one ending
+    mkdir -p /tmp/vllm-bg && n=$(( $(cat /tmp/vllm-bg/.chain 2>/dev/null || echo 0) + 1 )) && echo "$n" > /tmp/vllm-bg/.chain
     # each PHASE[:ARG:ARG] runs as its own invocation (its own clock), detached from this call
     chain=""; for ph in "$@"; do chain="$chain OUT=/tmp/vllm-bg PHASE_LIMIT=${PHASE_LIMIT:-1700} bash '$REPO/benchmarks/gpu/run_vllm_studies.sh' ${ph//:/ };"; done
-    setsid nohup bash -c "$chain touch /tmp/vllm-bg/.done" >/tmp/vllm-bg/chain.log 2>&1 < /dev/null &
+    setsid nohup bash -c "$chain touch /tmp/vllm-bg/.done-$n" >/tmp/vllm-bg/chain-$n.log 2>&1 < /dev/null &
     say "detached: $*" ;;
   collect)
     # a machine released between calls comes back bare: nothing detached runs there, nothing to wait for
     [ -d /tmp/vllm-bg ] || { say "nothing detached on this machine (it was released since: a fresh machine)"; exit 3; }
-    until [ -f /tmp/vllm-bg/.done ] || [ $(( $(date +%s) - T0 )) -ge "${2:-60}" ]; do sleep 5; done
-    [ -f /tmp/vllm-bg/.done ] && say "detached phases done" || say "detached phases still running"
+    done_mark=/tmp/vllm-bg/.done-$(cat /tmp/vllm-bg/.chain 2>/dev/null || echo 1)
+    until [ -f "$done_mark" ] || [ $(( $(date +%s) - T0 )) -ge "${2:-60}" ]; do sleep 5; done
+    [ -f "$done_mark" ] && say "detached phases done" || say "detached phases still running"
     for f in /tmp/vllm-bg/phase-*.log; do echo "--- $f"; tail -6 "$f"; done
-    mkdir -p "$OUT/bg" && cp -r /tmp/vllm-bg/. "$OUT/bg/"
+    # one archive of everything the detached phases wrote (a call brings back at most 8 files)
+    mkdir -p "$OUT/bg" && tar -C /tmp/vllm-bg -czf "$OUT/bg/detached.tar.gz" .
     # what a phase still running has written so far (its request lines), in case the machine goes
     [ -d "$RESULTS" ] && tar -C "$RESULTS" -czf "$OUT/bg/results-now.tar.gz" .
     exit 0 ;;
