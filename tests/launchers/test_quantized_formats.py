@@ -39,6 +39,10 @@ def test_random_lightning_keeps_the_release_s_layer_kinds_experts_and_top_k() ->
     widths = [shape.hidden_size, shape.moe_intermediate_size, shape.moe_shared_expert_intermediate_size,
               (shape.mamba_num_heads or 0) * (shape.mamba_head_dim or 0), shape.num_heads * (shape.head_dim or 0)]
     assert all(w and w % 128 == 0 for w in widths), widths
+    # the Mamba-2 in-projection's width (x, z, B, C, dt) is a multiple of 64, as Marlin needs: the release's 10,304
+    d_inner = (shape.mamba_num_heads or 0) * (shape.mamba_head_dim or 0)
+    in_proj = 2 * d_inner + 2 * (shape.n_groups or 0) * (shape.ssm_state_size or 0) + (shape.mamba_num_heads or 0)
+    assert in_proj == 10304 and in_proj % 64 == 0
     assert {n: (f.kind, f.source, f.scheme) for n, f in card.formats.items() if n != "hf-bf16"} == {
         "nvfp4": ("nvfp4", "quantize:hf-bf16", "NVFP4"), "w4a16": ("w4a16", "quantize:hf-bf16", "W4A16")}
     assert set(card.arms) == {"vllm-gpu", "vllm-gpu-batch-invariant", "vllm-gpu-nvfp4", "vllm-gpu-w4a16",
