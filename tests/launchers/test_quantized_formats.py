@@ -173,3 +173,27 @@ scheme = "NVFP4"
         assert prepared_checksum(card, fmt_name) and (out / ".recipe").read_text().strip() == "1"
     if scheme == "NVFP4":
         assert q["suite_quantized"]["calibration"]["data"] == "random token ids"
+
+
+def test_suite_setup_prepares_every_format_before_any_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A random-weight or quantised checkpoint needs torch and transformers, not vLLM: `suite setup`
+    builds the formats first, so that a machine still putting vLLM together has them."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    import suite.bench
+    import suite.catalog
+    from suite import cli
+
+    order: list[str] = []
+    card = get_card("random-lightning")
+    launcher = SimpleNamespace(can_run=True, reason="", prepare=lambda runtime, model: order.append(f"runtime {runtime.name}"))
+    plans = [SimpleNamespace(card=card, arm_name=name, arm=arm, runtime=SimpleNamespace(name=arm.runtime), launcher=launcher)
+             for name, arm in card.arms.items()]
+    monkeypatch.setattr(suite.bench, "plan_arms", lambda *a, **k: plans)
+    monkeypatch.setattr(suite.catalog, "prepare_format", lambda c, fmt: order.append(f"format {fmt}") or Path("/x"))
+    result = CliRunner().invoke(cli.app, ["setup", "--model", "random-lightning"])
+    assert result.exit_code == 0, result.output
+    assert order[:3] == ["format hf-bf16", "format nvfp4", "format w4a16"]
+    assert order[3:] == ["runtime vllm"] * len(plans)
