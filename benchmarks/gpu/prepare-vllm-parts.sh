@@ -43,8 +43,11 @@ get "$OUT/deps" \
   humming-kernels==0.1.6 pyelftools==0.33 compressed-tensors==0.17.0 loguru==0.7.3
 # The suite: its own wheel (the phases also run it from the checkout) and what its image lacks.
 get "$OUT/deps/suite" httptools==0.9.0 docker==7.2.0
-python3 -m pip wheel -q --no-deps -w "$OUT/deps/suite" "$REPO" \
-  || python3 -m pip wheel -q --no-deps --no-build-isolation -w "$OUT/deps/suite" "$REPO"
+# built from the committed tree in a folder of its own: setuptools leaves build/ where it builds
+rm -rf "$OUT/build/suite-src" && mkdir -p "$OUT/build/suite-src"
+git -C "$REPO" archive HEAD | tar -x -C "$OUT/build/suite-src"
+python3 -m pip wheel -q --no-deps -w "$OUT/deps/suite" "$OUT/build/suite-src" \
+  || python3 -m pip wheel -q --no-deps --no-build-isolation -w "$OUT/deps/suite" "$OUT/build/suite-src"
 # The quantisation tools (their own folder there: see above).
 get "$OUT/quantize" llmcompressor==0.14.0.1 compressed-tensors==0.19.0 loguru==0.7.3 datasets==5.2.0 \
   dill==0.4.1 multiprocess==0.70.19
