@@ -48,6 +48,7 @@ from suite.errors import SuiteError
 from suite.paths import SITE_DIR, cache_dir, open_lock
 from suite.provenance import SuiteBuild
 from suite.records import read_requests
+from suite.signature import kernel_differences
 from suite.run_figures import LatencyFigures, run_figures
 from suite.sanitize import printable, printable_markup
 from suite.site import charts
@@ -435,6 +436,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         memory_svg=drawn["memory"].result(),
         watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         signature_rows=signature_rows(runs),
+        kernel_phrases=kernel_differences([r.s.signature for r in runs]),
         sweep_svg=drawn["sweep"].result(),
         arm_comparisons=arm_comparisons(gate_runs, arms),
         gate_settings=gate_settings_text([r.s.gate for r in gate_runs], arms),
