@@ -79,7 +79,7 @@ class RandomShape(Strict):
     routed_scaling_factor: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
-    def _check_hybrid(self) -> "RandomShape":
+    def _check_hybrid(self) -> RandomShape:
         if self.layer_pattern is not None:
             if len(self.layer_pattern) != self.num_layers:
                 raise ValueError(f"layer_pattern has {len(self.layer_pattern)} layers, num_layers says {self.num_layers}")

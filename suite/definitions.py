@@ -275,7 +275,7 @@ class KernelLine(Strict):
     value: str | None = None
 
     @model_validator(mode="after")
-    def _check_template(self) -> "KernelLine":
+    def _check_template(self) -> KernelLine:
         if self.value is not None:
             import re
 

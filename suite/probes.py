@@ -167,7 +167,7 @@ def command_version(command: list[str], env: dict[str, str] | None = None, limit
 KERNEL_VALUE_LIMIT = 160  # characters of one part's kernels kept (a log line is untrusted data)
 
 
-def kernel_path(log_path: Path, spec: "KernelsSpec") -> dict[str, str] | None:
+def kernel_path(log_path: Path, spec: KernelsSpec) -> dict[str, str] | None:
     """The kernels the runtime says it chose, by part (`linear`, `moe`, `attention`): every
     distinct value its definition's `[kernels]` lines find in the log, in the order the log names
     them, joined by " + ". None where the definition declares none or the log names none (a part

@@ -48,9 +48,9 @@ from suite.errors import SuiteError
 from suite.paths import SITE_DIR, cache_dir, open_lock
 from suite.provenance import SuiteBuild
 from suite.records import read_requests
-from suite.signature import kernel_differences
 from suite.run_figures import LatencyFigures, run_figures
 from suite.sanitize import printable, printable_markup
+from suite.signature import kernel_differences
 from suite.site import charts
 from suite.site.figures import (
     ModelRuns,
