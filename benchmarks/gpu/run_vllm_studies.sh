@@ -212,6 +212,17 @@ PY
       python3 -m suite.cli compare "$base" "$run" --results "$RESULTS" 2>&1 | tee -a "$OUT/compare-lightning.txt" | tail -20
     done
     pack ;;
+  elimination-in-launch)
+    # The same elimination with the matrix the bench runs on its own after a gate that varied: a
+    # control that applies per request (prefix caching off: the prefix cache emptied before each
+    # request) tried inside one launch, in pairs with and without it, stopped by its sequential test;
+    # the launch rows are not started once it is credited on every prompt that varied.
+    install_vllm || { pack; exit 1; }
+    [ -d "$SUITE_CACHE/models/random-qwen3" ] || { say "== random-qwen3: the checkpoint (seed 0)"; suite setup --model random-qwen3 2>&1 | tail -3; }
+    say "== random-qwen3 vllm-gpu: gate 20 x 3 prompts, then the automatic control matrix (in one launch where it can)"
+    timeout $(( LIMIT - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-qwen3 --arms vllm-gpu \
+        --profile standard --stages gate --gate-requests 20 2>&1 | tail -30
+    pack ;;
   elimination)
     install_vllm || { pack; exit 1; }
     [ -d "$SUITE_CACHE/models/random-qwen3" ] || { say "== random-qwen3: the checkpoint (seed 0)"; suite setup --model random-qwen3 2>&1 | tail -3; }
