@@ -18,6 +18,8 @@ id printed for it. Help is plain text: TEXT/INTEGER/PATH placeholders, choices l
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import os
 import re
@@ -357,57 +359,91 @@ def _honest_exit(summaries) -> None:
         err.print(f"skipped: {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
 
 
-@app.command()
+# Options of `suite bench` that choose where the arms run: a server the suite did not start
+# (--url and what goes with it) and a Ray cluster (--ray, --ray-retries). Each stage's own options
+# come from the stage registry (`Stage.options`); `_with_options` adds both kinds to the command.
+DRIVER_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "url": (Optional[str], typer.Option(None, "--url", help="Benchmark a server the suite did not start: "
+                                        "its OpenAI-compatible address, e.g. http://127.0.0.1:8080/v1 "
+                                        "(key from SUITE_API_KEY).")),
+    "served_model": (Optional[str], typer.Option(None, "--served-model", help="With --url: the model name "
+                                                 "the server lists in /v1/models (default: its only one).")),
+    "tokenizer": (Optional[str], typer.Option(None, "--tokenizer", help="With --url: the model's tokenizer "
+                                              "(a tokenizer.json, a folder holding one, or hf:ORG/REPO[@REV]), "
+                                              "to count the tokens of a server that does not count them.")),
+    "ray_address": (Optional[str], typer.Option(None, "--ray", envvar="RAY_ADDRESS", metavar="ADDRESS",
+                                                help="Run every arm as a task on a Ray cluster (host:port, "
+                                                "'auto', ray://...; default: $RAY_ADDRESS): one arm at a time "
+                                                "per node advertising suite_host; see docs/RAY.md.")),
+    "ray_retries": (int, typer.Option(2, "--ray-retries", min=0, help="With --ray: times an arm is retried "
+                                      "on another node after its node (or worker) was lost.")),
+}
+
+
+def _stage_parameter(stage: Stage, option: Any) -> inspect.Parameter:
+    """A stage's option (`StageOption`) as a parameter of the command: its type, bound and help."""
+    kind = option.kind
+    if kind == "bool":
+        annotation: Any = Optional[bool] if "/" in option.flag else bool
+        default = typer.Option(None if "/" in option.flag else False, option.flag, help=option.help)
+    elif kind == "int":
+        annotation, default = Optional[int], typer.Option(None, option.flag, min=option.min, help=option.help)
+    elif kind == "choice":
+        assert stage.settings is not None
+        annotation = Optional[stage.settings.model_fields[option.setting].annotation]  # type: ignore[index]
+        default = typer.Option(None, option.flag, help=option.help)
+    else:  # str, and lists typed as "a,b,c"
+        annotation, default = Optional[str], typer.Option(None, option.flag, help=option.help)
+    return inspect.Parameter(option.param, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def _with_options(command: Any) -> Any:
+    """`command` with the options of every stage of the registry and `DRIVER_OPTIONS` added: the
+    parser (and --help) sees them all; `command` gets them in its `**options`."""
+    own = inspect.signature(command)
+    fixed = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+             for name, (annotation, default) in DRIVER_OPTIONS.items()]
+    extra += [_stage_parameter(stage, option) for stage in STAGES.values() for option in stage.options]
+    taken = [p.name for p in fixed + extra]
+    clash = sorted({n for n in taken if taken.count(n) > 1})
+    if clash:  # a stage's option named like another: said before the command runs
+        raise SuiteError(f"suite bench: the option {clash[0]!r} is given by two owners")
+
+    @functools.wraps(command)
+    def with_options(**given: Any) -> Any:
+        return command(**given)
+
+    with_options.__signature__ = own.replace(parameters=[*fixed, *extra])  # type: ignore[attr-defined]
+    with_options.__annotations__ = {**{k: v for k, v in command.__annotations__.items() if k != "options"},
+                                    **{p.name: p.annotation for p in extra}}
+    return with_options
+
+
+def _stage_values(options: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, str]]]:
+    """The stages' settings the command line gives (stage -> setting -> value; options not given
+    left out) and the option that names each (an error names it)."""
+    values: dict[str, dict[str, Any]] = {}
+    names: dict[str, dict[str, str]] = {}
+    for stage in STAGES.values():
+        for option in stage.options:
+            names.setdefault(stage.name, {})[option.setting] = option.name
+            value = option.value(options.get(option.param))
+            if value is not None:
+                values.setdefault(stage.name, {})[option.setting] = value
+    return values, names
+
+
 def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmark (default: $MODEL, else tiny; "
                                                "with --url: the name its records go under, default external)."),
           arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
           launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP),
-          url: Optional[str] = typer.Option(None, "--url", help="Benchmark a server the suite did not start: "
-                                            "its OpenAI-compatible address, e.g. http://127.0.0.1:8080/v1 "
-                                            "(key from SUITE_API_KEY)."),
-          served_model: Optional[str] = typer.Option(None, "--served-model", help="With --url: the model name "
-                                                     "the server lists in /v1/models (default: its only one)."),
-          tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="With --url: the model's tokenizer "
-                                                  "(a tokenizer.json, a folder holding one, or hf:ORG/REPO[@REV]), "
-                                                  "to count the tokens of a server that does not count them."),
           results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
           profile: ProfileName = typer.Option("standard", help="How many requests each stage makes."),
           stages: Optional[str] = typer.Option(None, help=STAGES_HELP),
           resume: bool = typer.Option(False, help="Continue the newest incomplete run of each arm."),
-          judge_url: Optional[str] = typer.Option(None, help="LLM judge: any OpenAI-compatible URL "
-                                                  "(key from SUITE_JUDGE_API_KEY)."),
-          judge_model: Optional[str] = typer.Option(None, help="The judge's model name at that URL."),
-          concurrency: Optional[str] = typer.Option(None, help="Latency concurrency sweep, e.g. 1,2,4 "
-                                                    "(default: the profile's)."),
-          latency_max_tokens: Optional[int] = typer.Option(None, "--latency-max-tokens", min=1,
-                                                           help="The latency stage's answer cap (default: the profile's)."),
           gate_requests: Optional[int] = typer.Option(None, "--gate-requests", min=2, help="Identical requests per gate "
                                                       "prompt (default: the profile's; the studies used 200)."),
-          restarts: Optional[int] = typer.Option(None, "--restarts", min=2, help="Launches of the restarts stage "
-                                                 "(default: the profile's; 6 or more give an interval)."),
-          restart_caches: Optional[RestartCaches] = typer.Option(None, "--restart-caches", help="fresh (every launch "
-                                                                 "starts with empty compile caches), kept, or both."),
-          reloads: Optional[int] = typer.Option(None, "--reloads", min=0, help="Repeat the extraction in N fresh launches."),
-          batch_composition: bool = typer.Option(False, "--batch-composition", help="Also send the target "
-                                                 "prompt inside batches of other prompts and of shared prefixes "
-                                                 "(on in the full profile)."),
-          batch_prompt: Optional[str] = typer.Option(None, "--batch-prompt", help="The gate prompt the "
-                                                     "batch-composition stage sends (default: short-open)."),
-          batch_trials: Optional[int] = typer.Option(None, "--batch-trials", help="Trials per batch-composition "
-                                                     "mode (default: the profile's)."),
-          batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Batch sizes the trials cycle "
-                                                    "through, e.g. 8,16,32 (default: the profile's)."),
-          controls: Optional[str] = typer.Option(None, "--controls", help="'all' or control names: run the "
-                                                 "control matrix after the gate, whatever the gate found."),
-          auto_controls: Optional[bool] = typer.Option(None, "--auto-controls/--no-auto-controls",
-                                                       help="Run the control matrix when the gate finds more than "
-                                                       "one answer (default: the profile's)."),
-          ray_address: Optional[str] = typer.Option(None, "--ray", envvar="RAY_ADDRESS", metavar="ADDRESS",
-                                                    help="Run every arm as a task on a Ray cluster (host:port, "
-                                                    "'auto', ray://...; default: $RAY_ADDRESS): one arm at a time "
-                                                    "per node advertising suite_host; see docs/RAY.md."),
-          ray_retries: int = typer.Option(2, "--ray-retries", min=0, help="With --ray: times an arm is retried "
-                                          "on another node after its node (or worker) was lost."),
           site: bool = typer.Option(False, "--site/--no-site", help="Build the site afterwards."),
           fail_on_variance: bool = typer.Option(False, "--fail-on-variance", help="Exit 1 when any gate prompt "
                                                 "of any arm gave more than one distinct answer (for CI)."),
@@ -416,7 +452,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                              "(a refusal is remembered in the suite cache's refusals.json)."),
           as_json: bool = typer.Option(False, "--json", help="Print the final table as JSON on stdout "
                                        "(progress and log lines stay on stderr)."),
-          tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP)) -> None:
+          tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP),
+          **options: Any) -> None:
     """Benchmark every arm of a model: gate, latency, extraction, restarts; write the run records.
 
     Exits 1, with one line per arm saying what it needs and what this machine lacks, when no arm
@@ -425,80 +462,47 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
     choice, an unknown control, a judge that does not answer) is one line and exit 2 before any
     runtime starts.
     """
-    from suite.bench import run_bench
-    from suite.paths import results_dir
+    from suite.bench import BenchRequest, run_bench
+    from suite.stages import ORDER, place
+    from suite.stages.controls import STAGE as CONTROLS_STAGE
 
+    url, ray_address = options.get("url"), options.get("ray_address")
     if url is None:
         model = model or os.environ.get("MODEL") or "tiny"
-        if tokenizer is not None:
+        if options.get("tokenizer") is not None:
             raise SuiteError("--tokenizer counts the tokens of a server given with --url; a started runtime "
                              "counts its own")
-    run_tags = _tags(tags)
-    _check_stages(stages)
-    if judge_model is not None and judge_url is None:
-        _judge_model_needs_a_url(model, judge_model)
-    if batch_prompt is not None:
-        _check_gate_prompt("--batch-prompt", batch_prompt)
+    values, names = _stage_values(options)
+    controls = values.get(CONTROLS_STAGE.name, {}).get("names")
+    stage_list = _split(stages)
+    if ray_address and (url is not None or resume or controls):
+        given = "--url" if url is not None else "--resume" if resume else "--controls"
+        raise SuiteError(f"--ray runs the catalog's arms on the cluster's nodes; {given} works on this machine only")
+    if controls:
+        stage_list = place(list(stage_list or ORDER), CONTROLS_STAGE.name)
+    request = BenchRequest.build(
+        model=model, arms=_split(arms), launcher=launcher, profile=profile, stages=stage_list,
+        gate_requests=gate_requests, stage_values=values, options=names, resume=resume, url=url,
+        served_model=options.get("served_model"), tokenizer=options.get("tokenizer"), retry_refused=retry_refused,
+        tags=_tags(tags), command=command_line(),
+        results=results_folder.expanduser().resolve() if results_folder else None)
     if as_json:
         _stdout_for_json()
-    out = (results_folder.expanduser().resolve() if results_folder else results_dir())
-    from suite.stages import batch as batch_stage, controls as controls_stage, latency as latency_stage
-    from suite.stages import restarts as restarts_stage
-    from suite.stages.extraction import reloads as reloads_stage
-
-    # the stages' own settings, as this run's options give them
-    overrides: dict[str, Any] = {}
-    _stage_options(overrides, batch_stage.STAGE, {
-        "composition": ("--batch-composition", True if batch_composition else None),
-        "prompt": ("--batch-prompt", batch_prompt), "trials": ("--batch-trials", batch_trials),
-        "sizes": ("--batch-sizes", _int_list("--batch-sizes", batch_sizes) if batch_sizes is not None else None)})
-    _stage_options(overrides, restarts_stage.STAGE, {"launches": ("--restarts", restarts),
-                                                     "caches": ("--restart-caches", restart_caches)})
-    _stage_options(overrides, reloads_stage.STAGE, {"launches": ("--reloads", reloads)})
-    _stage_options(overrides, controls_stage.STAGE, {"auto": ("--auto-controls", auto_controls)})
-    _stage_options(overrides, latency_stage.STAGE, {"concurrency": ("--concurrency", _int_list("--concurrency", concurrency)),
-                                                    "max_tokens": ("--latency-max-tokens", latency_max_tokens)})
     if ray_address:
-        if url is not None or resume or controls:
-            given = "--url" if url is not None else "--resume" if resume else "--controls"
-            raise SuiteError(f"--ray runs the catalog's arms on the cluster's nodes; {given} works on this machine only")
         from suite.distributed import run_bench_ray
 
-        summaries = run_bench_ray(ray_address, model or "tiny", _split(arms), launcher, profile, _split(stages),
-                                  results=out, judge_url=judge_url, judge_model=judge_model,
-                                  gate_requests=gate_requests,
-                                  overrides=overrides or None, max_retries=ray_retries,
-                                  console=console, command=command_line(), tags=run_tags)
-        _end_of_bench(summaries, out, as_json, fail_on_variance)
+        summaries = run_bench_ray(ray_address, request, max_retries=options.get("ray_retries", 2), console=console)
+        _end_of_bench(summaries, request.results, as_json, fail_on_variance)
         if site:
-            _build_site(out)
+            _build_site(request.results)
         return
-    stage_list = _split(stages)
-    if controls:
-        from suite.stages import ORDER, place
-
-        stage_list = place(list(stage_list or ORDER), controls_stage.STAGE.name)
-    rebuilder = _SiteRebuilder(out) if site else None
-    summaries = run_bench(model, _split(arms), launcher, profile, stage_list, results=out, resume=resume,
-                          controls=_split(controls),
-                          judge_url=judge_url, judge_model=judge_model,
-                          gate_requests=gate_requests, url=url, served_model=served_model,
-                          tokenizer=tokenizer, overrides=overrides, command=command_line(),
-                          on_arm=rebuilder.after_arm if rebuilder else None,
-                          on_result=rebuilder.after_stage if rebuilder else None, retry_refused=retry_refused,
-                          tags=run_tags)
-    _end_of_bench(summaries, out, as_json, fail_on_variance)
+    rebuilder = _SiteRebuilder(request.results) if site else None
+    summaries = run_bench(request, on_arm=rebuilder.after_arm if rebuilder else None,
+                          on_result=rebuilder.after_stage if rebuilder else None)
+    _end_of_bench(summaries, request.results, as_json, fail_on_variance)
 
 
-def _judge_model_needs_a_url(model: str | None, judge_model: str) -> None:
-    """`--judge-model` names a model at a judge's address: --judge-url's, or the card's own judge
-    URL; with neither it would be ignored, so it is one line instead."""
-    from suite.catalog import get_card
-
-    ref = get_card(model).judge if model else None
-    if ref is None or not ref.url:
-        raise SuiteError(f"--judge-model {judge_model!r}: names a model at a judge's address; give that "
-                         "address with --judge-url")
+app.command("bench")(_with_options(bench))
 
 
 def _check_stages(value: Optional[str]) -> None:
@@ -589,7 +593,7 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
     Exits 1, with one line per arm saying what it needs, when no arm could run here (as `bench`).
     Control names are checked against each arm's runtime before anything starts (one line, exit 2).
     """
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
     from suite.paths import results_dir
 
     from suite.stages import controls as controls_stage, gate as gate_stage, place
@@ -599,8 +603,11 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
         stages = place(stages, controls_stage.STAGE.name)
     out = results_folder.expanduser().resolve() if results_folder else results_dir()
     run_tags = _tags(tags)
-    summaries = run_bench(model, _split(arms), launcher, profile, stages, results=out, controls=_split(controls),
-                          command=command_line(), tags=run_tags)
+    names = _split(controls)
+    summaries = run_bench(BenchRequest.build(
+        model=model, arms=_split(arms), launcher=launcher, profile=profile, stages=stages, results=out,
+        stage_values={controls_stage.STAGE.name: {"names": names}} if names else None, command=command_line(),
+        tags=run_tags))
     if any(s.status != "skipped" for s in summaries):
         _print_summaries(summaries)
     _honest_exit(summaries)
@@ -732,7 +739,7 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
     """Sessions x replicates (study 2): K server processes, R runs each, base and adapter compared.
 
     Exits 1, with one line per arm saying what it needs, when no arm could run here."""
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
     from suite.paths import results_dir
 
     if sessions < 2 or replicates < 2:
@@ -741,8 +748,9 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
     _stage_options(overrides, SESSIONS_STAGE, {"sessions": ("--sessions", sessions),
                                                      "replicates": ("--replicates", replicates), "lora": ("--lora", lora)})
     out = results_folder.expanduser().resolve() if results_folder else results_dir()
-    summaries = run_bench(model, _split(arms), launcher, profile, [SESSIONS_STAGE.name], results=out,
-                          overrides=overrides, command=command_line(), tags=_tags(tags))
+    summaries = run_bench(BenchRequest.build(
+        model=model, arms=_split(arms), launcher=launcher, profile=profile, stages=[SESSIONS_STAGE.name],
+        results=out, stage_values=overrides.get("stage_settings"), command=command_line(), tags=_tags(tags)))
     if any(s.status != "skipped" for s in summaries):
         _print_summaries(summaries)
     _honest_exit(summaries)

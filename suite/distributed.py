@@ -194,21 +194,40 @@ def _undo_ray_env() -> None:
         os.environ.pop("OMP_NUM_THREADS", None)
 
 
-def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
-    """The Ray task: one arm on this node, as a local bench runs it; returns its run folder as a tar."""
+def read_request(text: str) -> Any:
+    """The driver's `BenchRequest` as a node reads it (JSON): its typed object, stage settings
+    included; a request of another suite version is refused before it is read further."""
+    from suite.bench.request import BenchRequest
+
+    try:
+        wanted = json.loads(text).get("suite_version")
+    except (ValueError, AttributeError):
+        wanted = None
+    if wanted != SUITE_VERSION:
+        raise SuiteError(f"this node runs suite {SUITE_VERSION}, the driver {wanted}: install the driver's version "
+                         "on every node (records of two versions are never mixed)")
+    try:
+        return BenchRequest.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise SuiteError(f"the driver's request is not one this node reads: "
+                         f"{'.'.join(str(x) for x in first['loc']) or '(top level)'}: {first['msg']}") from None
+
+
+def run_arm_task(request_json: str, arm: str, board: Any) -> dict[str, Any]:
+    """The Ray task: one arm on this node, as a local bench runs it; returns its run folder as a tar.
+
+    `request_json` is the driver's checked `BenchRequest` (`model_dump_json`); the node rebuilds
+    the typed object and runs the shared start-up for its one arm (its files checked again here,
+    a killed suite's orphans ended before the GPU is taken), then the shared per-arm runner."""
     import ray
 
-    from suite import gpu, procid
-    from suite.bench import JudgeChoice, plan_arms, run_arm
-    from suite.launchers import reap_orphans
+    from suite import procid
+    from suite.bench import runner, startup
     from suite.signature import on_node
 
     _undo_ray_env()
-    wanted = request.get("suite_version")
-    if wanted is not None and wanted != SUITE_VERSION:
-        raise SuiteError(f"this node runs suite {SUITE_VERSION}, the driver {wanted}: install the driver's version "
-                         "on every node (records of two versions are never mixed)")
-    arm = request["arm"]
+    request = read_request(request_json).model_copy(update={"arms": (arm,)})
     name = node_name()
     node_id = ray.get_runtime_context().get_node_id()
     try:
@@ -224,19 +243,14 @@ def run_arm_task(request: dict[str, Any], board: Any) -> dict[str, Any]:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
-        plan = plan_arms(request["model"], [arm], request["launcher"], request["profile"],
-                         request.get("gate_requests"), request.get("overrides"))[0]
-        judge = JudgeChoice(*request["judge"]) if request.get("judge") else None
         t0 = time.time()
-        reap_orphans()  # before the GPU check: an orphan of a killed task may hold the GPU
-        with on_node(name), gpu.exclusive_device() as lease:
-            summary = run_arm(plan, work, request["stages"], request.get("controls"), False, judge,
-                              on_stage=lambda stage: board.report.remote(arm, "stage", stage=stage, node=name),
-                              command=request.get("command"), tags=request.get("tags"))
-            if lease.locked:
-                waited = gpu.wait_for_baseline(lease.baseline_bytes)
-                if not waited.reached:
-                    log.warning("arm %s: %s", arm, waited.reason)
+        # the driver checked the stages' settings (the judge asked, the controls named); the node
+        # plans its arm, checks its own copies of the files and ends a killed task's orphans
+        # before the GPU check (an orphan may hold the GPU)
+        (plan,) = startup.prepare(request, checked=True).plans
+        with on_node(name):
+            summary = runner.bench_arm(request, plan, work, on_stage=lambda stage: board.report.remote(
+                arm, "stage", stage=stage, node=name))
         t1 = time.time()
         placement = {"node": name, "node_id": node_id, "host": socket.gethostname(),
                      "attempt": attempt, "started": t0, "finished": t1}
@@ -436,30 +450,19 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
                          "`ray start --head --resources '{\"suite_host\": 1}'` (docs/RAY.md)") from None
 
 
-def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launcher: str = "auto",
-                  profile: str = "standard", stages: list[str] | None = None, results: Path | None = None,
-                  controls: list[str] | None = None, judge_url: str | None = None, judge_model: str | None = None,
-                  gate_requests: int | None = None, overrides: dict[str, Any] | None = None,
-                  max_retries: int = MAX_RETRIES, console: Any = None,
-                  command: list[str] | None = None, tags: dict[str, str] | None = None) -> list[Summary]:
-    """Every arm of `model` as a Ray task on a `suite_host` node; run folders land in `results` write-once."""
+def run_bench_ray(address: str, request: Any, max_retries: int = MAX_RETRIES, console: Any = None) -> list[Summary]:
+    """Every arm of the request as a Ray task on a `suite_host` node; run folders land in
+    `request.results` write-once. The start-up is the local bench's (`prepare`: the arms planned,
+    files and stage settings checked: bad input is one line before the cluster is asked), but for
+    the orphans, which each node ends before its arm; the nodes get the checked request as JSON."""
     ray = import_ray()
-    from suite.bench import check_controls, plan_arms, probe_judge, resolve_judge
-    from suite.paths import results_dir
+    from suite.bench.startup import prepare
     from suite.sanitize import SafeConsole
-    from suite.stages import ORDER
 
     console = console or SafeConsole(stderr=True)
-    out = results or results_dir()
-    plans = plan_arms(model, arms, launcher, profile, gate_requests, overrides)  # checks input
-    judge = resolve_judge(plans[0].card, judge_url, judge_model) if plans else None
-    check_controls(plans, controls)  # bad input: one line before anything starts
-    if judge is not None:
-        judge = probe_judge(judge, explicit_model=judge_model is not None)
-    base = {"model": model, "launcher": launcher, "profile": profile, "stages": stages or list(ORDER),
-            "controls": controls, "judge": (judge.url, judge.model) if judge else None,
-            "gate_requests": gate_requests, "overrides": overrides, "suite_version": SUITE_VERSION, "command": command,
-            "tags": tags}
+    ready = prepare(request, reap=False)  # bad input: one line before anything starts
+    plans, out = ready.plans, ready.request.results
+    payload = ready.request.model_dump_json()
     t_bench = time.monotonic()
     check_reachable(address)
     try:
@@ -494,7 +497,7 @@ def run_bench_ray(address: str, model: str, arms: list[str] | None = None, launc
                                         "name": f"suite:{plan.card.name}/{plan.arm_name}"}
                 if labels:
                     opts["label_selector"] = labels
-                ref = task.options(**opts).remote({**base, "arm": plan.arm_name}, board)
+                ref = task.options(**opts).remote(payload, plan.arm_name, board)
                 pending[ref] = plan
                 progress.update(plan.arm_name, detail=f"for a node with {_needs_phrase(resources, labels)}")
             seen = 0

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from suite.signature import Signature
 
 log = logging.getLogger(__name__)
+S = TypeVar("S", bound=BaseModel)
 
 # A factory that starts a fresh runtime of the same configuration (optionally with extra
 # controls) and yields it with a client; it is stopped when the block ends.
@@ -84,6 +85,15 @@ class StageContext:
     # A resumed run: per stage it was cut in, what that stage had finished, rebuilt from its request
     # lines (`Stage.rebuild`); the stage takes those parts up and runs only the rest.
     carried: dict[str, Any] = field(default_factory=dict)
+    # Every stage's own settings, typed, as the bench's request resolved them (stage name ->
+    # its settings object); `own` is the running stage's.
+    settings: dict[str, BaseModel] = field(default_factory=dict)
+
+    def own(self, model: type[S]) -> S | None:
+        """The running stage's typed settings as the bench's request gave them (None in a context
+        made outside a bench: the stage then resolves them from the profile)."""
+        found = self.settings.get(self.stage)
+        return found if isinstance(found, model) else None
 
     @property
     def run_dir(self) -> Path:
@@ -212,6 +222,57 @@ class SectionTemplate:
 
 
 @dataclass(frozen=True)
+class StageOption:
+    """One option of `suite bench` a stage brings with its settings: `flag` ("--batch-trials", or
+    "--auto-controls/--no-auto-controls" for a switch) sets the stage's setting `setting`. `kind`
+    is the value as typed: "int", "str", "bool" (a switch), "ints" (whole numbers separated by
+    commas, e.g. 1,2,4), "strs" (names separated by commas) or "choice" (one of the setting's
+    Literal values); `min` a bound the parser checks. A value the settings model refuses is one
+    line naming the option."""
+
+    flag: str
+    setting: str
+    help: str
+    kind: Literal["int", "str", "bool", "ints", "strs", "choice"] = "str"
+    min: int | None = None
+
+    @property
+    def name(self) -> str:
+        """The option's first name (`--batch-trials`), as an error names it."""
+        return self.flag.split("/")[0]
+
+    @property
+    def param(self) -> str:
+        """The parameter name the command line gives its value under (`batch_trials`)."""
+        return self.name.lstrip("-").replace("-", "_")
+
+    def value(self, given: Any) -> Any:
+        """The typed value as the settings model takes it (None: not given); a list option split at
+        its commas, a bad whole number one line naming the option."""
+        if given is None or (self.kind == "bool" and given is False and "/" not in self.flag):
+            return None  # a plain switch not given leaves the profile's value
+        if self.kind in ("ints", "strs"):
+            items = [v.strip() for v in str(given).split(",") if v.strip()]
+            if not items:
+                return None
+            if self.kind == "strs":
+                return items
+            try:
+                return [int(v) for v in items]
+            except ValueError:
+                raise SuiteError(f"{self.name} {given!r}: give whole numbers separated by commas, "
+                                 "e.g. 1,2,4") from None
+        return given
+
+
+# The preflight of a stage (`Stage.preflight`): given its settings for this bench and the bench's
+# arm plans (each with `.card`, `.runtime`, `.arm_name`), it checks what it can before any runtime
+# starts (a control name against every arm's runtime, a judge's endpoint) and returns its settings,
+# completed where the check resolved something (the judge's model name); bad input is one line.
+StagePreflight = Callable[[BaseModel, list[Any]], BaseModel]
+
+
+@dataclass(frozen=True)
 class Stage:
     """One stage: its name (the record's key), result model, and how it runs."""
 
@@ -264,6 +325,12 @@ class Stage:
     # Profile fields that were its settings before they moved into its package, and the setting
     # each became: a run record written then is read with them in its stage settings.
     profile_keys: dict[str, str] = field(default_factory=dict)
+    # Its options of `suite bench`, each setting one of its `settings` (`StageOption`): the command
+    # line builds them from the registry, so a stage from its own package brings its own.
+    options: tuple[StageOption, ...] = ()
+    # Its check of the bench's request before any runtime starts (`StagePreflight`), run by the
+    # bench's start-up for every stage with settings, whether or not it is in the run.
+    preflight: "StagePreflight | None" = None
     # What a run that stopped before the stage's end (a time limit, a kill) had measured of it,
     # rebuilt from its request lines (`exported_requests` kinds) and the stages it finished (the
     # summary so far): the stage's result, saying what it rebuilt and what was cut; None where the

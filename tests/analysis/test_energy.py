@@ -217,12 +217,11 @@ def server() -> Iterator[Server]:
 
 
 def test_the_bench_records_each_stage_joules_per_output_token(nvml_fake, server: Server, tmp_path: Path) -> None:
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
     from suite.records import load_all
 
     nvml_fake(watts=300.0)
-    summaries = run_bench(None, url=server.url, profile="quick", stages=["gate", "batch"],
-                          results=tmp_path / "results")
+    summaries = run_bench(BenchRequest.build(model=None, url=server.url, profile="quick", stages=["gate", "batch"], results=tmp_path / "results"))
     s = summaries[0]
     assert s.status == "complete", s.reason
     gate_e, batch_e = s.energy["gate"], s.energy["batch"]

@@ -23,9 +23,9 @@ def _broken_gate_dir(tmp_path: Path) -> Path:
 def test_a_broken_gate_prompt_stops_the_bench_before_any_runtime_starts(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(repeat, "GATE_DIR", _broken_gate_dir(tmp_path))
     started: list[str] = []
-    monkeypatch.setattr(bench, "start_with_determinism", lambda *a, **k: started.append("start") or 1 / 0)
+    monkeypatch.setattr(bench.session, "start_with_determinism", lambda *a, **k: started.append("start") or 1 / 0)
     with pytest.raises(SuiteError) as err:
-        bench.run_bench("tiny", ["llamacpp"], "local", "quick", ["gate"], results=tmp_path / "results")
+        bench.run_bench(bench.BenchRequest.build(model="tiny", arms=["llamacpp"], launcher="local", profile="quick", stages=["gate"], results=tmp_path / "results"))
     assert "short-open.toml" in str(err.value) and "max_tokens" in str(err.value)
     assert started == [] and not (tmp_path / "results").exists()
 
@@ -34,8 +34,8 @@ def test_the_restarts_stage_checks_the_same_prompt_files(tmp_path, monkeypatch) 
     monkeypatch.setattr(repeat, "GATE_DIR", _broken_gate_dir(tmp_path))
     profile = bench.plan_arms_profile("quick")
     with pytest.raises(SuiteError, match="short-open.toml"):
-        bench.preflight(["latency", "restarts"], profile, None)
-    bench.preflight(["latency"], profile.model_copy(update={"stage_settings": {"controls": {"auto": False}, "reloads": {"launches": 0}}}), None)
+        bench.preflight(["latency", "restarts"], profile)
+    bench.preflight(["latency"], profile.model_copy(update={"stage_settings": {"controls": {"auto": False}, "reloads": {"launches": 0}}}))
 
 
 def test_every_stage_that_reads_files_says_which() -> None:

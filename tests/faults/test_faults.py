@@ -54,7 +54,7 @@ def _lines(path: Path) -> list[dict]:
 def test_runtime_killed_mid_gate_is_a_failed_arm_with_its_answers(tmp_path: Path, tiny_gguf: Path,
                                                                   others: set[int]) -> None:
     from conftest import installed_definition
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
 
     installed_definition("llamacpp")
     installed_definition("llamacpp-python")
@@ -72,8 +72,7 @@ def test_runtime_killed_mid_gate_is_a_failed_arm_with_its_answers(tmp_path: Path
 
     watcher = threading.Thread(target=kill_after_two_answers, daemon=True)
     watcher.start()
-    first, second = run_bench("tiny", ["llamacpp", "llamacpp-python"], "local", "quick", ["gate", "latency"],
-                              results=tmp_path)
+    first, second = run_bench(BenchRequest.build(model="tiny", arms=["llamacpp", "llamacpp-python"], launcher="local", profile="quick", stages=["gate", "latency"], results=tmp_path))
     watcher.join(timeout=5)
     assert killed, "the test never saw the gate's answers"
     assert first.status == "failed"

@@ -152,9 +152,9 @@ def test_a_node_on_another_version_refuses_the_task_before_it_runs(monkeypatch: 
     from suite import bench, distributed
 
     ran: list[str] = []
-    monkeypatch.setattr(bench, "run_arm", lambda *a, **k: ran.append("arm"))
-    request = {"arm": "llamacpp", "model": "tiny", "launcher": "local", "profile": "quick", "stages": ["gate"],
-               "suite_version": "0.0.1"}
+    monkeypatch.setattr(bench.runner, "run_arm", lambda *a, **k: ran.append("arm"))
+    request = bench.BenchRequest.build(model="tiny", launcher="local", profile="quick", stages=["gate"])
+    older = request.model_copy(update={"suite_version": "0.0.1"}).model_dump_json()
     with pytest.raises(SuiteError, match=f"this node runs suite {__version__}, the driver 0.0.1"):
-        distributed.run_arm_task(request, board=None)
+        distributed.run_arm_task(older, "llamacpp", board=None)
     assert ran == []

@@ -429,11 +429,10 @@ def test_a_kill_9_orphan_is_ended_before_the_gpu_is_checked(gpu_machine, tmp_pat
         return Summary(run_id="-", model=plan.card.name, arm=plan.arm_name, runtime=plan.runtime.name,
                        launcher=plan.launcher.name, profile=plan.profile.name, started_at="x", status="skipped")
 
-    monkeypatch.setattr(bench, "run_arm", arm)
+    monkeypatch.setattr(bench.runner, "run_arm", arm)
     tracebacks = 0
     try:
-        bench.run_bench("tiny", ["llamacpp"], launcher="local", profile="quick", stages=["gate"],
-                        results=tmp_path / "results")
+        bench.run_bench(bench.BenchRequest.build(model="tiny", arms=["llamacpp"], launcher="local", profile="quick", stages=["gate"], results=tmp_path / "results"))
     except Exception as exc:  # noqa: BLE001 - counted: the old order refused "the GPU is not free"
         tracebacks, refusal = 1, str(exc)
     else:
@@ -476,11 +475,12 @@ def test_a_kill_9_orphan_is_ended_before_the_gpu_is_checked_on_a_ray_node(
                                      get=lambda ref, timeout=None: 1)
     board = types.SimpleNamespace(started=Remote(), report=Remote())
     monkeypatch.setitem(sys.modules, "ray", fake_ray)
-    monkeypatch.setattr(bench, "run_arm", arm)
-    request = {"arm": "llamacpp", "model": "tiny", "launcher": "local", "profile": "quick", "stages": ["gate"]}
+    monkeypatch.setattr(bench.runner, "run_arm", arm)
+    request = bench.BenchRequest.build(model="tiny", launcher="local", profile="quick", stages=["gate"],
+                                       results=tmp_path / "results")
     tracebacks = 0
     try:
-        distributed.run_arm_task(request, board)
+        distributed.run_arm_task(request.model_dump_json(), "llamacpp", board)
     except Exception as exc:  # noqa: BLE001 - counted
         tracebacks, refusal = 1, str(exc)
     else:
@@ -516,11 +516,10 @@ def test_a_docker_orphan_is_removed_before_the_gpu_is_checked(gpu_machine, tmp_p
     try:
         container.reload()
         fake.holders[:] = [int(container.attrs["State"]["Pid"])]
-        monkeypatch.setattr(bench, "run_arm", lambda plan, *a, **k: Summary(
+        monkeypatch.setattr(bench.runner, "run_arm", lambda plan, *a, **k: Summary(
             run_id="-", model="tiny", arm=plan.arm_name, runtime="x", launcher="local", profile="quick",
             started_at="x", status="skipped"))
-        bench.run_bench("tiny", ["llamacpp"], launcher="local", profile="quick", stages=["gate"],
-                        results=tmp_path / "results")
+        bench.run_bench(bench.BenchRequest.build(model="tiny", arms=["llamacpp"], launcher="local", profile="quick", stages=["gate"], results=tmp_path / "results"))
         assert container.id not in {c.id for c in client.containers.list(all=True)}
     finally:
         try:

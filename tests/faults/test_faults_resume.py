@@ -68,7 +68,7 @@ def test_resume_refuses_a_live_run_and_leaves_its_lines_alone(tmp_path: Path, mo
     plan = plan_arms("tiny", ["llamacpp"], "local", "quick")[0]
     monkeypatch.setattr(plan.launcher, "check_available", lambda: None)
     monkeypatch.setattr(plan.launcher, "prepare", lambda runtime, model_path=None: None)
-    monkeypatch.setattr("suite.bench.prepare_format", lambda card, fmt: None)
+    monkeypatch.setattr("suite.bench.runner.prepare_format", lambda card, fmt: None)
     tracebacks = 0
     try:
         summary = run_arm(plan, results, ["gate"], resume=True)
@@ -290,7 +290,7 @@ def test_resume_continues_only_the_same_configuration(tmp_path: Path, fault_repo
     import shutil
 
     from conftest import installed_definition
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
     from suite.catalog import get_card, is_prepared
     from suite.records import load_summary
 
@@ -299,7 +299,7 @@ def test_resume_continues_only_the_same_configuration(tmp_path: Path, fault_repo
         pytest.skip("the tiny GGUF is not prepared here (run `suite setup`)")
     results = tmp_path / "results"
     common = dict(arms=["llamacpp"], launcher="local", profile="quick", stages=["gate"], results=results)
-    (done,) = run_bench("tiny", gate_requests=2, **common)
+    (done,) = run_bench(BenchRequest.build(model="tiny", gate_requests=2, **common))
     assert done.status == "complete", done.reason
     first = results / "tiny" / "llamacpp" / done.run_id
     # An interrupted twin: the same manifest, nothing else (a suite killed right after it began).
@@ -312,9 +312,9 @@ def test_resume_continues_only_the_same_configuration(tmp_path: Path, fault_repo
 
     before = files(twin)
 
-    (other,) = run_bench("tiny", gate_requests=3, resume=True, **common)  # another configuration
+    (other,) = run_bench(BenchRequest.build(model="tiny", gate_requests=3, resume=True, **common))  # another configuration
     untouched = files(twin) == before
-    (same,) = run_bench("tiny", gate_requests=2, resume=True, **common)  # the twin's configuration
+    (same,) = run_bench(BenchRequest.build(model="tiny", gate_requests=2, resume=True, **common))  # the twin's configuration
     fault_report(records_mixed=int(not untouched) + int(other.run_id == twin.name))
     assert untouched and other.run_id not in (twin.name, done.run_id) and other.status == "complete"
     assert same.run_id == twin.name and same.status == "complete", same.reason
@@ -330,7 +330,7 @@ def test_resume_takes_up_the_rows_a_cut_matrix_finished(tmp_path: Path, fault_re
     takes them up from their request lines and launches only the row that was cut; that row's lines
     from the interrupted launch go aside, the finished rows' stay."""
     from conftest import installed_definition
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
     from suite.catalog import get_card, is_prepared
     from suite.records import incomplete_summary
 
@@ -339,8 +339,8 @@ def test_resume_takes_up_the_rows_a_cut_matrix_finished(tmp_path: Path, fault_re
         pytest.skip("the tiny GGUF is not prepared here (run `suite setup`)")
     results = tmp_path / "results"
     common = dict(arms=["llamacpp"], launcher="local", profile="quick", stages=["gate", "controls"], results=results,
-                  controls=["prompt-cache-off", "concurrency-4"])
-    (done,) = run_bench("tiny", **common)
+                  stage_values={"controls": {"names": ["prompt-cache-off", "concurrency-4"]}})
+    (done,) = run_bench(BenchRequest.build(model="tiny", **common))
     assert done.status == "complete", done.reason
     assert [r.configuration for r in done.controls.rows] == ["default", "prompt-cache-off", "concurrency-4"]
     run = results / "tiny" / "llamacpp" / done.run_id
@@ -357,7 +357,7 @@ def test_resume_takes_up_the_rows_a_cut_matrix_finished(tmp_path: Path, fault_re
     assert shown is not None and [r.configuration for r in shown.rows] == ["default", "prompt-cache-off"]
     assert "cut mid-way and left out: concurrency-4 (1 requests)" in (shown.interrupted or "")
 
-    (resumed,) = run_bench("tiny", resume=True, **common)
+    (resumed,) = run_bench(BenchRequest.build(model="tiny", resume=True, **common))
     assert resumed.run_id == done.run_id and resumed.status == "complete", resumed.reason
     rows = {r.configuration: r for r in resumed.controls.rows}
     assert list(rows) == ["default", "prompt-cache-off", "concurrency-4"]

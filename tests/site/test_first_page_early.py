@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_site_is_rebuilt_after_each_arm(tmp_path: Path, tiny_gguf: Path) -> None:
     from conftest import installed_definition
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
     from suite.paths import results_dir  # noqa: F401
     from suite.site.publish import build_site
 
@@ -25,8 +25,7 @@ def test_the_site_is_rebuilt_after_each_arm(tmp_path: Path, tiny_gguf: Path) -> 
         build_site(tmp_path / "results", tmp_path / "site")
         pages.append((summary.arm, (tmp_path / "site" / "models" / "tiny.html").exists()))
 
-    run_bench("tiny", ["llamacpp", "llamacpp-python"], "local", "quick", ["gate"], results=tmp_path / "results",
-              on_arm=after)
+    run_bench(BenchRequest.build(model="tiny", arms=["llamacpp", "llamacpp-python"], launcher="local", profile="quick", stages=["gate"], results=tmp_path / "results"), on_arm=after)
     # the model page existed after the first arm, before the second one started
     assert pages == [("llamacpp", True), ("llamacpp-python", True)]
 
@@ -35,7 +34,7 @@ def test_the_site_is_rebuilt_after_each_stage_with_the_run_under_way(tmp_path: P
     """After the first arm's gate, before its next stage: the page exists, names the run as under
     way, and shows the gate's answers."""
     from conftest import installed_definition
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
     from suite.site.publish import build_site
 
     installed_definition("llamacpp")
@@ -47,8 +46,7 @@ def test_the_site_is_rebuilt_after_each_stage_with_the_run_under_way(tmp_path: P
         text = page.read_text() if page.exists() else ""
         seen.append((model, stage, "the run is under way" in text, "short-open" in text))
 
-    run_bench("tiny", ["llamacpp"], "local", "quick", ["gate", "latency"], results=tmp_path / "results",
-              on_result=after)
+    run_bench(BenchRequest.build(model="tiny", arms=["llamacpp"], launcher="local", profile="quick", stages=["gate", "latency"], results=tmp_path / "results"), on_result=after)
     assert seen == [("tiny", "gate", True, True), ("tiny", "latency", True, True)]
 
 

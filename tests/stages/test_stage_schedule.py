@@ -73,10 +73,10 @@ def _scheduled(monkeypatch: pytest.MonkeyPatch, profile_name: str, stages: list[
         return SimpleNamespace(name=name, fresh_runtimes=real.fresh_runtimes, run=run,
                                requests_for=lambda p: None)
 
-    monkeypatch.setattr(bench, "get_stage", fake)
-    monkeypatch.setattr(bench.gpu, "EnergyMeter", _Meter)
-    monkeypatch.setattr(bench, "ContentionMeter", _Meter)
-    monkeypatch.setattr(bench.progress, "stage", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr(bench.session, "get_stage", fake)
+    monkeypatch.setattr(bench.session.gpu, "EnergyMeter", _Meter)
+    monkeypatch.setattr(bench.session, "ContentionMeter", _Meter)
+    monkeypatch.setattr(bench.session.progress, "stage", lambda *a, **k: contextlib.nullcontext())
     session = object.__new__(bench.BenchSession)
     session.plan = SimpleNamespace(profile=profile, arm_name="a", launcher=SimpleNamespace(
         starts_runtimes=True, runs_children=False))
@@ -165,9 +165,9 @@ def test_a_continued_run_adds_no_controls_for_a_gate_it_already_has(monkeypatch)
 def test_preflight_reads_every_stage_that_may_run(monkeypatch, profile, update, extra):
     prof = _profile(profile, **update)
     checked: list[str] = []
-    monkeypatch.setattr(bench, "get_stage", lambda name: SimpleNamespace(inputs=lambda p: checked.append(name),
-                                                                         settings_for=lambda p: None))
-    bench.preflight(["latency"], prof, None)
+    monkeypatch.setattr(bench.startup, "get_stage", lambda name: SimpleNamespace(inputs=lambda p: checked.append(name),
+                                                                                 settings_for=lambda p: None))
+    bench.preflight(["latency"], prof)
     expected = {"latency"}
     expected |= {"controls"} if controls_settings(prof).auto else set()
     expected |= {"reloads"} if reloads_settings(prof).launches > 0 else set()
@@ -205,8 +205,8 @@ def test_the_stages_the_command_line_asks_for(monkeypatch, args, expected):
 
     asked: list[list[str]] = []
 
-    def run_bench(model: Any, arms: Any, launcher: Any, profile: Any, stages: list[str], **kwargs: Any) -> list[Any]:
-        asked.append(list(stages))
+    def run_bench(request: Any, **kwargs: Any) -> list[Any]:
+        asked.append(list(request.stages))
         return []
 
     monkeypatch.setattr(bench, "run_bench", run_bench)

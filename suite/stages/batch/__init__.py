@@ -58,9 +58,9 @@ from suite.analysis.repro import (
 from suite.analysis.stats import fisher_fewer_others, requests_needed
 from suite.client import ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.errors import SuiteError
-from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
+from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage, StageOption
 from suite.stages.lines import RequestLineBase
-from suite.stages.repeat import TOP_LOGPROBS, GatePrompt, death_reason_of, logprobs_for, select_prompts
+from suite.stages.repeat import TOP_LOGPROBS, GatePrompt, death_reason_of, load_gate_prompts, logprobs_for, select_prompts
 
 if TYPE_CHECKING:
     from suite.profiles import Profile
@@ -474,6 +474,16 @@ def batch_prompt(profile: Profile) -> GatePrompt:
     return select_prompts([wanted])[0]
 
 
+def _preflight(own: BaseModel, plans: list[Any]) -> BaseModel:
+    """The target prompt named by --batch-prompt, checked whether or not the stage runs."""
+    wanted = getattr(own, "prompt", None)
+    if wanted is not None:
+        known = load_gate_prompts()
+        if wanted not in known:
+            raise SuiteError(f"--batch-prompt {wanted!r}: not a gate prompt; known: {', '.join(known)}")
+    return own
+
+
 def planned(profile: Profile) -> int:
     own = settings(profile)
     sizes = own.sizes or [2]
@@ -588,6 +598,16 @@ STAGE = Stage(name="batch", result=BatchResult, run=run, lines=(BatchLine,), fre
               planned=planned, inputs=_inputs,
               when=lambda p: settings(p).composition, after="gate",  # the profile's or --batch-composition
               settings=BatchSettings,
+              options=(StageOption("--batch-composition", "composition", "Also send the target prompt inside "
+                                   "batches of other prompts and of shared prefixes (on in the full profile).",
+                                   kind="bool"),
+                       StageOption("--batch-prompt", "prompt", "The gate prompt the batch-composition stage sends "
+                                   "(default: short-open)."),
+                       StageOption("--batch-trials", "trials", "Trials per batch-composition mode (default: the "
+                                   "profile's).", kind="int"),
+                       StageOption("--batch-sizes", "sizes", "Batch sizes the trials cycle through, e.g. 8,16,32 "
+                                   "(default: the profile's).", kind="ints")),
+              preflight=_preflight,
               profiles={"quick": {"trials": 2, "sizes": [3, 4]}, "full": {"composition": True, "trials": 8, "sizes": [8, 16, 32]}},
               profile_keys={"batch_composition": "composition", "batch_trials": "trials", "batch_sizes": "sizes",
                             "batch_prompt": "prompt"},

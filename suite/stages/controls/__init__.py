@@ -47,7 +47,7 @@ from suite.definitions import InLaunch
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.gpu import Energy, EnergyMeter
 from suite.launchers.base import LoraAdapter
-from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage, StageContext, length_lists
+from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage, StageContext, length_lists, StageOption
 from suite.stages.controls.inlaunch import InLaunchSeries, run_controls
 from suite.stages.lines import AnswerLine
 from suite.stages.repeat import (
@@ -216,6 +216,28 @@ class ControlsSettings(BaseModel):
     in_launch_alpha: float = Field(default=0.01, gt=0.0, lt=0.5)
     max_pairs: int = Field(default=MAX_PAIRS, ge=4, le=200)  # pairs a prompt may take before it stops undecided
     effect: float = Field(default=EFFECT, gt=0.0, le=1.0)  # the share of pairs an undecided row rules out
+    # The rows asked for with --controls ('all' or control names; None: none asked): checked against
+    # every arm's runtime by `preflight`; what the run did is in its invocation, not its settings.
+    names: list[str] | None = Field(default=None, exclude=True)
+
+
+def preflight(own: BaseModel, plans: list[Any]) -> BaseModel:
+    """`--controls` names checked against every arm's runtime before anything starts: an unknown
+    one is one line naming the option, the runtime and the controls it has."""
+    for name in getattr(own, "names", None) or []:
+        if name == "all":
+            continue
+        for plan in plans:
+            runtime = plan.runtime
+            try:
+                if name == LORA:
+                    if not runtime.capabilities.lora:
+                        raise SuiteError(f"runtime {runtime.name!r} does not serve LoRA adapters")
+                else:
+                    runtime.control(name)
+            except SuiteError as exc:
+                raise SuiteError(f"--controls {name}: {exc} (arm {plan.arm_name})") from None
+    return own
 
 
 def settings(profile: Profile) -> ControlsSettings:
@@ -1169,6 +1191,11 @@ STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine
               # after the gate
               when=lambda p: settings(p).auto, on_verdict=False, after="gate",
               settings=ControlsSettings, profiles={"quick": {"auto": False}}, profile_keys={"auto_controls": "auto"},
+              options=(StageOption("--controls", "names", "'all' or control names: run the control matrix after "
+                                   "the gate, whatever the gate found.", kind="strs"),
+                       StageOption("--auto-controls/--no-auto-controls", "auto", "Run the control matrix when the "
+                                   "gate finds more than one answer (default: the profile's).", kind="bool")),
+              preflight=preflight,
               tables=(ExportTable("controls", export_rows, COLUMNS),), exported_requests=("controls",),
               rebuild=rebuild, carries_line=carries_line,
               page_title="control matrix", recompute=recompute, claims=claims,

@@ -39,9 +39,9 @@ from suite.analysis.stats import MeanSE, mean, mean_se
 from suite.client import ClientError
 from suite.errors import SuiteError
 from suite.paths import DOCUMENTS_DIR, EXTRACTION_DIR
+from suite.stages.extraction.judge import JudgeResult, preflight as judge_preflight
 from suite.sections import Answer, JsonChat, Mode, Section, _answered_facts, changed_sections
-from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
-from suite.stages.extraction.judge import JudgeResult
+from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage, StageOption
 from suite.stages.lines import LineBase, RequestLineBase
 
 if TYPE_CHECKING:
@@ -127,6 +127,10 @@ class ExtractionSettings(BaseModel):
     repeats: int = Field(default=3, ge=1)  # each section asked this many times
     max_tokens: int = Field(default=256, ge=1)
     judge_repeats: int = Field(default=5, ge=0)  # the judge's own gate: one grading repeated
+    # The LLM judge (`--judge-url`, `--judge-model`; else the card's): checked by the stage's
+    # preflight; not a setting of the measurement, so not in the run record's settings.
+    judge_url: str | None = Field(default=None, exclude=True)
+    judge_model: str | None = Field(default=None, exclude=True)
 
 
 def settings(profile: Profile) -> ExtractionSettings:
@@ -487,6 +491,10 @@ STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(Extrac
               inputs=lambda p: (select_sections(settings(p).sections), load_prompt()),
               planned=lambda p: len(select_sections(settings(p).sections)) * settings(p).repeats,
               settings=ExtractionSettings,
+              options=(StageOption("--judge-url", "judge_url", "LLM judge: any OpenAI-compatible URL "
+                                   "(key from SUITE_JUDGE_API_KEY)."),
+                       StageOption("--judge-model", "judge_model", "The judge's model name at that URL.")),
+              preflight=judge_preflight,
               profiles={"quick": {"sections": 3, "repeats": 2, "max_tokens": 160, "judge_repeats": 3},
                         "full": {"sections": 48, "max_tokens": 384, "judge_repeats": 10}},
               profile_keys={"extraction_sections": "sections", "extraction_repeats": "repeats",

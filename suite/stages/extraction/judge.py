@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 from typing import TYPE_CHECKING, Any, Literal
@@ -47,6 +48,7 @@ from suite.paths import PROMPTS_DIR
 from suite.sections import Answer, JsonChat, Section, changed_sections
 
 if TYPE_CHECKING:
+    from suite.catalog import ModelCard
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
@@ -296,3 +298,98 @@ def fact_agreement(judge_correct: list[bool], gold_correct: list[bool]) -> tuple
         return None, None
     raw = sum(j == g for j, g in zip(judge_correct, gold_correct, strict=True)) / len(judge_correct)
     return raw, cohen_kappa(judge_correct, gold_correct)
+
+
+# -- the judge a bench uses: chosen and asked before any runtime starts ---------------------------------
+
+@dataclass
+class JudgeChoice:
+    """The LLM judge of the extraction stage: any OpenAI-compatible endpoint and its model name."""
+
+    url: str
+    model: str
+
+
+def resolve_judge(card: "ModelCard", url: str | None, model: str | None) -> JudgeChoice | None:
+    """The judge named on the command line, else the card's; None: gold scoring stands alone."""
+    if url:
+        if not url.startswith(("http://", "https://")):
+            raise SuiteError(f"judge url {url!r}: must start with http:// or https://")
+        return JudgeChoice(url, model or "judge")
+    ref = card.judge
+    if ref is None:
+        return None
+    if ref.url:
+        return JudgeChoice(ref.url, model or ref.served_name or "judge")  # --judge-model first
+    if ref.model:
+        from suite.catalog import get_card
+
+        judge_card = get_card(ref.model)
+        raise SuiteError(
+            f"the judge {ref.model!r} is a model of the catalog: serve it first (`suite up "
+            f"{ref.arm or next(iter(judge_card.arms))} --model {ref.model}`) and pass its address "
+            "with --judge-url")
+    return None
+
+
+
+def probe_judge(judge: JudgeChoice, explicit_model: bool = True, timeout_s: float = 10.0) -> JudgeChoice:
+    """The judge's endpoint asked for its models before any runtime starts: one that does not answer,
+    refuses the key, is not an OpenAI-compatible API or does not serve the named model is one line.
+    Without a model name, a judge serving exactly one model is asked for that one."""
+    import httpx
+
+    from suite.launchers.external import model_list
+    from suite.secrets import scrub
+
+    shown = scrub(judge.url)
+    root = judge.url.rstrip("/").removesuffix("/v1")
+    key = os.environ.get(JUDGE_API_KEY_ENV)
+    with httpx.Client(base_url=root, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
+                      follow_redirects=False, headers={"Authorization": f"Bearer {key}"} if key else {}) as http:
+        _, listed = model_list(http, "--judge-url", shown, JUDGE_API_KEY_ENV, who="the judge")
+    models = [m["id"] for m in listed]
+    if explicit_model:
+        if judge.model not in models:
+            raise SuiteError(f"--judge-model {judge.model!r}: not served at {shown}; it lists: "
+                             f"{', '.join(models) or 'no model'}")
+        return judge
+    if judge.model in models:
+        return judge
+    if len(models) == 1:
+        return JudgeChoice(judge.url, models[0])
+    raise SuiteError(f"--judge-url {shown} serves {len(models)} models ({', '.join(models) or 'none'}): "
+                     "name one with --judge-model")
+
+
+
+def judge_model_needs_a_url(card: "ModelCard", judge_model: str) -> None:
+    """`--judge-model` names a model at a judge's address: --judge-url's, or the card's own judge
+    URL; with neither it would be ignored, so it is one line instead."""
+    ref = card.judge
+    if ref is None or not ref.url:
+        raise SuiteError(f"--judge-model {judge_model!r}: names a model at a judge's address; give that "
+                         "address with --judge-url")
+
+
+def preflight(settings: Any, plans: list[Any]) -> Any:
+    """The extraction stage's check before any runtime starts: the judge named by --judge-url (else
+    the card's) is asked for its models, and its rubric read; the settings come back with the judge
+    resolved (its address and model), or without one."""
+    if not plans:
+        return settings
+    card = plans[0].card
+    if settings.judge_model is not None and settings.judge_url is None:
+        judge_model_needs_a_url(card, settings.judge_model)
+    judge = resolve_judge(card, settings.judge_url, settings.judge_model)
+    if judge is None:
+        return settings
+    load_rubric()
+    judge = probe_judge(judge, explicit_model=settings.judge_model is not None)
+    return settings.model_copy(update={"judge_url": judge.url, "judge_model": judge.model})
+
+
+def judge_of(settings: Any) -> JudgeChoice | None:
+    """The judge a bench's extraction settings name (after `preflight`), or None."""
+    url = getattr(settings, "judge_url", None)
+    return JudgeChoice(url, settings.judge_model or "judge") if url else None

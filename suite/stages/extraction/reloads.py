@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.sections import Answer, JsonChat, Section, _answered_facts
-from suite.stages.base import FreshLaunch, Stage
+from suite.stages.base import FreshLaunch, Stage, StageOption
 from suite.stages.extraction import ANSWERS_KEY, _fact_signature, ask_section, load_prompt, no_facts, select_sections
 from suite.stages.extraction import settings as extraction_settings
 
@@ -144,4 +144,6 @@ STAGE = Stage(name="reloads", result=ReloadsResult, run=run, fresh_runtimes=True
               inputs=lambda p: (select_sections(extraction_settings(p).sections), load_prompt()),
               planned=lambda p: settings(p).launches * len(select_sections(extraction_settings(p).sections)),
               when=lambda p: settings(p).launches > 0, after="extraction", needs=("extraction",),
-              settings=ReloadsSettings, profile_keys={"reloads": "launches"})
+              settings=ReloadsSettings, profile_keys={"reloads": "launches"},
+              options=(StageOption("--reloads", "launches", "Repeat the extraction in N fresh launches.",
+                                   kind="int", min=0),))

@@ -58,7 +58,7 @@ from suite.analysis.stats import Distribution, distribution_fields, summarize
 from suite.client import AsyncOpenAIClient, ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.definitions import MetricsSpec, TimingsSpec
 from suite.errors import SuiteError
-from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
+from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage, StageOption
 from suite.stages.lines import RequestLineBase
 
 if TYPE_CHECKING:
@@ -670,6 +670,10 @@ class LatencyLine(RequestLineBase):
 STAGE = Stage(name="latency", result=LatencyResult, run=run, lines=(LatencyLine,), fresh_runtimes=False, in_bench=True,
               summary="streamed requests timed by the suite and the runtime, at each concurrency level",
               planned=planned, settings=LatencySettings,
+              options=(StageOption("--concurrency", "concurrency", "Latency concurrency sweep, e.g. 1,2,4 "
+                                   "(default: the profile's).", kind="ints"),
+                       StageOption("--latency-max-tokens", "max_tokens", "The latency stage's answer cap "
+                                   "(default: the profile's).", kind="int", min=1)),
               profiles={"quick": {"requests": 4, "warmup": 1, "max_tokens": 32},
                         "full": {"requests": 50, "warmup": 3, "max_tokens": 256, "concurrency": [1, 2, 4]}},
               profile_keys={"latency_requests": "requests", "latency_warmup": "warmup", "latency_max_tokens": "max_tokens",

@@ -41,7 +41,7 @@ from suite.analysis.repro import ALPHA, LaunchFigures, LaunchPair, Pattern, acro
 from suite.analysis.stats import holm
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.secrets import scrub
-from suite.stages.base import ColumnType, ExportTable, FreshLaunch, SectionTemplate, Stage, length_lists
+from suite.stages.base import ColumnType, ExportTable, FreshLaunch, SectionTemplate, Stage, length_lists, StageOption
 from suite.stages.lines import AnswerLine
 from suite.stages.repeat import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
 
@@ -520,6 +520,10 @@ STAGE = Stage(name="restarts", result=RestartsResult, run=run, lines=(AnswerLine
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=planned,
               settings=RestartsSettings,
+              options=(StageOption("--restarts", "launches", "Launches of the restarts stage (default: the "
+                                   "profile's; 6 or more give an interval).", kind="int", min=2),
+                       StageOption("--restart-caches", "caches", "fresh (every launch starts with empty compile "
+                                   "caches), kept, or both.", kind="choice")),
               profiles={"quick": {"launches": 2, "requests": 3}, "standard": {"caches": "kept"}, "full": {"caches": "both"}},
               profile_keys={"restarts": "launches", "restart_requests": "requests", "restart_caches": "caches"},
               tables=(ExportTable("restarts", export_rows, COLUMNS),), exported_requests=("restarts",),

@@ -72,11 +72,12 @@ RESULTS_OF: dict = {}
 
 @pytest.fixture(scope="module")
 def controls_run(tmp_path_factory):
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
 
     results = tmp_path_factory.mktemp("controls")
-    (summary,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["gate", "controls"], results=results,
-                           controls=["prompt-cache-off", "concurrency-4", "lora"])
+    (summary,) = run_bench(BenchRequest.build(
+        model="tiny", arms=["llamacpp"], launcher="local", profile="quick", stages=["gate", "controls"],
+        results=results, stage_values={"controls": {"names": ["prompt-cache-off", "concurrency-4", "lora"]}}))
     RESULTS_OF[summary.run_id] = results
     return summary
 
@@ -354,10 +355,9 @@ def test_llama_servers_prompt_cache_transient_is_eliminated_over_launches(tmp_pa
     differs (its prompt cache); the elimination then runs three launches per row and credits
     prompt-cache-off, 3 of 3 default launches against 0 of 3 (p = 0.05), whose one answer is the
     default's cold one."""
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
 
-    (s,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["gate", "controls"], results=tmp_path / "results",
-                     controls=["prompt-cache-off"], gate_requests=20)
+    (s,) = run_bench(BenchRequest.build(model="tiny", arms=["llamacpp"], launcher="local", profile="quick", stages=["gate", "controls"], results=tmp_path / "results", stage_values={'controls': {'names': ["prompt-cache-off"]}}, gate_requests=20))
     assert s.status == "complete", s.reason
     # every stage says how much of the CPUs other processes took while it ran (the runtime is ours)
     assert set(s.contention) == {"gate", "controls"} and all(0 <= c.others_share <= 1 for c in s.contention.values())

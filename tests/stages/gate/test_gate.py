@@ -169,10 +169,10 @@ def test_concurrent_gate_sends_waves(client):
 # -- through the bench ----------------------------------------------------------------------------
 
 def test_gate_stage_through_the_bench(tmp_path):
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
     from suite.records import load_summary
 
-    (summary,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["gate"], results=tmp_path)
+    (summary,) = run_bench(BenchRequest.build(model="tiny", arms=["llamacpp"], launcher="local", profile="quick", stages=["gate"], results=tmp_path))
     assert summary.status == "complete", summary.reason
     gate = summary.gate
     assert [p.prompt_id for p in gate.prompts] == ["short-open"]

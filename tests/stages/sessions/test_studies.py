@@ -64,11 +64,10 @@ def test_elimination_when_nothing_helps_or_nothing_varied():
 @pytest.mark.live
 def test_reload_and_kept_caches_on_llama_server(tmp_path: Path, tiny_gguf: Path) -> None:
     from conftest import installed_definition
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
 
     installed_definition("llamacpp")
-    (s,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["gate", "extraction", "restarts"], results=tmp_path,
-                     overrides={"stage_settings": {"reloads": {"launches": 1}, "restarts": {"caches": "both"}}})
+    (s,) = run_bench(BenchRequest.build(model="tiny", arms=["llamacpp"], launcher="local", profile="quick", stages=["gate", "extraction", "restarts"], results=tmp_path, stage_values={"reloads": {"launches": 1}, "restarts": {"caches": "both"}}))
     assert s.status == "complete", s.reason
     reloads = s.reloads
     assert reloads.reloads == 1 and reloads.outcomes[0].status == "ok"
