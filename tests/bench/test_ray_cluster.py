@@ -37,8 +37,14 @@ ARMS = "llamacpp,llamacpp-python"
 RUNTIME_NAMES = ("llama-server", "llama_cpp.server")
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 def _env(node: str) -> dict[str, str]:
-    return {**os.environ, "SUITE_NODE_NAME": node, "SUITE_RAY_TEST": MARK, "RAY_USAGE_STATS_ENABLED": "0"}
+    # the checkout under test first on every node's and the driver's path (not the installed one)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "SUITE_NODE_NAME": node, "SUITE_RAY_TEST": MARK, "RAY_USAGE_STATS_ENABLED": "0",
+            "PYTHONPATH": path}
 
 
 class Cluster:
@@ -170,6 +176,42 @@ def assert_nothing_half_written(results: Path) -> None:
     for d in iter_run_dirs(results):
         assert (d / "summary.json").is_file(), f"{d}: a run folder without its summary"
     assert not (results / ".incoming").exists() or not any((results / ".incoming").iterdir())
+
+
+BROKEN_GATE = """\
+import pathlib
+import sys
+
+from suite.stages import repeat
+
+repeat.GATE_DIR = pathlib.Path(sys.argv.pop(1))  # the gate prompts this process reads
+from suite.cli import main
+
+sys.argv[0] = "suite"
+main()
+"""
+
+
+def test_both_drivers_refuse_a_broken_prompt_file_with_one_line_before_any_runtime_starts(cluster, tmp_path):
+    """The same broken gate prompt file: the local bench and `--ray` say the same one line, exit 2,
+    and start nothing (no runtime here or on a node, no task, no record)."""
+    gate = tmp_path / "gate"
+    shutil.copytree(ROOT / "prompts" / "gate", gate)
+    (gate / "short-open.toml").write_text('id = "short-open"\nversion = 1\nmax_tokens = "many"\nprompt = "x"\n')
+    script = tmp_path / "suite_with_broken_gate.py"
+    script.write_text(BROKEN_GATE)
+    said = {}
+    for driver, extra in (("local", []), ("ray", ["--ray", cluster.address])):
+        results = tmp_path / f"results-{driver}"
+        r = subprocess.run([sys.executable, str(script), str(gate), "bench", "--model", "tiny", "--profile", "quick",
+                            "--stages", "gate", "--arms", ARMS, "--launcher", "local", "--results", str(results),
+                            *extra], capture_output=True, text=True, env=_env("driver"), cwd=ROOT, timeout=300)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and len(lines) == 1, (driver, r.returncode, r.stdout + r.stderr)
+        assert "short-open.toml" in lines[0] and "max_tokens" in lines[0], lines[0]
+        assert not results.exists() and our_runtimes() == []
+        said[driver] = lines[0]
+    assert said["local"] == said["ray"]  # one start-up: the same check, the same words
 
 
 def test_two_arms_on_two_nodes_at_once_land_in_results_and_site(cluster, tmp_path):
