@@ -210,7 +210,8 @@ def plan_arms_profile(profile_name: str, gate_requests: int | None = None,
     # the settings of stages that keep their own, resolved for this profile: the run record keeps them
     own = {name: stage for name, stage in STAGES.items() if stage.settings is not None}
     if own:
-        resolved = {name: stage.settings_for(profile).model_dump(mode="json") for name, stage in own.items()}
+        resolved = {name: s.model_dump(mode="json") for name, stage in own.items()
+                    if (s := stage.settings_for(profile)) is not None}
         profile = profile.model_copy(update={"stage_settings": resolved})
     return profile
 

@@ -495,7 +495,7 @@ def run(ctx: StageContext) -> BatchResult:
     """The batch-composition stage on the arm's running runtime."""
     from suite import gpu
 
-    prompt, own = batch_prompt(ctx.profile), settings(ctx.profile)
+    prompt, own = batch_prompt(ctx.profile), ctx.own(BatchSettings) or settings(ctx.profile)
     result = run_batch(
         ctx.client, prompt, trials=own.trials, batch_sizes=list(own.sizes),
         max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),

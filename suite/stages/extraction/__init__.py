@@ -319,7 +319,7 @@ def ask_section(ctx: StageContext, chat: JsonChat, section: Section, prompt: Pro
 def run(ctx: StageContext) -> ExtractionResult:
     """Ask every section R times, score against gold, and run the judge when there is one."""
     t_start = time.monotonic()
-    own = settings(ctx.profile)
+    own = ctx.own(ExtractionSettings) or settings(ctx.profile)
     sections = select_sections(own.sections)
     prompt = load_prompt()
     repeats = own.repeats

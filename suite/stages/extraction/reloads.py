@@ -115,7 +115,7 @@ def run(ctx: StageContext) -> ReloadsResult:
     signature = _fact_signature(ctx)
     comparable, identical = stable_sections(sections, answers)
     outcomes: list[ReloadOutcome] = []
-    launches = settings(ctx.profile).launches
+    launches = (ctx.own(ReloadsSettings) or settings(ctx.profile)).launches
     for i in range(launches):
         outcome = ReloadOutcome(index=i, status="ok")
         try:

@@ -593,7 +593,7 @@ def _runtime_timings(samples: list[_Sample], level: LatencyLevel, before: dict[s
 
 def run(ctx: StageContext) -> LatencyResult:
     """Warm up, then measure every concurrency level of the profile."""
-    profile, own = ctx.profile, settings(ctx.profile)
+    profile, own = ctx.profile, ctx.own(LatencySettings) or settings(ctx.profile)
     max_tokens = own.max_tokens
     total = planned(profile)
     if total > MAX_REQUESTS:

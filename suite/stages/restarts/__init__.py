@@ -356,7 +356,7 @@ def cache_counts(root: Path, caches: CompileCacheSpec) -> dict[str, int]:
 
 def run_launches(ctx: StageContext, mode: Literal["fresh", "kept"]) -> RestartsResult:
     """K launches of the arm's configuration, each with a short gate, under one cache mode."""
-    own = settings(ctx.profile)
+    own = ctx.own(RestartsSettings) or settings(ctx.profile)
     k, n = own.launches, own.requests
     prompts = select_prompts(ctx.profile.gate_prompts)
     outcomes: list[LaunchOutcome] = []

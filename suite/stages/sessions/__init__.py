@@ -229,7 +229,7 @@ def planned(profile: Profile) -> int:
 def run(ctx: StageContext) -> SessionsResult:
     from suite.stages.controls import ADAPTER_NAME, ensure_adapter
 
-    own = settings(ctx.profile)
+    own = ctx.own(SessionsSettings) or settings(ctx.profile)
     k, r = own.sessions, own.replicates
     prompts = select_prompts(ctx.profile.gate_prompts)
     caps = ctx.runtime.capabilities
