@@ -218,15 +218,16 @@ def simulate(trials: int, seed: int, launch_s: float, request_s: float) -> dict[
 def real_llama_server(results_root: Path) -> dict[str, dict[str, float]]:
     """Both designs on a real llama-server with the tiny model: the bench's gate, then its
     automatic control matrix (the gate varies: its prompt cache makes the first answer differ)."""
-    from suite.bench import run_bench
+    from suite.bench import BenchRequest, run_bench
     from suite.records import read_requests
 
     out: dict[str, dict[str, float]] = {}
     for label, in_launch in (("today", False), ("in-launch", True)):
         results = results_root / label
         t0 = time.monotonic()
-        (summary,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["gate"], results=results,
-                               overrides={"stage_settings": {"controls": {"auto": True, "in_launch": in_launch}}})
+        (summary,) = run_bench(BenchRequest.build(model="tiny", arms=["llamacpp"], launcher="local", profile="quick",
+                                                  stages=["gate"], results=results,
+                                                  stage_values={"controls": {"auto": True, "in_launch": in_launch}}))
         wall = time.monotonic() - t0
         c = summary.controls
         if c is None:
