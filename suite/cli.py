@@ -45,7 +45,6 @@ from suite.profiles import PROFILES
 from suite.sanitize import PrintableFormatter, SafeConsole
 from suite.stages import ORDER, STAGES, VERDICT_STAGE
 from suite.stages.base import Stage
-from suite.stages.restarts import RestartsSettings
 from suite.stages.sessions import STAGE as SESSIONS_STAGE
 
 # Plain help (rich_markup_mode None): text wrapped at the terminal's width, never cut with an ellipsis.
@@ -71,7 +70,6 @@ _TAG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})=(.{0,200})$")
 # Choices shown as choices in --help and refused by the parser (exit 2) before anything starts.
 ProfileName = Literal[tuple(PROFILES)]  # type: ignore[valid-type]
 LauncherName = Literal[LAUNCHER_CHOICES]  # type: ignore[valid-type]
-RestartCaches = RestartsSettings.model_fields["caches"].annotation
 ExportFormat = Literal["parquet", "csv"]
 STAGES_HELP = (f"Stages to run, comma-separated, of: {', '.join(STAGES)} (default: {', '.join(ORDER)}, and the "
                "stages the profile, the options or the gate's verdict add).")
@@ -81,25 +79,6 @@ def _split(value: Optional[str]) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
-def _stage_options(overrides: dict[str, Any], stage: Stage, given: dict[str, tuple[str, Any]]) -> None:
-    """A stage's settings as this command line gives them (setting -> its option and value; None:
-    not given), checked against the stage's settings model (a bad value is one line naming the
-    option) and put under `overrides["stage_settings"]`."""
-    from pydantic import ValidationError
-
-    values = {k: v for k, (_, v) in given.items() if v is not None}
-    if not values or stage.settings is None:
-        return
-    try:
-        stage.settings.model_validate(values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = str(err["loc"][0])
-        value = values[key]
-        shown = ",".join(map(str, value)) if isinstance(value, list) else str(value)  # as it was typed
-        found = _friendly(exc)
-        raise SuiteError(f"{given[key][0]} {shown!r}: {found[1] if found else err['msg']}") from None
-    overrides.setdefault("stage_settings", {})[stage.name] = values
 
 
 def _tags(values: Optional[list[str]]) -> dict[str, str]:
@@ -115,14 +94,6 @@ def _tags(values: Optional[list[str]]) -> dict[str, str]:
     return out
 
 
-def _int_list(option: str, value: Optional[str]) -> list[int] | None:
-    items = _split(value)
-    if not items:
-        return None
-    try:
-        return [int(v) for v in items]
-    except ValueError:
-        raise SuiteError(f"{option} {value!r}: give whole numbers separated by commas, e.g. 1,2,4") from None
 
 
 def _show_version(value: bool) -> None:
@@ -484,7 +455,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
         model=model, arms=_split(arms), launcher=launcher, profile=profile, stages=stage_list,
         gate_requests=gate_requests, stage_values=values, options=names, resume=resume, url=url,
         served_model=options.get("served_model"), tokenizer=options.get("tokenizer"), retry_refused=retry_refused,
-        tags=_tags(tags), command=command_line(),
+        tags=_tags(tags), command=command_line(), site=site,
         results=results_folder.expanduser().resolve() if results_folder else None)
     if as_json:
         _stdout_for_json()
@@ -493,10 +464,10 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
 
         summaries = run_bench_ray(ray_address, request, max_retries=options.get("ray_retries", 2), console=console)
         _end_of_bench(summaries, request.results, as_json, fail_on_variance)
-        if site:
+        if request.site:
             _build_site(request.results)
         return
-    rebuilder = _SiteRebuilder(request.results) if site else None
+    rebuilder = _SiteRebuilder(request.results) if request.site else None
     summaries = run_bench(request, on_arm=rebuilder.after_arm if rebuilder else None,
                           on_result=rebuilder.after_stage if rebuilder else None)
     _end_of_bench(summaries, request.results, as_json, fail_on_variance)
@@ -505,20 +476,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
 app.command("bench")(_with_options(bench))
 
 
-def _check_stages(value: Optional[str]) -> None:
-    """`--stages` names checked against the stage registry, naming the option."""
-    for name in _split(value) or []:
-        if name not in STAGES:
-            raise SuiteError(f"--stages {name}: not a stage; known: {', '.join(STAGES)}")
 
 
-def _check_gate_prompt(option: str, prompt_id: str) -> None:
-    """A gate prompt id named by an option, checked whether or not its stage runs."""
-    from suite.stages.repeat import load_gate_prompts
-
-    known = load_gate_prompts()
-    if prompt_id not in known:
-        raise SuiteError(f"{option} {prompt_id!r}: not a gate prompt; known: {', '.join(known)}")
 
 
 def command_line() -> list[str]:
@@ -744,13 +703,12 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
 
     if sessions < 2 or replicates < 2:
         raise SuiteError(f"--sessions {sessions} --replicates {replicates}: each must be at least 2")
-    overrides: dict[str, Any] = {}
-    _stage_options(overrides, SESSIONS_STAGE, {"sessions": ("--sessions", sessions),
-                                                     "replicates": ("--replicates", replicates), "lora": ("--lora", lora)})
     out = results_folder.expanduser().resolve() if results_folder else results_dir()
     summaries = run_bench(BenchRequest.build(
         model=model, arms=_split(arms), launcher=launcher, profile=profile, stages=[SESSIONS_STAGE.name],
-        results=out, stage_values=overrides.get("stage_settings"), command=command_line(), tags=_tags(tags)))
+        results=out, stage_values={SESSIONS_STAGE.name: {"sessions": sessions, "replicates": replicates, "lora": lora}},
+        options={SESSIONS_STAGE.name: {"sessions": "--sessions", "replicates": "--replicates", "lora": "--lora"}},
+        command=command_line(), tags=_tags(tags)))
     if any(s.status != "skipped" for s in summaries):
         _print_summaries(summaries)
     _honest_exit(summaries)

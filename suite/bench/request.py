@@ -50,6 +50,7 @@ class BenchRequest(BaseModel):
     tokenizer: str | None = None
     retry_refused: bool = False  # start a determinism mode this machine saw refused (suite.refusals)
     tags: dict[str, str] = Field(default_factory=dict)
+    site: bool = False  # the site is built from the results as the bench goes and at its end (the command line's)
     command: tuple[str, ...] | None = None  # the command line, secrets redacted (the run record keeps it)
     suite_version: str = SUITE_VERSION  # a node on another version refuses the task
 
