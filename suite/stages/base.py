@@ -182,10 +182,14 @@ class SectionTemplate:
     that is a package keeps its section beside its code); `view` names, as "module:function" and
     imported only when a page is built, the function that turns the stage's results (one per arm,
     in the page's column order) and the page's `PageInputs` into the template's variables. `slot`
-    is the page's place for it ("answers": after the gate; "causes": after the determinism mode;
-    "measures": after those, before the watchdog), `order` its place among the slot's sections.
-    A run's own page shows the same section for that run alone, where the run has the stage's
-    result, unless `on_run_page` is False (a stage whose part the run page draws itself)."""
+    is the page's place for it ("answers": the gate's answers and beside them, before the arms
+    compared; "causes": after the determinism mode; "measures": after those, before the watchdog),
+    `order` its place among the slot's sections (the registry's order among equals); the page's
+    table of contents lists the sections in that order (`suite.stages.page_sections`).
+    A run's own page shows the same section for that run alone (the template's `run_page` is then
+    True, and every list of one per arm has that run's alone), where the run has the stage's
+    result, or where a stage every bench runs (`Stage.in_bench`) has none and the run did not fail
+    (its section then says so); `on_run_page` False: nothing on a run's page."""
 
     template: str
     view: str

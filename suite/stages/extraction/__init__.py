@@ -496,4 +496,4 @@ STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(Extrac
               # its answers, each answer's facts and the judge's grading (the reloads' answers are extraction lines too)
               exported_requests=("extraction", "extraction-fact", "judge"),
               page_title="extraction", claims=claims,
-              section=SectionTemplate("section.html", "suite.stages.extraction.view:page", slot="measures", order=1, on_run_page=False))
+              section=SectionTemplate("section.html", "suite.stages.extraction.view:page", slot="measures", order=1))

@@ -675,4 +675,4 @@ STAGE = Stage(name="latency", result=LatencyResult, run=run, lines=(LatencyLine,
                             "concurrency": "concurrency"},
               tables=(ExportTable("latency", export_rows, COLUMNS),), exported_requests=("latency",),
               page_title="latency",
-              section=SectionTemplate("section.html", "suite.stages.latency.view:page", slot="measures", order=0, on_run_page=False))
+              section=SectionTemplate("section.html", "suite.stages.latency.view:page", slot="measures", order=0))

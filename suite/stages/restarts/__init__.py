@@ -526,4 +526,4 @@ STAGE = Stage(name="restarts", result=RestartsResult, run=run, lines=(AnswerLine
               profile_keys={"restarts": "launches", "restart_requests": "requests", "restart_caches": "caches"},
               tables=(ExportTable("restarts", export_rows, COLUMNS),), exported_requests=("restarts",),
               page_title="restarts", recompute=recompute, claims=claims,
-              section=SectionTemplate("section.html", "suite.stages.restarts.view:page", slot="causes", order=2, on_run_page=False))
+              section=SectionTemplate("section.html", "suite.stages.restarts.view:page", slot="causes", order=2))
