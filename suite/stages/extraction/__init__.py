@@ -40,10 +40,10 @@ from suite.stages.lines import LineBase, RequestLineBase
 from suite.errors import SuiteError
 from suite.analysis.jsonextract import extract_json_object
 from suite.paths import DOCUMENTS_DIR, EXTRACTION_DIR
-from suite.analysis.scoring import GoldFact, score_section
+from suite.analysis.scoring import GoldFact, score_part
 from suite.analysis.stats import MeanSE, mean, mean_se
 from suite.stages.extraction.judge import JudgeResult
-from suite.sections import Answer, JsonChat, Mode, Section, _answered_facts, changed_sections
+from suite.stages.extraction.documents import Answer, JsonChat, Mode, DocumentPart, _answered_facts, changed_parts
 
 if TYPE_CHECKING:
     from suite.profiles import Profile
@@ -69,7 +69,7 @@ class Document(BaseModel):
     id: str
     kind: str
     title: str
-    sections: list[Section] = Field(min_length=1)
+    sections: list[DocumentPart] = Field(min_length=1)
 
 
 class PromptTemplate(BaseModel):
@@ -135,7 +135,7 @@ def settings(profile: "Profile") -> ExtractionSettings:
     return cast(ExtractionSettings, STAGE.settings_for(profile))
 
 
-def select_sections(n: int, documents: list[Document] | None = None) -> list[Section]:
+def select_parts(n: int, documents: list[Document] | None = None) -> list[DocumentPart]:
     """The first n sections of the smallest section set (quick, standard, full) that has n."""
     docs = documents if documents is not None else load_documents()
     every = [s for d in docs for s in d.sections]
@@ -156,7 +156,7 @@ def fact_format(fact: GoldFact, prompt: PromptTemplate) -> str:
     return prompt.formats[fact.type]
 
 
-def build_prompt(section: Section, prompt: PromptTemplate) -> str:
+def build_prompt(section: DocumentPart, prompt: PromptTemplate) -> str:
     lines = "\n".join(f"- {f.key}: {f.ask} ({fact_format(f, prompt)})" for f in section.facts)
     return prompt.template.format(facts=lines, text=section.text.strip()).strip()
 
@@ -199,6 +199,9 @@ class TypeScore(BaseModel):
     missing: int = Field(description="left null or absent")
 
 
+# A document part's summary. Its name, and the fields named `section(s)` here and in `ExtractionResult`
+# (`sections`, `identical_sections`, `per_section`, ...), mean a document's section (a `DocumentPart`),
+# not a page's: the run record and its published schema keep them so (the docstring is the schema's).
 class SectionSummary(BaseModel):
     """One section, over its repeats."""
 
@@ -224,6 +227,8 @@ class ExtractionResult(BaseModel):
     version: int = Field(default=RESULT_VERSION, description="schema version of this result")
     prompt_version: int = Field(description="version of prompts/extraction/prompt.toml")
     documents: dict[str, int] = Field(description="document id -> its version, for the documents used")
+    # Every field named `section(s)` here counts document parts (a document's sections, `DocumentPart`),
+    # not a page's sections: the records and their published schema keep the names.
     sections: int = Field(description="sections asked")
     repeats: int = Field(description="repeats per section")
     max_tokens: int = Field(description="max_tokens per request")
@@ -264,7 +269,7 @@ def _fact_signature(ctx: "StageContext") -> dict[str, Any]:
     return {k: sig.get(k) for k in (*SIGNATURE_KEY_FIELDS, "command", "env", "hardware", "image_digest", "suite_version")}
 
 
-def no_facts(section: Section, extracted: dict[str, Any] | None) -> bool:
+def no_facts(section: DocumentPart, extracted: dict[str, Any] | None) -> bool:
     """A valid answer that gives no asked fact (every value null, empty or absent): agreeing on
     nothing is not the same answer, so such answers are never "identical" nor "the same after
     a reload"."""
@@ -278,7 +283,7 @@ def no_facts(section: Section, extracted: dict[str, Any] | None) -> bool:
 ANSWERS_KEY = "extraction.answers"  # where the stage leaves its answers for the reloads stage
 
 
-def ask_section(ctx: "StageContext", chat: JsonChat, section: Section, prompt: PromptTemplate, repeat: int,
+def ask_part(ctx: "StageContext", chat: JsonChat, section: DocumentPart, prompt: PromptTemplate, repeat: int,
                 signature: Any, reload: int | None = None) -> Answer:
     """Ask one section once, score it against gold, and record the request and every fact."""
     max_tokens = settings(ctx.profile).max_tokens
@@ -290,7 +295,7 @@ def ask_section(ctx: "StageContext", chat: JsonChat, section: Section, prompt: P
     except ClientError as exc:
         text, error, c = "", str(exc), None
     parsed = extract_json_object(text)
-    score = score_section(section.facts, parsed.value)
+    score = score_part(section.facts, parsed.value)
     where = {} if reload is None else {"reload": reload}
     ctx.record_request(
         "extraction", section=section.uid, repeat=repeat, mode=chat.mode, endpoint=chat.endpoint,
@@ -317,7 +322,7 @@ def run(ctx: "StageContext") -> ExtractionResult:
     """Ask every section R times, score against gold, and run the judge when there is one."""
     t_start = time.monotonic()
     own = settings(ctx.profile)
-    sections = select_sections(own.sections)
+    sections = select_parts(own.sections)
     prompt = load_prompt()
     repeats = own.repeats
     caps = ctx.runtime.capabilities
@@ -328,7 +333,7 @@ def run(ctx: "StageContext") -> ExtractionResult:
     failed = 0
     for repeat in range(repeats):
         for section in sections:
-            answer = ask_section(ctx, chat, section, prompt, repeat, signature)
+            answer = ask_part(ctx, chat, section, prompt, repeat, signature)
             failed += answer.error is not None
             answers[section.uid].append(answer)
     ctx.results[ANSWERS_KEY] = answers  # for a reload in a fresh launch (the reloads stage)
@@ -350,7 +355,7 @@ def run(ctx: "StageContext") -> ExtractionResult:
     )
 
 
-def summarise(sections: list[Section], answers: dict[str, list[Answer]], repeats: int) -> dict[str, Any]:
+def summarise(sections: list[DocumentPart], answers: dict[str, list[Answer]], repeats: int) -> dict[str, Any]:
     """The gold-based figures of ExtractionResult from the answers (pure; tested on constructed answers)."""
     per_section: list[SectionSummary] = []
     by_type: dict[str, TypeScore] = {}
@@ -393,7 +398,7 @@ def summarise(sections: list[Section], answers: dict[str, list[Answer]], repeats
         "identical_sections": sum(row.identical for row in per_section),
         "comparable_sections": sum(bool(row.comparable) for row in per_section),
         "invalid_sections": sum(not row.comparable for row in per_section),
-        "changed_sections": len(changed_sections(sections, answers)),
+        "changed_sections": len(changed_parts(sections, answers)),
         "facts_per_repeat": sum(len(s.facts) for s in sections),
         "precision": mean_se([row.precision for row in per_section if row.precision is not None]),
         "recall": mean_se([row.recall for row in per_section]),
@@ -485,8 +490,8 @@ def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
 
 STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(ExtractionLine, FactLine, JudgeLine,), fresh_runtimes=False, in_bench=True,
               summary="facts extracted as JSON, repeated, scored against gold (and a judge)",
-              inputs=lambda p: (select_sections(settings(p).sections), load_prompt()),
-              planned=lambda p: len(select_sections(settings(p).sections)) * settings(p).repeats,
+              inputs=lambda p: (select_parts(settings(p).sections), load_prompt()),
+              planned=lambda p: len(select_parts(settings(p).sections)) * settings(p).repeats,
               settings=ExtractionSettings,
               profiles={"quick": {"sections": 3, "repeats": 2, "max_tokens": 160, "judge_repeats": 3},
                         "full": {"sections": 48, "max_tokens": 384, "judge_repeats": 10}},
