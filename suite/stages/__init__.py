@@ -14,7 +14,8 @@ command line; no other module names a stage to place it.
 A stage from another package joins with one line in that package's metadata, an entry point of
 the group `suite.stages` naming its `Stage` (`probe = "mypackage.probe:STAGE"`): its result in
 the run record and summary, its request lines (`Stage.lines`), its export tables, its place in
-the schedule, `--resume` and its model-page section (`Stage.section`) all come from that record.
+the schedule, `--resume` and its section of the model page and of a run's page (`Stage.section`,
+listed in the model page's table of contents in `page_sections` order) all come from that record.
 """
 
 from __future__ import annotations
