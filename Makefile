@@ -9,8 +9,13 @@ LAUNCHER ?= auto
 # Tests left out of `make test`: the long ones and those needing an NVIDIA GPU.
 TEST_MARKERS ?= not slow and not gpu
 PYTEST_ARGS ?=
+# llama.cpp as `make test` builds it on the host: portable (the flags of the llamacpp image's build),
+# so that the image takes this build instead of compiling it again (.ci/llama-build-context.sh).
+# Empty: the host's usual choice (native, smoke-tested, portable where native fails), and the image
+# compiles its own.
+TEST_LLAMA_BUILD ?= portable
 
-.PHONY: setup bench test faults site lint clean-site
+.PHONY: setup bench test typecheck faults site lint clean-site
 
 $(BIN)/suite: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,9 +34,15 @@ bench: $(BIN)/suite
 site: $(BIN)/suite
 	$(BIN)/suite site
 
-test: $(BIN)/suite
-	$(BIN)/suite setup --model tiny
+# The type checker and the linter over suite/ (configured in pyproject.toml); `make test` runs them first.
+typecheck: $(BIN)/suite
+	$(BIN)/mypy
+	$(BIN)/ruff check suite
+
+test: $(BIN)/suite typecheck
+	SUITE_LLAMA_BUILD=$(TEST_LLAMA_BUILD) SUITE_LLAMA_PORTABLE_LEVEL=x86-64-v3 $(BIN)/suite setup --model tiny
 	bash .ci/docker-setup.sh || echo "warning: Docker set-up failed; the Docker tests will say why they skip"
+	bash .ci/llama-build-context.sh
 	bash .ci/browser-setup.sh
 	$(BIN)/python -m pytest -m "$(TEST_MARKERS)" $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "error: no tests ran"; exit 1; fi; exit $$rc

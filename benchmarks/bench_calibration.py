@@ -426,6 +426,67 @@ def controls_transient_scenarios(quick: bool) -> list[dict[str, Any]]:
     return [dict(t=t, w=w, effect=e) for t in (0.3, 0.5, 0.8, 1.0) for w in (0.0, 0.05) for e in (False, True)]
 
 
+def run_controls_in_launch(rng: random.Random, p: dict[str, Any]) -> Outcome:
+    """A control tried inside one launch (`suite.stages.controls.inlaunch`): pairs with and
+    without it, after the reference request with it. Without an effect, a pair differs from the
+    reference on either side alike (each side at rate d); with one, the request without the
+    control differs at rate f and the one with it never; the request with it shows a second answer
+    at rate w (then the series stops: it cannot be credited). The series goes through the stage's
+    own `decide` and `eliminate`, at the in-launch level over 6 controls."""
+    import suite.stages.controls as controls
+    from suite.stages.controls.inlaunch import InLaunchSeries
+
+    d, f, w, effect = p["d"], p["f"], p["w"], p["effect"]
+    level = 0.01 / 6
+    series = InLaunchSeries(prompt_id=PID, seed=0, level=level)
+    series.with_answers, series.with_distinct = 1, 1
+    while len(series.outcomes) < series.max_pairs:
+        second = rng.random() < w
+        without_differs = rng.random() < (f if effect else d)
+        with_differs = second or (not effect and rng.random() < d)
+        series.outcomes.append("F" if without_differs and not with_differs else
+                               "U" if with_differs and not without_differs else "C")
+        series.with_first.append(rng.random() < 0.5)
+        series.with_answers += 1
+        series.without_answers += 1
+        if second:
+            series.with_distinct, series.stop = 2, "second-answer"
+            break
+        decision = series.result().decision
+        if decision in ("credit", "rule-out"):
+            series.stop = decision
+            break
+    row = ControlRow(configuration="ctl", status="ok", in_launch={PID: series},
+                     answered={PID: series.with_answers}, distinct={PID: series.with_distinct})
+    main = gate_of([sample(0, B)] + [sample(i, A) for i in range(1, 20)])
+    skipped = [ControlRow(configuration=f"flag-{i}", status="skipped", reason="not started: found in one launch")
+               for i in range(5)]
+    result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=1, prompts=[PID],
+                            rows=[row, *skipped])
+    controls.eliminate(result, main)
+    o = Outcome()
+    # true by construction only where the control has an effect and never gives a second answer
+    # "changes the answer": false where it has no effect; "one answer with it (a second in more
+    # than B % would likely have shown)": false as printed where its second-answer rate exceeds B
+    from suite.analysis.repro import unseen_share_bound
+
+    credited = "ctl" in result.restoring
+    o.claims["changes the answer"] = (credited, not effect, not effect)
+    bound = unseen_share_bound(series.with_answers) or 1.0
+    o.claims["one answer with it, bounded"] = (credited, w > bound, w > 0)
+    ruled = series.stop == "rule-out"
+    big = effect and f >= series.effect
+    o.claims["rules out an effect on half the pairs"] = (ruled, big, big)
+    return o
+
+
+def controls_in_launch_scenarios(quick: bool) -> list[dict[str, Any]]:
+    if quick:
+        return [dict(d=0.3, f=0.0, w=0.0, effect=False), dict(d=0.0, f=1.0, w=0.0, effect=True)]
+    return ([dict(d=d, f=0.0, w=w, effect=False) for d in (0.02, 0.1, 0.3, 0.5) for w in (0.0, 0.05)]
+            + [dict(d=0.0, f=f, w=w, effect=True) for f in (0.5, 0.8, 1.0) for w in (0.0, 0.05)])
+
+
 # -- paired arm differences -----------------------------------------------------------------------
 
 def run_paired(rng: random.Random, p: dict[str, Any]) -> Outcome:
@@ -889,6 +950,7 @@ FAMILIES: dict[str, tuple[Callable[[bool], list[dict[str, Any]]], Callable[[rand
     "series": (series_scenarios, run_series),
     "controls": (controls_scenarios, run_controls),
     "controls-transient": (controls_transient_scenarios, run_controls_transient),
+    "controls-in-launch": (controls_in_launch_scenarios, run_controls_in_launch),
     "controls-partial": (controls_partial_scenarios, run_controls_partial),
     "paired": (paired_scenarios, run_paired),
     "sessions": (sessions_scenarios, run_sessions),

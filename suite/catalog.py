@@ -29,12 +29,11 @@ from typing import Literal
 from pydantic import Field, PrivateAttr, model_validator
 
 from suite import progress
-from suite.definitions import (Arg, Env, FileInFolder, RuntimeDefinition, Strict, get_definition, load_validated, shown_value,
-                               version_spec, with_version)
+from suite.definitions import Arg, Env, FileInFolder, RuntimeDefinition, Strict, get_definition, load_validated, shown_value, version_spec, with_version
 from suite.errors import EnvironmentUnavailable, SuiteError
-from suite.paths import CARDS_DIR, DOCUMENTS_DIR, PROMPTS_DIR, REPO_ROOT, cache_dir, models_dir, open_lock, tools_prefix
 from suite.hashing import sha256_file
 from suite.launchers.local import OwnedGroup
+from suite.paths import CARDS_DIR, DOCUMENTS_DIR, PROMPTS_DIR, REPO_ROOT, cache_dir, models_dir, open_lock, tools_prefix
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ class ModelFormat(Strict):
     tokenizer_probe: TokenizerProbe | None = None  # a derive: format's check against its source's tokenizer
 
     @model_validator(mode="after")
-    def _check_source(self) -> "ModelFormat":
+    def _check_source(self) -> ModelFormat:
         scheme = self.source.split(":", 1)[0]
         if scheme not in ("pypi", "hf", "path", "derive", "random") or ":" not in self.source:
             raise ValueError("source must start with pypi:, hf:, path:, derive: or random:")
@@ -197,7 +196,7 @@ class ModelCard(Strict):
         return str(f)
 
     @model_validator(mode="after")
-    def _check_refs(self) -> "ModelCard":
+    def _check_refs(self) -> ModelCard:
         if not NAME_RE.match(self.name):
             raise ValueError(f"name: {self.name!r} must be 1 to 64 letters, digits, '.', '_', '+' or '-', "
                              "starting with a letter or digit (it names a folder)")
@@ -568,7 +567,7 @@ def _silent_bars() -> type:
     """huggingface_hub's progress bar class, always off (plain output: a start and an end line instead)."""
     from huggingface_hub.utils import tqdm as hub_tqdm
 
-    class Silent(hub_tqdm):  # type: ignore[misc, valid-type]
+    class Silent(hub_tqdm):
         def __init__(self, *args: object, **kwargs: object) -> None:
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)

@@ -22,9 +22,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from suite.errors import SuiteError
-from suite.records import Summary, incomplete_summary, iter_run_dirs, load_summary
 from suite.analysis.repro import Sample, answer_key, first_diff, prefix_logprob_diff
+from suite.errors import SuiteError
+from suite.records import Summary, has_record, incomplete_summary, iter_run_dirs, load_summary
 from suite.signature import flatten_signature
 from suite.stages.repeat import GatePromptResult, GateResult
 
@@ -208,7 +208,7 @@ def resolve_run(ref: str, results: Path) -> Path:
 
 def _summary(run_dir: Path) -> Summary:
     path = run_dir / "summary.json"
-    return load_summary(path) if path.exists() else incomplete_summary(run_dir)
+    return load_summary(path) if has_record(path) else incomplete_summary(run_dir)
 
 
 def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> RunComparison:

@@ -84,7 +84,7 @@ class ContentionMeter:
         while not self._done.wait(self.INTERVAL_S):
             self._tree.sample()
 
-    def __enter__(self) -> "ContentionMeter":
+    def __enter__(self) -> ContentionMeter:
         if self.own_runtime:
             self._tree.sample()
             self._base = dict(self._tree.seen)

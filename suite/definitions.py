@@ -231,7 +231,7 @@ class TimingsSpec(Strict):
     cached_tokens: str | None = None  # prompt tokens taken from the runtime's cache (llama-server: cache_n)
 
     @model_validator(mode="after")
-    def _check_pairs(self) -> "TimingsSpec":
+    def _check_pairs(self) -> TimingsSpec:
         if (self.prompt_ms is None) != (self.generation_ms is None):
             raise ValueError("prompt_ms and generation_ms go together (the runtime's TTFT and e2e need both)")
         if self.generated_tokens is not None and self.prompt_ms is None:
@@ -257,7 +257,7 @@ class CacheFolder(Strict):
     default: str | None = None
 
     @model_validator(mode="after")
-    def _check_recorded(self) -> "CacheFolder":
+    def _check_recorded(self) -> CacheFolder:
         if (self.recorded_as is None) != (self.default is None):
             raise ValueError("recorded_as and default go together (the signature finds the folder by its default)")
         return self
@@ -282,7 +282,7 @@ class CompileCacheSpec(Strict):
     not_loaded_patterns: list[Regex] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _check_unique(self) -> "CompileCacheSpec":
+    def _check_unique(self) -> CompileCacheSpec:
         for what in ("env", "folder", "recorded_as"):
             values = [getattr(d, what) for d in self.dirs if getattr(d, what) is not None]
             twice = sorted({v for v in values if values.count(v) > 1})
@@ -295,6 +295,17 @@ class CompileCacheSpec(Strict):
         return {d.env: str(root / d.folder) for d in self.dirs} | self.settings
 
 
+class InLaunch(Strict):
+    """How a control is applied to one request inside a launch that runs without it: the
+    runtime's cache emptied just before the request (`[server] reset_cache_path`), and/or fields
+    added to the request. A control that has such an equivalent is tested inside one launch, in
+    pairs of requests with and without it, instead of over launches of its own."""
+
+    reset_cache: bool = False  # POST the server's reset_cache_path before each request with the control
+    extra_body: ExtraBody = Field(default_factory=dict)  # fields each request with the control carries
+    why: str = ""  # what the per-request form stands for, shown on the page
+
+
 class Control(Strict):
     """A named set of env and args that changes the runtime's behaviour (a determinism control)."""
 
@@ -304,6 +315,25 @@ class Control(Strict):
     extra_body: ExtraBody = Field(default_factory=dict)  # per-request fields
     concurrency: int = Field(default=1, ge=1, le=256)  # gate requests sent at once (the same request by N clients)
     refused_patterns: list[Regex] = Field(default_factory=list)  # log regexes meaning "refused"
+    # Its per-request form, where it has one (a control of request fields alone has one of itself):
+    # tested inside one launch rather than over launches of its own.
+    in_launch: InLaunch | None = None
+
+    def per_request(self) -> InLaunch | None:
+        """The control's per-request form: declared, or, for a control that is request fields only
+        (no env, no args, one client), those fields; None: it needs a launch of its own."""
+        if self.in_launch is not None:
+            return self.in_launch
+        if self.extra_body and not self.env and not self.args and self.concurrency == 1:
+            return InLaunch(extra_body=dict(self.extra_body), why="a field of each request")
+        return None
+
+
+Platform = Literal["cpu", "gpu"]
+
+
+def _cpu_only() -> list[Platform]:
+    return ["cpu"]
 
 
 class RuntimeDefinition(Strict):
@@ -311,7 +341,7 @@ class RuntimeDefinition(Strict):
 
     name: str
     description: str
-    platforms: list[Literal["cpu", "gpu"]] = Field(default_factory=lambda: ["cpu"])
+    platforms: list[Platform] = Field(default_factory=_cpu_only)
     base: str | None = None  # another definition whose image this one reuses (variants)
     server: ServerSpec = Field(default_factory=ServerSpec)
     local: LocalSpec | None = None
@@ -329,11 +359,14 @@ class RuntimeDefinition(Strict):
     pinned_version: str | None = None
 
     @model_validator(mode="after")
-    def _check_controls(self) -> "RuntimeDefinition":
+    def _check_controls(self) -> RuntimeDefinition:
         if self.determinism_control and self.determinism_control not in self.controls:
             raise ValueError(
                 f"determinism_control {self.determinism_control!r} is not one of [controls]"
             )
+        for name, control in self.controls.items():
+            if control.in_launch and control.in_launch.reset_cache and not self.server.reset_cache_path:
+                raise ValueError(f"controls.{name}.in_launch: reset_cache = true needs [server] reset_cache_path")
         return self
 
     def control(self, name: str) -> Control:
@@ -551,7 +584,7 @@ def _fill(part: str, values: dict[str, object]) -> str:
     return part.format(**values)
 
 
-def _check_templates(path: Path, definition: "RuntimeDefinition") -> None:
+def _check_templates(path: Path, definition: RuntimeDefinition) -> None:
     """Every template of a runtime.toml names only its placeholders; else one line naming the key."""
     checks: list[tuple[str, list[str], tuple[str, ...]]] = []
     if definition.local is not None:

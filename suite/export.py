@@ -50,9 +50,10 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import polars as pl
 

@@ -246,7 +246,7 @@ class Energy(BaseModel):
     j_per_token: float | None = None  # None: no output token counted
     source: str = "nvml-energy-counter"
 
-    def with_tokens(self, tokens: int | None) -> "Energy":
+    def with_tokens(self, tokens: int | None) -> Energy:
         return self.model_copy(update={"output_tokens": tokens,
                                        "j_per_token": round(self.joules / tokens, 6) if tokens else None})
 
@@ -279,7 +279,7 @@ def power_w() -> float | None:
         return None
 
 
-def energy_reader() -> "Callable[[], float | None] | None":
+def energy_reader() -> Callable[[], float | None] | None:
     """A function that reads the GPUs' energy counter in joules, or None where there is none
     (no NVIDIA driver, or a GPU without the counter): a stage then records no energy."""
     if energy_mj() is None:
@@ -301,7 +301,7 @@ class EnergyMeter:
         self._stop_mj: int | None = None
         self._t0 = self._t1 = 0.0
 
-    def __enter__(self) -> "EnergyMeter":
+    def __enter__(self) -> EnergyMeter:
         self._start_mj = energy_mj()
         self._t0 = time.monotonic()
         return self

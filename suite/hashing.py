@@ -10,7 +10,6 @@ from pathlib import Path
 
 from suite.paths import PROMPTS_DIR
 
-
 # Commit ids: a revision that already is one needs no resolving.
 
 

@@ -24,7 +24,8 @@ import logging
 import os
 import signal
 import threading
-from typing import Any, Callable, Iterator, Protocol, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar, overload
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,13 @@ class Registry:
         with self._lock:
             self._live.discard(rt)
 
-    def live(self, kind: type[K] | None = None) -> list[K]:
+    @overload
+    def live(self) -> list[Killable]: ...
+
+    @overload
+    def live(self, kind: type[K]) -> list[K]: ...
+
+    def live(self, kind: type[Any] | None = None) -> list[Any]:
         """The runtimes not yet stopped (of one class, with `kind`)."""
         with self._lock:
             return [rt for rt in self._live if kind is None or isinstance(rt, kind)]

@@ -150,7 +150,7 @@ def cache_state(paths: dict[str, Path], limit: int = 10_000) -> dict[str, CacheS
     return out
 
 
-def command_version(command: list[str], env: dict[str, str] | None = None, limit: int = 200) -> str | None:
+def command_version(command: list[str], env: dict[str, str] | None = None, limit: int | None = 200) -> str | None:
     """First non-empty output line of a version command, or None (`env`: its whole environment), cut
     at `limit` characters (None: whole, as a feature line must be: two arms sharing one build must
     read alike)."""

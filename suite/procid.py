@@ -128,7 +128,7 @@ def signal_if_same(pid: int, ticks: int, sig: int = signal.SIGKILL) -> bool:
     fd: int | None = None
     try:
         try:
-            fd = os.pidfd_open(pid)  # type: ignore[attr-defined]
+            fd = os.pidfd_open(pid)
         except ProcessLookupError:
             return False
         except (AttributeError, OSError):
@@ -136,7 +136,7 @@ def signal_if_same(pid: int, ticks: int, sig: int = signal.SIGKILL) -> bool:
         if not is_same(pid, ticks):
             return False
         if fd is not None:
-            signal.pidfd_send_signal(fd, sig)  # type: ignore[attr-defined]
+            signal.pidfd_send_signal(fd, sig)
         else:
             os.kill(pid, sig)
         return True

@@ -83,6 +83,7 @@ def tail_of(path: Path, size: int = 4096) -> str:
 class _BarColumn(BarColumn):
     """A stage's bar (pulsing without a total); nothing for a step."""
 
+    # rich draws whatever renderable a column gives; its types say a bar column gives only a bar
     def render(self, task: Task) -> Text:  # type: ignore[override]
         if task.fields.get("kind") != "stage":
             return Text("")
@@ -135,7 +136,7 @@ class Step:
     """One running step: its name, when it started, and its latest output line."""
 
     name: str
-    display: "Display"
+    display: Display
     started: float
     timeout_s: float | None = None
     task: TaskID | None = None
@@ -150,7 +151,7 @@ class Step:
         line = last_line(text)
         if line and line != self.note_text:
             self.note_text = line
-            self.display._update(self, note=line)
+            self.display._update_note(self, line)
 
     def follow(self, proc: subprocess.Popen, log_path: Path, poll_s: float = 0.5) -> int:
         """Wait for a subprocess that writes its output to `log_path`, showing the log's latest
@@ -172,7 +173,7 @@ class Counter:
     """One running stage: its requests so far (thread-safe), of `total` when it is known."""
 
     name: str
-    display: "Display"
+    display: Display
     started: float
     total: int | None = None
     completed: int = 0
@@ -311,10 +312,10 @@ class Display:
                     self._progress = None
                 self.interactive_now = None
 
-    def _update(self, item: Step | Counter, **fields: object) -> None:
+    def _update_note(self, item: Step | Counter, note: str) -> None:
         with self._lock:
             if self._progress is not None and item.task is not None:
-                self._progress.update(item.task, **fields)
+                self._progress.update(item.task, note=note)
 
     def _advanced(self, counter: Counter, line: str | None) -> None:
         with self._lock:

@@ -14,6 +14,12 @@ refused with one line naming the holder). Every file is written to a temporary n
 into place, never overwritten, and the folder is fsynced after the link so a crash right after
 cannot lose the name.
 The loader refuses a schema version other than this one with a sentence that says what to do.
+
+A finished record may be kept compacted (`compact_run`, `tools/compact_records.py`): its request
+lines, stage files and summary xz-compressed as `<name>.xz` in place of `<name>`, as the example
+trees in docs/examples are. Every reader here takes either form (`record_path`, `read_record`), the
+plain one first; a run is written plain, line by line, and a compacted run is expanded back
+(`expand_run`) before `--resume` continues it.
 """
 
 from __future__ import annotations
@@ -22,29 +28,41 @@ import errno
 import fcntl
 import json
 import logging
+import lzma
 import os
+import re
 import socket
 import tempfile
 import threading
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
-import re
-from typing import IO, Annotated, Any, Callable, Iterable, Literal, Union
+from typing import IO, TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from memwatch.report import WatchdogReport
 from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError, create_model
 
+from memwatch.report import WatchdogReport
+from suite.analysis.claims import Recomputed
+from suite.claims import recompute_verdicts, refresh_failure
 from suite.contention import Contention
 from suite.errors import SuiteError
 from suite.gpu import Energy
 from suite.paths import FILE_MODE, open_lock
 from suite.provenance import SuiteBuild
-from suite.signature import Signature
 from suite.sanitize import has_control, printable
 from suite.secrets import scrub
+from suite.signature import Signature
 from suite.stages import STAGES, with_stage_settings
-from suite.claims import recompute_verdicts, refresh_failure
-from suite.analysis.claims import Recomputed
+
+if TYPE_CHECKING:
+    from suite.stages.batch import BatchResult
+    from suite.stages.controls import ControlsResult
+    from suite.stages.extraction import ExtractionResult
+    from suite.stages.extraction.reloads import ReloadsResult
+    from suite.stages.latency import LatencyResult
+    from suite.stages.repeat import GateResult
+    from suite.stages.restarts import RestartsResult
+    from suite.stages.sessions import SessionsResult
 
 log = logging.getLogger(__name__)
 
@@ -246,11 +264,28 @@ class SummaryBase(RunIdentity):
 
 # summary.json: one arm's run, and one typed field per stage of the registry (and the watchdog),
 # None when it did not run: `summary.gate` is a GateResult, `summary.latency` a LatencyResult...
-Summary = create_model(  # type: ignore[call-overload]
-    "Summary", __base__=SummaryBase,
-    __doc__="summary.json: one arm's run, one typed result per stage (None when the stage did not run).",
-    **{name: (model | None, None) for name, model in RESULT_MODELS.items()},
-)
+if TYPE_CHECKING:
+    # What the type checker reads: the fields that the built-in stages give the model made below
+    # (a stage from another package adds its own at run time; code reaches it by name).
+    # tests/records/test_summary_fields.py holds this list to the stage registry.
+    class Summary(SummaryBase):
+        """summary.json: one arm's run, one typed result per stage (None when the stage did not run)."""
+
+        gate: GateResult | None = None
+        batch: BatchResult | None = None
+        latency: LatencyResult | None = None
+        extraction: ExtractionResult | None = None
+        reloads: ReloadsResult | None = None
+        restarts: RestartsResult | None = None
+        controls: ControlsResult | None = None
+        sessions: SessionsResult | None = None
+        watchdog: WatchdogReport | None = None
+else:
+    Summary = create_model(
+        "Summary", __base__=SummaryBase,
+        __doc__="summary.json: one arm's run, one typed result per stage (None when the stage did not run).",
+        **{name: (model | None, None) for name, model in RESULT_MODELS.items()},
+    )
 
 
 # -- request lines (requests.jsonl) ----------------------------------------------------------------
@@ -258,7 +293,9 @@ Summary = create_model(  # type: ignore[call-overload]
 # (`Stage.lines`); `RequestLine` joins them and picks the model by `kind`.
 
 LINE_MODELS: tuple[type[BaseModel], ...] = tuple(dict.fromkeys(m for stage in STAGES.values() for m in stage.lines))
-RequestLine = Annotated[Union[LINE_MODELS], Field(discriminator="kind")]  # type: ignore[valid-type]
+# A union of the registry's line models, made at run time: the checker cannot read it as a type
+# (valid-type), and `X | Y` has no spelling for a tuple of classes (UP007's rewrite drops the Union).
+RequestLine = Annotated[Union[LINE_MODELS], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
 REQUEST_LINE: TypeAdapter[Any] = TypeAdapter(RequestLine)
 _KIND_PREFIX = re.compile(r'\{"kind": "([^"\\]*)"')
 _ERROR_FIELDS = ("error", "reason", "error_line")  # a request line's fields that quote an error message
@@ -269,20 +306,20 @@ def read_requests(run_dir: Path, kinds: Iterable[str]) -> list[Any]:
 
     A line cut short (the last line of an interrupted run) or one that does not match its kind's
     model is skipped with a warning naming the file and line."""
-    path = run_dir / "requests.jsonl"
+    path = record_path(run_dir / "requests.jsonl")
     wanted = set(kinds)
     out: list[Any] = []
     if not os.path.lexists(path):
         return out
     try:
-        fh = open_record(path)
+        fh = read_record(run_dir / "requests.jsonl")
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # a link to a file elsewhere: none of this run's lines
             log.warning("%s: request records skipped: a symbolic link (not followed)", path)
             return out
         raise SuiteError(f"{path}: cannot read the request records: {exc.strerror or exc}") from None
     with fh:
-        for lineno, raw in enumerate(fh, 1):
+        for lineno, raw in _lines(fh, path):
             try:
                 line = raw.decode("utf-8").strip()
             except UnicodeDecodeError as exc:
@@ -315,8 +352,19 @@ def read_requests(run_dir: Path, kinds: Iterable[str]) -> list[Any]:
     return out
 
 
+def _lines(fh: IO[bytes], path: Path) -> Iterable[tuple[int, bytes]]:
+    """The numbered lines of a request file; a compacted one that is corrupt or cut short ends at
+    the last line it could read, with a warning."""
+    lineno = 0
+    try:
+        for lineno, raw in enumerate(fh, 1):
+            yield lineno, raw
+    except PACK_ERRORS as exc:
+        log.warning("%s: request lines after line %d unreadable (%s)", path, lineno, exc or type(exc).__name__)
+
+
 def utcnow() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def fsync_dir(folder: Path) -> None:
@@ -334,7 +382,7 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_once(path: Path, data: str) -> None:
+def write_once(path: Path, data: str | bytes) -> None:
     """Write a file through a temporary name and a rename; refuse to replace an existing one."""
     if path.exists():
         raise SuiteError(f"{path}: already written; run records are never overwritten")
@@ -344,9 +392,9 @@ def write_once(path: Path, data: str) -> None:
     except OSError as exc:
         raise SuiteError(f"{path}: cannot write the run record: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), FILE_MODE)
-            fh.write(data)
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
             fh.flush()
             os.fsync(fh.fileno())
         os.link(tmp, path)  # fails if path appeared meanwhile: never overwrite
@@ -368,6 +416,56 @@ def open_record(path: Path) -> IO[bytes]:
     return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
 
 
+# -- compacted records --------------------------------------------------------------------------------
+PACKED = ".xz"  # a compacted record file: `<name>.xz`, xz-compressed, in place of `<name>`
+PACKABLE = ("requests.jsonl", "summary.json", "stages/*.json")  # what `compact_run` compresses
+# lzma's errors reading a compressed record: a bad stream (LZMAError), one cut short (EOFError)
+PACK_ERRORS = (lzma.LZMAError, EOFError)
+
+
+def packed(path: Path) -> Path:
+    """The compacted form of a record file: `<name>.xz` beside it."""
+    return path.with_name(path.name + PACKED)
+
+
+def record_path(path: Path) -> Path:
+    """The file that holds this record: `path` itself where it exists (a link counts: it is refused
+    when read), else its compacted form where that exists, else `path` (missing)."""
+    if os.path.lexists(path):
+        return path
+    other = packed(path)
+    return other if os.path.lexists(other) else path
+
+
+def has_record(path: Path) -> bool:
+    """Whether this record file exists, plain or compacted."""
+    return os.path.lexists(record_path(path))
+
+
+class _Unpacked(lzma.LZMAFile):
+    """A compacted record file read decompressed; closing it closes the file under it too."""
+
+    def __init__(self, raw: IO[bytes]):
+        super().__init__(raw, "rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
+
+
+def read_record(path: Path) -> IO[bytes]:
+    """A record file opened to read in either form (`record_path`), never through a symbolic link;
+    a compacted one reads decompressed, a bad or cut-short stream raising one of PACK_ERRORS."""
+    real = record_path(path)
+    fh = open_record(real)
+    if real == path:
+        return fh
+    return _Unpacked(fh)  # type: ignore[return-value]
+
+
 def _open_write(path: Path, how: int) -> IO[bytes]:
     """A file of a run folder opened to write (`how`: os.O_APPEND or os.O_TRUNC), created where
     missing, never through a symbolic link; a link there is one SuiteError line."""
@@ -386,11 +484,11 @@ def _read_json(path: Path) -> Any:
     """A record file's JSON; unreadable, undecodable or malformed files (a symbolic link among
     them) are one-line errors."""
     try:
-        with open_record(path) as fh:
+        with read_record(path) as fh:
             return json.loads(fh.read().decode("utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8 or JSON
+    except (OSError, ValueError, RecursionError, *PACK_ERRORS) as exc:  # ValueError: bad UTF-8 or JSON
         reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc) or type(exc).__name__
-        raise SuiteError(f"{path}: cannot read run record: {reason}") from None
+        raise SuiteError(f"{record_path(path)}: cannot read run record: {reason}") from None
 
 
 def _invalid(path: Path, exc: ValidationError, prefix: str = "") -> SuiteError:
@@ -469,7 +567,7 @@ class RunRecord:
         self._owner = owner
 
     @classmethod
-    def create(cls, results: Path, manifest: RunManifest) -> "RunRecord":
+    def create(cls, results: Path, manifest: RunManifest) -> RunRecord:
         run_dir = results / manifest.model / manifest.arm / manifest.run_id
         if run_dir.exists():
             raise SuiteError(f"{run_dir}: run folder exists already")
@@ -480,14 +578,15 @@ class RunRecord:
         return cls(run_dir, manifest, owner)
 
     @classmethod
-    def open_incomplete(cls, run_dir: Path) -> "RunRecord":
+    def open_incomplete(cls, run_dir: Path) -> RunRecord:
         """Reopen an interrupted run to continue it; RunInUse when a live process still writes it."""
-        if (run_dir / "summary.json").exists():
+        if has_record(run_dir / "summary.json"):
             raise SuiteError(f"{run_dir}: the run is finished; nothing to resume")
         owner = _take_owner(run_dir)
         try:
-            if (run_dir / "summary.json").exists():
+            if has_record(run_dir / "summary.json"):
                 raise SuiteError(f"{run_dir}: the run finished meanwhile; nothing to resume")
+            expand_run(run_dir)  # a compacted record is written plain again, line by line
             return cls(run_dir, read_manifest(run_dir), owner)
         except BaseException:
             owner.close()
@@ -585,7 +684,7 @@ class RunRecord:
         return len(moved)
 
     def stage_done(self, name: str) -> bool:
-        return (self.dir / "stages" / f"{name}.json").exists()
+        return has_record(self.dir / "stages" / f"{name}.json")
 
     def write_stage(self, name: str, result: BaseModel | dict[str, Any]) -> None:
         payload = result.model_dump(mode="json") if isinstance(result, BaseModel) else result
@@ -594,7 +693,7 @@ class RunRecord:
     def read_stage(self, name: str) -> BaseModel | None:
         """A finished stage's result as its model (RESULT_MODELS); None if it did not finish."""
         p = self.dir / "stages" / f"{name}.json"
-        if not p.exists():
+        if not has_record(p):
             return None
         data = _read_json(p)
         if not isinstance(data, dict):
@@ -641,12 +740,13 @@ def _stage_results(where: Path, data: dict[str, Any], problems: list[str] | None
 def load_summary(path: Path, problems: list[str] | None = None) -> Summary:
     """Load and validate one summary.json (upgraded from an older schema); a wrong schema version
     or an invalid field is a one-line error (see `_stage_results` for `problems`)."""
-    data = upgraded(path, _read_json(path))
-    stages = _stage_results(path, data, problems)
+    where = record_path(path)  # the file read: plain or compacted
+    data = upgraded(where, _read_json(path))
+    stages = _stage_results(where, data, problems)
     try:
         summary = Summary.model_validate({k: v for k, v in data.items() if k not in RESULT_MODELS})
     except ValidationError as exc:
-        raise _invalid(path, exc) from None
+        raise _invalid(where, exc) from None
     for key, result in stages.items():
         setattr(summary, key, result)
     recompute_verdicts(summary)
@@ -694,7 +794,7 @@ def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summ
     )
     for key in RESULT_MODELS:
         p = run_dir / "stages" / f"{key}.json"
-        if not p.exists():
+        if not has_record(p):
             continue
         raw = _read_json(p)
         setattr(summary, key, _stage_results(p, {key: raw}, problems)[key])
@@ -739,7 +839,7 @@ def load_all(results: Path, problems: list[str] | None = None,
     for run_dir in iter_run_dirs(results):
         summary_path = run_dir / "summary.json"
         try:
-            out.append(load_summary(summary_path, problems) if os.path.lexists(summary_path)
+            out.append(load_summary(summary_path, problems) if has_record(summary_path)
                        else incomplete_summary(run_dir, problems))
         except NewerRecord:
             raise
@@ -756,10 +856,69 @@ def find_incomplete(results: Path, model: str, arm: str) -> Path | None:
     if any(p.is_symlink() for p in (results / model, results / model / arm)):
         return None  # a folder linked from elsewhere holds no run of these results
     candidates = sorted(run for run in _real_dirs(results / model / arm)
-                        if os.path.lexists(run / "run.json") and not os.path.lexists(run / "summary.json"))
+                        if os.path.lexists(run / "run.json") and not has_record(run / "summary.json"))
     return candidates[-1] if candidates else None
 
 
 def new_run_id(signature_digest: str | None) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     return f"{stamp}-{(signature_digest or 'nosig')[:8]}"
+
+
+# -- compacting a finished record -------------------------------------------------------------------
+
+def _packable(run_dir: Path, suffix: str = "") -> list[Path]:
+    """The record files of a run that compacting takes (PACKABLE, `suffix` added), links left out."""
+    return [p for pattern in PACKABLE for p in sorted(run_dir.glob(pattern + suffix)) if not p.is_symlink()]
+
+
+def compact_run(run_dir: Path, preset: int = 9) -> list[tuple[Path, int, int]]:
+    """Keep a run folder's request lines, stage files and summary xz-compressed (`<name>.xz`);
+    returns each file compacted with its size before and after. Runtime logs stay plain (a page
+    reads them again), and so does run.json (what marks a run folder).
+
+    Each compressed file is written once, read back and compared with the original before the
+    original goes: a crash in between leaves both, and readers take the plain one. A run a live
+    process writes is refused (one line), as is a folder that is not a run."""
+    if not os.path.lexists(run_dir / "run.json") or run_dir.is_symlink():
+        raise SuiteError(f"{run_dir}: not a run folder (no run.json)")
+    if run_in_progress(run_dir):
+        raise RunInUse(f"{run_dir}: the run is being written by a live suite process; compact it once it ends")
+    done: list[tuple[Path, int, int]] = []
+    for path in _packable(run_dir):
+        try:
+            with open_record(path) as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise SuiteError(f"{path}: cannot read: {_os_reason(exc)}") from None
+        out = packed(path)
+        if os.path.lexists(out):  # left by a compacting cut short: the plain file is the record
+            out.unlink()
+        write_once(out, lzma.compress(data, preset=preset))
+        with _Unpacked(open_record(out)) as fh:
+            if fh.read() != data:
+                raise SuiteError(f"{out}: reads back different from {path.name}; {path.name} kept")
+        path.unlink()
+        fsync_dir(path.parent)
+        done.append((path, len(data), out.stat().st_size))
+    return done
+
+
+def expand_run(run_dir: Path) -> list[Path]:
+    """Write a compacted run's files plain again (before a resume appends to them); returns the
+    files expanded. A plain file beside its compacted form is the record: the compacted one goes."""
+    done: list[Path] = []
+    for out in _packable(run_dir, PACKED):
+        plain = out.with_name(out.name.removesuffix(PACKED))
+        if not os.path.lexists(plain):
+            try:
+                with _Unpacked(open_record(out)) as fh:
+                    data = fh.read()
+            except (OSError, *PACK_ERRORS) as exc:
+                reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc) or type(exc).__name__
+                raise SuiteError(f"{out}: cannot expand the compacted record: {reason}") from None
+            write_once(plain, data)
+            done.append(plain)
+        out.unlink()
+        fsync_dir(out.parent)
+    return done

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from suite.paths import FILE_MODE, cache_dir
 
 if TYPE_CHECKING:
-    from suite.launchers.base import LaunchSpec, Launcher
+    from suite.launchers.base import Launcher, LaunchSpec
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def _cpu_flags() -> str:
     return "\n".join(dict.fromkeys(lines))  # one of each: every core says the same
 
 
-def _installed(spec: "LaunchSpec") -> str:
+def _installed(spec: LaunchSpec) -> str:
     """What is installed of the runtime: the local install marker's text and time, or the image."""
     definition = spec.runtime
     parts: list[str] = []
@@ -76,7 +76,7 @@ def _installed(spec: "LaunchSpec") -> str:
     return "\n".join(parts)
 
 
-def refusal_key(launcher: "Launcher", spec: "LaunchSpec", control: str) -> str:
+def refusal_key(launcher: Launcher, spec: LaunchSpec, control: str) -> str:
     """The key of one determinism-mode start: everything that decides whether it is refused."""
     from suite.probes import detect_hardware
 

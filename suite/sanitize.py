@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from markupsafe import Markup
 from rich.console import Console

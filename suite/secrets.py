@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 
-
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API[_-]?KEY|ACCESS[_-]?KEY|CREDENTIAL|AUTH)", re.I)
 
 

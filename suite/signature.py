@@ -25,7 +25,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -90,7 +91,7 @@ class Signature(BaseModel):
         default=None, description="where the server spreads over several GPUs: the GPUs it uses (index: name)")
     digest: str = ""
 
-    def with_digest(self) -> "Signature":
+    def with_digest(self) -> Signature:
         # Fields added later are hashed only when set, so an old record's digest still verifies.
         body = self.model_dump(mode="json", exclude={"digest", "compile_cache"})
         for key in ("model_commit", "model_revision_resolved", "runtime_stack", "sampling", "endpoint",

@@ -123,3 +123,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
                      if outcome == "failed" or (outcome == "passed" and n not in reported))
     if unsound:
         terminalreporter.write_line(f"{len(unsound)} fault tests failed or measured nothing: {', '.join(unsound)}")
+
+
+# Fixtures that start a real runtime: a test that asks for one (directly or through another
+# fixture) carries the `live` marker, as the tests that start their own carry it by hand, so that
+# `-m live` selects every test on a real runtime and `-m "not live"` leaves them all out.
+RUNTIME_FIXTURES = ("llamacpp_server",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(name in getattr(item, "fixturenames", ()) for name in RUNTIME_FIXTURES):
+            item.add_marker(pytest.mark.live)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The first screen of every example tree's pages, as a person sees it: builds each tree's site and
 takes a 1280 x 900 screenshot of its index and of each model page, before any scrolling, into
-docs/screenshots/first-screen/ (JPEG), with Debian's Chromium driven by Playwright.
+docs/screenshots/first-screen/ (JPEG at quality 55: small for the checkout, the text still sharp),
+with Debian's Chromium driven by Playwright.
 
     .venv/bin/python tools/screenshots.py            # every tree under docs/examples
     .venv/bin/python tools/screenshots.py cpu-results
@@ -34,7 +35,7 @@ def main(argv: list[str]) -> int:
             for page in [site / "index.html", *sorted((site / "models").glob("*.html"))]:
                 name = f"{tree}-{'index' if page.name == 'index.html' else page.stem}.jpg"
                 shown = browser.open(page.as_uri(), 1280, 900)
-                shown._page.screenshot(path=str(OUT / name), full_page=False, type="jpeg", quality=70)
+                shown._page.screenshot(path=str(OUT / name), full_page=False, type="jpeg", quality=55)
                 print(OUT / name)
     return 0
 

@@ -38,6 +38,7 @@ exec > >(tee -a "$OUT/phase-$PHASE.log") 2>&1
 T0=$(date +%s)
 say() { echo "[$(printf '%4d' $(( $(date +%s) - T0 )))s] $*"; }
 SITE=/tmp/suite-site
+RECORDS=$REPO/.gpu/records  # the example records a phase starts from (split_parts.sh): no docs/ travels
 TARGET=/tmp/vllm-target
 export PYTHONPATH=$REPO:$REPO/watchdog:$TARGET:$SITE
 export SUITE_VLLM_PYTHON=python3 SUITE_VLLM_PYTHONPATH=$TARGET SUITE_TOOLS_PYTHON=python3
@@ -186,8 +187,11 @@ case "$PHASE" in
     say "== tiny-gpu vllm-gpu: gate 20 x 3 prompts (64-token cap)"
     timeout $(( 900 - ($(date +%s) - T0) )) python3 -m suite.cli bench --model tiny-gpu --arms vllm-gpu \
         --profile standard --stages gate --no-auto-controls 2>&1 | tail -20
-    # the CPU arm of the same weights, from the example records that travel with the checkout
-    mkdir -p "$RESULTS/tiny" && cp -r "$REPO/docs/examples/cpu-results/tiny/vllm-cpu" "$RESULTS/tiny/"
+    # the CPU arm of the same weights, from the example record that travels in .gpu/records
+    # (split_parts.sh copies it there: a call carries no docs/)
+    [ -d "$RECORDS/cpu-results/tiny/vllm-cpu" ] \
+        || { say "$RECORDS/cpu-results/tiny/vllm-cpu: not carried (run split_parts.sh first); no comparison"; pack; exit 1; }
+    mkdir -p "$RESULTS/tiny" && cp -r "$RECORDS/cpu-results/tiny/vllm-cpu" "$RESULTS/tiny/"
     cpu=$(ls -d "$RESULTS"/tiny/vllm-cpu/*/ | tail -1); gpu=$(ls -d "$RESULTS"/tiny-gpu/vllm-gpu/*/ | tail -1)
     python3 -m suite.cli compare "$cpu" "$gpu" --across-models --results "$RESULTS" 2>&1 | tee "$OUT/compare.txt" | tail -30
     pack ;;
@@ -245,11 +249,12 @@ case "$PHASE" in
   resume-matrix)
     # a control matrix cut by the time limit, from its record in the checkout: the finished rows
     # are taken up from their request lines and only the others launch (suite bench --resume)
-    RUN=${2:?the run folder under docs/examples/gpu-vllm-results, e.g. random-llama-1b/vllm-gpu-humming-w4a16/...}
+    RUN=${2:?the run folder under .gpu/records/gpu-vllm-results (RESUME_RUN=... split_parts.sh copies it from docs/examples), e.g. random-llama-1b/vllm-gpu-humming-w4a16/...}
+    [ -d "$RECORDS/gpu-vllm-results/$RUN" ] || { say "$RECORDS/gpu-vllm-results/$RUN: not carried (RESUME_RUN=$RUN split_parts.sh)"; exit 1; }
     install_vllm || { pack; exit 1; }
     model=${RUN%%/*}; rest=${RUN#*/}; arm=${rest%%/*}
     [ -d "$SUITE_CACHE/models/$model" ] || { say "== $model: the checkpoint (seed 0)"; suite setup --model "$model" 2>&1 | tail -3; }
-    mkdir -p "$RESULTS/$model/$arm" && cp -r "$REPO/docs/examples/gpu-vllm-results/$RUN" "$RESULTS/$model/$arm/"
+    mkdir -p "$RESULTS/$model/$arm" && cp -r "$RECORDS/gpu-vllm-results/$RUN" "$RESULTS/$model/$arm/"
     say "== $model $arm: the control matrix resumed from $(basename "$RUN")"
     timeout $(( LIMIT - ($(date +%s) - T0) )) python3 -m suite.cli bench --model "$model" --arms "$arm" \
         --profile standard --stages gate,controls --controls all --resume 2>&1 | tail -40

@@ -6,13 +6,32 @@
 #
 #     bash benchmarks/gpu/split_parts.sh        # then: run_vllm_studies.sh deps, part ab, part ac, ...
 #
+#     RESUME_RUN=MODEL/ARM/RUN bash benchmarks/gpu/split_parts.sh   # and that run for resume-matrix
+#
+# The phases need nothing from docs/: the example records they start from (the CPU arm `tiny`
+# compares with; the run `resume-matrix` takes up, named by RESUME_RUN) are copied here into
+# .gpu/records, which travels in place of docs/ (a checkout without docs/, sparse, is lighter).
+# The checkout is measured as it is: the tracked files present in this work tree (docs/ left out
+# where the checkout leaves it out), with .gpu/records beside them.
 # Prints each call's size. Run it again whenever the checkout has grown.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
 MIB=$((1024 * 1024))
-checkout=$(git ls-files -z | du -c --files0-from=- -b | tail -1 | cut -f1)
-room=$(( 64 * MIB - checkout - 2 * MIB ))   # 2 MiB to spare for what changes before the call
+REC=.gpu/records
+if [ -d docs/examples ]; then
+  rm -rf "$REC" && mkdir -p "$REC/cpu-results/tiny"
+  cp -r docs/examples/cpu-results/tiny/vllm-cpu "$REC/cpu-results/tiny/"
+  if [ -n "${RESUME_RUN:-}" ]; then
+    [ -d "docs/examples/gpu-vllm-results/$RESUME_RUN" ] || { echo "RESUME_RUN=$RESUME_RUN: no such run under docs/examples/gpu-vllm-results"; exit 2; }
+    mkdir -p "$REC/gpu-vllm-results/$(dirname "$RESUME_RUN")"
+    cp -r "docs/examples/gpu-vllm-results/$RESUME_RUN" "$REC/gpu-vllm-results/$(dirname "$RESUME_RUN")/"
+  fi
+fi
+# tracked files missing from the work tree (a sparse checkout) do not travel: du skips them
+checkout=$( (git ls-files -z | du -c --files0-from=- -b 2>/dev/null || true) | tail -1 | cut -f1)
+records=$( (du -sb "$REC" 2>/dev/null || echo 0) | cut -f1)
+room=$(( 64 * MIB - checkout - records - 2 * MIB ))   # 2 MiB to spare for what changes before the call
 deps=$(du -sb .gpu/vllm/deps | cut -f1)
 first=$(( room - deps ))
 [ "$first" -gt $MIB ] || { echo "the checkout ($((checkout / MIB)) MiB) leaves no room for the wheels"; exit 1; }
@@ -33,5 +52,5 @@ if [ -f "$GGUF/.prepared" ]; then
   (cd "$(dirname "$GGUF")" && tar -cf - gguf) | split -b "$room" -a 1 - .gpu/gemma/gguf.tar.part-
   (cd "$(dirname "$GGUF")" && tar -cf - gguf | sha256sum | sed 's/-$/gguf.tar/') > .gpu/gemma/gguf.tar.sha256
 fi
-echo "checkout $((checkout / MIB)) MiB; each call at most $(( (checkout + room) / MIB )) MiB"
+echo "checkout $((checkout / MIB)) MiB, records $((records / 1024)) KiB; each call at most $(( (checkout + records + room) / MIB )) MiB"
 ls -la "$V" .gpu/gemma 2>/dev/null | grep part-

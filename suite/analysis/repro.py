@@ -49,13 +49,14 @@ import logging
 import math
 import random
 from collections import Counter
-from collections.abc import Sequence
-from typing import Hashable, Literal
+from collections.abc import Hashable, Sequence
+from itertools import pairwise
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from suite.analysis.stats import clopper_pearson, t_quantile
 from suite.analysis.tokens import token_count
-from suite.analysis.stats import clopper_pearson, percentile, t_quantile
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +273,7 @@ def prefix_logprob_diff(a: Sample, b: Sample) -> float | None:
     if ia is None or ib is None or a.logprobs is None or b.logprobs is None:
         return None
     shared = min(first_diff(ia, ib), len(a.logprobs), len(b.logprobs))
-    diffs = [abs(x - y) for x, y in zip(a.logprobs[:shared], b.logprobs[:shared])
+    diffs = [abs(x - y) for x, y in zip(a.logprobs[:shared], b.logprobs[:shared], strict=True)
              if not math.isnan(x) and not math.isnan(y)]
     return max(diffs) if diffs else None
 
@@ -319,15 +320,21 @@ def series_pattern(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence
                  else f"{n_cold} of the first {len(cold)} requests {when} differ")
         return "cold-transient", (f"cold-start transient: only {first} ({n_cold} of {len(keys)}); "
                                   f"the {len(warm)} after agree")
-    changes = sum(1 for a, b in zip(keys, keys[1:]) if a != b)
+    changes = sum(1 for a, b in pairwise(keys) if a != b)
     if changes == 1:
-        at = next(i for i, (a, b) in enumerate(zip(keys, keys[1:])) if a != b) + 1
+        at = next(i for i, (a, b) in enumerate(pairwise(keys)) if a != b) + 1
         if len(keys) - at >= 2:  # "it stayed" needs a request after the one that changed it
             return "switch", (f"one switch: request {ordered_ok[at].index + 1} changed the answer "
                               f"and it stayed ({at} before, {len(keys) - at} after)")
         return "varies", (f"only the last request ({ordered_ok[at].index + 1}) differs: too few requests after "
                           "it to say whether the change stays")
     return "varies", f"answers vary in random order ({len(set(keys))} distinct, {changes} changes in {len(keys)})"
+
+
+def joint_p(ps: Sequence[float | None]) -> float | None:
+    """The product of independent p-values: None where there are none, or one of them is None."""
+    known = [p for p in ps if p is not None]
+    return math.prod(known) if known and len(known) == len(ps) else None
 
 
 def cold_transient_p(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence[int]) -> float | None:
@@ -728,7 +735,7 @@ def launch_permutation_p(groups: Sequence[Sequence[Hashable]], permutations: int
     exceed = 0
     for drawn in range(1, permutations + 1):
         cells: Counter = Counter()
-        for pos, a in zip(rng.sample(range(total), len(others)), others):
+        for pos, a in zip(rng.sample(range(total), len(others)), others, strict=True):
             cells[(bisect_right(ends, pos), a)] += 1
         if statistic(cells) >= observed:
             exceed += 1
@@ -759,7 +766,7 @@ def order_p(groups: Sequence[Sequence[Hashable]], permutations: int = 999, seed:
         return None
 
     def changes(gs: Sequence[Sequence[Hashable]]) -> int:
-        return sum(1 for g in gs for a, b in zip(g, g[1:]) if a != b)
+        return sum(1 for g in gs for a, b in pairwise(g) if a != b)
 
     observed = changes(testable)
     rng = random.Random(_table_seed(testable, seed + 7))
@@ -981,9 +988,9 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
         if len({answer_key(s, by) for s in ok}) > 1:
             cold_ps.append(cold_transient_p(ok, by, first))
             switch_ps.append(switch_at_start_p(len(ok), sum(1 for s in ok if s.index in first)))
-    shaped = bool(cold_ps) and all(p is not None for p in cold_ps)
-    cold_p = math.prod(cold_ps) if shaped else None
-    cold_switch = math.prod(switch_ps) if shaped and all(p is not None for p in switch_ps) else None
+    cold_p = joint_p(cold_ps)
+    shaped = cold_p is not None
+    cold_switch = joint_p(switch_ps) if cold_p is not None else None
     across_diff, apart = launch_logprob_gaps(modal_samples)
     return LaunchesAnalysis(
         compared_by=by,
@@ -1094,7 +1101,7 @@ def run_hash(run: dict[str, Sample], items: Sequence[str], compared_by: str) -> 
 
 
 def _pair_measures(a: dict[str, Sample], b: dict[str, Sample], items: Sequence[str], by: str,
-                   ha: str | None, hb: str | None) -> dict[str, float | None]:
+                   ha: str | None, hb: str | None) -> dict[RunMeasure, float | None]:
     both = [pid for pid in items if pid in a and pid in b and a[pid].ok and b[pid].ok]
     return {
         "identical runs": None if ha is None or hb is None else float(ha == hb),

@@ -49,7 +49,7 @@ class GoldFact(BaseModel):
     model_config = {"extra": "forbid"}
 
     @model_validator(mode="after")
-    def _check(self) -> "GoldFact":
+    def _check(self) -> GoldFact:
         if self.type == "boolean" and not isinstance(self.value, bool):
             raise ValueError(f"fact {self.key!r}: a boolean fact needs true or false")
         if self.type == "number" and (isinstance(self.value, bool) or not isinstance(self.value, (int, float))):
@@ -261,7 +261,7 @@ def _score_number(gold: GoldFact, answer: Any) -> tuple[bool, bool, str | None]:
     q = parse_quantity(answer)
     if q is None:
         return False, False, "not a number"
-    gold_value = float(gold.value)  # type: ignore[arg-type]
+    gold_value = float(gold.value)
     if not gold.unit:
         dim, _ = unit_info(q.unit)
         if q.unit is not None and not dim.startswith("word:"):

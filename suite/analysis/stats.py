@@ -376,7 +376,7 @@ def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float | None:
     n = len(a)
     if n == 0:
         return None
-    observed = sum(x == y for x, y in zip(a, b)) / n
+    observed = sum(x == y for x, y in zip(a, b, strict=True)) / n
     count_a, count_b = Counter(a), Counter(b)
     expected = math.fsum((count_a[c] / n) * (count_b[c] / n) for c in set(count_a) | set(count_b))
     if math.isclose(expected, 1.0):
@@ -429,9 +429,13 @@ def paired_difference(
     exact sign test's (all n of one sign: p = 2 * 0.5^n). `family`: how many comparisons the
     caller makes together; `confidence` is then already corrected (Bonferroni) and the record says so.
     """
-    keys = sorted(k for k in a if k in b and a[k] is not None and b[k] is not None
-                  and not math.isnan(float(a[k])) and not math.isnan(float(b[k])))  # type: ignore[arg-type]
-    diffs = [float(b[k]) - float(a[k]) for k in keys]  # type: ignore[arg-type]
+    pairs: dict[str, tuple[float, float]] = {}
+    for k, x in a.items():
+        y = b.get(k)
+        if x is not None and y is not None and not math.isnan(float(x)) and not math.isnan(float(y)):
+            pairs[k] = (float(x), float(y))
+    keys = sorted(pairs)
+    diffs = [pairs[k][1] - pairs[k][0] for k in keys]
     m = mean(diffs)
     if len(diffs) < max(2, min_n):
         return PairedDifference(n=len(diffs), mean=m, se=standard_error(diffs), confidence=confidence,

@@ -8,7 +8,8 @@ when nothing says.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def token_count(token_ids: Sequence[int] | None = None, completion_tokens: int | None = None,

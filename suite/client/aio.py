@@ -15,7 +15,8 @@ import asyncio
 import json
 import ssl
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from suite.client.budget import request_window
 from suite.client.params import GenerationParams
@@ -63,7 +64,7 @@ class _SSEProtocol(asyncio.Protocol):
     Keep-alive: a connection whose response ended goes back to its client's idle pool.
     """
 
-    def __init__(self, owner: "AsyncOpenAIClient"):
+    def __init__(self, owner: AsyncOpenAIClient):
         self.owner = owner
         self.transport: asyncio.Transport | None = None
         self.closed = False
@@ -72,7 +73,7 @@ class _SSEProtocol(asyncio.Protocol):
         self.future: asyncio.Future[float] | None = None
         self.reads: list[tuple[bytes, float]] = []  # reads not parsed yet, with their arrival times
 
-    def start(self, request: bytes, state: StreamState, t_send: float) -> "asyncio.Future[float]":
+    def start(self, request: bytes, state: StreamState, t_send: float) -> asyncio.Future[float]:
         """Send `request`; the future gets the time the stream ended (perf_counter) or a ClientError."""
         self.response = _Response(state, t_send)
         self.future = asyncio.get_running_loop().create_future()
@@ -87,7 +88,7 @@ class _SSEProtocol(asyncio.Protocol):
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream connection's is a Transport
 
     def data_received(self, data: bytes) -> None:
         t = self.last_read = time.perf_counter()
@@ -105,6 +106,8 @@ class _SSEProtocol(asyncio.Protocol):
         if future is not None and not future.done() and response is not None:
             try:
                 response.eof(time.perf_counter(), exc)
+                if response.done_at is None:  # it ended on an error: never a time of None for the waiter
+                    raise ClientError(f"{response.state.where}: the connection closed before the response ended")
                 future.set_result(response.done_at)
             except ClientError as err:
                 future.set_exception(err)
@@ -181,6 +184,9 @@ class AsyncOpenAIClient:
         self._open: set[_SSEProtocol] = set()
         self._unparsed: list[_SSEProtocol] = []  # connections with reads not parsed yet
         self._watchdog: asyncio.Task[None] | None = None
+        # applied to each streamed reply with its prompt before it is returned (None: as received);
+        # a client that counts tokens itself where the server does not sets it (TokenizerClient)
+        self.finish: Callable[[Completion, str], Completion] | None = None
 
     async def aclose(self) -> None:
         if self._watchdog is not None:
@@ -192,7 +198,7 @@ class AsyncOpenAIClient:
         self._open.clear()
         self._idle.clear()
 
-    async def __aenter__(self) -> "AsyncOpenAIClient":
+    async def __aenter__(self) -> AsyncOpenAIClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -207,7 +213,8 @@ class AsyncOpenAIClient:
         """A streamed /v1/completions request, timed as `OpenAIClient.complete(..., stream=True)` times it."""
         t_enter = time.perf_counter()
         body = self._body(prompt, max_tokens, extra)
-        return await self._stream("/v1/completions", body, t_enter)
+        out = await self._stream("/v1/completions", body, t_enter)
+        return self.finish(out, prompt) if self.finish is not None else out
 
     def _parse_reads(self) -> None:
         """Parse every connection's reads since the last call (scheduled by the first read after it)."""
@@ -241,7 +248,7 @@ class AsyncOpenAIClient:
         try:
             _, proto = await asyncio.wait_for(
                 loop.create_connection(lambda: _SSEProtocol(self), self._host, self._port, ssl=ssl_ctx), 30.0)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise ClientError(f"{where}: cannot connect: {type(exc).__name__}: {exc}") from None
         self._open.add(proto)
         return proto
@@ -265,7 +272,7 @@ class AsyncOpenAIClient:
                 if attempt == 0 and reused and proto.closed and not proto.answered and not isinstance(exc, _Stalled):
                     continue
                 raise
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if proto.transport is not None:
                     proto.transport.close()
                 raise ClientError(late.replace("no end of the reply", "no end of the stream")) from None

@@ -17,7 +17,7 @@ import math
 import os
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from suite.client.replies import ClientError
 

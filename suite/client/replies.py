@@ -85,7 +85,7 @@ def _number(value: Any, where: str, null_ok: bool = False) -> float:
     raise _Shape(f"{where} is {_kind(value)}, not a number")
 
 
-def _malformed(where: str, exc: BaseException, payload: bytes | str, what: str = "reply") -> "ClientError":
+def _malformed(where: str, exc: BaseException, payload: bytes | str, what: str = "reply") -> ClientError:
     """The per-request error for a reply that cannot be read: its endpoint, the reason, its start."""
     if isinstance(exc, _Shape):
         reason = str(exc)

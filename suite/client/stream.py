@@ -15,9 +15,21 @@ import json
 import time
 from typing import Any
 
-from suite.client.replies import (_MALFORMED, ClientError, Completion, _choices, _field, _is_token, _malformed,
-                                  _parse_logprobs, _parse_token_ids, _parse_top_logprobs, _piece, _reply_extras,
-                                  _text)
+from suite.client.replies import (
+    _MALFORMED,
+    ClientError,
+    Completion,
+    _choices,
+    _field,
+    _is_token,
+    _malformed,
+    _parse_logprobs,
+    _parse_token_ids,
+    _parse_top_logprobs,
+    _piece,
+    _reply_extras,
+    _text,
+)
 
 MAX_LINE_BYTES = 8 * 1024 * 1024  # one line of an event stream (one chunk's JSON)
 LINES_PER_TOKEN = 4  # `event:`, `data:`, `id:` and the blank line that ends an event

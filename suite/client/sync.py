@@ -26,8 +26,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
-from suite.client.budget import request_window
 from suite.client.aio import AsyncOpenAIClient
+from suite.client.budget import request_window
 from suite.client.params import GenerationParams
 from suite.client.replies import _MALFORMED, ClientError, Completion, _completion_from_reply, _malformed, _text
 from suite.client.stream import StreamState
@@ -68,7 +68,7 @@ class OpenAIClient:
         while self._idle_socks:
             self._idle_socks.pop().close()
 
-    def __enter__(self) -> "OpenAIClient":
+    def __enter__(self) -> OpenAIClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -168,8 +168,8 @@ class OpenAIClient:
         except _MALFORMED as exc:
             raise _malformed(state.where, exc, b"", "stream") from None
 
-    def _exchange(self, path: str, body: dict[str, Any], state: "StreamState | _Body",
-                  stream: bool) -> tuple["_Response", float]:
+    def _exchange(self, path: str, body: dict[str, Any], state: StreamState | _Body,
+                  stream: bool) -> tuple[_Response, float]:
         """One POST on a blocking socket, its response read by `_Response` (httptools) into `state`;
         (the response, when the request was sent).
 
@@ -225,9 +225,9 @@ class OpenAIClient:
                 if isinstance(exc, TimeoutError):
                     raise ClientError(f"{where}: no data for {stall:g} s (stall timeout)") from None
                 raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
-            break
-        self._keep(sock, response)
-        return response, t_send
+            self._keep(sock, response)
+            return response, t_send
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _connect_stream(self) -> socket.socket:
         sock = socket.create_connection((self._host, self._port), timeout=10.0)

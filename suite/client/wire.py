@@ -42,7 +42,7 @@ class _Response:
                  "done_at", "answered", "error_body", "head_bytes", "body_bytes", "piece_at", "piece_bytes",
                  "piece_mark")
 
-    def __init__(self, state: "StreamState | _Body", t_send: float):
+    def __init__(self, state: StreamState | _Body, t_send: float):
         self.parser = httptools.HttpResponseParser(self)
         self.state = state
         self.t_send = t_send
@@ -85,19 +85,19 @@ class _Response:
         state = self.state
         if self.ended or self.done_at is not None:
             return
-        streamed = isinstance(state, StreamState)
-        if self.in_body and streamed and not state.pending_len:  # type: ignore[union-attr]
+        stream = state if isinstance(state, StreamState) else None
+        if self.in_body and stream is not None and not stream.pending_len:
             self.piece_bytes = 0  # between two lines: nothing begun
             self.piece_mark = (True, -1)
             return
-        mark = (self.in_body, state.lines if streamed else 0)  # type: ignore[union-attr]
+        mark = (self.in_body, stream.lines if stream is not None else 0)
         if mark != self.piece_mark or not self.piece_bytes:  # a new piece began in this read
             self.piece_mark, self.piece_at, self.piece_bytes = mark, t, n
             return
         self.piece_bytes += n
         took = t - self.piece_at
         if took > TRICKLE_GRACE_S + self.piece_bytes / MIN_BYTE_RATE:
-            what = "its head" if not self.in_body else "one stream line" if streamed else "its body"
+            what = "its head" if not self.in_body else "one stream line" if stream is not None else "its body"
             raise ClientError(f"{state.where}: a reply that trickles: {self.piece_bytes} bytes of {what} in "
                               f"{took:.0f} s (less than {MIN_BYTE_RATE} bytes/s)")
 

@@ -114,18 +114,18 @@ class UnavailableLauncher(Launcher):
     def check_available(self) -> None:
         raise EnvironmentUnavailable(self.reason)
 
-    def prepare(self, runtime: "RuntimeDefinition", model_path: ModelPath | None = None) -> None:
+    def prepare(self, runtime: RuntimeDefinition, model_path: ModelPath | None = None) -> None:
         raise EnvironmentUnavailable(self.reason)
 
     def start(self, spec: LaunchSpec) -> RunningRuntime:
         raise EnvironmentUnavailable(self.reason)
 
 
-def _has_docker_image(runtime: "RuntimeDefinition") -> bool:
+def _has_docker_image(runtime: RuntimeDefinition) -> bool:
     return runtime.docker is not None
 
 
-def _gpu_required(runtime: "RuntimeDefinition") -> bool:
+def _gpu_required(runtime: RuntimeDefinition) -> bool:
     return "cpu" not in runtime.platforms
 
 
@@ -135,7 +135,7 @@ def _gpu_phrase(gpu_memory_gb: float | None, gpus: int = 1) -> str:
     return f"an NVIDIA GPU ({gpu_memory_gb:g} GB class)" if gpu_memory_gb else "an NVIDIA GPU"
 
 
-def launcher_for(runtime: "RuntimeDefinition", requested: str = "auto", gpu_memory_gb: float | None = None,
+def launcher_for(runtime: RuntimeDefinition, requested: str = "auto", gpu_memory_gb: float | None = None,
                  cache: dict[str, Launcher] | None = None, m: Machine | None = None, gpus: int = 1) -> Launcher:
     """The launcher an arm runs with here, or an UnavailableLauncher saying why none fits.
 

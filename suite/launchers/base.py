@@ -51,7 +51,7 @@ class LoraAdapter:
 class LaunchSpec:
     """Everything a launcher needs to start one configuration of one runtime."""
 
-    runtime: "RuntimeDefinition"
+    runtime: RuntimeDefinition
     model_path: Path
     served_name: str
     seed: int = 42
@@ -107,7 +107,7 @@ class RunningRuntime(abc.ABC):
         code = self.exit_code()
         return None if code is None else exit_words(code)
 
-    def __enter__(self) -> "RunningRuntime":
+    def __enter__(self) -> RunningRuntime:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -128,7 +128,7 @@ class Launcher(abc.ABC):
         """Raise EnvironmentUnavailable with the reason when this launcher cannot run here."""
 
     @abc.abstractmethod
-    def prepare(self, runtime: "RuntimeDefinition", model_path: ModelPath | None = None) -> None:
+    def prepare(self, runtime: RuntimeDefinition, model_path: ModelPath | None = None) -> None:
         """Install or build the runtime (reused when already there). `model_path` finds the model a
         local install recipe smoke-tests its build on (the definition's `smoke_model`); without it
         the recipe skips its smoke test."""
@@ -138,26 +138,26 @@ class Launcher(abc.ABC):
         """Start and wait until ready; raise RuntimeStartError (nothing left running) otherwise."""
 
     # -- what the signature records about a launch -----------------------------------------------
-    def version(self, runtime: "RuntimeDefinition", rt: RunningRuntime) -> str | None:
+    def version(self, runtime: RuntimeDefinition, rt: RunningRuntime) -> str | None:
         """The runtime's version as this launch has it: what its server reports at `version_path`."""
         return server_version(runtime, rt)
 
-    def features(self, runtime: "RuntimeDefinition", rt: RunningRuntime) -> str | None:
+    def features(self, runtime: RuntimeDefinition, rt: RunningRuntime) -> str | None:
         """The runtime's own feature line (the CPU kernel paths it runs): its log's line that the
         definition's `feature_pattern` finds, where it prints one."""
         from suite.probes import feature_line
 
         return feature_line(rt.log_path, runtime.server.feature_pattern)
 
-    def env(self, runtime: "RuntimeDefinition", spec: LaunchSpec) -> dict[str, str]:
+    def env(self, runtime: RuntimeDefinition, spec: LaunchSpec) -> dict[str, str]:
         """The env the runtime runs with, beyond the machine's own: the spec's (controls and arm)."""
         return dict(spec.env)
 
-    def stack(self, runtime: "RuntimeDefinition", env: dict[str, str]) -> "RuntimeStack | None":
+    def stack(self, runtime: RuntimeDefinition, env: dict[str, str]) -> RuntimeStack | None:
         """torch / Triton / CUDA under a Python runtime, where this launcher can ask it; else None."""
         return None
 
-    def hardware(self) -> "Hardware":
+    def hardware(self) -> Hardware:
         """The hardware the runtime runs on: this machine's."""
         from suite.probes import detect_hardware
 
@@ -167,14 +167,14 @@ class Launcher(abc.ABC):
         """Signature fields only this launcher has (an external server's URL and self-reports)."""
         return {}
 
-    def client(self, base_url: str, model: str, **kwargs: Any) -> "OpenAIClient":
+    def client(self, base_url: str, model: str, **kwargs: Any) -> OpenAIClient:
         """The client the stages talk to the runtime with."""
         from suite.client import OpenAIClient
 
         return OpenAIClient(base_url, model, **kwargs)
 
 
-def server_version(runtime: "RuntimeDefinition", rt: RunningRuntime) -> str | None:
+def server_version(runtime: RuntimeDefinition, rt: RunningRuntime) -> str | None:
     """The version string the runtime's server reports (`version_path`, `version_field`), if it does."""
     from suite.client import OpenAIClient
     from suite.errors import SuiteError

@@ -52,12 +52,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlparse, urlsplit, urlunsplit
 
-
 from suite import procid, progress
 from suite.definitions import CompileCacheSpec, DockerSpec, RuntimeDefinition, get_definition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers.base import (LaunchSpec, Launcher, ModelPath, RunningRuntime, exit_words,
-                                 find_error_line, free_port, wait_until_ready)
+from suite.launchers.base import Launcher, LaunchSpec, ModelPath, RunningRuntime, exit_words, find_error_line, free_port, wait_until_ready
 from suite.lifetime import REGISTRY
 from suite.paths import cache_dir, open_lock
 
@@ -86,7 +84,7 @@ _SESSION_PID = os.getpid()
 
 
 
-def _docker_client(timeout: int = 120) -> "docker.DockerClient":
+def _docker_client(timeout: int = 120) -> docker.DockerClient:
     try:
         import docker
     except ImportError as exc:  # the suite pins it; a broken install says so
@@ -157,7 +155,7 @@ def owner_gone(labels: dict[str, str]) -> bool:
     return gone is True
 
 
-def remove_orphan_containers(client: "docker.DockerClient") -> int:
+def remove_orphan_containers(client: docker.DockerClient) -> int:
     """Remove suite containers whose owning suite process is gone; says so in one line."""
     try:
         found = client.containers.list(all=True, filters={"label": LABEL_RUN})
@@ -239,7 +237,7 @@ class _LocalFolderServer:
         suffix = "/" if target.is_dir() else ""
         return f"http://127.0.0.1:{self._server.server_address[1]}{quote(str(target))}{suffix}"
 
-    def __enter__(self) -> "_LocalFolderServer":
+    def __enter__(self) -> _LocalFolderServer:
         roots = list(self.roots)
 
         class Handler(http.server.SimpleHTTPRequestHandler):
@@ -401,7 +399,7 @@ _PULL_HINT = re.compile(r"pull access denied|manifest unknown|repository does no
                         r"no such host|not found: manifest|toomanyrequests", re.I)
 
 
-def build_image(runtime: RuntimeDefinition, client: "docker.DockerClient | None" = None) -> str:
+def build_image(runtime: RuntimeDefinition, client: docker.DockerClient | None = None) -> str:
     """Build the runtime's image unless its tag exists; returns the tag."""
     import docker
 
@@ -423,7 +421,7 @@ def build_image(runtime: RuntimeDefinition, client: "docker.DockerClient | None"
     return tag
 
 
-def _run_build(client: "docker.DockerClient", source: RuntimeDefinition, tag: str, log_path: Path) -> None:
+def _run_build(client: docker.DockerClient, source: RuntimeDefinition, tag: str, log_path: Path) -> None:
     import docker
 
     spec = source.docker
@@ -482,7 +480,7 @@ def _build_failed(source: RuntimeDefinition, error: str, log_path: Path) -> Suit
 class DockerRuntime(RunningRuntime):
     """A started container; stop/kill remove it."""
 
-    def __init__(self, container: "Container", base_url: str, command: list[str], log_path: Path,
+    def __init__(self, container: Container, base_url: str, command: list[str], log_path: Path,
                  image_digest: str | None):
         self.container = container
         self.container_id = container.id
@@ -565,7 +563,7 @@ class DockerRuntime(RunningRuntime):
         self._log_thread.start()
 
 
-def nvidia_runtime_present(client: "docker.DockerClient") -> bool:
+def nvidia_runtime_present(client: docker.DockerClient) -> bool:
     """Whether the engine can give containers an NVIDIA GPU (the NVIDIA Container Toolkit)."""
     try:
         info = client.info()
@@ -620,11 +618,13 @@ class DockerLauncher(Launcher):
     name = "docker"
 
     def __init__(self) -> None:
-        self._client: "docker.DockerClient | None" = None
+        self._client: docker.DockerClient | None = None
         self._images: dict[str, str] = {}
 
     @property
-    def client(self) -> "docker.DockerClient":
+    def engine(self) -> docker.DockerClient:
+        """The Docker engine's client (connected on first use). Not `client`: that is the stages'
+        client to the runtime (Launcher.client), which a bench asks every launcher for."""
         if self._client is None:
             self._client = _docker_client()
         return self._client
@@ -633,7 +633,7 @@ class DockerLauncher(Launcher):
         import docker
 
         try:
-            self.client.ping()
+            self.engine.ping()
         except docker.errors.DockerException as exc:
             raise EnvironmentUnavailable(f"Docker engine not reachable: {_first_line(exc)}") from None
 
@@ -680,7 +680,7 @@ class DockerLauncher(Launcher):
         runtime = spec.runtime
         dspec = docker_spec(runtime)
         self.check_available()
-        client = self.client
+        client = self.engine
         tag = build_image(runtime, _docker_client(timeout=3600))  # reused when it exists
         self._images[_image_key(runtime)] = tag
         want_gpu = dspec.gpu != "none"

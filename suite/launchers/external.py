@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from suite.client import Completion, OpenAIClient
+from suite.client import AsyncOpenAIClient, Completion, OpenAIClient
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.launchers.base import LaunchSpec, Launcher, ModelPath, RunningRuntime
+from suite.launchers.base import Launcher, LaunchSpec, ModelPath, RunningRuntime
 
 if TYPE_CHECKING:
     from suite.definitions import RuntimeDefinition
@@ -255,16 +255,12 @@ class TokenizerClient(OpenAIClient):
         out = super()._generate(path, body, stream, extra, chat)
         return count_missing(out, self.local_tokenizer, None if chat else body.get("prompt"))
 
-    def async_client(self, *args: Any, **kwargs: Any) -> Any:
+    def async_client(self, max_connections: int = 256,
+                     backend: type[AsyncOpenAIClient] = AsyncOpenAIClient) -> AsyncOpenAIClient:
         """The asyncio twin (latency at concurrency), its streamed replies counted the same way."""
-        inner = super().async_client(*args, **kwargs)
-        stream = inner.complete_stream
+        inner = super().async_client(max_connections, backend)
         tokenizer = self.local_tokenizer
-
-        async def complete_stream(prompt: str, **kw: Any) -> Completion:
-            return count_missing(await stream(prompt, **kw), tokenizer, prompt)
-
-        inner.complete_stream = complete_stream
+        inner.finish = lambda completion, prompt: count_missing(completion, tokenizer, prompt)
         return inner
 
 
@@ -333,15 +329,15 @@ class ExternalLauncher(Launcher):
         return rt
 
     # -- what the signature records ---------------------------------------------------------------
-    def version(self, runtime: "RuntimeDefinition", rt: RunningRuntime) -> str | None:
+    def version(self, runtime: RuntimeDefinition, rt: RunningRuntime) -> str | None:
         """What the server said about itself when probed."""
         return self.info.version
 
-    def env(self, runtime: "RuntimeDefinition", spec: LaunchSpec) -> dict[str, str]:
+    def env(self, runtime: RuntimeDefinition, spec: LaunchSpec) -> dict[str, str]:
         """Unknown: the suite did not start it (the spec's env only, which a --url arm leaves empty)."""
         return dict(spec.env)
 
-    def hardware(self) -> "Hardware":
+    def hardware(self) -> Hardware:
         """This machine's, only when the server runs here (a loopback address); else unknown."""
         from suite.probes import Hardware, detect_hardware
 

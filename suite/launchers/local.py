@@ -54,8 +54,8 @@ import logging
 import os
 import queue
 import re
-import signal
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -72,13 +72,12 @@ from suite import procid, progress
 from suite.definitions import RuntimeDefinition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers import owned, pyenv
+from suite.launchers.base import Launcher, LaunchSpec, ModelPath, RunningRuntime, find_error_line, free_port, wait_until_ready
 from suite.launchers.guard import Guard, start_guard
-from suite.launchers.base import (LaunchSpec, Launcher, ModelPath, RunningRuntime, find_error_line, free_port,
-                                 wait_until_ready)
 from suite.lifetime import REGISTRY
 from suite.paths import leases_dir, open_lock, runtime_prefix
-from suite.secrets import SECRET_ENV, redact_args
 from suite.probes import RuntimeStack, command_version, probe_runtime_stack
+from suite.secrets import SECRET_ENV, redact_args
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +118,7 @@ class _Spawner:
     """
 
     def __init__(self) -> None:
-        self._jobs: "queue.Queue[tuple[list[str], dict[str, Any], concurrent.futures.Future]]" = queue.Queue()
+        self._jobs: queue.Queue[tuple[list[str], dict[str, Any], concurrent.futures.Future]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -135,6 +134,7 @@ class _Spawner:
         command = _with_parent_death(command, env, death_signal)
         if threading.current_thread() is threading.main_thread():
             proc = subprocess.Popen(command, **kwargs)
+            # the ownership mark rides on the Popen its caller holds (read back with getattr)
             proc.suite_mark = mark  # type: ignore[attr-defined]
             return proc
         with self._lock:
@@ -622,7 +622,8 @@ class LocalLauncher(Launcher):
                                          "(it runs only from its Docker image)")
         if pyenv.uses_existing(runtime):
             version = pyenv.check_existing(runtime)  # another version than the arm's: one line
-            log.info("%s %s from %s", runtime.name, version, pyenv.python_way(runtime).text)  # type: ignore[union-attr]
+            way = pyenv.python_way(runtime)
+            log.info("%s %s from %s", runtime.name, version, way.text if way is not None else "its own Python")
             return
         prefix = install_prefix(runtime)
         marker = prefix / runtime.local.installed_marker

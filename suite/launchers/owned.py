@@ -71,7 +71,7 @@ def kill_marked(mark: str, sig: int = signal.SIGKILL) -> list[int]:
         fd: int | None = None
         try:
             try:
-                fd = os.pidfd_open(pid)  # type: ignore[attr-defined]
+                fd = os.pidfd_open(pid)
             except ProcessLookupError:
                 continue
             except (AttributeError, OSError):
@@ -80,7 +80,7 @@ def kill_marked(mark: str, sig: int = signal.SIGKILL) -> list[int]:
             if _environ_mark(pid) != mark:  # read again, now that the pidfd holds the process
                 continue
             if fd is not None:
-                signal.pidfd_send_signal(fd, sig)  # type: ignore[attr-defined]
+                signal.pidfd_send_signal(fd, sig)
             elif ticks is None or not procid.signal_if_same(pid, ticks, sig):
                 continue
             sent.append(pid)

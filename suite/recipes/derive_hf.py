@@ -33,7 +33,7 @@ def check_probe(tok, probe: dict) -> str | None:
     want = list(probe["ids"])
     if got == want:
         return None
-    at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    at = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
     return (f"the derived tokenizer (transformers {transformers.__version__}) reads the probe text as "
             f"{len(got)} ids, the GGUF's own tokenizer as {len(want)}; they part at id {at} "
             f"({got[at:at + 3]} against {want[at:at + 3]}): no checkpoint is made")

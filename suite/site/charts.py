@@ -195,7 +195,8 @@ class MemorySeries:
     def rows(self) -> list[dict[str, Any]]:
         """One row per sample and reading, with its launch: each launch's line is drawn apart."""
         return [{"t": t, "reading": name, "gib": v / 2**30, "launch": k}
-                for name, values in self.metrics.items() for t, v, k in zip(self.t_s, values, self.launch)
+                # a record's series cut short (an interrupted run) is drawn as far as all three go
+                for name, values in self.metrics.items() for t, v, k in zip(self.t_s, values, self.launch, strict=False)
                 if v is not None]
 
 
@@ -234,4 +235,6 @@ def _memory_spec(layout: tuple[tuple[str, bool, bool], ...], width: int) -> str:
             layers.append(alt.Chart(alt.Data(name=f"trip{i}")).mark_rule(color=TRIP).encode(x="t:Q"))
         panels.append(alt.layer(*layers).properties(title=arm, width=panel_width, height=HEIGHT))
     return spec_of(alt.hconcat(*panels).resolve_scale(y="shared").properties(title=alt.TitleParams(
-        text="Memory timeline per arm", subtitle="watchdog samples (GiB) of every launch of the arm (restarts, sessions and control rows after the main one, on one time axis), one line per launch, never joined across launches; red: trip threshold and trip time")))
+        text="Memory timeline per arm",
+        subtitle="watchdog samples (GiB) of every launch of the arm (restarts, sessions and control rows after the main one, "
+                 "on one time axis), one line per launch, never joined across launches; red: trip threshold and trip time")))

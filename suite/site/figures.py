@@ -15,23 +15,23 @@ import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from memwatch.report import WatchdogReport
-
 from suite.analysis.repro import PromptAnalysis, Sample, analyse, first_diff
 from suite.analysis.stats import mean_se_of
 from suite.errors import SuiteError
 from suite.records import Summary, load_all
-from suite.stages.latency import LatencyLine
-from suite.stages.lines import AnswerLine
 from suite.signature import flatten_signature
 from suite.stages import EXTRACTION_STAGE, LATENCY_STAGE, ORDER, VERDICT_STAGE
 from suite.stages.controls import ControlsResult
-from suite.stages.repeat import GateResult
-from suite.stages.latency.view import latency_level
 from suite.stages.gate.view import gate_settings_text  # noqa: F401 - the index page's gate line, and tests
+from suite.stages.latency import LatencyLine
+from suite.stages.latency.view import latency_level
+from suite.stages.lines import AnswerLine
+from suite.stages.repeat import GateResult
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +340,7 @@ class Run:
     def overrides(self) -> str:
         """What this run was asked beyond its profile: the settings it changed (`restarts 6 ·
         reloads 1`), the stages when not a bench's own, the control sets asked for; or ""."""
-        from suite.stages import EXTRACTION_STAGE, LATENCY_STAGE, ORDER, VERDICT_STAGE
+        from suite.stages import ORDER
 
         invocation = getattr(self.summary, "invocation", None)
         if invocation is None:
@@ -510,7 +510,7 @@ def analyse_requests(requests: list[AnswerLine]) -> PromptAnalysis:
 def itl_gaps(q: LatencyLine) -> list[float]:
     """The gaps between a streamed request's chunks, seconds."""
     times = q.chunk_times_s
-    return [b - a for a, b in zip(times, times[1:])]
+    return [b - a for a, b in pairwise(times)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -623,14 +623,14 @@ def watchdog_view(wd: WatchdogReport | None) -> dict[str, Any] | None:
     }
 
 
-def arm_comparisons(runs: list["Run"], arms: list[str]) -> list[dict[str, Any]]:
+def arm_comparisons(runs: list[Run], arms: list[str]) -> list[dict[str, Any]]:
     """Each arm's modal answers against the first arm's, per gate prompt (the same weights in
     two formats or on two runtimes answering alike or not, and where they part)."""
     from suite.compare import compare_gates
 
     if len(runs) < 2:
         return []
-    def degree(run: "Run") -> tuple[int, int]:
+    def degree(run: Run) -> tuple[int, int]:
         sig = run.s.signature
         return (sig.tensor_parallel or 1, sig.pipeline_parallel or 1) if sig is not None else (1, 1)
 
@@ -639,7 +639,7 @@ def arm_comparisons(runs: list["Run"], arms: list[str]) -> list[dict[str, Any]]:
 
     base = runs[0]
     out = []
-    for arm, run in zip(arms[1:], runs[1:]):
+    for arm, run in zip(arms[1:], runs[1:], strict=True):
         prompts = compare_gates(base.s.gate, run.s.gate)
         if prompts:
             # the same model split over another number of GPUs: the comparison the page names as such

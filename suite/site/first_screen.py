@@ -134,7 +134,7 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
         else:
             near = [c for c in controls if c.verdict.startswith("passes alone")]
             causes.append(f"nothing of {len(controls)} control{'s' if len(controls) != 1 else ''} tested restores it"
-                          + (f" ({', '.join(c.configuration for c in near)} only without the correction)" if near else ""))
+                          + (f" ({', '.join(c.configuration or '' for c in near)} only without the correction)" if near else ""))
             good = False
             cost = Answer("no fix shown" + (f"; {near[0].configuration} would cost {_cost_text(near[0].cost)}"
                                             if near and _cost_text(near[0].cost) else ""), None)

@@ -32,30 +32,48 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import (
-    ChoiceLoader, Environment, FileSystemBytecodeCache, FileSystemLoader, PrefixLoader, StrictUndefined,
+    ChoiceLoader,
+    Environment,
+    FileSystemBytecodeCache,
+    FileSystemLoader,
+    PrefixLoader,
+    StrictUndefined,
     select_autoescape,
 )
 from markupsafe import Markup
 from pydantic import BaseModel
 
-from suite.site import charts
+from suite.analysis.claims import Claim, Recomputed
 from suite.errors import SuiteError
-from suite.site.figures import (
-    ModelRuns, PromptView, Run, analyse_requests, arm_comparisons,
-    gate_prompts, gate_settings_text, itl_gaps, load_runs, memory_line, prompt_view, signature_rows, slug, watchdog_view, with_thousands,
-)
 from suite.paths import SITE_DIR, cache_dir, open_lock
 from suite.provenance import SuiteBuild
 from suite.records import read_requests
-from suite.sanitize import printable, printable_markup
-from suite.analysis.claims import Claim, Recomputed
 from suite.run_figures import LatencyFigures, run_figures
-from suite.stages.latency import LatencyLine
-from suite.stages.lines import AnswerLine
+from suite.sanitize import printable, printable_markup
+from suite.site import charts
+from suite.site.figures import (
+    ModelRuns,
+    PromptView,
+    Run,
+    analyse_requests,
+    arm_comparisons,
+    gate_prompts,
+    gate_settings_text,
+    itl_gaps,
+    load_runs,
+    memory_line,
+    prompt_view,
+    signature_rows,
+    slug,
+    watchdog_view,
+    with_thousands,
+)
 from suite.stages import LATENCY_STAGE, SLOTS, STAGES, VERDICT_STAGE, Stage, page_sections
 from suite.stages.base import PageInputs, SectionTemplate
 from suite.stages.controls.view import controls_view
+from suite.stages.latency import LatencyLine
 from suite.stages.latency.view import latency_sweep
+from suite.stages.lines import AnswerLine
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +310,7 @@ class _Site:
             self._requests[key] = read_requests(run.run_dir, (VERDICT_STAGE, LATENCY_STAGE))
         return self._requests[key]
 
-    def chart(self, draw: Any, *args: Any) -> "Future[str | None]":
+    def chart(self, draw: Any, *args: Any) -> Future[str | None]:
         """Draw one chart (`draw(*args)`) on the chart threads; the page waits for it when written.
 
         The renderer runs outside the interpreter's lock, so charts are drawn while pages are
@@ -339,15 +357,15 @@ def table_of_contents(templated: list[Stage], generic: list[Stage]) -> list[tupl
     return toc + FOOT_PARTS
 
 
-def _model_charts(site: _Site, model: ModelRuns) -> dict[str, "Future[str | None]"]:
+def _model_charts(site: _Site, model: ModelRuns) -> dict[str, Future[str | None]]:
     """Start drawing a model page's charts: TTFT, inter-token latency, memory timelines."""
     runs = model.current_for(LATENCY_STAGE)
     requests = [site.requests(r) for r in runs]
-    latency_reqs = [[q for q in reqs if q.kind == LATENCY_STAGE and not q.warmup and not q.error
-                     and not q.incomplete and q.concurrency == 1]
+    latency_reqs = [[q for q in reqs if isinstance(q, LatencyLine) and q.kind == LATENCY_STAGE and not q.warmup
+                     and not q.error and not q.incomplete and q.concurrency == 1]
                     for reqs in requests]
-    ttft = {r.s.arm: [q.ttft_s for q in reqs if q.ttft_s is not None] for r, reqs in zip(runs, latency_reqs)}
-    itl = {r.s.arm: [g for q in reqs for g in itl_gaps(q)] for r, reqs in zip(runs, latency_reqs)}
+    ttft = {r.s.arm: [q.ttft_s for q in reqs if q.ttft_s is not None] for r, reqs in zip(runs, latency_reqs, strict=True)}
+    itl = {r.s.arm: [g for q in reqs for g in itl_gaps(q)] for r, reqs in zip(runs, latency_reqs, strict=True)}
     ttft_svg = site.chart(charts.ttft_distribution, {k: v for k, v in ttft.items() if v})
     itl_svg = site.chart(charts.itl_distribution, {k: v for k, v in itl.items() if v})
 
@@ -384,7 +402,7 @@ def _with_interrupted(site: _Site, model: ModelRuns, lines: dict[str, list[str]]
     return lines
 
 
-def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, "Future[str | None]"]) -> None:
+def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, Future[str | None]]) -> None:
     """One column per arm: its current run (`ArmRuns.current`) in the cards, and each stage from the
     newest run that ran it (`ArmRuns.for_stage`), named where that is another run."""
     runs = model.current
@@ -393,12 +411,12 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
     gate_runs = by[VERDICT_STAGE]
     requests = [site.requests(r) for r in gate_runs]
     gate: list[dict[str, PromptView]] = []
-    for r, reqs in zip(gate_runs, requests):
+    for r, reqs in zip(gate_runs, requests, strict=True):
         by_prompt = {p.prompt_id: p for p in gate_prompts(r.s.gate)}
         # a run whose gate never finished: rebuild its prompts from the request records
         recorded: dict[str, list[AnswerLine]] = {}
         for q in reqs:
-            if q.kind == VERDICT_STAGE:
+            if isinstance(q, AnswerLine) and q.kind == VERDICT_STAGE:
                 recorded.setdefault(q.prompt_id, []).append(q)
         for pid, qs in recorded.items():
             if pid not in by_prompt or not by_prompt[pid].answers:
@@ -597,7 +615,7 @@ def has_tags(summary: Any, wanted: dict[str, str] | None) -> bool:
     return all(tags.get(k) == v for k, v in (wanted or {}).items())
 
 
-def list_runs(results_dir: Path, tags: dict[str, str] | None = None) -> "Any":
+def list_runs(results_dir: Path, tags: dict[str, str] | None = None) -> Any:
     """A rich Table of every run under the results folder, newest first (`suite results`); with
     `tags`, the runs that carry all of them."""
     from rich.table import Table

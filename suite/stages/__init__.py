@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from suite.errors import SuiteError
 from suite.stages import batch, controls, extraction, gate, latency, restarts, sessions
-from suite.stages.extraction import reloads
 from suite.stages.base import FreshLaunch, LaunchFactory, SectionTemplate, Stage, StageContext
+from suite.stages.extraction import reloads
 
 if TYPE_CHECKING:
     from suite.profiles import Profile
@@ -131,7 +131,7 @@ def place(stages: list[str], name: str) -> list[str]:
     return out
 
 
-def schedule(stages: list[str], profile: "Profile") -> list[str]:
+def schedule(stages: list[str], profile: Profile) -> list[str]:
     """The stages a run asked for, with those its profile adds before it starts, each in its place
     (`place`), where its `needs` are in the run."""
     out = list(stages)
@@ -151,7 +151,7 @@ def verdict_of(name: str, result: Any) -> tuple[bool, bool | None]:
     return True, stage.verdict(result)
 
 
-def added_on_verdict(stages: list[str], profile: "Profile", verdict: bool | None) -> list[str]:
+def added_on_verdict(stages: list[str], profile: Profile, verdict: bool | None) -> list[str]:
     """The stages a verdict adds at the end of a run (the control matrix, where the gate found more
     than one answer and the profile asks for it), those the run has not already."""
     if verdict is None:
@@ -160,11 +160,11 @@ def added_on_verdict(stages: list[str], profile: "Profile", verdict: bool | None
             if s.on_verdict is not None and s.on_verdict == verdict and s.name not in stages and s.may_run(profile)]
 
 
-def may_run(stages: list[str], profile: "Profile") -> list[str]:
+def may_run(stages: list[str], profile: Profile) -> list[str]:
     """Every stage a run of `stages` with `profile` may run: those asked for, then every stage the
     profile may add (whether or not the verdict or the stages it needs come): the preflight's list."""
     return list(dict.fromkeys([*stages, *(s.name for s in STAGES.values() if s.may_run(profile))]))
 
 
-__all__ = ["STAGES", "ORDER", "SLOTS", "page_sections", "VERDICT_STAGE", "LATENCY_STAGE", "EXTRACTION_STAGE", "LOAD_ERRORS", "Stage", "StageContext", "FreshLaunch", "LaunchFactory", "get_stage", "place", "schedule",
-           "verdict_of", "added_on_verdict", "may_run"]
+__all__ = ["STAGES", "ORDER", "SLOTS", "page_sections", "VERDICT_STAGE", "LATENCY_STAGE", "EXTRACTION_STAGE", "LOAD_ERRORS", "Stage", "StageContext",
+           "FreshLaunch", "LaunchFactory", "get_stage", "place", "schedule", "verdict_of", "added_on_verdict", "may_run"]

@@ -18,9 +18,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -40,7 +42,7 @@ log = logging.getLogger(__name__)
 
 # A factory that starts a fresh runtime of the same configuration (optionally with extra
 # controls) and yields it with a client; it is stopped when the block ends.
-LaunchFactory = Callable[..., ContextManager[tuple["RunningRuntime", "OpenAIClient"]]]
+LaunchFactory = Callable[..., AbstractContextManager[tuple["RunningRuntime", "OpenAIClient"]]]
 
 # Record lines that are not requests of their own (one per fact of an extraction answer): they
 # do not advance the progress display.
@@ -59,21 +61,21 @@ class RunFolder(Protocol):
 
 @dataclass
 class StageContext:
-    card: "ModelCard"
+    card: ModelCard
     arm_name: str
-    arm: "Arm"
-    runtime: "RuntimeDefinition"
-    profile: "Profile"
-    sampling: "Sampling"
-    signature: "Signature"
+    arm: Arm
+    runtime: RuntimeDefinition
+    profile: Profile
+    sampling: Sampling
+    signature: Signature
     record: RunFolder
-    client: "OpenAIClient"
-    running: "RunningRuntime"
+    client: OpenAIClient
+    running: RunningRuntime
     controls: list[str]  # controls active on the running runtime
     launch: LaunchFactory  # launch(controls=[...]) -> (runtime, client), fresh process/container
     reproducible: bool | None = None  # the gate's verdict, once known
     results: dict[str, Any] = field(default_factory=dict)  # earlier stages' results, by name
-    judge: "OpenAIClient | None" = None
+    judge: OpenAIClient | None = None
     stage: str = ""  # the stage now running: every request line says which stage sent it
     controls_request: list[str] = field(default_factory=lambda: ["all"])  # the control matrix's rows
     # Output tokens of every answered request each stage recorded (the stage's J/token divides by it).
@@ -228,26 +230,26 @@ class Stage:
     # The requests it will send for a profile, where that is known in advance (None, or 0 for a
     # profile where it is not known: the control matrix, whose rows depend on the runtime, or
     # sessions with an adapter the runtime may not serve): the progress display's total.
-    planned: "Callable[[Profile], int] | None" = None
+    planned: Callable[[Profile], int] | None = None
     # Loads and checks every file the stage will read for a profile (prompts, documents), so that
     # the bench's preflight finds a broken one before any runtime starts; raises a SuiteError.
-    inputs: "Callable[[Profile], object] | None" = None
+    inputs: Callable[[Profile], object] | None = None
     # Its place in the schedule, for a stage that is not in every bench (`in_bench` False): `when`
     # says for which profiles it may run; with `on_verdict` None it is added before the run (where
     # `needs` are all in it too), right after the stage `after` (first, where that one is not in the
     # run); with `on_verdict` set it is added at the end of the run, once the stage that gives the
     # verdict (`verdict`) has run and said it (asked for by an option, it goes after `after`). A
     # stage the run asked for is never added twice.
-    when: "Callable[[Profile], bool] | None" = None
+    when: Callable[[Profile], bool] | None = None
     after: str | None = None
     needs: tuple[str, ...] = ()
     on_verdict: bool | None = None  # the reproducibility verdict that adds it (False: more than one answer)
     # The stage that gives the reproducibility verdict (the gate): its result's verdict, which reaches
     # the later stages through `StageContext.reproducible`.
-    verdict: "Callable[[Any], bool | None] | None" = None
+    verdict: Callable[[Any], bool | None] | None = None
     # What `suite export` writes of it: its tables (each row of one run's result; the export puts
     # the run's key columns first) and the kinds of its request lines the `requests` table holds.
-    tables: tuple["ExportTable", ...] = ()
+    tables: tuple[ExportTable, ...] = ()
     exported_requests: tuple[str, ...] = ()
     # The models of the request lines it writes (`suite.stages.lines`): the record store checks each
     # line against them before writing it, and reads them back by `kind`.
@@ -259,7 +261,7 @@ class Stage:
     # (`SectionTemplate`); or, with nothing to draw, a function from one arm's result to that arm's
     # `PageSection`, or "tables" for its export tables under the result's `verdict` (both drawn by
     # the page's generic section). None: the page draws none (or draws it itself).
-    section: "SectionTemplate | Callable[[Any], PageSection] | Literal['tables'] | None" = None
+    section: SectionTemplate | Callable[[Any], PageSection] | Literal['tables'] | None = None
     # Its own settings, for a stage whose settings are not fields of `Profile` (a stage added as its
     # own package): their model, and per profile name the values that differ from its defaults.
     # `settings_for(profile)` gives them; the run record keeps them with the profile's settings.
@@ -272,25 +274,25 @@ class Stage:
     # rebuilt from its request lines (`exported_requests` kinds) and the stages it finished (the
     # summary so far): the stage's result, saying what it rebuilt and what was cut; None where the
     # lines cannot say. Without it, a cut stage's page names the lines it kept, and no more.
-    rebuild: "Callable[[list[Any], Any], BaseModel | None] | None" = None
+    rebuild: Callable[[list[Any], Any], BaseModel | None] | None = None
     # On `--resume`, whether a request line (as a dict) of the cut stage belongs to a part its
     # `rebuild` gave back: such lines stay in the record, the rest go aside with the interruption.
     # None: the stage is run again whole (all its lines go aside).
-    carries_line: "Callable[[Any, dict[str, Any]], bool] | None" = None
+    carries_line: Callable[[Any, dict[str, Any]], bool] | None = None
     # Its verdicts made again from what its result keeps (answers, launch outcomes, rows), with
     # today's statistics, whenever a record is read for a page, an export or `results`: a copy of the
     # result whose verdict fields are recomputed (suite.claims keeps the texts the run printed then,
     # for the page's note where they differ). None: the stage's figures need no recomputing.
-    recompute: "Callable[[Any, Any], BaseModel] | None" = None
+    recompute: Callable[[Any, Any], BaseModel] | None = None
     # Its claims (suite.analysis.claims.Claim), computed from its (recomputed) result and the run's
     # summary: what the first screen, `--json` and the export's claims table render.
-    claims: "Callable[[Any, Any], list[Claim]] | None" = None
+    claims: Callable[[Any, Any], list[Claim]] | None = None
 
-    def may_run(self, profile: "Profile") -> bool:
+    def may_run(self, profile: Profile) -> bool:
         """Whether a stage not in every bench may be added to one with this profile."""
         return self.when is not None and bool(self.when(profile))
 
-    def settings_for(self, profile: "Profile") -> BaseModel | None:
+    def settings_for(self, profile: Profile) -> BaseModel | None:
         """Its settings for `profile`: the model's defaults, then the profile's values for this stage
         (`profiles`), then the run's own (`Profile.stage_settings`); a bad value is one line."""
         if self.settings is None:
@@ -317,7 +319,7 @@ class Stage:
         """The folder of the module that defines the stage (its package, for a stage that is one)."""
         return Path(inspect.getfile(self.run)).parent
 
-    def requests_for(self, profile: "Profile") -> int | None:
+    def requests_for(self, profile: Profile) -> int | None:
         """`planned(profile)`, or None when the stage cannot say (or the profile is one it refuses:
         the stage itself then says why, when it runs)."""
         if self.planned is None:

@@ -23,17 +23,18 @@ import hashlib
 import logging
 import math
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from suite.analysis.repro import PromptAnalysis, Sample, analyse, group_answers, unseen_share_bound
 from suite.client import ClientError, Completion, OpenAIClient
 from suite.definitions import load_validated
 from suite.errors import SuiteError
 from suite.paths import PROMPTS_DIR
-from suite.analysis.repro import PromptAnalysis, Sample, analyse, group_answers, unseen_share_bound
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
@@ -108,7 +109,7 @@ class GatePromptResult(PromptAnalysis):
     @classmethod
     def from_analysis(cls, a: PromptAnalysis, *, prompt_id: str, prompt_version: int = 1, prompt_sha256: str = "",
                       kind: str = "completion", max_tokens: int, error_messages: list[str] | None = None,
-                      stopped_reason: str | None = None, prompt_tokens: list[int] | None = None) -> "GatePromptResult":
+                      stopped_reason: str | None = None, prompt_tokens: list[int] | None = None) -> GatePromptResult:
         """One prompt's result from the analysis of its series."""
         return cls(prompt_id=prompt_id, prompt_version=prompt_version, prompt_sha256=prompt_sha256, kind=kind,
                    max_tokens=max_tokens, error_messages=error_messages or [], stopped_reason=stopped_reason,
@@ -243,9 +244,10 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, max_tok
             prompt_stopped: str | None = None
             for wave_start in range(0, n, concurrency):
                 indices = list(range(wave_start, min(n, wave_start + concurrency)))
-                call = lambda _i: _one_request(client, prompt, max_tokens, logprobs, extra)  # noqa: E731
+                # used up within this iteration (the map is read at once), so the loop's names are current
+                call = lambda _i: _one_request(client, prompt, max_tokens, logprobs, extra)  # noqa: E731, B023
                 outs = list(pool.map(call, indices)) if pool else [call(indices[0])]
-                for i, c in zip(indices, outs):
+                for i, c in zip(indices, outs, strict=True):
                     http_s += c.e2e_s
                     samples.append(_sample(i, c))
                     if record is not None:
@@ -356,11 +358,11 @@ def died_text(why: str | None, where: str) -> str:
     return f"the runtime {head} {where}" + (f"; {tail}" if sep else "")
 
 
-def logprobs_for(ctx: "StageContext") -> bool:
+def logprobs_for(ctx: StageContext) -> bool:
     return ctx.runtime.capabilities.logprobs == "cheap"
 
 
-def concurrency_of(ctx: "StageContext", controls: list[str]) -> int:
+def concurrency_of(ctx: StageContext, controls: list[str]) -> int:
     return max([ctx.runtime.control(c).concurrency for c in controls] or [1])
 
 

@@ -1,4 +1,4 @@
-"""`make bench MODEL=x` does the right thing on any machine (issue 12, points 1 and 2).
+"""`make bench MODEL=x` does the right thing on any machine.
 
 The launcher is chosen per arm (local where the runtime has a local recipe for this platform,
 else Docker where an engine answers, with the NVIDIA runtime for a GPU arm); a bench where no

@@ -1,4 +1,4 @@
-"""The CLI follows its ecosystem's conventions (issue 20, point 3), and a record says what ran (point 7).
+"""The CLI follows its ecosystem's conventions, and a record says what ran.
 
 - every usage error (a bad number, a missing argument, an unknown option, command or choice, an
   unknown control, a judge that does not answer) is one line naming the option, exit 2, with

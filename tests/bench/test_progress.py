@@ -1,4 +1,4 @@
-"""The progress display (issue 12, point 6): live on a terminal, plain lines in a CI log or a pipe.
+"""The progress display: live on a terminal, plain lines in a CI log or a pipe.
 
 Plain output is one line when a step starts and one when it ends, naming the step and its
 elapsed time, and for a stage of requests a bounded number of lines (every 10 % or 30 s), never

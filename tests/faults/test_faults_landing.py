@@ -1,4 +1,4 @@
-"""Ray landings that go wrong cost one arm, never the driver (issue 23, point 10).
+"""Ray landings that go wrong cost one arm, never the driver.
 
 The payloads are what a broken or hostile node could send: members outside the run folder, a
 relative symlink to a sibling run (tarfile's "data" filter lets it through), a cut archive, the

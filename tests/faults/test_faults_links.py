@@ -116,6 +116,38 @@ def test_a_linked_request_file_or_record_is_never_read(tmp_path: Path, fault_rep
 
 
 @pytest.mark.fault
+def test_a_linked_compacted_request_file_or_record_is_never_read(tmp_path: Path, fault_report: Any, caplog: Any) -> None:
+    """The same for a compacted record (`requests.jsonl.xz`, `summary.json.xz`): the link is not
+    followed, the run's lines are none and the run is named and left out."""
+    import lzma
+
+    from suite.export import export_tables
+    from suite.records import compact_run
+
+    results = _results(tmp_path)
+    runs = sorted(p.parent for p in results.glob("*/*/*/summary.json"))
+    line = json.loads((runs[0] / "requests.jsonl").read_text().splitlines()[0])
+    for run in runs[:2]:
+        compact_run(run)
+    secret = _outside(tmp_path, "secret.jsonl.xz", "")
+    secret.write_bytes(lzma.compress((json.dumps(line | {"text": "SECRET FROM OUTSIDE"}) + "\n").encode()))
+    (runs[0] / "requests.jsonl.xz").unlink()
+    (runs[0] / "requests.jsonl.xz").symlink_to(secret)
+    summary_elsewhere = _outside(tmp_path, "summary.json.xz", "")
+    summary_elsewhere.write_bytes((runs[1] / "summary.json.xz").read_bytes())
+    (runs[1] / "summary.json.xz").unlink()
+    (runs[1] / "summary.json.xz").symlink_to(summary_elsewhere)
+    assert read_requests(runs[0], ["gate"]) == [] and "symbolic link (not followed)" in caplog.text
+    export_tables(results, "parquet", tmp_path / "export")
+    texts = pl.read_parquet(tmp_path / "export" / "requests.parquet")["text"].to_list()
+    exported_runs = pl.read_parquet(tmp_path / "export" / "runs.parquet")["run_id"].to_list()
+    fault_report(records_mixed=int("SECRET FROM OUTSIDE" in texts) + int(runs[1].name in exported_runs))
+    assert "SECRET FROM OUTSIDE" not in texts
+    assert runs[1].name not in exported_runs and len(exported_runs) == 5
+    assert any(str(runs[1] / "summary.json.xz") in r.message and "symbolic link" in r.message for r in caplog.records)
+
+
+@pytest.mark.fault
 def test_a_model_folder_linked_from_outside_is_not_published(tmp_path: Path, fault_report: Any) -> None:
     from suite.site.publish import build_site
 

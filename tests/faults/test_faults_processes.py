@@ -1,4 +1,4 @@
-"""Faults around processes the suite did not start, or started long ago (issue 23, points 1, 2, 9, 10).
+"""Faults around processes the suite did not start, or started long ago: leases, orphans, owners gone, reused pids.
 
 Every test here injects one fault with real processes (bystanders the test starts, a suite
 process killed with -9, a crafted lease, a reused pid) and reports what it cost through
@@ -69,7 +69,7 @@ def wait_dead(proc: subprocess.Popen, timeout_s: float = 5.0) -> bool:
         return False
 
 
-# ---------------------------------------------------------------- point 2: leases are proven
+# ---------------------------------------------------------------- leases are proven
 
 
 def _lease_for(proc: subprocess.Popen, folder: Path, command: list[str] | None = None, **edit) -> Path:
@@ -189,7 +189,7 @@ def test_an_existing_open_leases_folder_is_closed_to_others(tmp_path: Path, faul
         end(victim)
 
 
-# ---------------------------------------------------------------- point 10: no preexec_fn
+# ---------------------------------------------------------------- no preexec_fn
 
 
 def test_runtimes_start_through_an_exec_shim_not_preexec_fn(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -259,7 +259,7 @@ def test_a_runtime_dies_with_its_suite_through_the_shim(where: str, fault_report
         end(other)
 
 
-# ---------------------------------------------------------------- point 9: owner gone, judged safely
+# ---------------------------------------------------------------- owner gone, judged safely
 
 
 @pytest.mark.fault
@@ -320,7 +320,7 @@ def test_the_ray_scratch_reaper_keeps_other_nodes_live_folders(tmp_path: Path, f
     assert me.host.replace("/", "_") in live_here.name, "the host is in the scratch name"
 
 
-# ---------------------------------------------------------------- point 1: an orphan never blocks the GPU
+# ---------------------------------------------------------------- an orphan never blocks the GPU
 
 
 class FakeNvml:
@@ -529,7 +529,7 @@ def test_a_docker_orphan_is_removed_before_the_gpu_is_checked(gpu_machine, tmp_p
             pass
 
 
-# ---------------------------------------------------------------- point 10: memwatch and reused pids
+# ---------------------------------------------------------------- memwatch and reused pids
 
 
 def _start_under(pid: int, argv: list[str]) -> subprocess.Popen | None:

@@ -1,5 +1,5 @@
 """`--resume` never takes over a live run and never mixes configurations; a linked record survives
-a crash (issue 23, points 3 and 10).
+a crash.
 
 A live run is a real second process that holds a run folder and keeps appending request lines
 while this one tries to resume it; what it wrote is counted line by line afterwards.
@@ -282,7 +282,8 @@ def test_listing_runs_takes_no_lock_and_writes_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.fault
-def test_live_resume_continues_only_the_same_configuration(tmp_path: Path, fault_report) -> None:
+@pytest.mark.live
+def test_resume_continues_only_the_same_configuration(tmp_path: Path, fault_report) -> None:
     """llama-server on the tiny model: a run interrupted after its manifest is continued by a
     resume of the same configuration, and left alone (a new run starts) by one with more gate
     requests."""
@@ -322,7 +323,8 @@ def test_live_resume_continues_only_the_same_configuration(tmp_path: Path, fault
 
 
 @pytest.mark.fault
-def test_live_resume_takes_up_the_rows_a_cut_matrix_finished(tmp_path: Path, fault_report) -> None:
+@pytest.mark.live
+def test_resume_takes_up_the_rows_a_cut_matrix_finished(tmp_path: Path, fault_report) -> None:
     """llama-server on the tiny model: a control matrix cut inside its last row (no result, no
     summary, one request of that row kept) shows its two finished rows on the page, and `--resume`
     takes them up from their request lines and launches only the row that was cut; that row's lines

@@ -1,4 +1,4 @@
-"""Bad input never gives a traceback (issue 15, point 3).
+"""Bad input never gives a traceback.
 
 Property-based: every TOML loader (model cards, runtime definitions, gate prompts, extraction
 documents and prompt, judge rubric) and the results reader, fed random bytes or a real file with

@@ -1,4 +1,4 @@
-"""A crash is named as one, at once (issue 20, point 2).
+"""A crash is named as one, at once.
 
 A runtime that exits by a signal is "crashed: SIGSEGV (segmentation fault) 1.3 s after start", or
 "crashed: SIGSEGV (segmentation fault) during stage gate after 2 of 5 requests": on the console

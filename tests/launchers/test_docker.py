@@ -55,7 +55,7 @@ def docker_launcher() -> DockerLauncher:
             pytest.skip(f"the Docker engine cannot be started here: {exc}; setup: {_tail(setup.stderr)}")
         launcher = DockerLauncher()
         launcher.check_available()
-    if not launcher.client.images.list(name=BASE_IMAGE):
+    if not launcher.engine.images.list(name=BASE_IMAGE):
         built = subprocess.run([str(REPO_ROOT / ".ci" / "base-image.sh"), BASE_IMAGE], capture_output=True,
                                text=True, timeout=1800)
         assert built.returncode == 0, f"base image: {_tail(built.stderr)}"
@@ -72,7 +72,7 @@ def llamacpp_image(docker_launcher: DockerLauncher) -> RuntimeDefinition:
 
 
 def session_containers(launcher: DockerLauncher, session: str = SESSION) -> list[Any]:
-    return launcher.client.containers.list(all=True, filters={"label": f"{LABEL_SESSION}={session}"})
+    return launcher.engine.containers.list(all=True, filters={"label": f"{LABEL_SESSION}={session}"})
 
 
 def spec_for(definition: RuntimeDefinition, model: Path, tmp: Path, **fields: Any) -> LaunchSpec:
@@ -89,7 +89,7 @@ def test_gate_in_a_container(docker_launcher, llamacpp_image, tiny_gguf, tmp_pat
     control = definition.control("prompt-cache-off")
     with docker_launcher.start(spec_for(definition, tiny_gguf, tmp_path)) as rt:
         print(f"\ncontainer {rt.container_id[:12]} start-to-ready {rt.startup_s:.1f} s")
-        attrs = docker_launcher.client.api.inspect_container(rt.container_id)
+        attrs = docker_launcher.engine.api.inspect_container(rt.container_id)
         bindings = [b for ports in attrs["NetworkSettings"]["Ports"].values() for b in ports or []]
         assert bindings and all(b["HostIp"] == "127.0.0.1" for b in bindings)
         mounts = attrs["Mounts"]
@@ -365,7 +365,7 @@ def test_exit_at_start_gives_the_log_line(docker_launcher, toy_images, tiny_gguf
 
 
 def test_missing_nvidia_runtime_is_one_line(docker_launcher, toy_images, tiny_gguf, tmp_path):
-    if nvidia_runtime_present(docker_launcher.client):
+    if nvidia_runtime_present(docker_launcher.engine):
         pytest.skip("this engine has an NVIDIA runtime")
     with pytest.raises(EnvironmentUnavailable) as info:
         docker_launcher.start(spec_for(toy_images["toy-gpu"], tiny_gguf, tmp_path))
@@ -417,8 +417,8 @@ def test_host_pip_settings_reach_the_build(docker_launcher, tmp_path):
     definition = load_definitions(tmp_path / "images")["pip-probe"]
     docker_launcher.prepare(definition)
     tag = docker_launcher.image_for(definition)
-    out = docker_launcher.client.containers.run(tag, ["cat /reached.txt"], remove=True).decode()
-    docker_launcher.client.images.remove(tag)
+    out = docker_launcher.engine.containers.run(tag, ["cat /reached.txt"], remove=True).decode()
+    docker_launcher.engine.images.remove(tag)
     assert out.count("reached http://127.0.0.1:") == len(local), out
 
 

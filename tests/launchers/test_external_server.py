@@ -1,4 +1,4 @@
-"""`suite bench --url URL --served-model NAME`: a server the suite did not start (issue 12, point 3).
+"""`suite bench --url URL --served-model NAME`: a server the suite did not start.
 
 Against a real llama-server started here on the tiny GGUF: the gate, latency and extraction run
 unchanged, restarts are skipped with the reason, the signature records what the server says

@@ -88,3 +88,59 @@ def test_image_tag_follows_the_build_context(tmp_path: Path):
     tag = image_tag(definition)
     (folder / "notes.md").write_text("ignored")
     assert image_tag(definition) == tag
+
+
+# -- llama.cpp built once: the llamacpp image takes the host's portable build -----------------------
+
+def _fake_portable_build(cache: Path, name: str) -> Path:
+    build = cache / "builds" / name
+    (build / "bin").mkdir(parents=True)
+    (build / "lib").mkdir()
+    (build / "bin" / "llama-server").write_text("#!/bin/sh\necho fake llama-server\n")
+    (build / "lib" / "libllama.so").write_text("not a real library")
+    (build / ".built").write_text("llama.cpp from llama-cpp-python 0.3.36 sdist, portable build (AMX off)\n")
+    return build
+
+
+def test_the_llamacpp_image_takes_the_hosts_portable_build_and_compiles_nothing(tmp_path: Path):
+    """`.ci/llama-build-context.sh` copies the suite cache's portable build into the image's build
+    context, where it changes the image's tag, and the Dockerfile's recipe (build-llama-cpp.sh,
+    portable, as the Dockerfile runs it) takes it as built; a native build is never taken."""
+    repo = IMAGES_DIR.parent
+    if "avx2" not in Path("/proc/cpuinfo").read_text() or " fma" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("this CPU lacks AVX2/FMA: its portable build is not the image's x86-64-v3")
+    images = tmp_path / "images"
+    shutil.copytree(IMAGES_DIR / "llamacpp", images / "llamacpp")
+    folder = images / "llamacpp"
+    script = repo / ".ci" / "llama-build-context.sh"
+    dockerfile = (folder / "Dockerfile").read_text()
+    version = next(ln.split("=", 1)[1] for ln in dockerfile.splitlines() if ln.startswith("ARG LLAMA_CPP_PYTHON_VERSION="))
+    key = subprocess.run(["bash", str(folder / "cpu-key.sh")], capture_output=True, text=True, check=True).stdout.strip()
+    cache = tmp_path / "cache"
+    env = {"PATH": "/usr/bin:/bin", "SUITE_CACHE": str(cache), "HOME": str(tmp_path)}
+    before = image_tag(load_definitions(images)["llamacpp"])
+
+    # only a native build in the cache: nothing staged, the image compiles its own
+    native = _fake_portable_build(cache, f"llama.cpp-{version}-native-{key}")
+    (native / ".built").write_text("llama.cpp from llama-cpp-python 0.3.36 sdist, native build (AMX off)\n")
+    done = subprocess.run(["bash", str(script), str(folder)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and "the image compiles its own" in done.stdout
+    assert not (folder / "prebuilt").exists() and image_tag(load_definitions(images)["llamacpp"]) == before
+
+    build = _fake_portable_build(cache, f"llama.cpp-{version}-portable-{key}")
+    done = subprocess.run(["bash", str(script), str(folder)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and "instead of compiling it" in done.stdout, done.stderr
+    staged = folder / "prebuilt" / build.name
+    assert (staged / "bin" / "llama-server").read_bytes() == (build / "bin" / "llama-server").read_bytes()
+    assert image_tag(load_definitions(images)["llamacpp"]) != before  # the build is part of the context
+    assert "COPY features.py prebuil[t] /opt/llama-builds/" in dockerfile
+    assert "SUITE_LLAMA_BUILD=portable SUITE_LLAMA_PORTABLE_LEVEL=x86-64-v3" in dockerfile
+    assert "SUITE_LLAMA_BUILDS=/opt/llama-builds" in dockerfile
+    # the recipe as the image runs it, over what the COPY puts in /opt/llama-builds: no compiler needed
+    out = subprocess.run(["bash", str(folder / "build-llama-cpp.sh"), version, str(folder / "prebuilt"), "portable"],
+                         capture_output=True, text=True, env=env | {"SUITE_LLAMA_PORTABLE_LEVEL": "x86-64-v3"})
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == str(staged), out.stderr
+    assert "already built" in out.stderr
+    # ignored by git: a staged build never enters the checkout
+    ignored = subprocess.run(["git", "-C", str(repo), "check-ignore", "-q", "images/llamacpp/prebuilt/x"])
+    assert ignored.returncode == 0

@@ -1,4 +1,4 @@
-"""Runtimes die with the suite, whatever ends it (issue 15, point 1).
+"""Runtimes die with the suite, whatever ends it.
 
 Real llama-server on the tiny model: `suite up` in a subprocess, then kill -9 / SIGHUP / SIGQUIT
 of the suite must leave no llama-server behind; a runtime started from a worker thread survives
@@ -97,6 +97,7 @@ def start_suite(cache: Path, tmp: Path, args: list[str]) -> tuple[subprocess.Pop
     pytest.fail("the suite did not serve within 60 s:\n" + (tmp / "suite.out").read_text(errors="replace"))
 
 
+@pytest.mark.live
 def test_kill_9_of_the_suite_ends_llama_server(suite_cache: Path, tmp_path: Path):
     proc, server = start_suite(suite_cache, tmp_path, [*SUITE, "up", "llamacpp"])
     created = server.create_time()

@@ -134,7 +134,8 @@ def test_the_installed_build_has_no_amx_instructions_and_records_its_features(tm
         "portable" in (install_prefix(definition) / ".installed").read_text()
 
 
-def test_the_live_server_records_its_feature_line(llamacpp_server, tmp_path: Path) -> None:
+@pytest.mark.live
+def test_the_running_server_records_its_feature_line(llamacpp_server, tmp_path: Path) -> None:
     from suite.launchers.local import LocalLauncher
 
     line = LocalLauncher().features(get_definition("llamacpp"), llamacpp_server)

@@ -1,4 +1,4 @@
-"""A card's model format from a local path (issue 12, point 4): `source = "path:..."`.
+"""A card's model format from a local path: `source = "path:..."`.
 
 The file or folder is used where it is (nothing copied); its checksum is recorded as for a
 download (a file's SHA-256, a folder's snapshot hash over every file) in the format's cache

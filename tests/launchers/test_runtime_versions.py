@@ -1,4 +1,4 @@
-"""Runtime versions as arms (issue 11, point 5): a card names one runtime at several releases.
+"""Runtime versions as arms: a card names one runtime at several releases.
 
 A definition's `[version]` knob says how a release is chosen (the install recipe's variable, the
 Dockerfile's build arg, the package whose releases an arm may name). An arm's `version` gets its
@@ -265,10 +265,11 @@ def test_the_release_is_in_the_signature(tmp_path: Path, releases: dict, monkeyp
     assert type(new).model_validate(body).with_digest().digest == new.digest
 
 
-# -- live: one bench, two releases -----------------------------------------------------------------
+# -- on a real runtime: one bench, two releases ----------------------------------------------------
 
 @pytest.mark.slow
-def test_live_bench_of_two_releases(tmp_path: Path) -> None:
+@pytest.mark.live
+def test_bench_of_two_releases(tmp_path: Path) -> None:
     """`suite bench --model tiny-versions --profile quick --stages gate`: both releases run (the
     older one is installed first when missing, ~4 minutes) and their signatures differ in the release."""
     from suite.records import load_all

@@ -11,7 +11,7 @@ import pytest
 
 from suite.analysis.claims import Claim
 from suite.claims import claims_of
-from suite.records import load_all
+from suite.records import expand_run, load_all
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 CREDITED = EXAMPLES / "gpu-vllm-results" / "random-qwen3" / "vllm-gpu" / "20261202T064915975939Z-c74c0352"
@@ -24,6 +24,7 @@ def old_record(tmp_path: Path) -> Path:
     results = tmp_path / "results"
     dest = results / "random-qwen3" / "vllm-gpu" / CREDITED.name
     shutil.copytree(CREDITED, dest)
+    expand_run(dest)  # plain, as the run wrote it (the example tree keeps it compacted)
     return results
 
 

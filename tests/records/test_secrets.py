@@ -1,4 +1,4 @@
-"""Secrets never reach a record, a log in the results, or a page (issue 15, point 4).
+"""Secrets never reach a record, a log in the results, or a page.
 
 Planted values of the judge key and token-like env vars go through the real signature, the real
 record writer and the real site build on a copy of the golden results tree; none of them may

@@ -4,11 +4,13 @@ with this suite's code."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from suite.compare import compare_runs
 from suite.site.publish import build_site
-from suite.records import iter_run_dirs, load_all
+from suite.records import expand_run, iter_run_dirs, load_all
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
@@ -332,3 +334,27 @@ def test_gpu_vllm_example_tree_restarts_fresh_caches_with_triton_first_config() 
     assert next(p for p in r.prompts if p.prompt_id == "document-4k").cold_series == 3
     assert "3 of 3 launches alike, too few to bound how often a launch differs" in r.verdict
     assert run.energy["restarts"].j_per_token is not None and run.energy["restarts"].j_per_token > 10
+
+
+def test_example_trees_are_kept_compacted_and_publish_as_their_plain_records(tmp_path: Path) -> None:
+    """The example trees keep their request lines, stage files and summaries xz-compressed (a
+    checkout light enough to travel with every GPU call; `tools/compact_records.py`); their pages
+    are those of the plain records, byte for byte."""
+    for tree in ("cpu-results", "gpu-results", "gpu-vllm-results"):
+        runs = iter_run_dirs(EXAMPLES / tree)
+        assert runs
+        for run in runs:
+            plain = [n for n in ("requests.jsonl", "summary.json") if os.path.lexists(run / n)]
+            plain += [str(p.relative_to(run)) for p in (run / "stages").glob("*.json")]
+            assert not plain, f"{run}: {plain} kept plain: run tools/compact_records.py {EXAMPLES / tree}"
+    root = tmp_path / "plain"
+    shutil.copytree(EXAMPLES / "cpu-results", root)
+    for run in iter_run_dirs(root):
+        assert expand_run(run)
+    build_site(root, tmp_path / "site-plain")
+    build_site(EXAMPLES / "cpu-results", tmp_path / "site-packed")
+    files = sorted(p.relative_to(tmp_path / "site-plain") for p in (tmp_path / "site-plain").rglob("*") if p.is_file())
+    assert len(files) > 5
+    for rel in files:
+        assert (tmp_path / "site-packed" / rel).read_bytes() == (tmp_path / "site-plain" / rel).read_bytes(), rel
+

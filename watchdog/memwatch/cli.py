@@ -97,11 +97,12 @@ def watch(
     probes: list[Probe] = [NvmlProbe()] if nvml else []
     if command:
         try:
-            target: ProcessGroupTarget | ProcessTreeTarget | ContainerTarget = ProcessGroupTarget(command)
+            group = ProcessGroupTarget(command)
         except OSError as exc:
             raise UsageError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from None
-        probes.append(ProcessTreeProbe(target.pid))
-        alive = lambda: target.proc.poll() is None  # noqa: E731
+        target: ProcessGroupTarget | ProcessTreeTarget | ContainerTarget = group
+        probes.append(ProcessTreeProbe(group.pid))
+        alive = lambda: group.proc.poll() is None  # noqa: E731
     elif pid is not None:
         if not psutil.pid_exists(pid):
             raise UsageError(f"--pid: no process with pid {pid}")

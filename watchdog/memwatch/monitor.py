@@ -264,7 +264,7 @@ class Watchdog:
     ) -> None:
         detected = time.monotonic()
         self._trip = TripEvent(
-            probe=probe.name, metric=metric, rule=rule, threshold_bytes=limit,  # type: ignore[arg-type]
+            probe=probe.name, metric=metric, rule=rule, threshold_bytes=limit,
             baseline_bytes=baseline if rule in ("spill", "device_growth") else None,
             value_bytes=value, t_s=round(t, 4),
             previous_sample_t_s=None if self._previous_t is None else round(self._previous_t, 4),

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from memwatch.policy import Policy
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 
 
 class ProbeStatus(BaseModel):

@@ -54,7 +54,7 @@ def _kill(proc: psutil.Process, sig: int, started: float | None = None) -> bool:
     fd: int | None = None
     try:
         try:
-            fd = os.pidfd_open(proc.pid)  # type: ignore[attr-defined]
+            fd = os.pidfd_open(proc.pid)
         except ProcessLookupError:
             return False
         except (AttributeError, OSError):
@@ -62,7 +62,7 @@ def _kill(proc: psutil.Process, sig: int, started: float | None = None) -> bool:
         if psutil.Process(proc.pid).create_time() != started:
             return False  # the pid names another process now
         if fd is not None:
-            signal.pidfd_send_signal(fd, sig)  # type: ignore[attr-defined]
+            signal.pidfd_send_signal(fd, sig)
         else:
             os.kill(proc.pid, sig)
         return True

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.analysis.stats import fisher_fewer_others, requests_needed
+from suite.analysis.claims import Claim, Evidence, caveat_cut, run_caveats
 from suite.analysis.repro import (
     ALPHA,
     DistinctAnswer,
@@ -46,7 +46,7 @@ from suite.analysis.repro import (
     launches_for_bound,
     unseen_share_bound,
 )
-from suite.analysis.claims import Claim, Evidence, caveat_cut, run_caveats
+from suite.analysis.stats import fisher_fewer_others, requests_needed
 from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
 from suite.stages.lines import RequestLineBase
 from suite.stages.repeat import GatePrompt, select_prompts
@@ -106,6 +106,9 @@ class BatchMode(BaseModel):
         return s
 
 
+CacheReset = Literal["per-trial", "not-offered", "failed"]
+
+
 class BatchResult(BaseModel):
     """The target prompt alone and in batches: per mode, distinct answers and departures."""
 
@@ -118,7 +121,7 @@ class BatchResult(BaseModel):
     seed: int | None
     temperature: float
     logprobs: bool
-    cache_reset: Literal["per-trial", "not-offered", "failed"]
+    cache_reset: CacheReset
     cache_reset_path: str | None = None
     cache_reset_note: str | None = None  # why it failed, or what was offered instead
     modes: list[BatchMode]
@@ -233,14 +236,14 @@ class BatchSettings(BaseModel):
     prompt: str | None = None  # the target gate prompt (None: short-open, else the profile's first)
 
 
-def settings(profile: "Profile") -> BatchSettings:
+def settings(profile: Profile) -> BatchSettings:
     """This stage's settings for a profile (its values, then the run's own)."""
     resolved = STAGE.settings_for(profile)
     assert isinstance(resolved, BatchSettings)
     return resolved
 
 
-def batch_prompt(profile: "Profile") -> GatePrompt:
+def batch_prompt(profile: Profile) -> GatePrompt:
     """The target: the setting `prompt`, else short-open where it is one of the profile's gate
     prompts, else its first gate prompt (a gate prompt id that does not exist is one line)."""
     wanted = settings(profile).prompt
@@ -250,14 +253,14 @@ def batch_prompt(profile: "Profile") -> GatePrompt:
     return select_prompts([wanted])[0]
 
 
-def planned(profile: "Profile") -> int:
+def planned(profile: Profile) -> int:
     own = settings(profile)
     sizes = own.sizes or [2]
     per_mode = sum(sizes[t % len(sizes)] for t in range(own.trials))
     return own.trials + 2 * per_mode
 
 
-def _inputs(profile: "Profile") -> object:
+def _inputs(profile: Profile) -> object:
     other_texts()
     return batch_prompt(profile)
 
@@ -344,12 +347,7 @@ COLUMNS: dict[str, ColumnType] = {
 
 
 # the stage's run (run.py reads this package's models and settings, so it comes after them)
-from suite.stages.batch.run import (  # noqa: E402
-    compare_to_reference as compare_to_reference,
-    run as run,
-    run_batch as run_batch,
-    trial_prompts as trial_prompts,
-)
+from suite.stages.batch.run import compare_to_reference, reset_cache, run, run_batch, trial_prompts  # noqa: E402, F401 - re-exported
 
 STAGE = Stage(name="batch", result=BatchResult, run=run, lines=(BatchLine,), fresh_runtimes=False, in_bench=False,
               summary="the target prompt alone, then inside batches of other prompts and of shared prefixes: "

@@ -9,7 +9,8 @@ import asyncio
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from suite.analysis.repro import Divergence, Sample, analyse, answer_key, divergence, prefix_logprob_diff
 from suite.client import ClientError, Completion, OpenAIClient, event_loop_factory
@@ -20,6 +21,7 @@ from suite.stages.batch import (
     OTHER_LENGTHS,
     BatchMode,
     BatchResult,
+    CacheReset,
     Mode,
     batch_prompt,
     other_texts,
@@ -226,7 +228,7 @@ def run_batch(client: OpenAIClient, prompt: GatePrompt, *, trials: int, batch_si
     single = next((m for m in results if m.mode == "single"), None)
     if single is not None and single.target.answers:
         ref_answer = single.target.answers[0]
-    cache = "not-offered" if reset_path is None else ("failed" if reset_state else "per-trial")
+    cache: CacheReset = "not-offered" if reset_path is None else ("failed" if reset_state else "per-trial")
     result = BatchResult(
         prompt_id=prompt.id, prompt_version=prompt.version, prompt_sha256=prompt.sha256, max_tokens=max_tokens,
         trials=trials, batch_sizes=list(batch_sizes), seed=params.seed, temperature=params.temperature,
@@ -244,7 +246,7 @@ def run_batch(client: OpenAIClient, prompt: GatePrompt, *, trials: int, batch_si
     return result
 
 
-def run(ctx: "StageContext") -> BatchResult:
+def run(ctx: StageContext) -> BatchResult:
     """The batch-composition stage on the arm's running runtime."""
     from suite import gpu
 

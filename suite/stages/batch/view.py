@@ -56,7 +56,7 @@ def batch_ratios(views: list[dict[str, Any] | None], arms: list[str]) -> None:
             x["against"] = f"{', '.join(parts)} of {arms[base_i]}" if parts else None
 
 
-def page(results: "list[BatchResult | None]", inputs: PageInputs) -> dict[str, Any]:
+def page(results: list[BatchResult | None], inputs: PageInputs) -> dict[str, Any]:
     """The section's variables: each arm's view, with its ratios to the first arm's."""
     batch = [batch_view(b) for b in results]
     batch_ratios(batch, inputs.arms)

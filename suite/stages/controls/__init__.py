@@ -40,12 +40,15 @@ from rich.table import Table
 from rich.text import Text
 
 from suite.analysis.claims import Claim, Evidence, Family, run_caveats
-from suite.analysis.repro import Sample, analyse, group_answers
+from suite.analysis.repro import Sample, analyse, group_answers, unseen_share_bound
+from suite.analysis.sequential import EFFECT, MAX_PAIRS
+from suite.definitions import InLaunch
 from suite.analysis.stats import fisher_fewer_others, holm, requests_needed
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.gpu import Energy, EnergyMeter
 from suite.launchers.base import LoraAdapter
 from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage, StageContext, length_lists
+from suite.stages.controls.inlaunch import InLaunchRun, InLaunchSeries, run_controls
 from suite.stages.lines import AnswerLine
 from suite.stages.repeat import (GatePromptResult, GateResult, concurrency_of, death_reason_of, logprobs_for,
                                  run_gate, select_prompts, truncation_by_prompt, verdict_of)
@@ -96,7 +99,8 @@ class RowTest(BaseModel):
     needed: int | None = None  # requests (or launches) per row that could decide, where this row could not
     # What the test counts: answers, or launches where the default row's odd answer is a cold-start
     # transient (its first request only: once per launch, however many requests follow)
-    unit: Literal["request", "launch"] = "request"
+    # or pairs of requests with and without a per-request control inside one launch (`inlaunch`)
+    unit: Literal["request", "launch", "pair"] = "request"
     stopped_early: bool = False  # the row stopped at its second answer
     text: str = ""
 
@@ -142,6 +146,16 @@ class ControlRow(BaseModel):
     # requests after the first differed among themselves (None).
     launches: int = 1
     cold_odd: dict[str, list[bool | None]] = Field(default_factory=dict)
+    # A control with a per-request form, tried inside one launch (`inlaunch`): per prompt, its pairs
+    # of requests with and without it; tokens/s of the requests without it, in the same launch.
+    in_launch: dict[str, InLaunchSeries] = Field(default_factory=dict)
+    paired_tokens_per_s: float | None = None
+    why: str = ""  # why the row used its unit (the per-request form it stands for)
+
+    @property
+    def unit(self) -> str:
+        """The row's unit: pairs inside one launch, launches, or requests of its own launch."""
+        return "pair" if self.in_launch else "launch" if self.cold_odd else "request"
 
 
 class LoraOutcome(BaseModel):
@@ -185,6 +199,14 @@ class ControlsSettings(BaseModel):
     # When the gate finds more than one answer, run the arm's control matrix one control at a time
     # (the process of elimination) after the other stages.
     auto: bool = True
+    # Controls that can be applied per request are tried inside one launch, in pairs with and
+    # without, stopped by an exact sequential test (False: each in launches of its own, as before).
+    in_launch: bool = True
+    # The level of those rows before the matrix's correction: requests are cheap, so they ask for
+    # more than the launch rows' 5 %.
+    in_launch_alpha: float = Field(default=0.01, gt=0.0, lt=0.5)
+    max_pairs: int = Field(default=MAX_PAIRS, ge=4, le=200)  # pairs a prompt may take before it stops undecided
+    effect: float = Field(default=EFFECT, gt=0.0, le=1.0)  # the share of pairs an undecided row rules out
 
 
 def settings(profile: "Profile") -> ControlsSettings:
@@ -503,13 +525,40 @@ def run(ctx: "StageContext") -> ControlsResult:
     # the rows are planned so that the corrected test can credit a control: Holm over the controls
     tested = sum(1 for n in names if n not in ("default", LORA))
     per_row = launches_for(tested) if transient else 1
+    # Controls with a per-request form are tried inside one launch, before any launch row; they are
+    # part of the same family (their level: the in-launch alpha over every control of the matrix).
+    chosen = settings(ctx.profile)
+    in_launch = [n for n in names if n not in ("default", LORA) and chosen.in_launch
+                 and ctx.runtime.control(n).per_request() is not None
+                 and (not ctx.runtime.control(n).per_request().reset_cache  # type: ignore[union-attr]
+                      or ctx.runtime.server.reset_cache_path)]
     result = ControlsResult(runtime=ctx.runtime.name, arm=ctx.arm_name, requested=list(requested or ["all"]),
                             n_requests=TRANSIENT_REQUESTS if transient else ctx.profile.gate_requests,
                             prompts=prompts, rows=[], automatic=automatic, launches_per_row=per_row)
     taken = ctx.carried.get(STAGE.name)  # a resumed run's finished rows
     carried = {r.configuration: r for r in taken.rows} if taken is not None else {}
     taken_up: list[str] = []
+    pending = [n for n in in_launch if n not in carried]
+    if pending:
+        level = min(result.alpha, chosen.in_launch_alpha) / max(1, tested)
+        result.rows.extend(run_in_launch_rows(ctx, pending, prompts, level, chosen))
+    if automatic and in_launch and _settled_in_launch(result, prompts):
+        # the cause is found inside one launch: the launch rows are not started (named, not run)
+        credited = [r.configuration for r in result.rows if r.in_launch
+                    and all(r.in_launch[pid].stop == "credit" for pid in prompts if pid in r.in_launch)]
+        for name in names:
+            if name in in_launch or name in ("default", LORA):
+                continue
+            result.rows.append(ControlRow(
+                configuration=name, controls=[name], description=ctx.runtime.control(name).description,
+                status="skipped", reason=(f"not started: {', '.join(credited)} already brings every prompt back "
+                                          f"inside one launch; `--controls {name}` tries it")))
+        names = []
+    elif in_launch and not any(n not in in_launch and n not in ("default", LORA) for n in names):
+        names = [n for n in names if n != "default"]  # no launch row to compare with a default one
     for name in names:
+        if name in in_launch and name not in carried:
+            continue
         t0 = time.monotonic()
         if name in carried:  # a resumed run: this row finished before the interruption
             result.rows.append(carried[name])
@@ -540,9 +589,92 @@ def run(ctx: "StageContext") -> ControlsResult:
     return result
 
 
-def row_test(row: ControlRow, default: ControlRow, pid: str, alpha: float = ELIMINATION_ALPHA) -> RowTest:
+def run_in_launch_rows(ctx: "StageContext", names: list[str], prompts: list[str], level: float,
+                       chosen: ControlsSettings) -> list[ControlRow]:
+    """One row per per-request control, all from one launch of the arm's own configuration."""
+    gate_prompts = [p for p in select_prompts(ctx.profile.gate_prompts) if p.id in prompts]
+    rows = {n: ControlRow(configuration=n, controls=[n], description=ctx.runtime.control(n).description,
+                          status="ok", why=(ctx.runtime.control(n).per_request() or InLaunch()).why)
+            for n in names}
+    try:
+        runs, running = run_controls(ctx, names, gate_prompts, level, ctx.profile.gate_max_tokens,
+                                     max_pairs=chosen.max_pairs, effect=chosen.effect)
+    except RuntimeStartError as exc:
+        for row in rows.values():
+            row.status, row.reason = ("refused" if exc.refused else "failed"), exc.error_line or str(exc)
+        return list(rows.values())
+    except EnvironmentUnavailable as exc:
+        for row in rows.values():
+            row.status, row.reason = "skipped", str(exc)
+        return list(rows.values())
+    for name, run in runs.items():
+        row = rows[name]
+        row.startup_s = running.startup_s
+        _ran_with(row, running)
+        row.ran_controls = [name]
+        row.in_launch = run.series
+        row.tokens_per_s, row.paired_tokens_per_s, row.energy = run.tokens_per_s, run.paired_tokens_per_s, run.energy
+        for pid, series in run.series.items():
+            row.answered[pid] = series.with_answers
+            row.distinct[pid] = series.with_distinct
+            row.sent[pid] = series.requests
+            row.modal_count[pid] = series.with_answers if series.with_distinct <= 1 else 0
+        failed = next((s for s in run.series.values() if s.stop == "failed"), None)
+        if failed is not None and not any(s.outcomes for s in run.series.values()):
+            row.status, row.reason = "failed", failed.reason
+    return list(rows.values())
+
+
+def _settled_in_launch(result: ControlsResult, prompts: list[str]) -> bool:
+    """Whether one in-launch row crossed its credit boundary on every prompt that varied."""
+    return any(r.in_launch and all(pid in r.in_launch and r.in_launch[pid].stop == "credit" for pid in prompts)
+               for r in result.rows)
+
+
+def _in_launch_test(t: RowTest, row: ControlRow, pid: str, alpha: float) -> RowTest:
+    """A control tried inside one launch on one prompt: its exact sequential test over the pairs."""
+    series = row.in_launch[pid]
+    res = series.result()
+    t.unit = "pair"
+    t.n, t.others = len(series.outcomes), res.against
+    t.default_n, t.default_others = len(series.outcomes), res.favourable
+    t.p_value = res.p_value if res.p_value is not None else 1.0
+    t.stopped_early = series.stop in ("credit", "rule-out", "second-answer")
+    head = (f"{row.configuration} on {pid}: in one launch, {len(series.outcomes)} pair"
+            f"{'s' if len(series.outcomes) != 1 else ''} of requests with and without it in random order after a "
+            f"first request without it and one with it{f' ({row.why})' if row.why else ''}: without it the answer differed from the "
+            f"control's in {res.favourable}, the other way in {res.against}, alike in {res.concordant}")
+    if series.stop == "failed":
+        t.text = f"{head}; a request failed: {series.reason}"
+        return t
+    if series.with_distinct > 1:
+        t.text = f"{head}; with it a second answer came (the series stopped there): not one answer"
+        return t
+    credited = res.decision == "credit" and t.p_value <= series.level
+    t.credited = credited and t.p_value <= alpha
+    seq = (f"exact sequential sign test at {series.level:.2g} over up to {series.max_pairs} pairs, "
+           f"p = {t.p_value:.2g}")
+    if credited:
+        bound = unseen_share_bound(series.with_answers)
+        seen = (f"a second answer with it in more than {bound:.0%} of requests would likely have shown" if bound
+                else "too few to bound how often a second answer would come")
+        t.text = (f"{head}; with it one answer in {series.with_answers} ({seen}): it changes the answer and brings "
+                  f"it to one ({seq})")
+    elif res.decision == "rule-out":
+        t.text = (f"{head}: rules out that it changes the answer in {series.effect:.0%} of requests or more "
+                  f"({seq})")
+    else:
+        t.text = f"{head}: undecided after {len(series.outcomes)} pairs ({seq})"
+    return t
+
+
+def row_test(row: ControlRow, default: ControlRow | None, pid: str, alpha: float = ELIMINATION_ALPHA) -> RowTest:
     """The control row against the default row on one prompt: Fisher's exact test of their
     other-than-modal answers, one-sided (the control has fewer), with the n of each row."""
+    if pid in row.in_launch:
+        return _in_launch_test(RowTest(prompt_id=pid, n=0, others=0, default_n=0, default_others=0),
+                               row, pid, alpha)
+    assert default is not None
     n, d_n = row.answered.get(pid, 0), default.answered.get(pid, 0)
     others = n - row.modal_count.get(pid, n)
     d_others = d_n - default.modal_count.get(pid, d_n)
@@ -690,7 +822,7 @@ def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
              and not r.configuration.startswith("lora")]
     refused = [r.configuration for r in result.rows if r.status in ("refused", "failed")]
     tail = f"; refused or failed: {', '.join(refused)}" if refused else ""
-    if default is None:
+    if default is None and not any(r.in_launch for r in tried):
         result.restoring = []
         result.elimination = ("no default row ran in this matrix: a control can only be credited against it"
                               + tail)
@@ -698,23 +830,31 @@ def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
     d_text = ", ".join(
         f"{pid}: first answer alone different in {sum(1 for x in default.cold_odd[pid] if x)} of "
         f"{len(default.cold_odd[pid])} launches" if pid in default.cold_odd else
-        f"{pid} {default.distinct.get(pid, 0)} distinct in {default.answered.get(pid, 0)}" for pid in spread)
+        f"{pid} {default.distinct.get(pid, 0)} distinct in {default.answered.get(pid, 0)}"
+        for pid in spread) if default is not None else ""
     for r in tried:
+        if default is None and not r.in_launch:
+            continue
         r.tests = [row_test(r, default, pid, result.alpha) for pid in spread if pid in r.answered]
         whole = len(r.tests) == len(spread) and all(t.p_value is not None for t in r.tests)
         r.p_value = max(t.p_value for t in r.tests if t.p_value is not None) if whole else None
     # the controls of the matrix are one family: Holm over their tests
-    adjusted = holm([r.p_value for r in tried])
-    result.family, result.correction = len(tried), "Holm"
+    # a control the matrix planned but did not start (the cause was found inside one launch) stays
+    # in the family, as a test that found nothing (p = 1)
+    unstarted = [r for r in result.rows if r.status == "skipped" and (r.reason or "").startswith("not started")]
+    adjusted = holm([r.p_value for r in tried] + [1.0] * len(unstarted))
+    result.family, result.correction = len(tried) + len(unstarted), "Holm"
     for r, adj in zip(tried, adjusted):
         r.p_adjusted = adj
     result.restoring = [r.configuration for r in tried
                         if len(r.tests) == len(spread) and all(t.credited for t in r.tests)
                         and r.p_adjusted is not None and r.p_adjusted <= result.alpha]
-    family = (f"{len(tried)} control{'s' if len(tried) != 1 else ''} tested, Holm"
-              if len(tried) > 1 else "1 control tested")
-    how = (f"one-sided Fisher's exact test against the default row ({d_text}) at {result.alpha:g} over the "
-           f"matrix ({family})")
+    family = (f"{result.family} control{'s' if result.family != 1 else ''} tested, Holm"
+              if result.family > 1 else "1 control tested")
+    tests = ([f"one-sided Fisher's exact test against the default row ({d_text})"] if default is not None and any(
+        not r.in_launch for r in tried) else []) + (
+        ["exact sequential sign tests of pairs inside one launch"] if any(r.in_launch for r in tried) else [])
+    how = f"{' and '.join(tests) or 'no test'} at {result.alpha:g} over the matrix ({family})"
     if result.restoring:
         lines = "; ".join(t.text for r in tried if r.configuration in result.restoring for t in r.tests)
         for r in tried:
@@ -777,8 +917,9 @@ def rebuild(lines: list[Any], before: Any) -> ControlsResult | None:
     for q in lines:
         if getattr(q, "kind", None) == "controls":
             by_label.setdefault(q.label, []).append(q)
-    if not by_label or transient_prompts(gate) or any(k.startswith(LORA) for k in by_label):
-        return None
+    if (not by_label or transient_prompts(gate) or any(k.startswith(LORA) for k in by_label)
+            or any(k.endswith((":with", ":without", ":first")) for k in by_label)):
+        return None  # launches of a transient, LoRA's rows, pairs inside a launch: not rebuilt
     order = [p.prompt_id for p in gate.prompts] if gate else []
     prompts = list(dict.fromkeys(sorted({q.prompt_id for qs in by_label.values() for q in qs},
                                         key=lambda pid: (order.index(pid) if pid in order else len(order), pid))))
@@ -851,7 +992,12 @@ def recompute(result: ControlsResult, summary: Any = None) -> ControlsResult:
 
 def row_costs(row: ControlRow, default: ControlRow | None) -> dict[str, float]:
     """A row's tokens/s and J/token against the default row's, where both rows sent the same
-    requests per prompt (a row that stopped early has another mix of prompts: no ratio)."""
+    requests per prompt (a row that stopped early has another mix of prompts: no ratio). A row
+    tried inside one launch: its requests with the control against those without, the same prompts."""
+    if row.in_launch:
+        if row.tokens_per_s and row.paired_tokens_per_s:
+            return {"tokens_per_s": row.tokens_per_s / row.paired_tokens_per_s}
+        return {}
     if default is None or row.sent != default.sent:
         return {}
     out: dict[str, float] = {}
@@ -883,14 +1029,20 @@ def claims(result: ControlsResult, summary: Any) -> list[Claim]:
             verdict, good = "passes alone, not over the matrix", None
         elif any(r.distinct.get(pid, 0) > 1 for pid in result.spread_prompts):
             verdict, good = "still varies", False
+        elif r.in_launch and all(s.stop == "rule-out" for s in r.in_launch.values()):
+            verdict, good = "no effect of the stated size", False
         else:
             verdict, good = "not shown", None
         cut = sum(t.n for t in r.tests)
+        row_unit = "pairs inside one launch" if r.in_launch else unit
+        test = ("exact sequential sign test of pairs with and without it inside one launch" if r.in_launch
+                else "one-sided Fisher's exact test against the default row")
         out.append(Claim(stage="controls", kind="control", arm=arm, run_id=run_id, configuration=r.configuration,
                          prompt=", ".join(result.spread_prompts) or None, verdict=verdict, good=good,
-                         counts={"answered": sum(r.answered.values()), "launches": r.launches},
-                         evidence=Evidence(test="one-sided Fisher's exact test against the default row", n=cut or None,
-                                           unit=unit, p=r.p_value, p_adjusted=r.p_adjusted),
+                         counts={"answered": sum(r.answered.values()), "launches": r.launches,
+                                 "requests": sum(r.sent.values())},
+                         evidence=Evidence(test=test, n=cut or None, unit=row_unit, p=r.p_value,
+                                           p_adjusted=r.p_adjusted),
                          family=family, cost=row_costs(r, default),
                          caveats=[f"every answer on {pid} cut at {cap} tokens: answers may differ past the cap"
                                   for pid, (n_cut, cap) in truncation_by_prompt(r.gate).items()
@@ -958,11 +1110,18 @@ def export_rows(result: ControlsResult) -> list[dict[str, Any]]:
                 "tokens_per_s": row.tokens_per_s, "energy_j": e.joules if e else None,
                 "j_per_token": e.j_per_token if e else None,
                 "mean_power_w": e.mean_power_w if e else None}
+        base["unit"] = row.unit
         cut = truncation_by_prompt(row.gate)
         if not row.distinct:
             rows.append(base)
         for pid, d in row.distinct.items():
-            rows.append(base | {"prompt_id": pid, "distinct_answers": d, "answered": row.answered.get(pid),
+            series = row.in_launch.get(pid)
+            res = series.result() if series is not None else None
+            pairs = {} if series is None or res is None else {
+                "pairs": len(series.outcomes), "pairs_differ": res.favourable, "pairs_other_way": res.against,
+                "pairs_alike": res.concordant, "sequential_stop": series.stop, "sequential_p": res.p_value,
+                "sequential_level": series.level}
+            rows.append(base | pairs | {"prompt_id": pid, "distinct_answers": d, "answered": row.answered.get(pid),
                                 **dict(zip(("answer_lengths_tokens", "answer_length_counts"),
                                            length_lists(row.lengths.get(pid)))),
                                 "truncated": cut.get(pid, (None, None))[0],
@@ -970,11 +1129,24 @@ def export_rows(result: ControlsResult) -> list[dict[str, Any]]:
     return rows
 
 
+def carries_line(part: ControlsResult, line: dict[str, Any]) -> bool:
+    """Whether a resumed run keeps a request line of an earlier one: a finished row's (a row tried
+    inside one launch labels its lines "NAME:with", "NAME:without" and "NAME:first")."""
+    label = str(line.get("label"))
+    if label in {r.configuration for r in part.rows}:
+        return True
+    name, _, side = label.rpartition(":")
+    return side in ("with", "without", "first") and name in {r.configuration for r in part.rows if r.in_launch}
+
+
 COLUMNS: dict[str, ColumnType] = {
     "configuration": "str", "status": "str", "reason": "str", "concurrency": "int", "startup_s": "float",
     "controls": "list[str]", "tokens_per_s": "float", "energy_j": "float", "j_per_token": "float",
     "mean_power_w": "float", "prompt_id": "str", "distinct_answers": "int", "answered": "int",
-    "answer_lengths_tokens": "list[int]", "answer_length_counts": "list[int]", "truncated": "int", "max_tokens": "int"}
+    "answer_lengths_tokens": "list[int]", "answer_length_counts": "list[int]", "truncated": "int", "max_tokens": "int",
+    # the row's unit (request, launch, pair) and, for a row tried inside one launch, its pairs per prompt
+    "unit": "str", "pairs": "int", "pairs_differ": "int", "pairs_other_way": "int", "pairs_alike": "int",
+    "sequential_stop": "str", "sequential_p": "float", "sequential_level": "float"}
 
 
 STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
@@ -987,6 +1159,6 @@ STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine
               when=lambda p: settings(p).auto, on_verdict=False, after="gate",
               settings=ControlsSettings, profiles={"quick": {"auto": False}}, profile_keys={"auto_controls": "auto"},
               tables=(ExportTable("controls", export_rows, COLUMNS),), exported_requests=("controls",),
-              rebuild=rebuild, carries_line=lambda part, line: line.get("label") in {r.configuration for r in part.rows},
+              rebuild=rebuild, carries_line=carries_line,
               page_title="control matrix", recompute=recompute, claims=claims,
               section=SectionTemplate("section.html", "suite.stages.controls.view:page", slot="causes", order=1, on_run_page=False))

@@ -20,6 +20,9 @@ def control_row_line(row: dict[str, Any]) -> str:
                          + (f" (first answer alone different in {c['cold_odd'][0]} of {c['cold_odd'][1]} launches)"
                             if c.get("cold_odd") else "") for c in cells)
     parts = [distinct]
+    if row.get("unit") == "pair":
+        parts.append("in one launch, pairs with and without it: " + "; ".join(
+            f"{c['pairs']['pairs']} pairs, {c['pairs']['stop']}" for c in cells if c.get("pairs")))
     if row["configuration"] != "default":
         if row.get("cost") is not None:
             parts.append(f"{row['cost']:.2f}x the tokens/s")
@@ -28,6 +31,15 @@ def control_row_line(row: dict[str, Any]) -> str:
     elif row.get("j_per_token") is not None:
         parts.append(f"{row['j_per_token']:.3g} J/token")
     return f"{row['configuration']}: " + ", ".join(parts)
+
+
+def _pairs(r: Any, pid: str) -> dict[str, Any] | None:
+    series = r.in_launch.get(pid)
+    if series is None:
+        return None
+    res = series.result()
+    return {"pairs": len(series.outcomes), "favourable": res.favourable, "against": res.against,
+            "concordant": res.concordant, "stop": series.stop, "p": res.p_value, "level": series.level}
 
 
 def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, Any] | None:
@@ -46,7 +58,9 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
             "distinct": r.distinct[pid], "answered": r.answered.get(pid), "lengths": r.lengths.get(pid),
             "truncated": cut.get(pid, (None, None))[0], "max_tokens": cut.get(pid, (None, None))[1],
             # a transient's row: launches whose first answer alone differed, of the launches run
-            "cold_odd": (sum(1 for x in r.cold_odd[pid] if x), len(r.cold_odd[pid])) if pid in r.cold_odd else None}
+            "cold_odd": (sum(1 for x in r.cold_odd[pid] if x), len(r.cold_odd[pid])) if pid in r.cold_odd else None,
+            # a row tried inside one launch: its pairs, how they fell and how the series stopped
+            "pairs": _pairs(r, pid)}
             for pid in prompts]
         rows.append({
             "configuration": r.configuration, "description": r.description, "status": r.status,
@@ -56,6 +70,7 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
             "j_per_token": r.energy.j_per_token if r.energy else None,
             "energy_j": r.energy.joules if r.energy else None,
             "mean_power_w": r.energy.mean_power_w if r.energy else None, "sent": dict(r.sent),
+            "unit": r.unit, "why": r.why, "paired_tokens_per_s": r.paired_tokens_per_s,
         })
     default = next((row for row in rows if row["configuration"] == "default"), None)
     default_tps = default["tokens_per_s"] if default else None
@@ -68,6 +83,10 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
         same_mix = default is not None and row["sent"] == default["sent"]
         row["cost"] = tps / default_tps if same_mix and tps is not None and default_tps else None
         row["energy_cost"] = jpt / default_jpt if same_mix and jpt is not None and default_jpt else None
+        if row["unit"] == "pair":  # against the requests without it, in the same launch
+            paired = row["paired_tokens_per_s"]
+            row["cost"] = tps / paired if tps is not None and paired else None
+            row["energy_cost"] = None
         row["line"] = control_row_line(row)
     return {"prompts": prompts, "rows": rows, "n": c.n_requests, "launches": c.launches_per_row,
             "elimination": c.elimination, "interrupted": c.interrupted,

@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field
 
 from suite.analysis.claims import Claim, Evidence, run_caveats
-from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
-from suite.stages.lines import LineBase, RequestLineBase
-from suite.errors import SuiteError
-from suite.paths import DOCUMENTS_DIR, EXTRACTION_DIR
 from suite.analysis.scoring import GoldFact
 from suite.analysis.stats import MeanSE, mean, mean_se
+from suite.errors import SuiteError
+from suite.paths import DOCUMENTS_DIR, EXTRACTION_DIR
+from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
+from suite.stages.extraction.documents import Answer, DocumentPart, Mode, _answered_facts, changed_parts
 from suite.stages.extraction.judge import JudgeResult
-from suite.stages.extraction.documents import Answer, Mode, DocumentPart, _answered_facts, changed_parts
+from suite.stages.lines import LineBase, RequestLineBase
 
 if TYPE_CHECKING:
     from suite.profiles import Profile
@@ -125,7 +125,7 @@ class ExtractionSettings(BaseModel):
     judge_repeats: int = Field(default=5, ge=0)  # the judge's own gate: one grading repeated
 
 
-def settings(profile: "Profile") -> ExtractionSettings:
+def settings(profile: Profile) -> ExtractionSettings:
     """This stage's settings for a profile (its values, then the run's own)."""
     return cast(ExtractionSettings, STAGE.settings_for(profile))
 
@@ -407,11 +407,7 @@ def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
 
 
 # the stage's run (run.py reads this package's models and settings, so it comes after them)
-from suite.stages.extraction.run import (  # noqa: E402
-    _fact_signature as _fact_signature,
-    ask_part as ask_part,
-    run as run,
-)
+from suite.stages.extraction.run import _fact_signature, ask_part, run  # noqa: E402, F401 - re-exported
 
 STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(ExtractionLine, FactLine, JudgeLine,), fresh_runtimes=False, in_bench=True,
               summary="facts extracted as JSON, repeated, scored against gold (and a judge)",

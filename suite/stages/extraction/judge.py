@@ -10,7 +10,7 @@ fact-level agreement between the two: the raw share of facts where both say "cor
 do not, and Cohen's kappa, the same agreement corrected for what chance alone would give.
 
 Which answers are graded: every repeat when the extraction itself found a section whose repeats
-differed (`suite.stages.extraction.documents.changed_parts`), or when the gate found the arm not
+differed (`suite.stages.extraction.documents.changed_sections`), or when the gate found the arm not
 reproducible; the first repeat of each section otherwise. The judge is itself gated: one grading is repeated
 `judge_repeats` times and its distinct-answer count is reported, because an unstable judge's
 score means little. The judge's raw answers and reasoning go to `requests.jsonl` (kind `judge`);
@@ -33,18 +33,18 @@ import os
 import re
 import time
 from pathlib import Path
+from statistics import fmean
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from suite.analysis.jsonextract import extract_json_object
+from suite.analysis.stats import MeanSE, cohen_kappa, mean_se
 from suite.client import ClientError, GenerationParams, OpenAIClient
 from suite.errors import SuiteError
-from suite.analysis.jsonextract import extract_json_object
 from suite.paths import PROMPTS_DIR
-from suite.analysis.stats import MeanSE, cohen_kappa, mean, mean_se
-
-from suite.stages.extraction.documents import Answer, JsonChat, DocumentPart, changed_parts
+from suite.stages.extraction.documents import Answer, DocumentPart, JsonChat, changed_parts
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
@@ -183,7 +183,7 @@ def parse_verdicts(section: DocumentPart, obj: dict[str, Any] | None) -> tuple[d
     return verdicts, reasoning if isinstance(reasoning, str) else None
 
 
-def grade(ctx: "StageContext", sections: list[DocumentPart], answers: dict[str, list[Answer]],
+def grade(ctx: StageContext, sections: list[DocumentPart], answers: dict[str, list[Answer]],
           max_tokens: int | None = None) -> JudgeResult:
     """Grade the extraction answers with ctx.judge, gate the judge, and compare with gold.
 
@@ -258,15 +258,16 @@ def grade(ctx: "StageContext", sections: list[DocumentPart], answers: dict[str, 
                          distinct_verdicts=len(set(verdict_sets)), failed=gate_failed)
 
     uids = [s.uid for s in sections if s.uid in judge_by_part]
-    per_section = {u: mean(judge_by_part[u]) for u in uids}
+    # each graded section has at least one score (judge and gold are appended together)
+    per_section = {u: fmean(judge_by_part[u]) for u in uids}
     agreement, kappa = fact_agreement(judge_labels, gold_labels)
     return JudgeResult(
         rubric_version=rubric.version, endpoint=public_url(judge.base_url), model=judge.model, mode=chat.mode,
         graded_repeats="all" if everything else "first", graded=graded, invalid=invalid, failed=failed,
         score=mean_se([per_section[u] for u in uids]),
-        gold_score=mean_se([mean(gold_by_part[u]) for u in uids]),
+        gold_score=mean_se([fmean(gold_by_part[u]) for u in uids]),
         agreement=agreement, kappa=kappa, compared_facts=len(judge_labels), graded_reason=reason,
-        per_section={u: v for u, v in per_section.items() if v is not None},
+        per_section=per_section,
         gate=gate, wall_s=round(time.monotonic() - t0, 2),
     )
 
@@ -293,5 +294,5 @@ def fact_agreement(judge_correct: list[bool], gold_correct: list[bool]) -> tuple
         raise ValueError("fact_agreement: the judge and gold label lists differ in length")
     if not judge_correct:
         return None, None
-    raw = sum(j == g for j, g in zip(judge_correct, gold_correct)) / len(judge_correct)
+    raw = sum(j == g for j, g in zip(judge_correct, gold_correct, strict=True)) / len(judge_correct)
     return raw, cohen_kappa(judge_correct, gold_correct)

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.stages.base import FreshLaunch, Stage
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.stages.extraction.documents import Answer, JsonChat, DocumentPart, _answered_facts
+from suite.stages.base import FreshLaunch, Stage
 from suite.stages.extraction import ANSWERS_KEY, _fact_signature, ask_part, load_prompt, no_facts, select_parts
 from suite.stages.extraction import settings as extraction_settings
+from suite.stages.extraction.documents import Answer, DocumentPart, JsonChat, _answered_facts
 
 if TYPE_CHECKING:
     from suite.profiles import Profile
@@ -38,7 +38,7 @@ class ReloadsSettings(BaseModel):
     launches: int = Field(default=0, ge=0)
 
 
-def settings(profile: "Profile") -> ReloadsSettings:
+def settings(profile: Profile) -> ReloadsSettings:
     """This stage's settings for a profile (its values, then the run's own)."""
     return cast(ReloadsSettings, STAGE.settings_for(profile))
 
@@ -105,7 +105,7 @@ def reloads_line(within_identical: int, within_comparable: int, outcomes: list[R
     return f"{within}, {'; '.join(parts)}" if parts else within
 
 
-def run(ctx: "StageContext") -> ReloadsResult:
+def run(ctx: StageContext) -> ReloadsResult:
     answers = ctx.results.get(ANSWERS_KEY)
     if answers is None:
         raise SuiteError("the reloads stage compares with the extraction stage's answers: run extraction first, "

@@ -33,12 +33,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _fact_signature(ctx: "StageContext") -> dict[str, Any]:
+def _fact_signature(ctx: StageContext) -> dict[str, Any]:
     sig = ctx.signature.model_dump(mode="json")
     return {k: sig.get(k) for k in (*SIGNATURE_KEY_FIELDS, "command", "env", "hardware", "image_digest", "suite_version")}
 
 
-def ask_part(ctx: "StageContext", chat: JsonChat, section: DocumentPart, prompt: PromptTemplate, repeat: int,
+def ask_part(ctx: StageContext, chat: JsonChat, section: DocumentPart, prompt: PromptTemplate, repeat: int,
                 signature: Any, reload: int | None = None) -> Answer:
     """Ask one section once, score it against gold, and record the request and every fact."""
     max_tokens = settings(ctx.profile).max_tokens
@@ -73,7 +73,7 @@ def ask_part(ctx: "StageContext", chat: JsonChat, section: DocumentPart, prompt:
                   score=score, error=error)
 
 
-def run(ctx: "StageContext") -> ExtractionResult:
+def run(ctx: StageContext) -> ExtractionResult:
     """Ask every section R times, score against gold, and run the judge when there is one."""
     t_start = time.monotonic()
     own = settings(ctx.profile)

@@ -71,7 +71,7 @@ def _points(v: float) -> str:
     return f"{'+' if p > 0 else '−'}{abs(p):.1f}"
 
 
-def paired_text(d: "PairedDifference") -> str:
+def paired_text(d: PairedDifference) -> str:
     """One line for a paired difference, its n always shown; a direction only from `d.min_n` pairs on,
     "no detectable difference" (not "tie") where the interval covers 0; no interval where every
     difference is the same (no spread to estimate: the sign test's direction instead)."""
@@ -113,7 +113,7 @@ def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> lis
     clean and complete (clean where either record predates it), recall, and the judge's score
     where both arms were judged with per-section scores. Empty with fewer than two such arms.
     """
-    ran = [(arm, ex) for arm, ex in zip(arms, exs) if ex is not None and ex.per_section]
+    ran = [(arm, ex) for arm, ex in zip(arms, exs, strict=True) if ex is not None and ex.per_section]
     if len(ran) < 2:
         return []
     base_arm, base = ran[0]
@@ -135,10 +135,8 @@ def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> lis
     m = sum(len(measures) for _, measures in planned)
     out: list[dict[str, Any]] = []
     for arm, measures in planned:
-        rows = [{"measure": name, "diff": paired_difference(a, b, confidence=1.0 - FAMILY_ALPHA / m, family=m)}
-                for name, a, b in measures]
-        for row in rows:
-            row["text"] = paired_text(row["diff"])
+        diffs = [(name, paired_difference(a, b, confidence=1.0 - FAMILY_ALPHA / m, family=m)) for name, a, b in measures]
+        rows = [{"measure": name, "diff": diff, "text": paired_text(diff)} for name, diff in diffs]
         out.append({"arm": arm, "against": base_arm, "rows": rows})
     note = multiplicity_note(out)
     for p in out:
@@ -146,7 +144,7 @@ def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> lis
     return out
 
 
-def page(results: "list[ExtractionResult | None]", inputs: PageInputs) -> dict[str, Any]:
+def page(results: list[ExtractionResult | None], inputs: PageInputs) -> dict[str, Any]:
     """The section's variables: each arm's view, the paired comparisons, and every section any arm
     answered, in order."""
     extraction = [extraction_view(ex) for ex in results]

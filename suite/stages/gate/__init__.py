@@ -16,8 +16,7 @@ from suite.analysis.repro import ALPHA, Sample, analyse, unseen_share_bound
 from suite.analysis.stats import closed_fisher
 from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
 from suite.stages.lines import AnswerLine
-from suite.stages.repeat import (GatePromptResult, GateResult, concurrency_of, death_reason_of, logprobs_for,
-                                 run_gate, select_prompts, verdict_of)
+from suite.stages.repeat import GatePromptResult, GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts, verdict_of
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
@@ -25,12 +24,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def run(ctx: "StageContext") -> GateResult:
+def run(ctx: StageContext) -> GateResult:
     """The gate on the arm's running runtime."""
     prompts = select_prompts(ctx.profile.gate_prompts)
     result = run_gate(
         ctx.client, prompts, ctx.profile.gate_requests, max_tokens_cap=ctx.profile.gate_max_tokens,
-        logprobs=logprobs_for(ctx), concurrency=concurrency_of(ctx, ctx.controls), record=ctx.record_request, alive=ctx.running.alive, death_reason=death_reason_of(ctx.running),
+        logprobs=logprobs_for(ctx), concurrency=concurrency_of(ctx, ctx.controls), record=ctx.record_request,
+        alive=ctx.running.alive, death_reason=death_reason_of(ctx.running),
         label="+".join(ctx.controls) or "default", controls=list(ctx.controls),
     )
     ctx.reproducible = result.reproducible
@@ -131,13 +131,13 @@ def claims(result: GateResult, summary: Any) -> list[Claim]:
     A lone first-request difference among varying prompts is "first request differs", not a transient."""
     arm, extra = getattr(summary, "arm", ""), run_caveats(summary, "gate")
     out = [prompt_claim(p, arm) for p in result.prompts]
-    varied = [(c, p) for c, p in zip(out, result.prompts) if p.distinct_answers > 1 and p.answered >= 2]
+    varied = [(c, p) for c, p in zip(out, result.prompts, strict=True) if p.distinct_answers > 1 and p.answered >= 2]
     if len(varied) > 1:
         ps = [p.cold_transient_p if p.pattern == "cold-transient" and p.cold_transient_p is not None else 1.0
               for _, p in varied]
         held = closed_fisher(ps, ALPHA)
         family = Family(name="varying prompts of the gate", size=len(varied), correction="closed testing (Fisher)")
-        for (c, p), ok in zip(varied, held):
+        for (c, p), ok in zip(varied, held, strict=True):
             c.family = family
             if p.pattern == "cold-transient" and not ok:
                 c.verdict = "first request differs"

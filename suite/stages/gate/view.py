@@ -13,7 +13,7 @@ from suite.stages.base import PageInputs
 from suite.stages.repeat import GateResult
 
 
-def gate_settings_text(gates: "list[GateResult | None]", arms: list[str] | None = None) -> str | None:
+def gate_settings_text(gates: list[GateResult | None], arms: list[str] | None = None) -> str | None:
     """How the gate sent its requests, from the records: `one request at a time, temperature 0, seed 42`.
 
     One phrase where every run's gate had the same settings, else one per arm; None without a gate.
@@ -23,7 +23,7 @@ def gate_settings_text(gates: "list[GateResult | None]", arms: list[str] | None 
         seed = "no seed" if g.seed is None else f"seed {g.seed}"
         return f"{at_once}, temperature {g.temperature:g}, {seed}"
 
-    named = [(arm, phrase(g)) for arm, g in zip(arms or [""] * len(gates), gates) if g is not None]
+    named = [(arm, phrase(g)) for arm, g in zip(arms or [""] * len(gates), gates, strict=True) if g is not None]
     if not named:
         return None
     if len({p for _, p in named}) == 1:
@@ -31,6 +31,6 @@ def gate_settings_text(gates: "list[GateResult | None]", arms: list[str] | None 
     return "; ".join(f"{arm}: {p}" if arm else p for arm, p in named)
 
 
-def page(results: "list[GateResult | None]", inputs: PageInputs) -> dict[str, Any]:
+def page(results: list[GateResult | None], inputs: PageInputs) -> dict[str, Any]:
     """The section's variables: the gate's settings over the page's arms."""
     return {"gate_settings": gate_settings_text(results, inputs.arms)}

@@ -69,7 +69,7 @@ PROMPT = (
 # The nonce before the prompt: one per request of the stage, the same length (and token length:
 # four zero-padded digits) for every request. 10,000 requests per stage at most.
 PROMPT_PREFIX = "Request {index:04d}: "
-PROMPT_CACHE = "unique-prefix"
+PROMPT_CACHE: Literal["unique-prefix"] = "unique-prefix"
 MAX_REQUESTS = 10_000
 MAX_CONCURRENCY = 256
 
@@ -86,7 +86,7 @@ class LatencySettings(BaseModel):
     concurrency: list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]] = Field(default_factory=lambda: [1], min_length=1)
 
 
-def settings(profile: "Profile") -> LatencySettings:
+def settings(profile: Profile) -> LatencySettings:
     """This stage's settings for a profile (its values, then the run's own)."""
     return cast(LatencySettings, STAGE.settings_for(profile))
 
@@ -219,7 +219,7 @@ def level_requests(requests: int, concurrency: int) -> int:
     return max(requests, concurrency)
 
 
-def planned(profile: "Profile") -> int:
+def planned(profile: Profile) -> int:
     """Its requests for a profile: the warm-up, then each level's."""
     own = settings(profile)
     return own.warmup + sum(level_requests(own.requests, c) for c in own.concurrency)
@@ -262,19 +262,19 @@ class LatencyLine(RequestLineBase):
 
 
 # the stage's run (run.py reads this package's models and settings, so it comes after them)
-from suite.stages.latency.run import (  # noqa: E402
-    ConcurrentRun as ConcurrentRun,
-    _n_tokens as _n_tokens,
-    _one_request as _one_request,
-    _runtime_timings as _runtime_timings,
-    _tpot as _tpot,
-    histogram_means as histogram_means,
-    parse_prometheus as parse_prometheus,
-    reported_timings as reported_timings,
-    run as run,
-    run_concurrent as run_concurrent,
-    run_level as run_level,
-    scrape_metrics as scrape_metrics,
+from suite.stages.latency.run import (  # noqa: E402, F401 - re-exported
+    ConcurrentRun,
+    _n_tokens,
+    _one_request,
+    _runtime_timings,
+    _tpot,
+    histogram_means,
+    parse_prometheus,
+    reported_timings,
+    run,
+    run_concurrent,
+    run_level,
+    scrape_metrics,
 )
 
 STAGE = Stage(name="latency", result=LatencyResult, run=run, lines=(LatencyLine,), fresh_runtimes=False, in_bench=True,

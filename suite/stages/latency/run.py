@@ -11,6 +11,7 @@ import logging
 import math
 import resource
 import time
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -264,7 +265,7 @@ def run_concurrent(client: OpenAIClient, n: int, concurrency: int, prompt: Any, 
         gc.collect()
 
 
-def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: int,
+def run_level(ctx: StageContext, concurrency: int, requests: int, max_tokens: int,
               first_index: int = 0) -> LatencyLevel:
     """`requests` streamed requests with `concurrency` in flight; summary of the measured ones.
 
@@ -298,7 +299,7 @@ def run_level(ctx: "StageContext", concurrency: int, requests: int, max_tokens: 
                                e2e_s=c.e2e_s, stream_close_s=c.stream_close_s)
             return
         times = c.chunk_times_s
-        itl = [b - a for a, b in zip(times, times[1:])]
+        itl = [b - a for a, b in pairwise(times)]
         runtime = reported_timings(c.server_timings, timings)
         sample = _Sample(ttft=c.ttft_s, e2e=c.e2e_s, tpot=_tpot(c, n), n_tokens=n, itl=itl,
                          overhead_s=c.overhead_s, runtime=runtime, stream_close=c.stream_close_s,
@@ -413,7 +414,7 @@ def _runtime_timings(samples: list[_Sample], level: LatencyLevel, before: dict[s
     return out
 
 
-def run(ctx: "StageContext") -> LatencyResult:
+def run(ctx: StageContext) -> LatencyResult:
     """Warm up, then measure every concurrency level of the profile."""
     profile, own = ctx.profile, settings(ctx.profile)
     max_tokens = own.max_tokens

@@ -101,7 +101,7 @@ class LatencyRow:
     cells: list[dict[str, Any] | None]  # per arm: n, p50, p90, p99 in the unit
 
 
-def latency_table(results: "list[LatencyResult | None]") -> list[LatencyRow]:
+def latency_table(results: list[LatencyResult | None]) -> list[LatencyRow]:
     """One row per latency metric, one cell per arm's result (the level the pages show), in the metric's unit."""
     per_arm = [latency_metrics(r) for r in results]
     names = list(dict.fromkeys(k for m in per_arm for k in m))
@@ -120,7 +120,7 @@ def latency_table(results: "list[LatencyResult | None]") -> list[LatencyRow]:
     return rows
 
 
-def page(results: "list[LatencyResult | None]", inputs: PageInputs) -> dict[str, Any]:
+def page(results: list[LatencyResult | None], inputs: PageInputs) -> dict[str, Any]:
     """The section's variables: the metrics table, each arm's level and its concurrency sweep."""
     return {"latency_rows": latency_table(results), "latency_levels": [latency_level(r) for r in results],
             "latency_sweeps": [latency_sweep(r) for r in results]}

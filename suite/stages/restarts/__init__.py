@@ -28,24 +28,15 @@ a promise.
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, run_caveats
+from suite.analysis.repro import ALPHA, LaunchFigures, LaunchPair, Pattern, across_of, analyse_launches, joint_p, requests_for_transient
+from suite.analysis.stats import holm
 from suite.stages.base import ColumnType, ExportTable, FreshLaunch, SectionTemplate, Stage, length_lists
 from suite.stages.lines import AnswerLine
-from suite.analysis.repro import (
-    ALPHA,
-    LaunchFigures,
-    LaunchPair,
-    Pattern,
-    across_of,
-    analyse_launches,
-    requests_for_transient,
-)
-from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, run_caveats
-from suite.analysis.stats import holm
 from suite.stages.repeat import GateResult, samples_of, select_prompts
 
 if TYPE_CHECKING:
@@ -65,7 +56,7 @@ class RestartsSettings(BaseModel):
     caches: Literal["fresh", "kept", "both"] = "fresh"  # compile/autotune caches per launch
 
 
-def settings(profile: "Profile") -> RestartsSettings:
+def settings(profile: Profile) -> RestartsSettings:
     """This stage's settings for a profile (its values, then the run's own)."""
     return cast(RestartsSettings, STAGE.settings_for(profile))
 
@@ -143,7 +134,7 @@ class RestartsResult(BaseModel):
     # definition declares, each pointed at a new folder); "kept": every launch after the first found
     # the first launch's caches. With both, the kept pass is nested here.
     cache_mode: Literal["fresh", "kept"] = "fresh"
-    with_kept_caches: "RestartsResult | None" = None
+    with_kept_caches: RestartsResult | None = None
     controls: list[str] = Field(default_factory=list)  # the controls every launch ran with
 
     @property
@@ -158,13 +149,13 @@ class RestartsResult(BaseModel):
                     f"every launch was to start with empty compile caches, but {len(found)} found files")
         later = counts[1:]
         if later and all(later):
-            found = (f"launches after the first found the first's compile caches ({', '.join(map(str, later))} "
+            text = (f"launches after the first found the first's compile caches ({', '.join(map(str, later))} "
                      "files at their start)")
             refused = [o for o in self.launch_outcomes[1:] if o.cache_not_loaded]
             if refused:
-                found += (f", but the runtime did not load them in {len(refused)} of {len(later)} and compiled "
+                text += (f", but the runtime did not load them in {len(refused)} of {len(later)} and compiled "
                           f"again (its log: {refused[0].cache_not_loaded!r}): kept caches saved no compiling there")
-            return found
+            return text
         return (f"launches after the first were to reuse the first's compile caches but found "
                 f"{', '.join(map(str, later)) or 'none'} files at their start: the runtime wrote no cache there, "
                 "nothing was kept")
@@ -210,14 +201,15 @@ def within_verdict_of(prompts: list[RestartPromptResult]) -> str:
                  for pid, _ in unstable}
         shaped = [p for p in prompts if any(x == "cold-transient" for x in p.within_patterns)]
         ps = [p.cold_transient_p for p in shaped]
-        joint = math.prod(ps) if ps and all(x is not None for x in ps) else None
+        joint = joint_p(ps)
         # two or more series that changed right after their first request: a switch placed at
         # random in each does that too, a little more often than random order
         series = len(unstable)
         chance = "random order"
         if joint is not None and series >= 2:
             switch = [p.cold_switch_p for p in shaped]
-            joint = max(joint, math.prod(switch)) if all(x is not None for x in switch) else None
+            switch_joint = joint_p(switch)
+            joint = max(joint, switch_joint) if switch_joint is not None else None
             chance = "random order, or one switch placed at random in each,"
         if joint is not None and joint <= ALPHA:
             return (f"cold-start transient within launches ({where}: in {len(unstable)} launch-prompt series of "
@@ -285,7 +277,7 @@ def with_family(prompts: list[RestartPromptResult]) -> None:
     in 9-14 % of runs; over the family it is at most 5 %."""
     adjusted = holm([p.permutation_p for p in prompts])
     family = sum(1 for p in prompts if p.permutation_p is not None)
-    for p, adj in zip(prompts, adjusted):
+    for p, adj in zip(prompts, adjusted, strict=True):
         p.permutation_p_adjusted, p.family = adj, max(1, family)
         if p.permutation_p is None:
             continue
@@ -301,7 +293,7 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
     prompts: list[RestartPromptResult] = []
     for pid in prompt_ids:
         launches = [samples_of(o.gate, pid) for o in answered if o.gate is not None]
-        launches = [l for l in launches if l]
+        launches = [launch for launch in launches if launch]
         if not launches:
             continue
         cold_flags = [p.cold_warm.process_cold for o in answered if o.gate is not None
@@ -315,8 +307,8 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
             alike_bound=a.alike_bound, permutation_p=a.permutation_p, unseen_bound=a.unseen_bound,
             cold_transient_p=a.cold_transient_p, cold_switch_p=a.cold_switch_p, cold_series=a.cold_series,
             lengths_text=a.lengths_text, errors=a.errors,
-            truncated=sum(1 for l in launches for s in l if s.ok and s.truncated),
-            answered=sum(1 for l in launches for s in l if s.ok),
+            truncated=sum(1 for launch in launches for s in launch if s.ok and s.truncated),
+            answered=sum(1 for launch in launches for s in launch if s.ok),
             process_cold=any(cold_flags) if cold_flags else pid == prompt_ids[0],
             same_sequence=a.same_sequence, same_answers=a.same_answers, consistent_across=a.consistent_across,
             stable_within=a.stable_within, within_patterns=a.within_patterns, per_launch=a.per_launch,
@@ -338,7 +330,7 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
                           within_verdict=within, across_verdict=across, verdict=verdict)
 
 
-def planned(profile: "Profile") -> int:
+def planned(profile: Profile) -> int:
     """Its requests for a profile: K launches x the short gate, twice where both cache modes run."""
     own = settings(profile)
     return own.launches * own.requests * len(select_prompts(profile.gate_prompts)) * (2 if own.caches == "both" else 1)
@@ -353,7 +345,7 @@ def export_rows(result: RestartsResult) -> list[dict[str, Any]]:
             "launches": result.launches, "launched": result.launched, "prompt_id": p.prompt_id,
             "within_distinct": list(p.within_distinct), "across_distinct": p.across_distinct,
             "agreement": p.agreement, "agreement_ci95_low": low, "agreement_ci95_high": high,
-            **dict(zip(("answer_lengths_tokens", "answer_length_counts"), length_lists(p.lengths_text))),
+            **dict(zip(("answer_lengths_tokens", "answer_length_counts"), length_lists(p.lengths_text), strict=True)),
             "answered": p.answered or sum(x.answered for x in p.per_launch),
             "truncated": p.truncated, "cache_mode": result.cache_mode, "controls": list(result.controls),
             "cache_files_before": [o.cache_files_before for o in result.launch_outcomes],
@@ -423,13 +415,7 @@ COLUMNS: dict[str, ColumnType] = {
 
 
 # the stage's run (run.py reads this package's models and settings, so it comes after them)
-from suite.stages.restarts.run import (  # noqa: E402
-    cache_counts as cache_counts,
-    cache_env as cache_env,
-    cache_not_loaded as cache_not_loaded,
-    files_in as files_in,
-    run as run,
-)
+from suite.stages.restarts.run import cache_counts, cache_env, cache_not_loaded, files_in, run  # noqa: E402, F401 - re-exported
 
 STAGE = Stage(name="restarts", result=RestartsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=True,
               summary="K fresh launches of the same configuration, a short gate on each",

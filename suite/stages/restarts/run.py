@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def cache_env(root: Path, caches: "CompileCacheSpec") -> dict[str, str]:
+def cache_env(root: Path, caches: CompileCacheSpec) -> dict[str, str]:
     """The env that points every compile/autotune cache the runtime declares under `root`, with
     its settings (vLLM's: Triton keeps its autotuning choices with its kernels)."""
     return caches.env_under(root)
@@ -34,12 +34,12 @@ def files_in(root: Path) -> int:
     return sum(1 for p in root.rglob("*") if p.is_file()) if root.exists() else 0
 
 
-def cache_counts(root: Path, caches: "CompileCacheSpec") -> dict[str, int]:
+def cache_counts(root: Path, caches: CompileCacheSpec) -> dict[str, int]:
     """Files in each declared compile cache under `root` (triton, inductor, ...), before a launch starts."""
     return {d.folder: files_in(root / d.folder) for d in caches.dirs}
 
 
-def run_launches(ctx: "StageContext", mode: Literal["fresh", "kept"]) -> RestartsResult:
+def run_launches(ctx: StageContext, mode: Literal["fresh", "kept"]) -> RestartsResult:
     """K launches of the arm's configuration, each with a short gate, under one cache mode."""
     own = settings(ctx.profile)
     k, n = own.launches, own.requests
@@ -80,7 +80,7 @@ def cache_not_loaded(log_path: Path | None, patterns: list[str]) -> str | None:
     return None
 
 
-def _one_launch(ctx: "StageContext", i: int, mode: Literal["fresh", "kept"], caches: Path,
+def _one_launch(ctx: StageContext, i: int, mode: Literal["fresh", "kept"], caches: Path,
                 prompts: list, n: int) -> LaunchOutcome:
     """Launch i of the restarts: a fresh runtime, its short gate, stopped."""
     label = f"launch-{i}" if mode == "fresh" else "kept"
@@ -106,7 +106,7 @@ def _one_launch(ctx: "StageContext", i: int, mode: Literal["fresh", "kept"], cac
     return outcome
 
 
-def run(ctx: "StageContext") -> RestartsResult:
+def run(ctx: StageContext) -> RestartsResult:
     mode = settings(ctx.profile).caches
     if mode == "both":
         result = run_launches(ctx, "fresh")

@@ -43,7 +43,7 @@ def _max_tokens_of(r: RestartsResult, prompt_id: str) -> int | None:
                  if p.prompt_id == prompt_id), None)
 
 
-def page(results: "list[RestartsResult | None]", inputs: PageInputs) -> dict[str, Any]:
+def page(results: list[RestartsResult | None], inputs: PageInputs) -> dict[str, Any]:
     """The section's variables: each arm's view and every prompt any arm's launches answered."""
     restarts = [restarts_view(r) for r in results]
     prompts = list(dict.fromkeys(p["prompt_id"] for rs in restarts for p in (rs or {}).get("prompts", [])))

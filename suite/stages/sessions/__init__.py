@@ -29,11 +29,10 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from suite.analysis.claims import Claim, Evidence, caveat_cut, run_caveats
+from suite.analysis.repro import RunsAnalysis, Sample, alike_bound, alike_launches_text, analyse_launches, analyse_runs, answer_key
 from suite.stages.base import ColumnType, ExportTable, FreshLaunch, SectionTemplate, Stage
 from suite.stages.lines import AnswerLine
-from suite.analysis.claims import Claim, Evidence, caveat_cut, run_caveats
-from suite.analysis.repro import (RunsAnalysis, Sample, alike_bound, alike_launches_text, analyse_launches, analyse_runs,
-                                  answer_key)
 from suite.stages.repeat import select_prompts
 
 if TYPE_CHECKING:
@@ -52,7 +51,7 @@ class SessionsSettings(BaseModel):
     lora: bool = False  # ... to the base model and, in the same processes, to the test adapter
 
 
-def settings(profile: "Profile") -> SessionsSettings:
+def settings(profile: Profile) -> SessionsSettings:
     """This stage's settings for a profile (its values, then the run's own)."""
     return cast(SessionsSettings, STAGE.settings_for(profile))
 
@@ -211,7 +210,7 @@ def summarise_configuration(label: Literal["base", "adapter"], prompt_ids: list[
     return config
 
 
-def planned(profile: "Profile") -> int:
+def planned(profile: Profile) -> int:
     """Its requests for a profile: K x R passes over the gate prompts; with an adapter not known
     (0: the runtime may not serve one)."""
     own = settings(profile)
@@ -237,9 +236,9 @@ def table_lines(result: SessionsResult) -> list[str]:
 def export_rows(result: SessionsResult) -> list[dict[str, Any]]:
     """`suite export`'s sessions table (study 2's): per configuration, each agreement measure between
     runs (one pass over the prompt set) across sessions with its interval, and within sessions."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for c in result.configurations:
-        base = {"sessions": result.sessions, "replicates": result.replicates, "configuration": c.label,
+        base: dict[str, Any] = {"sessions": result.sessions, "replicates": result.replicates, "configuration": c.label,
                 "status": c.status, "reason": c.reason, "controls": list(result.controls)}
         runs_ = c.runs
         if runs_ is None:
@@ -293,9 +292,7 @@ COLUMNS: dict[str, ColumnType] = {
 
 
 # the stage's run (run.py reads this package's models and settings, so it comes after them)
-from suite.stages.sessions.run import (  # noqa: E402
-    run as run,
-)
+from suite.stages.sessions.run import run  # noqa: E402, F401 - re-exported
 
 STAGE = Stage(name="sessions", result=SessionsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
               summary="K server processes x R replicates (study 2), base and adapter",

@@ -12,14 +12,7 @@ from suite.analysis.repro import Sample
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
 from suite.stages.repeat import GateResult, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
-from suite.stages.sessions import (
-    SessionOutcome,
-    SessionsConfiguration,
-    SessionsResult,
-    settings,
-    summarise_configuration,
-    table_lines,
-)
+from suite.stages.sessions import SessionOutcome, SessionsConfiguration, SessionsResult, settings, summarise_configuration, table_lines
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
@@ -32,7 +25,7 @@ def _replicate_sample(gate: GateResult, prompt_id: str, replicate: int) -> Sampl
     return samples[0].model_copy(update={"index": replicate}) if samples else None
 
 
-def run(ctx: "StageContext") -> SessionsResult:
+def run(ctx: StageContext) -> SessionsResult:
     from suite.stages.controls import ADAPTER_NAME, ensure_adapter
 
     own = settings(ctx.profile)
@@ -80,7 +73,7 @@ def run(ctx: "StageContext") -> SessionsResult:
     return result
 
 
-def _run_session(ctx: "StageContext", i: int, r: int, labels: list[Literal["base", "adapter"]], prompts: list,
+def _run_session(ctx: StageContext, i: int, r: int, labels: list[Literal["base", "adapter"]], prompts: list,
                  lora: list[LoraAdapter] | None, session: dict[str, dict[str, list[Sample]]]) -> SessionOutcome:
     """Session i: a fresh process, R runs of each prompt per configuration (into `session`)."""
     from suite.stages.controls import lora_request_fields

@@ -17,6 +17,6 @@ def sessions_view(r: SessionsResult | None) -> dict[str, Any] | None:
             "outcomes": [o for o in r.outcomes if o.status != "ok"]}
 
 
-def page(results: "list[SessionsResult | None]", inputs: PageInputs) -> dict[str, Any]:
+def page(results: list[SessionsResult | None], inputs: PageInputs) -> dict[str, Any]:
     """The section's variables: each arm's view."""
     return {"sessions": [sessions_view(r) for r in results]}

@@ -260,7 +260,8 @@ def test_vllm_declares_its_cache_reset_and_llamacpp_none() -> None:
     assert get_definition("llamacpp").server.reset_cache_path is None
 
 
-def test_live_llamacpp_batches(llamacpp_server: Any, tmp_path: Path) -> None:
+@pytest.mark.live
+def test_llamacpp_batches(llamacpp_server: Any, tmp_path: Path) -> None:
     """The real llama-server (4 slots) on the tiny model: every mode answers, every request is a line."""
     marker = Path.home() / ".cache/suite/runtimes/llamacpp/.installed"
     if not marker.exists():

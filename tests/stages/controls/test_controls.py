@@ -59,6 +59,17 @@ def test_table_shows_distinct_answers_lengths_and_refusals():
     assert "concurrency-4 ×4" in text and "LoRA: adapter refused" in text
 
 
+def controls_run_lines(summary) -> list:
+    """The run's request lines of the control matrix, as read back from its folder."""
+    from suite.records import read_requests
+
+    (run_dir,) = [p for p in RESULTS_OF[summary.run_id].glob(f"*/*/{summary.run_id}")]
+    return read_requests(run_dir, ["controls"])
+
+
+RESULTS_OF: dict = {}
+
+
 @pytest.fixture(scope="module")
 def controls_run(tmp_path_factory):
     from suite.bench import run_bench
@@ -66,15 +77,28 @@ def controls_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("controls")
     (summary,) = run_bench("tiny", ["llamacpp"], "local", "quick", ["gate", "controls"], results=results,
                            controls=["prompt-cache-off", "concurrency-4", "lora"])
+    RESULTS_OF[summary.run_id] = results
     return summary
 
 
+@pytest.mark.live
 def test_controls_on_fresh_llama_servers(controls_run):
     assert controls_run.status == "complete", controls_run.reason
     result = controls_run.controls
     by = {r.configuration: r for r in result.rows}
     # the default row is added: a control is only ever judged against it
     assert set(by) == {"default", "prompt-cache-off", "concurrency-4", "lora:base", "lora:adapter"}
+    # prompt-cache-off is a request field: tried inside one launch, in pairs with and without it
+    cache = by.pop("prompt-cache-off")
+    assert cache.status == "ok", cache.reason
+    assert cache.unit == "pair" and cache.gate is None and "--lora" not in cache.command
+    series = cache.in_launch["short-open"]
+    assert series.stop in ("credit", "rule-out", "undecided", "second-answer")
+    assert len(series.with_first) == len(series.outcomes) >= 1 and series.requests == 2 + 2 * len(series.outcomes)
+    lines = [q for q in controls_run_lines(controls_run) if q.label.startswith("prompt-cache-off:")]
+    assert len(lines) == series.requests
+    assert all(q.request_extra.get("cache_prompt") is False for q in lines if q.label.endswith(":with"))
+    assert all("cache_prompt" not in q.request_extra for q in lines if q.label.endswith(":without"))
     for row in by.values():
         assert row.status == "ok", row.reason
         # a control row stops at its second answer (with four requests in flight, at the end of the
@@ -86,11 +110,10 @@ def test_controls_on_fresh_llama_servers(controls_run):
         assert row.gate is not None and row.gate.prompts[0].compared_by == "token_ids"
         assert row.distinct["short-open"] == len({tuple(a.token_ids) for a in row.gate.prompts[0].answers})
     assert by["concurrency-4"].concurrency == 4 and by["concurrency-4"].gate.concurrency == 4
-    assert by["prompt-cache-off"].gate.prompts[0].cold_warm is not None
     assert any("--lora" in part for part in by["lora:adapter"].command)
-    assert "--lora" not in by["prompt-cache-off"].command
 
 
+@pytest.mark.live
 def test_lora_base_and_adapter_in_one_llama_server(controls_run):
     result = controls_run.controls
     lora = result.lora

@@ -1,6 +1,6 @@
 """The reload's comparison (study 1): stable sections only, against every repeat, no-fact answers never "same".
 
-Constructed answers through the stage's own functions (the live stage runs in test_studies_live).
+Constructed answers through the stage's own functions (the stage on a real runtime runs in sessions/test_studies.py).
 """
 
 from __future__ import annotations

@@ -80,6 +80,7 @@ def test_one_launch_is_not_enough_to_judge():
     assert r.consistent_across is None and r.verdict.startswith("undetermined: 1 of 3")
 
 
+@pytest.mark.live
 def test_restarts_on_real_llama_servers(tmp_path):
     from suite.bench import run_bench
 

@@ -170,6 +170,7 @@ def test_runs_degenerate_cases():
                            "1 output hash without it")
 
 
+@pytest.mark.live
 def test_study_sessions_on_real_llama_servers(tmp_path: Path, tiny_gguf: Path) -> None:
     from conftest import installed_definition
 
