@@ -253,7 +253,7 @@ def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signa
         model_sha256=prepared_checksum(plan.card, plan.arm.format) or fmt.sha256,
         model_revision=fmt.revision, model_commit=commit, model_revision_resolved=resolved,
         runtime=runtime.name, runtime_pin=runtime.pinned_version, runtime_version=launcher.version(runtime, rt),
-        runtime_features=launcher.features(runtime, rt),
+        runtime_features=launcher.features(runtime, rt), kernel_path=launcher.kernel_path(runtime, rt),
         runtime_stack=stack, image_digest=rt.image_digest, launcher=launcher.name, command=redact_args(rt.command),
         env=redact_env(env), controls=list(spec.controls), sampling=sampling, prompt_set_hash=prompt_set_hash(),
         hardware=launcher.hardware(), compile_cache=caches, node=current_node(),

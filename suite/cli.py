@@ -276,15 +276,17 @@ def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare.")
                   highlight=False, soft_wrap=True)
     if plans and len(unavailable) == len(plans):
         raise typer.Exit(1)
-    for plan in plans:
-        if plan in unavailable:
-            continue
+    ready = [p for p in plans if p not in unavailable]
+    # the formats first: a random-weight or quantised checkpoint needs the tools (torch,
+    # transformers), not the runtime, so it is built before a runtime is installed or checked
+    for fmt_name in dict.fromkeys(p.arm.format for p in ready):
+        t0 = time.monotonic()
+        path = prepare_format(ready[0].card, fmt_name)
+        console.print(f"model {ready[0].card.name}/{fmt_name}: {path} ({time.monotonic() - t0:.0f} s)")
+    for plan in ready:
         t0 = time.monotonic()
         plan.launcher.prepare(plan.runtime, prepared_model)
         console.print(f"runtime {plan.runtime.name}: ready ({time.monotonic() - t0:.0f} s)")
-        t0 = time.monotonic()
-        path = prepare_format(plan.card, plan.arm.format)
-        console.print(f"model {plan.card.name}/{plan.arm.format}: {path} ({time.monotonic() - t0:.0f} s)")
 
 
 @app.command()
@@ -377,6 +379,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
           judge_model: Optional[str] = typer.Option(None, help="The judge's model name at that URL."),
           concurrency: Optional[str] = typer.Option(None, help="Latency concurrency sweep, e.g. 1,2,4 "
                                                     "(default: the profile's)."),
+          latency_max_tokens: Optional[int] = typer.Option(None, "--latency-max-tokens", min=1,
+                                                           help="The latency stage's answer cap (default: the profile's)."),
           gate_requests: Optional[int] = typer.Option(None, "--gate-requests", min=2, help="Identical requests per gate "
                                                       "prompt (default: the profile's; the studies used 200)."),
           restarts: Optional[int] = typer.Option(None, "--restarts", min=2, help="Launches of the restarts stage "
@@ -452,7 +456,8 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                                      "caches": ("--restart-caches", restart_caches)})
     _stage_options(overrides, reloads_stage.STAGE, {"launches": ("--reloads", reloads)})
     _stage_options(overrides, controls_stage.STAGE, {"auto": ("--auto-controls", auto_controls)})
-    _stage_options(overrides, latency_stage.STAGE, {"concurrency": ("--concurrency", _int_list("--concurrency", concurrency))})
+    _stage_options(overrides, latency_stage.STAGE, {"concurrency": ("--concurrency", _int_list("--concurrency", concurrency)),
+                                                    "max_tokens": ("--latency-max-tokens", latency_max_tokens)})
     if ray_address:
         if url is not None or resume or controls:
             given = "--url" if url is not None else "--resume" if resume else "--controls"

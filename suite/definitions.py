@@ -266,6 +266,39 @@ class CacheFolder(Strict):
 CACHE_DEFAULT_PLACEHOLDERS = ("user", "cache_home")
 
 
+class KernelLine(Strict):
+    """One line of the runtime's log that names a kernel it chose: a regular expression and what
+    the signature records for a match (`re`'s expansion template over it, `\\1` its first group;
+    None: the first group, or the whole match)."""
+
+    pattern: Regex
+    value: str | None = None
+
+    @model_validator(mode="after")
+    def _check_template(self) -> KernelLine:
+        if self.value is not None:
+            import re
+
+            groups = re.compile(self.pattern).groups
+            for ref in re.findall(r"\\(\d+)", self.value):
+                if int(ref) > groups:
+                    raise ValueError(f"value {self.value!r} names group {ref}; the pattern has {groups}")
+        return self
+
+
+class KernelsSpec(Strict):
+    """The kernels a runtime chose, as its own log says at start-up (`[kernels]`): for each part
+    (the linear layers' GEMM, the MoE experts', attention), the lines that name it. The signature
+    records what they found (`kernel_path`): the same arm on another GPU may run other kernels."""
+
+    linear: list[KernelLine] = Field(default_factory=list)
+    moe: list[KernelLine] = Field(default_factory=list)
+    attention: list[KernelLine] = Field(default_factory=list)
+
+    def parts(self) -> dict[str, list[KernelLine]]:
+        return {k: v for k, v in (("linear", self.linear), ("moe", self.moe), ("attention", self.attention)) if v}
+
+
 class CompileCacheSpec(Strict):
     """The compile and autotune caches the runtime keeps (Triton's kernels, TorchInductor's, ...):
     the signature records each one's state at launch (`recorded_as`), and the restarts stage points
@@ -354,6 +387,7 @@ class RuntimeDefinition(Strict):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)  # its Prometheus histograms, per request
     timings: TimingsSpec = Field(default_factory=TimingsSpec)  # its `timings` object's fields, per reply
     compile_cache: CompileCacheSpec = Field(default_factory=CompileCacheSpec)  # the caches it compiles into
+    kernels: KernelsSpec = Field(default_factory=KernelsSpec)  # its log's lines naming the kernels it chose
     folder: Path = Path(".")  # set by the loader
     # The release an arm pinned (`with_version`); None: the definition's default. Not a TOML key.
     pinned_version: str | None = None

@@ -367,7 +367,7 @@ class Progress:
         self.arms = {a: _ArmState(a) for a in arms}
         self.live: Any = None
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self.console.is_terminal:
             from rich.live import Live
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
-    from suite.definitions import CompileCacheSpec
+    from suite.definitions import CompileCacheSpec, KernelsSpec
 
 
 class Hardware(BaseModel):
@@ -162,6 +162,42 @@ def command_version(command: list[str], env: dict[str, str] | None = None, limit
         if line.strip():
             return line.strip()[:limit] if limit is not None else line.strip()
     return None
+
+
+KERNEL_VALUE_LIMIT = 160  # characters of one part's kernels kept (a log line is untrusted data)
+
+
+def kernel_path(log_path: Path, spec: KernelsSpec) -> dict[str, str] | None:
+    """The kernels the runtime says it chose, by part (`linear`, `moe`, `attention`): every
+    distinct value its definition's `[kernels]` lines find in the log, in the order the log names
+    them, joined by " + ". None where the definition declares none or the log names none (a part
+    it does not name is left out: a dense model logs no MoE backend)."""
+    parts = spec.parts()
+    if not parts:
+        return None
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    out: dict[str, str] = {}
+    for part, lines in parts.items():
+        found: list[tuple[int, str]] = []
+        for line in lines:
+            for m in re.finditer(line.pattern, text, re.MULTILINE):
+                if line.value is not None:
+                    value = m.expand(line.value)
+                else:
+                    value = m.group(1) if m.re.groups else m.group(0)
+                value = " ".join(value.split())
+                if value:
+                    found.append((m.start(), value))
+        values: list[str] = []
+        for _, v in sorted(found):
+            if v not in values:
+                values.append(v)
+        if values:
+            out[part] = " + ".join(values)[:KERNEL_VALUE_LIMIT]
+    return out or None
 
 
 def feature_line(log_path: Path, pattern: str | None) -> str | None:

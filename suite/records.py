@@ -463,7 +463,7 @@ def read_record(path: Path) -> IO[bytes]:
     fh = open_record(real)
     if real == path:
         return fh
-    return _Unpacked(fh)  # type: ignore[return-value]
+    return _Unpacked(fh)
 
 
 def _open_write(path: Path, how: int) -> IO[bytes]:

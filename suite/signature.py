@@ -89,6 +89,10 @@ class Signature(BaseModel):
         default=None, description="the server's pipeline-parallel degree, where it spreads over more than one GPU")
     gpus: list[str] | None = Field(
         default=None, description="where the server spreads over several GPUs: the GPUs it uses (index: name)")
+    kernel_path: dict[str, str] | None = Field(
+        default=None, description="the kernels the runtime chose, as its own log says at start-up (its "
+        "definition's [kernels] lines): `linear`, `moe`, `attention`; the same arm on another GPU may run "
+        "other kernels, so it is part of the configuration. None: a runtime that names none, or an older record")
     digest: str = ""
 
     def with_digest(self) -> Signature:
@@ -96,7 +100,7 @@ class Signature(BaseModel):
         body = self.model_dump(mode="json", exclude={"digest", "compile_cache"})
         for key in ("model_commit", "model_revision_resolved", "runtime_stack", "sampling", "endpoint",
                     "server_reports", "node", "runtime_pin", "tokenizer", "runtime_features",
-                    "model_random_weights", "tensor_parallel", "pipeline_parallel", "gpus"):
+                    "model_random_weights", "tensor_parallel", "pipeline_parallel", "gpus", "kernel_path"):
             if body.get(key) is None:
                 body.pop(key, None)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -153,6 +157,29 @@ def _port_masked(args: list[Any]) -> str:
     return " ".join(out)
 
 
+KERNEL_PARTS = {"linear": "linear", "moe": "MoE", "attention": "attention"}
+
+
+def kernel_phrase(kernel_path: dict[str, str] | None) -> str | None:
+    """A signature's kernel path as a page says it: "kernels: MarlinLinearKernel (linear), MARLIN
+    (WNA16) (MoE), FLASH_ATTN + FlashAttention 3 (attention)"; None where none was recorded."""
+    if not kernel_path:
+        return None
+    parts = [f"{kernel_path[k]} ({label})" for k, label in KERNEL_PARTS.items() if kernel_path.get(k)]
+    parts += [f"{v} ({k})" for k, v in sorted(kernel_path.items()) if k not in KERNEL_PARTS and v]
+    return "kernels: " + ", ".join(parts) if parts else None
+
+
+def kernel_differences(signatures: list[Any]) -> list[str | None]:
+    """Per arm, its kernel phrase where the arms' recorded kernel paths differ (two arms on other
+    kernels: the page says which each ran); all None where they agree or fewer than two recorded one."""
+    paths = [getattr(sig, "kernel_path", None) if sig is not None else None for sig in signatures]
+    recorded = [json.dumps(p, sort_keys=True) for p in paths if p]
+    if len(recorded) < 2 or len(set(recorded)) < 2:
+        return [None] * len(paths)
+    return [kernel_phrase(p) for p in paths]
+
+
 def flatten_signature(sig: Any) -> dict[str, str]:
     """A signature as `key -> text` rows for side-by-side tables and diffs: nested records as
     `key.field` rows of plain values (no JSON), the command with its launch-time port as `{port}`."""
@@ -175,7 +202,7 @@ def flatten_signature(sig: Any) -> dict[str, str]:
 
     for k, v in d.items():
         if v is None and k in ("endpoint", "server_reports", "tokenizer", "runtime_pin", "runtime_features",
-                               "model_random_weights", "tensor_parallel", "pipeline_parallel", "gpus"):
+                               "model_random_weights", "tensor_parallel", "pipeline_parallel", "gpus", "kernel_path"):
             continue  # only some runs have them
         if k == "command" and isinstance(v, list):
             out[k] = _port_masked(v)

@@ -6,8 +6,10 @@
 # checkout, so vLLM travels in four parts (prepare-vllm-parts.sh, re-split to fit) and the wheels
 # the suite and vLLM lack travel with the first.
 #
-#     bash benchmarks/gpu/split_parts.sh                    # here, first: parts that fit beside the checkout
-#     bash benchmarks/gpu/run_vllm_studies.sh deps          # part aa; the wheels (suite, vLLM, HUMMING, gguf) into the target
+#     bash benchmarks/gpu/prepare-vllm-parts.sh .gpu/vllm   # here, once: vLLM 0.24.0 in parts and the wheels
+#     bash benchmarks/gpu/split_parts.sh vllm               # here, then: parts that fit beside the checkout
+#     bash benchmarks/gpu/run_vllm_studies.sh deps          # part aa; the wheels (suite, vLLM, HUMMING) into the target,
+#                                                       the quantisation tools (llmcompressor) into their own folder
 #                                                       (HUMMING: humming-kernels 0.1.6, pyelftools, compressed-tensors, loguru)
 #     bash benchmarks/gpu/run_vllm_studies.sh part ab       # copy one vLLM part (carried in .gpu/vllm/), ab ... ae
 #     bash benchmarks/gpu/run_vllm_studies.sh gguf a        # copy one part of the tiny model's GGUF folder (.gpu/gemma/), a ... h
@@ -24,6 +26,12 @@
 #     bash benchmarks/gpu/run_vllm_studies.sh gate          # random-llama-1b: gate (200), batch, both modes
 #     bash benchmarks/gpu/run_vllm_studies.sh studies       # sessions x replicates with a LoRA adapter
 #     bash benchmarks/gpu/run_vllm_studies.sh resume-matrix MODEL/ARM/RUN   # a cut control matrix's other rows
+#     bash benchmarks/gpu/run_vllm_studies.sh lightning-prep     # random-lightning: bf16 (seed 0), then NVFP4 and W4A16 quantised from it
+#     bash benchmarks/gpu/run_vllm_studies.sh lightning ARM STAGES [batch]   # random-lightning: one arm's bench
+#                                                       (20 requests a gate prompt; STAGES with restarts: 2 restarts, kept caches;
+#                                                        batch: the batch-composition stage too)
+#     bash benchmarks/gpu/run_vllm_studies.sh lightning-compare  # random-lightning: every format's newest gate against bf16's
+#     (benchmarks/gpu/LIGHTNING.md: the sequence of calls)
 #     (prep: the AMX check of the llama.cpp build, when its inputs travel)
 #
 # Each phase writes what it measured to $OUT (results.tar.gz: the suite's results folder so far,
@@ -40,8 +48,9 @@ say() { echo "[$(printf '%4d' $(( $(date +%s) - T0 )))s] $*"; }
 SITE=/tmp/suite-site
 RECORDS=$REPO/.gpu/records  # the example records a phase starts from (split_parts.sh): no docs/ travels
 TARGET=/tmp/vllm-target
+QTARGET=/tmp/quantize-target  # llmcompressor and its compressed-tensors, apart from vLLM's older one
 export PYTHONPATH=$REPO:$REPO/watchdog:$TARGET:$SITE
-export SUITE_VLLM_PYTHON=python3 SUITE_VLLM_PYTHONPATH=$TARGET SUITE_TOOLS_PYTHON=python3
+export SUITE_VLLM_PYTHON=python3 SUITE_VLLM_PYTHONPATH=$TARGET SUITE_TOOLS_PYTHON=python3 SUITE_QUANTIZE_PYTHONPATH=$QTARGET
 export SUITE_CACHE=/tmp/suite-cache RESULTS=/tmp/suite-results HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 TERM=dumb COLUMNS=200
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -57,7 +66,7 @@ install_vllm() {
   [ -f "$TARGET/.vllm_ok" ] && return 0
   cp -r "$REPO/.gpu/vllm/deps" "$REPO/.gpu/vllm/vllm.sha256" /tmp/vparts/ 2>/dev/null
   cp "$REPO"/.gpu/vllm/vllm.tar.xz.part-* /tmp/vparts/ 2>/dev/null
-  bash "$REPO/.gpu/vllm/install-vllm-parts.sh" /tmp/vparts "$TARGET" || { say "vLLM install failed"; return 1; }
+  bash "$REPO/benchmarks/gpu/install-vllm-parts.sh" /tmp/vparts "$TARGET" || { say "vLLM install failed"; return 1; }
   suite doctor 2>&1 | grep -i "vllm\|gpu" | head -8
   return 0
 }
@@ -116,6 +125,13 @@ case "$PHASE" in
     [ -n "${wheels// /}" ] && python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" $wheels \
       && say "the suite's wheels the machine lacked, in $SITE:$(for w in $wheels; do printf ' %s' "$(basename "$w" | cut -d- -f1)"; done)"
     python3 -c "import suite.cli, suite.launchers.local, suite.stages.batch; print('suite imports')"
+    # the quantisation tools (the suite's quantize: formats), in their own folder
+    if ls "$REPO"/.gpu/vllm/quantize/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$QTARGET" \
+        "$REPO"/.gpu/vllm/quantize/*.whl \
+        && PYTHONPATH=$QTARGET:$PYTHONPATH python3 -c "import llmcompressor, compressed_tensors, datasets, pyarrow; print('quantisation tools: llmcompressor', llmcompressor.__version__, 'compressed-tensors', compressed_tensors.__version__, 'datasets', datasets.__version__, 'pyarrow', pyarrow.__version__)" \
+        || say "the quantisation tools do not import: the quantize: formats cannot be made here"
+    fi
     # what vLLM's HUMMING path imports at start-up beyond vLLM's own wheel: missing, its arm fails
     # after a minute with ModuleNotFoundError (compressed-tensors needs loguru)
     for mod in humming elftools compressed_tensors loguru; do
@@ -136,21 +152,77 @@ case "$PHASE" in
     mkdir -p /tmp/tools-wheels && cp "$REPO"/.gpu/tools/*.whl /tmp/tools-wheels/ && ls /tmp/tools-wheels ;;
   background)
     shift
-    mkdir -p /tmp/vllm-bg && rm -f /tmp/vllm-bg/.done
+    # each chain its own number: `collect` waits for the newest chain, not for an earlier one ending
+    mkdir -p /tmp/vllm-bg && n=$(( $(cat /tmp/vllm-bg/.chain 2>/dev/null || echo 0) + 1 )) && echo "$n" > /tmp/vllm-bg/.chain
     # each PHASE[:ARG:ARG] runs as its own invocation (its own clock), detached from this call
     chain=""; for ph in "$@"; do chain="$chain OUT=/tmp/vllm-bg PHASE_LIMIT=${PHASE_LIMIT:-1700} bash '$REPO/benchmarks/gpu/run_vllm_studies.sh' ${ph//:/ };"; done
-    setsid nohup bash -c "$chain touch /tmp/vllm-bg/.done" >/tmp/vllm-bg/chain.log 2>&1 < /dev/null &
+    setsid nohup bash -c "$chain touch /tmp/vllm-bg/.done-$n" >/tmp/vllm-bg/chain-$n.log 2>&1 < /dev/null &
     say "detached: $*" ;;
   collect)
     # a machine released between calls comes back bare: nothing detached runs there, nothing to wait for
     [ -d /tmp/vllm-bg ] || { say "nothing detached on this machine (it was released since: a fresh machine)"; exit 3; }
-    until [ -f /tmp/vllm-bg/.done ] || [ $(( $(date +%s) - T0 )) -ge "${2:-60}" ]; do sleep 5; done
-    [ -f /tmp/vllm-bg/.done ] && say "detached phases done" || say "detached phases still running"
+    done_mark=/tmp/vllm-bg/.done-$(cat /tmp/vllm-bg/.chain 2>/dev/null || echo 1)
+    until [ -f "$done_mark" ] || [ $(( $(date +%s) - T0 )) -ge "${2:-60}" ]; do sleep 5; done
+    [ -f "$done_mark" ] && say "detached phases done" || say "detached phases still running"
     for f in /tmp/vllm-bg/phase-*.log; do echo "--- $f"; tail -6 "$f"; done
-    mkdir -p "$OUT/bg" && cp -r /tmp/vllm-bg/. "$OUT/bg/"
+    # one archive of everything the detached phases wrote (a call brings back at most 8 files)
+    mkdir -p "$OUT/bg" && tar -C /tmp/vllm-bg -czf "$OUT/bg/detached.tar.gz" .
     # what a phase still running has written so far (its request lines), in case the machine goes
     [ -d "$RESULTS" ] && tar -C "$RESULTS" -czf "$OUT/bg/results-now.tar.gz" .
     exit 0 ;;
+  lightning-prep)
+    # random-lightning's formats, with the tools alone (torch, transformers, llmcompressor): no vLLM needed
+    nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+    say "== random-lightning: bf16 (seed 0), then NVFP4 and W4A16 quantised from it"
+    timeout $(( LIMIT - ($(date +%s) - T0) )) python3 - <<'PY' 2>&1 | grep -v -i "warn" | tail -20
+import json, time
+from suite.catalog import get_card, prepare_format, prepared_checksum
+card = get_card("random-lightning")
+for name in card.formats:
+    t0 = time.monotonic()
+    path = prepare_format(card, name)
+    cfg = json.loads((path / "config.json").read_text())
+    size = sum(f.stat().st_size for f in path.glob("*.safetensors")) / 2**30
+    q = cfg.get("quantization_config") or {}
+    print(f"{name}: {time.monotonic() - t0:.0f} s, {size:.2f} GiB, sha256 {prepared_checksum(card, name)}, "
+          f"params {cfg.get('suite_random_weights', {}).get('params')}, format {q.get('format')}, "
+          f"compressed-tensors {q.get('version')}", flush=True)
+PY
+    ;;
+  lightning)
+    ARM=${2:?arm}; STAGES=${3:?stages}; EXTRA=()
+    [ "${4:-}" = batch ] && EXTRA+=(--batch-composition --batch-trials 6 --batch-sizes 8,16,32)
+    case ",$STAGES," in *,restarts,*) EXTRA+=(--restarts 2 --restart-caches kept);; esac
+    install_vllm || { pack; exit 1; }
+    [ -f "$SUITE_CACHE/models/random-lightning/hf-bf16/.prepared" ] || bash "$0" lightning-prep
+    say "== random-lightning $ARM: stages $STAGES ${EXTRA[*]}"
+    timeout $(( LIMIT - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-lightning --arms "$ARM" \
+        --profile standard --stages "$STAGES" --gate-requests 20 --no-auto-controls "${EXTRA[@]}" 2>&1 | tail -30
+    # the kernels the engine said it chose (the signature's kernel_path), from the newest record
+    grep -rhoE '"kernel_path": \{[^}]*\}' "$RESULTS/random-lightning/$ARM" 2>/dev/null | tail -1
+    pack ;;
+  lightning-compare)
+    # each format's newest run against the bf16 arm's newest: where the answers part
+    base=$(ls -d "$RESULTS"/random-lightning/vllm-gpu/*/ 2>/dev/null | tail -1)
+    [ -n "$base" ] || { say "no vllm-gpu run of random-lightning to compare with"; exit 3; }
+    for arm in vllm-gpu-nvfp4 vllm-gpu-w4a16 vllm-gpu-humming-w4a16 vllm-gpu-humming-w4a16-grouped vllm-gpu-batch-invariant; do
+      run=$(ls -d "$RESULTS"/random-lightning/$arm/*/ 2>/dev/null | tail -1)
+      [ -n "$run" ] || continue
+      say "== compare vllm-gpu with $arm"
+      python3 -m suite.cli compare "$base" "$run" --results "$RESULTS" 2>&1 | tee -a "$OUT/compare-lightning.txt" | tail -20
+    done
+    pack ;;
+  elimination-in-launch)
+    # The same elimination with the matrix the bench runs on its own after a gate that varied: a
+    # control that applies per request (prefix caching off: the prefix cache emptied before each
+    # request) tried inside one launch, in pairs with and without it, stopped by its sequential test;
+    # the launch rows are not started once it is credited on every prompt that varied.
+    install_vllm || { pack; exit 1; }
+    [ -d "$SUITE_CACHE/models/random-qwen3" ] || { say "== random-qwen3: the checkpoint (seed 0)"; suite setup --model random-qwen3 2>&1 | tail -3; }
+    say "== random-qwen3 vllm-gpu: gate 20 x 3 prompts, then the automatic control matrix (in one launch where it can)"
+    timeout $(( LIMIT - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-qwen3 --arms vllm-gpu \
+        --profile standard --stages gate --gate-requests 20 2>&1 | tail -30
+    pack ;;
   elimination)
     install_vllm || { pack; exit 1; }
     [ -d "$SUITE_CACHE/models/random-qwen3" ] || { say "== random-qwen3: the checkpoint (seed 0)"; suite setup --model random-qwen3 2>&1 | tail -3; }

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Split what the GPU machine needs into parts that each fit one call beside the checkout (a call
-# carries at most 64 MiB, the checkout included): the vLLM archive in .gpu/vllm (made by
-# prepare-vllm-parts.sh; its checksum is kept and checked) with the wheels in .gpu/vllm/deps riding
-# with the first part, and the tiny model's GGUF folder (from the suite cache) in .gpu/gemma.
+# carries at most 64 MiB, the checkout included). Packs only what it is asked to:
+#   vllm   the vLLM archive in .gpu/vllm (made by prepare-vllm-parts.sh; its checksum is kept and
+#          checked), the wheels in .gpu/vllm/deps (and quantize/) riding with the first part
+#   gemma  the tiny model's GGUF folder (from the suite cache) in .gpu/gemma
 #
-#     bash benchmarks/gpu/split_parts.sh        # then: run_vllm_studies.sh deps, part ab, part ac, ...
+#     bash benchmarks/gpu/split_parts.sh vllm          # then: run_vllm_studies.sh deps, part ab, part ac, ...
+#     bash benchmarks/gpu/split_parts.sh vllm gemma
 #
-#     RESUME_RUN=MODEL/ARM/RUN bash benchmarks/gpu/split_parts.sh   # and that run for resume-matrix
+#     RESUME_RUN=MODEL/ARM/RUN bash benchmarks/gpu/split_parts.sh vllm   # and that run for resume-matrix
 #
 # The phases need nothing from docs/: the example records they start from (the CPU arm `tiny`
 # compares with; the run `resume-matrix` takes up, named by RESUME_RUN) are copied here into
@@ -15,6 +17,10 @@
 # where the checkout leaves it out), with .gpu/records beside them.
 # Prints each call's size. Run it again whenever the checkout has grown.
 set -euo pipefail
+[ $# -gt 0 ] || { echo "usage: split_parts.sh vllm|gemma ... (what to pack)"; exit 2; }
+for what in "$@"; do
+  case "$what" in vllm|gemma) ;; *) echo "split_parts.sh: $what: not one of vllm, gemma"; exit 2;; esac
+done
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
 MIB=$((1024 * 1024))
@@ -29,28 +35,38 @@ if [ -d docs/examples ]; then
   fi
 fi
 # tracked files missing from the work tree (a sparse checkout) do not travel: du skips them
-checkout=$( (git ls-files -z | du -c --files0-from=- -b 2>/dev/null || true) | tail -1 | cut -f1)
+tracked=$( (git ls-files -z | du -c --files0-from=- -b 2>/dev/null || true) | tail -1 | cut -f1)
 records=$( (du -sb "$REC" 2>/dev/null || echo 0) | cut -f1)
-room=$(( 64 * MIB - checkout - records - 2 * MIB ))   # 2 MiB to spare for what changes before the call
-deps=$(du -sb .gpu/vllm/deps | cut -f1)
-first=$(( room - deps ))
-[ "$first" -gt $MIB ] || { echo "the checkout ($((checkout / MIB)) MiB) leaves no room for the wheels"; exit 1; }
-V=.gpu/vllm
-cat "$V"/vllm.tar.xz.part-* > /tmp/vllm.tar.xz
-(cd /tmp && sha256sum -c "$REPO/$V/vllm.sha256" >/dev/null) || { echo "$V: the parts do not make vllm.tar.xz"; exit 3; }
-rm -f "$V"/vllm.tar.xz.part-*
-head -c "$first" /tmp/vllm.tar.xz > "$V/vllm.tar.xz.part-aa"
-tail -c +$(( first + 1 )) /tmp/vllm.tar.xz | split -b "$room" -a 1 - "$V/vllm.tar.xz.rest-"
-for f in "$V"/vllm.tar.xz.rest-*; do  # rest-a, rest-b ... -> part-ab, part-ac ...
-  letter=${f##*-}; next=$(printf "\\$(printf '%03o' $(( $(printf '%d' "'$letter") + 1 )))")
-  mv "$f" "$V/vllm.tar.xz.part-a$next"
+checkout=$(( tracked + records ))
+room=$(( 64 * MIB - checkout - 2 * MIB ))   # 2 MiB to spare for what changes before the call
+[ "$room" -gt "$MIB" ] || { echo "the checkout ($((checkout / MIB)) MiB) leaves no room beside it"; exit 1; }
+echo "checkout $((checkout / MIB)) MiB; each call at most $(( (checkout + room) / MIB )) MiB"
+for what in "$@"; do
+  if [ "$what" = vllm ]; then
+    V=.gpu/vllm
+    ls "$V"/vllm.tar.xz.part-* >/dev/null 2>&1 || { echo "$V: no parts (run benchmarks/gpu/prepare-vllm-parts.sh $V first)"; exit 3; }
+    riders=$(du -sb "$V/deps" | cut -f1)
+    [ -d "$V/quantize" ] && riders=$(( riders + $(du -sb "$V/quantize" | cut -f1) ))
+    first=$(( room - riders ))
+    [ "$first" -gt $MIB ] || { echo "the checkout ($((checkout / MIB)) MiB) leaves no room for the wheels"; exit 1; }
+    cat "$V"/vllm.tar.xz.part-* > /tmp/vllm.tar.xz
+    (cd /tmp && sha256sum -c "$REPO/$V/vllm.sha256" >/dev/null) || { echo "$V: the parts do not make vllm.tar.xz"; exit 3; }
+    rm -f "$V"/vllm.tar.xz.part-*
+    head -c "$first" /tmp/vllm.tar.xz > "$V/vllm.tar.xz.part-aa"
+    tail -c +$(( first + 1 )) /tmp/vllm.tar.xz | split -b "$room" -a 1 - "$V/vllm.tar.xz.rest-"
+    for f in "$V"/vllm.tar.xz.rest-*; do  # rest-a, rest-b ... -> part-ab, part-ac ...
+      letter=${f##*-}; next=$(printf "\\$(printf '%03o' $(( $(printf '%d' "'$letter") + 1 )))")
+      mv "$f" "$V/vllm.tar.xz.part-a$next"
+    done
+    rm -f /tmp/vllm.tar.xz
+    echo "vllm: part aa with deps/$( [ -d "$V/quantize" ] && echo ' and quantize/') ($(( (first + riders) / MIB )) MiB), then:"
+    ls -la "$V" | grep part-
+  else
+    GGUF=${SUITE_CACHE:-$HOME/.cache/suite}/models/tiny/gguf
+    [ -f "$GGUF/.prepared" ] || { echo "gemma: $GGUF is not prepared (suite setup --model tiny)"; exit 3; }
+    mkdir -p .gpu/gemma && rm -f .gpu/gemma/gguf.tar.part-*
+    (cd "$(dirname "$GGUF")" && tar -cf - gguf) | split -b "$room" -a 1 - .gpu/gemma/gguf.tar.part-
+    (cd "$(dirname "$GGUF")" && tar -cf - gguf | sha256sum | sed 's/-$/gguf.tar/') > .gpu/gemma/gguf.tar.sha256
+    echo "gemma:"; ls -la .gpu/gemma | grep part-
+  fi
 done
-rm -f /tmp/vllm.tar.xz
-GGUF=${SUITE_CACHE:-$HOME/.cache/suite}/models/tiny/gguf
-if [ -f "$GGUF/.prepared" ]; then
-  mkdir -p .gpu/gemma && rm -f .gpu/gemma/gguf.tar.part-*
-  (cd "$(dirname "$GGUF")" && tar -cf - gguf) | split -b "$room" -a 1 - .gpu/gemma/gguf.tar.part-
-  (cd "$(dirname "$GGUF")" && tar -cf - gguf | sha256sum | sed 's/-$/gguf.tar/') > .gpu/gemma/gguf.tar.sha256
-fi
-echo "checkout $((checkout / MIB)) MiB, records $((records / 1024)) KiB; each call at most $(( (checkout + records + room) / MIB )) MiB"
-ls -la "$V" .gpu/gemma 2>/dev/null | grep part-

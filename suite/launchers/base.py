@@ -149,6 +149,13 @@ class Launcher(abc.ABC):
 
         return feature_line(rt.log_path, runtime.server.feature_pattern)
 
+    def kernel_path(self, runtime: RuntimeDefinition, rt: RunningRuntime) -> dict[str, str] | None:
+        """The kernels the runtime chose (linear, MoE, attention), as its log says: the lines its
+        definition's `[kernels]` table names, found in this launch's log; None where it names none."""
+        from suite.probes import kernel_path
+
+        return kernel_path(rt.log_path, runtime.kernels)
+
     def env(self, runtime: RuntimeDefinition, spec: LaunchSpec) -> dict[str, str]:
         """The env the runtime runs with, beyond the machine's own: the spec's (controls and arm)."""
         return dict(spec.env)

@@ -50,6 +50,7 @@ from suite.provenance import SuiteBuild
 from suite.records import read_requests
 from suite.run_figures import LatencyFigures, run_figures
 from suite.sanitize import printable, printable_markup
+from suite.signature import kernel_differences
 from suite.site import charts
 from suite.site.figures import (
     ModelRuns,
@@ -454,6 +455,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         memory_svg=drawn["memory"].result(),
         watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         signature_rows=signature_rows(runs),
+        kernel_phrases=kernel_differences([r.s.signature for r in runs]),
         sweep_svg=drawn["sweep"].result(),
         arm_comparisons=arm_comparisons(gate_runs, arms), toc=table_of_contents(templated, generic),
         stage_sections=stage_sections, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),

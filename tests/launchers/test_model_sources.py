@@ -90,7 +90,7 @@ def test_a_gguf_format_needs_a_file(tmp_path: Path) -> None:
     card = load_card(write_card(tmp_path / "cards", f'[formats.f]\nkind = "gguf"\nsource = "path:{tmp_path}"\n'))
     with pytest.raises(SuiteError, match="a gguf format names a file"):
         arm_runtime(card, "a")
-    with pytest.raises(SuiteError, match="source must start with pypi:, hf:, path:, derive: or random:"):
+    with pytest.raises(SuiteError, match="source must start with pypi:, hf:, path:, derive:, random: or quantize:"):
         load_card(write_card(tmp_path / "c2", '[formats.f]\nkind = "gguf"\nsource = "file:/x"\nfile = "x"\n'))
 
 

@@ -42,16 +42,25 @@ from rich.text import Text
 from suite.analysis.claims import Claim, Evidence, Family, run_caveats
 from suite.analysis.repro import Sample, analyse, group_answers, unseen_share_bound
 from suite.analysis.sequential import EFFECT, MAX_PAIRS
-from suite.definitions import InLaunch
 from suite.analysis.stats import fisher_fewer_others, holm, requests_needed
+from suite.definitions import InLaunch
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.gpu import Energy, EnergyMeter
 from suite.launchers.base import LoraAdapter
 from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage, StageContext, length_lists
-from suite.stages.controls.inlaunch import InLaunchRun, InLaunchSeries, run_controls
+from suite.stages.controls.inlaunch import InLaunchSeries, run_controls
 from suite.stages.lines import AnswerLine
-from suite.stages.repeat import (GatePromptResult, GateResult, concurrency_of, death_reason_of, logprobs_for,
-                                 run_gate, select_prompts, truncation_by_prompt, verdict_of)
+from suite.stages.repeat import (
+    GatePromptResult,
+    GateResult,
+    concurrency_of,
+    death_reason_of,
+    logprobs_for,
+    run_gate,
+    select_prompts,
+    truncation_by_prompt,
+    verdict_of,
+)
 
 if TYPE_CHECKING:
     from suite.catalog import ModelCard
@@ -209,14 +218,14 @@ class ControlsSettings(BaseModel):
     effect: float = Field(default=EFFECT, gt=0.0, le=1.0)  # the share of pairs an undecided row rules out
 
 
-def settings(profile: "Profile") -> ControlsSettings:
+def settings(profile: Profile) -> ControlsSettings:
     """This stage's settings for a profile (its values, then the run's own)."""
     return cast(ControlsSettings, STAGE.settings_for(profile))
 
 
 # -- configurations -------------------------------------------------------------------------------
 
-def resolve_requested(ctx: "StageContext", requested: list[str] | None) -> list[str]:
+def resolve_requested(ctx: StageContext, requested: list[str] | None) -> list[str]:
     """`all` -> default + every control (+ lora where offered); else the names, checked."""
     names = list(requested or ["all"])
     runtime = ctx.runtime
@@ -274,7 +283,7 @@ def _with_energy(row: ControlRow, meter: EnergyMeter) -> ControlRow:
     return row
 
 
-def _gate_on(ctx: "StageContext", running: Any, client: Any, label: str, controls: list[str],
+def _gate_on(ctx: StageContext, running: Any, client: Any, label: str, controls: list[str],
              extra: dict[str, Any] | None = None, process_cold: bool = True,
              prompts: list[str] | None = None, stop_after_distinct: int | None = None,
              requests: int | None = None) -> GateResult:
@@ -285,12 +294,13 @@ def _gate_on(ctx: "StageContext", running: Any, client: Any, label: str, control
     return run_gate(
         client, chosen, requests or ctx.profile.gate_requests, stop_after_distinct=stop_after_distinct,
         max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
-        concurrency=concurrency_of(ctx, [c for c in controls if c != LORA]), extra=extra, record=ctx.record_request, alive=running.alive, death_reason=death_reason_of(running),
+        concurrency=concurrency_of(ctx, [c for c in controls if c != LORA]), extra=extra, record=ctx.record_request,
+        alive=running.alive, death_reason=death_reason_of(running),
         label=label, controls=controls, kind="controls", process_cold=process_cold,
     )
 
 
-def run_configuration(ctx: "StageContext", name: str, prompts: list[str] | None = None,
+def run_configuration(ctx: StageContext, name: str, prompts: list[str] | None = None,
                       requests: int | None = None) -> ControlRow:
     """One row: a fresh runtime with the control, the gate on it (`prompts`: only these), stopped.
 
@@ -340,7 +350,7 @@ def cold_odd_of(prompt: Any) -> bool | None:
     return None
 
 
-def run_transient_row(ctx: "StageContext", name: str, prompts: list[str],
+def run_transient_row(ctx: StageContext, name: str, prompts: list[str],
                       launches: int = TRANSIENT_LAUNCHES) -> ControlRow:
     """A row of `launches` launches (`launches_for` the matrix's controls), each a short gate of
     TRANSIENT_REQUESTS requests per prompt: whether each launch's first answer alone differs, the
@@ -390,20 +400,20 @@ def pool_launches(row: ControlRow, launches: list[ControlRow]) -> None:
 
 # -- LoRA -----------------------------------------------------------------------------------------
 
-def lora_dir(card: "ModelCard") -> Path:
+def lora_dir(card: ModelCard) -> Path:
     from suite.paths import models_dir
 
     return models_dir() / card.name / "lora"
 
 
-def adapter_path(card: "ModelCard", fmt_kind: str) -> Path:
+def adapter_path(card: ModelCard, fmt_kind: str) -> Path:
     """Where the test adapter of this model lives, in the form a runtime of `fmt_kind` loads."""
     if fmt_kind == "gguf":
         return lora_dir(card) / "gguf" / "adapter.gguf"
     return lora_dir(card) / "peft"
 
 
-def ensure_adapter(card: "ModelCard", fmt_kind: str) -> Path:
+def ensure_adapter(card: ModelCard, fmt_kind: str) -> Path:
     """The model's small test adapter in the needed format, made once with peft if missing."""
     path = adapter_path(card, fmt_kind)
     ready = path.exists() if fmt_kind == "gguf" else (path / "adapter_config.json").exists()
@@ -445,7 +455,7 @@ def lora_request_fields(select: str, served_name: str, adapter: bool) -> dict[st
     return None
 
 
-def run_lora(ctx: "StageContext") -> tuple[list[ControlRow], LoraOutcome]:
+def run_lora(ctx: StageContext) -> tuple[list[ControlRow], LoraOutcome]:
     caps = ctx.runtime.capabilities
     outcome = LoraOutcome(offered=caps.lora, select=caps.lora_select)
     rows: list[ControlRow] = []
@@ -501,7 +511,7 @@ def _modal_texts(row: ControlRow | None) -> dict[str, str]:
 
 # -- the stage ------------------------------------------------------------------------------------
 
-def run(ctx: "StageContext") -> ControlsResult:
+def run(ctx: StageContext) -> ControlsResult:
     requested = ctx.controls_request
     names = resolve_requested(ctx, requested)
     if "default" not in names:
@@ -589,7 +599,7 @@ def run(ctx: "StageContext") -> ControlsResult:
     return result
 
 
-def run_in_launch_rows(ctx: "StageContext", names: list[str], prompts: list[str], level: float,
+def run_in_launch_rows(ctx: StageContext, names: list[str], prompts: list[str], level: float,
                        chosen: ControlsSettings) -> list[ControlRow]:
     """One row per per-request control, all from one launch of the arm's own configuration."""
     gate_prompts = [p for p in select_prompts(ctx.profile.gate_prompts) if p.id in prompts]
@@ -844,8 +854,8 @@ def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
     unstarted = [r for r in result.rows if r.status == "skipped" and (r.reason or "").startswith("not started")]
     adjusted = holm([r.p_value for r in tried] + [1.0] * len(unstarted))
     result.family, result.correction = len(tried) + len(unstarted), "Holm"
-    for r, adj in zip(tried, adjusted):
-        r.p_adjusted = adj
+    for r, a in zip(tried, adjusted[:len(tried)], strict=True):
+        r.p_adjusted = a
     result.restoring = [r.configuration for r in tried
                         if len(r.tests) == len(spread) and all(t.credited for t in r.tests)
                         and r.p_adjusted is not None and r.p_adjusted <= result.alpha]
@@ -1019,6 +1029,7 @@ def claims(result: ControlsResult, summary: Any) -> list[Claim]:
     unit = "launches" if result.launches_per_row > 1 else "requests"
     out: list[Claim] = []
     for r in tried:
+        verdict: str
         if r.status != "ok":
             verdict, good = r.status, None
         elif r.answered and not any(r.answered.values()):
@@ -1101,7 +1112,7 @@ def format_controls_table(result: ControlsResult) -> Table:
 
 def export_rows(result: ControlsResult) -> list[dict[str, Any]]:
     """`suite export`'s controls table: one row per control configuration and gate prompt."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for row in result.rows:
         e = row.energy
         base = {"configuration": row.configuration, "status": row.status, "reason": row.reason,
@@ -1123,7 +1134,7 @@ def export_rows(result: ControlsResult) -> list[dict[str, Any]]:
                 "sequential_level": series.level}
             rows.append(base | pairs | {"prompt_id": pid, "distinct_answers": d, "answered": row.answered.get(pid),
                                 **dict(zip(("answer_lengths_tokens", "answer_length_counts"),
-                                           length_lists(row.lengths.get(pid)))),
+                                           length_lists(row.lengths.get(pid)), strict=True)),
                                 "truncated": cut.get(pid, (None, None))[0],
                                 "max_tokens": cut.get(pid, (None, None))[1]})
     return rows

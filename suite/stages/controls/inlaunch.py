@@ -69,7 +69,7 @@ class InLaunchSeries(BaseModel):
         return self.with_answers + self.without_answers + 1
 
 
-def _key(c: "Completion") -> tuple[Any, ...]:
+def _key(c: Completion) -> tuple[Any, ...]:
     return tuple(c.token_ids) if c.token_ids is not None else (c.text,)
 
 
@@ -85,7 +85,7 @@ def _outcome(with_key: tuple[Any, ...], without_key: tuple[Any, ...], reference:
 class _Sender:
     """Sends one request of a series and writes its request line."""
 
-    def __init__(self, ctx: "StageContext", client: OpenAIClient, name: str, how: InLaunch, prompt: GatePrompt,
+    def __init__(self, ctx: StageContext, client: OpenAIClient, name: str, how: InLaunch, prompt: GatePrompt,
                  max_tokens: int, reset_path: str | None) -> None:
         self.ctx, self.client, self.name, self.how, self.prompt = ctx, client, name, how, prompt
         self.max_tokens, self.reset_path = max_tokens, reset_path
@@ -95,7 +95,7 @@ class _Sender:
         self.http_s = {True: 0.0, False: 0.0}
         self.cut = 0
 
-    def send(self, with_control: bool, label: str | None = None) -> "Completion":
+    def send(self, with_control: bool, label: str | None = None) -> Completion:
         reset_error = None
         if with_control and self.how.reset_cache:
             reset_error = reset_cache(self.client, self.reset_path)
@@ -124,7 +124,7 @@ class _Sender:
         return c
 
 
-def run_series(ctx: "StageContext", client: OpenAIClient, name: str, how: InLaunch, prompt: GatePrompt,
+def run_series(ctx: StageContext, client: OpenAIClient, name: str, how: InLaunch, prompt: GatePrompt,
                max_tokens: int, level: float, seed: int, max_pairs: int = MAX_PAIRS,
                effect: float = EFFECT) -> tuple[InLaunchSeries, _Sender]:
     """One control on one prompt: the reference request, then pairs until the test decides."""
@@ -183,7 +183,7 @@ class InLaunchRun(BaseModel):
     wall_s: float = 0.0
 
 
-def run_controls(ctx: "StageContext", names: list[str], prompts: list[GatePrompt], level: float,
+def run_controls(ctx: StageContext, names: list[str], prompts: list[GatePrompt], level: float,
                  max_tokens_cap: int | None, max_pairs: int = MAX_PAIRS, effect: float = EFFECT,
                  seed: int = 0) -> tuple[dict[str, InLaunchRun], Any]:
     """Every per-request control of the matrix, inside one launch of the arm's own configuration.

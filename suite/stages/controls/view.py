@@ -47,7 +47,7 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
     if c is None:
         return None
     prompts = list(c.prompts) or prompt_ids
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in c.rows:
         cut = truncation_by_prompt(r.gate)
         failed = {gp.prompt_id: gp for gp in (r.gate.prompts if r.gate else [])}
@@ -94,7 +94,7 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
             "by_conf": {row["configuration"]: row for row in rows}, "lora": c.lora}
 
 
-def page(results: "list[ControlsResult | None]", inputs: PageInputs) -> dict[str, Any]:
+def page(results: list[ControlsResult | None], inputs: PageInputs) -> dict[str, Any]:
     """The section's variables: each arm's matrix and every configuration any arm ran, in order."""
     controls = [controls_view(c, inputs.prompt_ids) for c in results]
     configs = list(dict.fromkeys(row["configuration"] for c in controls for row in (c or {}).get("rows", [])))
