@@ -27,16 +27,15 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import rich.markup
-from rich.markup import escape
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.table import Table
 
-import suite
 from suite import progress
 from suite.errors import SuiteError
 from suite.launchers import CHOICES as LAUNCHER_CHOICES
@@ -68,20 +67,23 @@ TAG_HELP = ("A label of the runs, KEY=VALUE (e.g. driver=575.57); give it more t
             "Kept in the run record, shown by `suite results` and filterable there with --tag.")
 _TAG = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})=(.{0,200})$")
 # Choices shown as choices in --help and refused by the parser (exit 2) before anything starts.
-ProfileName = Literal[tuple(PROFILES)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    ProfileName = str  # the checker sees a name; typer sees the choices
+else:
+    ProfileName = Literal[tuple(PROFILES)]
 LauncherName = Literal[LAUNCHER_CHOICES]  # type: ignore[valid-type]
 ExportFormat = Literal["parquet", "csv"]
 STAGES_HELP = (f"Stages to run, comma-separated, of: {', '.join(STAGES)} (default: {', '.join(ORDER)}, and the "
                "stages the profile, the options or the gate's verdict add).")
 
 
-def _split(value: Optional[str]) -> list[str] | None:
+def _split(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
 
 
-def _tags(values: Optional[list[str]]) -> dict[str, str]:
+def _tags(values: list[str] | None) -> dict[str, str]:
     """`--tag KEY=VALUE` given any number of times, as a mapping (a key given twice: the last one);
     a tag that is not KEY=VALUE is one line."""
     out: dict[str, str] = {}
@@ -199,7 +201,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> Non
             way = python_way_line(definition, arm.version)
             table.add_row(f"arm {card.name}/{arm_name}", state + (f"; {way}" if way else ""))
     if as_json:
-        _print_json([{"check": check, "state": state} for check, state in zip(*(c.cells for c in table.columns))])
+        _print_json([{"check": check, "state": state} for check, state in zip(*(c.cells for c in table.columns), strict=True)])
         return
     console.print(table)
 
@@ -222,7 +224,7 @@ def python_way_line(definition: Any, version: str | None) -> str | None:
 
 @app.command()
 def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare."),
-          runtime: Optional[str] = typer.Option(None, help="Only this runtime (comma-separated list)."),
+          runtime: str | None = typer.Option(None, help="Only this runtime (comma-separated list)."),
           launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP)) -> None:
     """Install the runtimes and prepare the model formats of a model's arms (reused when present).
 
@@ -266,8 +268,8 @@ def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare.")
 def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or runtime) of the model to serve."),
        model: str = typer.Option("tiny", help="Model card."),
        launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP),
-       port: Optional[int] = typer.Option(None, min=1, max=65535, help="Port (default: a free one)."),
-       controls: Optional[str] = typer.Option(None, help="Controls to apply, comma-separated.")) -> None:
+       port: int | None = typer.Option(None, min=1, max=65535, help="Port (default: a free one)."),
+       controls: str | None = typer.Option(None, help="Controls to apply, comma-separated.")) -> None:
     """Serve one arm of a model until Ctrl-C."""
     import time
 
@@ -334,15 +336,15 @@ def _honest_exit(summaries) -> None:
 # (--url and what goes with it) and a Ray cluster (--ray, --ray-retries). Each stage's own options
 # come from the stage registry (`Stage.options`); `_with_options` adds both kinds to the command.
 DRIVER_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "url": (Optional[str], typer.Option(None, "--url", help="Benchmark a server the suite did not start: "
+    "url": (Optional[str], typer.Option(None, "--url", help="Benchmark a server the suite did not start: "  # noqa: UP045 - typer reads this annotation at run time
                                         "its OpenAI-compatible address, e.g. http://127.0.0.1:8080/v1 "
                                         "(key from SUITE_API_KEY).")),
-    "served_model": (Optional[str], typer.Option(None, "--served-model", help="With --url: the model name "
+    "served_model": (Optional[str], typer.Option(None, "--served-model", help="With --url: the model name "  # noqa: UP045 - typer reads this annotation at run time
                                                  "the server lists in /v1/models (default: its only one).")),
-    "tokenizer": (Optional[str], typer.Option(None, "--tokenizer", help="With --url: the model's tokenizer "
+    "tokenizer": (Optional[str], typer.Option(None, "--tokenizer", help="With --url: the model's tokenizer "  # noqa: UP045 - typer reads this annotation at run time
                                               "(a tokenizer.json, a folder holding one, or hf:ORG/REPO[@REV]), "
                                               "to count the tokens of a server that does not count them.")),
-    "ray_address": (Optional[str], typer.Option(None, "--ray", envvar="RAY_ADDRESS", metavar="ADDRESS",
+    "ray_address": (Optional[str], typer.Option(None, "--ray", envvar="RAY_ADDRESS", metavar="ADDRESS",  # noqa: UP045 - typer reads this annotation at run time
                                                 help="Run every arm as a task on a Ray cluster (host:port, "
                                                 "'auto', ray://...; default: $RAY_ADDRESS): one arm at a time "
                                                 "per node advertising suite_host; see docs/RAY.md.")),
@@ -355,16 +357,16 @@ def _stage_parameter(stage: Stage, option: Any) -> inspect.Parameter:
     """A stage's option (`StageOption`) as a parameter of the command: its type, bound and help."""
     kind = option.kind
     if kind == "bool":
-        annotation: Any = Optional[bool] if "/" in option.flag else bool
+        annotation: Any = Optional[bool] if "/" in option.flag else bool  # noqa: UP045 - typer reads this annotation at run time
         default = typer.Option(None if "/" in option.flag else False, option.flag, help=option.help)
     elif kind == "int":
-        annotation, default = Optional[int], typer.Option(None, option.flag, min=option.min, help=option.help)
+        annotation, default = Optional[int], typer.Option(None, option.flag, min=option.min, help=option.help)  # noqa: UP045 - typer reads this annotation at run time
     elif kind == "choice":
         assert stage.settings is not None
-        annotation = Optional[stage.settings.model_fields[option.setting].annotation]  # type: ignore[index]
+        annotation = Optional[stage.settings.model_fields[option.setting].annotation]  # noqa: UP045 - typer reads this annotation at run time
         default = typer.Option(None, option.flag, help=option.help)
     else:  # str, and lists typed as "a,b,c"
-        annotation, default = Optional[str], typer.Option(None, option.flag, help=option.help)
+        annotation, default = Optional[str], typer.Option(None, option.flag, help=option.help)  # noqa: UP045 - typer reads this annotation at run time
     return inspect.Parameter(option.param, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
@@ -405,15 +407,15 @@ def _stage_values(options: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], d
     return values, names
 
 
-def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmark (default: $MODEL, else tiny; "
+def bench(model: str | None = typer.Option(None, help="Model card to benchmark (default: $MODEL, else tiny; "
                                                "with --url: the name its records go under, default external)."),
-          arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
+          arms: str | None = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
           launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP),
-          results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+          results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP),
           profile: ProfileName = typer.Option("standard", help="How many requests each stage makes."),
-          stages: Optional[str] = typer.Option(None, help=STAGES_HELP),
+          stages: str | None = typer.Option(None, help=STAGES_HELP),
           resume: bool = typer.Option(False, help="Continue the newest incomplete run of each arm."),
-          gate_requests: Optional[int] = typer.Option(None, "--gate-requests", min=2, help="Identical requests per gate "
+          gate_requests: int | None = typer.Option(None, "--gate-requests", min=2, help="Identical requests per gate "
                                                       "prompt (default: the profile's; the studies used 200)."),
           site: bool = typer.Option(False, "--site/--no-site", help="Build the site afterwards."),
           fail_on_variance: bool = typer.Option(False, "--fail-on-variance", help="Exit 1 when any gate prompt "
@@ -423,7 +425,7 @@ def bench(model: Optional[str] = typer.Option(None, help="Model card to benchmar
                                              "(a refusal is remembered in the suite cache's refusals.json)."),
           as_json: bool = typer.Option(False, "--json", help="Print the final table as JSON on stdout "
                                        "(progress and log lines stay on stderr)."),
-          tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP),
+          tags: list[str] | None = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP),
           **options: Any) -> None:
     """Benchmark every arm of a model: gate, latency, extraction, restarts; write the run records.
 
@@ -539,14 +541,14 @@ def _end_of_bench(summaries: list[Any], out: Path, as_json: bool, fail_on_varian
 
 @app.command()
 def gate(model: str = typer.Option("tiny", help="Model card."),
-         arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
-         controls: Optional[str] = typer.Option(None, help="'all' or control names: run the gate once per control set."),
+         arms: str | None = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
+         controls: str | None = typer.Option(None, help="'all' or control names: run the gate once per control set."),
          launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP),
          profile: ProfileName = typer.Option("standard", help="How many requests each stage makes."),
-         results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+         results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP),
          fail_on_variance: bool = typer.Option(False, "--fail-on-variance", help="Exit 1 when any gate prompt "
                                                "gave more than one distinct answer (for CI)."),
-         tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP)) -> None:
+         tags: list[str] | None = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP)) -> None:
     """Run the reproducibility gate (and, with --controls, the control matrix) for every arm.
 
     Exits 1, with one line per arm saying what it needs, when no arm could run here (as `bench`).
@@ -554,8 +556,9 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
     """
     from suite.bench import BenchRequest, run_bench
     from suite.paths import results_dir
-
-    from suite.stages import controls as controls_stage, gate as gate_stage, place
+    from suite.stages import controls as controls_stage
+    from suite.stages import gate as gate_stage
+    from suite.stages import place
 
     stages = [gate_stage.STAGE.name]
     if controls:
@@ -616,7 +619,7 @@ class _SiteRebuilder:
             console.print(f"site: {page} (rebuilt after each stage: reload it as the bench goes on)", soft_wrap=True)
 
 
-def _build_site(results: Optional[Path] = None, out: Optional[Path] = None) -> None:
+def _build_site(results: Path | None = None, out: Path | None = None) -> None:
     from suite.paths import results_dir, site_out_dir
     from suite.site.publish import build_site
 
@@ -626,16 +629,16 @@ def _build_site(results: Optional[Path] = None, out: Optional[Path] = None) -> N
 
 
 @app.command("site")
-def site_cmd(out: Optional[Path] = typer.Option(None, help="Where the website is written (default: $SITE_OUT, "
+def site_cmd(out: Path | None = typer.Option(None, help="Where the website is written (default: $SITE_OUT, "
                                               "else site/public in the suite's folder): emptied and rebuilt on "
                                               "every build, so it must be a folder this suite built (or a new "
                                               "one) apart from the results; open its index.html."),
-             results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP)) -> None:
+             results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP)) -> None:
     """Build the static website from the results folder (no server needed: the pages open from disk)."""
     _build_site(results=_results(results_folder), out=out)
 
 
-def _results(folder: Optional[Path]) -> Path:
+def _results(folder: Path | None) -> Path:
     """--results, else $RESULTS, else ./results; a folder that is not there is one line (exit 2)."""
     from suite.paths import results_dir
 
@@ -654,10 +657,10 @@ def _print_json(data: Any) -> None:
 
 
 @app.command()
-def results(results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+def results(results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " Each run with its latency "
                                          "percentiles in ms, tokens/s, J/token, tags and the suite's commit."),
-            tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE",
+            tags: list[str] | None = typer.Option(None, "--tag", metavar="KEY=VALUE",
                                                      help="Only the runs tagged so (give it more than once: all of them).")) -> None:
     """List the run records in the results folder, newest first, with their tags."""
     from suite.site.publish import list_runs, run_rows
@@ -673,7 +676,7 @@ def results(results_folder: Optional[Path] = typer.Option(None, "--results", hel
 @app.command()
 def export(format: ExportFormat = typer.Option("parquet", "--format", help="The files' format."),
            out: Path = typer.Option(Path("export"), help="Output folder."),
-           results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP)) -> None:
+           results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP)) -> None:
     """Export the result tables (polars) as Parquet or CSV."""
     from suite.export import export_tables
 
@@ -687,14 +690,14 @@ app.add_typer(study_app, name="study")
 
 @study_app.command(SESSIONS_STAGE.name)
 def study_sessions(model: str = typer.Option("tiny", help="Model card."),
-                   arms: Optional[str] = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
+                   arms: str | None = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
                    sessions: int = typer.Option(8, "--sessions", min=2, help="Independent server processes (K)."),
                    replicates: int = typer.Option(3, "--replicates", min=2, help="Runs of each gate prompt per process (R)."),
                    lora: bool = typer.Option(False, "--lora", help="Also the test LoRA adapter, in the same processes."),
                    launcher: Literal["local", "docker"] = typer.Option("local", help="Where the server processes run."),
                    profile: ProfileName = typer.Option("quick", help="Which gate prompts and token caps."),
-                   results_folder: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
-                   tags: Optional[list[str]] = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP)) -> None:
+                   results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP),
+                   tags: list[str] | None = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP)) -> None:
     """Sessions x replicates (study 2): K server processes, R runs each, base and adapter compared.
 
     Exits 1, with one line per arm saying what it needs, when no arm could run here."""
@@ -721,7 +724,7 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
 def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix of one), the 8-character id "
                                           "printed for a run, or a run folder."),
             run_b: str = typer.Argument(..., help="The run to compare it with (same model)."),
-            results: Optional[Path] = typer.Option(None, help=RESULTS_HELP),
+            results: Path | None = typer.Option(None, help=RESULTS_HELP),
             across_models: bool = typer.Option(False, "--across-models", help="Two cards of the same weights "
                                                "(e.g. tiny on CPU arms, tiny-gpu on GPU vLLM)."),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
@@ -765,7 +768,8 @@ def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix 
                                "help_option_names": []})
 def watch(ctx: typer.Context) -> None:
     """Run the memory watchdog alone (same options as `python -m memwatch`; `suite watch --help` lists them)."""
-    from memwatch.cli import _parser, main as memwatch_main
+    from memwatch.cli import _parser
+    from memwatch.cli import main as memwatch_main
 
     if {"--help", "-h"} & set(ctx.args[:ctx.args.index("--")] if "--" in ctx.args else ctx.args):
         parser = _parser()
@@ -927,8 +931,10 @@ def _plain_placeholders(typer_app: typer.Typer) -> None:
         if command.short_help is None and command.callback is not None and command.callback.__doc__:
             # the command list shows each command's first paragraph whole, wrapped, never cut at "..."
             command.short_help = " ".join(inspect.cleandoc(command.callback.__doc__).split("\n\n")[0].split())
-        hints = typing.get_type_hints(command.callback, include_extras=False)  # type: ignore[arg-type]
-        for name, param in inspect.signature(command.callback).parameters.items():  # type: ignore[arg-type]
+        if command.callback is None:
+            continue
+        hints = typing.get_type_hints(command.callback, include_extras=False)
+        for name, param in inspect.signature(command.callback).parameters.items():
             info = param.default
             if isinstance(info, typer.models.ArgumentInfo) and info.metavar is None:
                 info.metavar = name.upper()  # `RUN_A`, as the usage line shows it

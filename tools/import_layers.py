@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("suite", "suite.errors", "suite.paths", "suite.progress", "suite.procid", "suite.lifetime",
                     "suite.profiles", "suite.definitions", "suite.secrets", "suite.hashing", "suite.provenance", "suite.sanitize")),
     ("analysis", ("suite.analysis",)),
-    ("services", ("suite.client", "suite.gpu", "suite.contention", "suite.probes", "suite.signature", "suite.sections",
+    ("services", ("suite.client", "suite.gpu", "suite.contention", "suite.probes", "suite.signature",
                   "suite.launchers", "suite.recipes")),
     ("inputs", ("suite.catalog",)),
     ("stages", ("suite.stages",)),

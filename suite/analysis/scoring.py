@@ -37,7 +37,7 @@ NUMBER_REL_TOL = 1e-4
 
 
 class GoldFact(BaseModel):
-    """One fact a section states, with the answer that counts as right."""
+    """One fact a document part states, with the answer that counts as right."""
 
     key: str = Field(description="JSON key the model is asked to fill")
     type: FactType = Field(description="how the value is compared")
@@ -513,10 +513,10 @@ def score_fact(gold: GoldFact, answer: Any) -> FactScore:
                      partial=partial and not ok, note=note)
 
 
-class SectionScore(BaseModel):
-    """Gold scoring of one answer to one section."""
+class PartScore(BaseModel):
+    """Gold scoring of one answer to one document part (a section of an extraction document)."""
 
-    facts_total: int = Field(description="gold facts in the section")
+    facts_total: int = Field(description="gold facts in the document part")
     answered: int = Field(description="facts the model gave a value for")
     correct: int = Field(description="facts right after normalisation")
     correct_exact: int = Field(description="facts right as written")
@@ -531,8 +531,8 @@ class SectionScore(BaseModel):
     facts: list[FactScore] = Field(default_factory=list, description="per-fact verdicts")
 
 
-def score_section(gold_facts: list[GoldFact], extracted: dict[str, Any] | None) -> SectionScore:
-    """Score the object a model returned for one section; None means the JSON was invalid."""
+def score_part(gold_facts: list[GoldFact], extracted: dict[str, Any] | None) -> PartScore:
+    """Score the object a model returned for one document part; None means the JSON was invalid."""
     answers = extracted or {}
     by_lower = {str(k).strip().lower(): v for k, v in answers.items()}
     scores: list[FactScore] = []
@@ -545,7 +545,7 @@ def score_section(gold_facts: list[GoldFact], extracted: dict[str, Any] | None) 
     wrong = sum(s.verdict == "wrong" for s in scores)
     missing = sum(s.verdict == "missing" for s in scores)
     answered = correct + wrong
-    return SectionScore(
+    return PartScore(
         facts_total=len(gold_facts),
         answered=answered,
         correct=correct,

@@ -11,8 +11,7 @@ the Ray driver is `suite.distributed`). This package hands on the names other mo
 from suite.bench.failures import RuntimeDied, WatchdogTripped, failure_at_start, failure_in_stage
 from suite.bench.launch import runtime_pids, start_with_determinism
 from suite.bench.plan import ArmPlan, plan, plan_arms, plan_arms_profile, plan_external
-from suite.bench.provenance import (carried_parts, configuration_differences, flat_settings, invocation_of,
-                                    make_signature, parallel_fields, profile_overrides)
+from suite.bench.provenance import carried_parts, configuration_differences, flat_settings, invocation_of, make_signature, parallel_fields, profile_overrides
 from suite.bench.request import BenchRequest
 from suite.bench.runner import bench_arm, controls_of, run_arm, run_bench
 from suite.bench.session import BenchSession

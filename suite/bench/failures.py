@@ -15,7 +15,6 @@ from suite.errors import RuntimeStartError, SuiteError
 from suite.launchers.base import RunningRuntime
 from suite.records import RuntimeFailure
 
-
 TAIL_LINES = 20
 
 

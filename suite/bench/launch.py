@@ -9,8 +9,8 @@ configuration on this machine, `suite.refusals`; `ArmPlan.retry_refused` tries i
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from suite.bench.plan import ArmPlan
 from suite.errors import RuntimeStartError

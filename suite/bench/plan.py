@@ -11,7 +11,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
@@ -20,7 +20,7 @@ from suite.client import GenerationParams, OpenAIClient
 from suite.definitions import RuntimeDefinition, get_definition
 from suite.errors import SuiteError
 from suite.launchers import launcher_for
-from suite.launchers.base import LaunchSpec, Launcher, LoraAdapter, RunningRuntime
+from suite.launchers.base import Launcher, LaunchSpec, LoraAdapter, RunningRuntime
 from suite.profiles import Profile, get_profile
 from suite.stages import STAGES
 
@@ -78,7 +78,7 @@ class ArmPlan:
                                     api_key=rt.api_key)
 
 
-def plan(request: "BenchRequest") -> list[ArmPlan]:
+def plan(request: BenchRequest) -> list[ArmPlan]:
     """The plans of a request: the card's arms (or the one server at `request.url`), each with the
     request's profile and its `retry_refused`; bad input is one line."""
     if request.url is not None:
@@ -168,7 +168,7 @@ def _external(url: str, served_model: str | None, model: str | None, arm_name: s
         request=known.request.model_copy() if known else RequestSpec(),
         metrics=known.metrics.model_copy() if known else MetricsSpec(),
         timings=known.timings.model_copy() if known else TimingsSpec())
-    fmt_kind = "gguf" if info.kind == "llamacpp" else "hf"
+    fmt_kind: Literal["gguf", "hf"] = "gguf" if info.kind == "llamacpp" else "hf"
     fmt = ModelFormat.model_construct(kind=fmt_kind, source=f"external:{info.url}", file=None, sha256=None,
                                       revision=None, quantization=None)
     arm_key = arm_name or "external"

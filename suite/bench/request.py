@@ -95,7 +95,7 @@ class BenchRequest(BaseModel):
     def arm_list(self) -> list[str] | None:
         return list(self.arms) if self.arms is not None else None
 
-    def with_settings(self, stage: str, settings: BaseModel) -> "BenchRequest":
+    def with_settings(self, stage: str, settings: BaseModel) -> BenchRequest:
         """This request with one stage's settings replaced (a preflight completed them)."""
         new = {**self.settings, stage: settings}
         return self.model_copy(update={"settings": new, "profile": _recorded(self.profile, new)})
@@ -106,7 +106,7 @@ class BenchRequest(BaseModel):
     def build(cls, *, model: str | None = None, arms: list[str] | tuple[str, ...] | None = None,
               launcher: str = "auto", profile: str = "standard", stages: list[str] | tuple[str, ...] | None = None,
               gate_requests: int | None = None, stage_values: dict[str, dict[str, Any]] | None = None,
-              options: dict[str, dict[str, str]] | None = None, **fields: Any) -> "BenchRequest":
+              options: dict[str, dict[str, str]] | None = None, **fields: Any) -> BenchRequest:
         """The request, every value checked: a bad one is one SuiteError naming it. `stage_values`:
         per stage, the settings the command line gives (None values left out); `options`: per
         stage and setting, the option that gave it (named by an error)."""

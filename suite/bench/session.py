@@ -11,25 +11,38 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
-from memwatch.report import WatchdogReport
 from pydantic import BaseModel
 
+from memwatch.report import WatchdogReport
 from suite import gpu, progress
 from suite.bench.failures import RuntimeDied, WatchdogTripped, failure_at_start, failure_in_stage
 from suite.bench.launch import _watchdog_for, runtime_pids, start_with_determinism
 from suite.bench.plan import ArmPlan
 from suite.bench.provenance import carried_parts, configuration_differences, invocation_of, make_signature
 from suite.client import GenerationParams, OpenAIClient
-from suite.client.budget import budget as client_budget, stage_budget_s
+from suite.client.budget import budget as client_budget
+from suite.client.budget import stage_budget_s
 from suite.contention import ContentionMeter
 from suite.errors import RuntimeStartError, SuiteError
 from suite.launchers.base import LaunchSpec, LoraAdapter, RunningRuntime
 from suite.provenance import suite_build
-from suite.records import (RESULT_MODELS, DeterminismOutcome, Invocation, LaunchWatchdog, RunManifest, RunRecord,
-                           RuntimeFailure, Summary, find_incomplete, new_run_id, utcnow)
+from suite.records import (
+    RESULT_MODELS,
+    DeterminismOutcome,
+    Invocation,
+    LaunchWatchdog,
+    RunManifest,
+    RunRecord,
+    RuntimeFailure,
+    Summary,
+    find_incomplete,
+    new_run_id,
+    utcnow,
+)
 from suite.secrets import redact_args, redact_env
 from suite.signature import Signature
 from suite.stages import STAGES, StageContext, added_on_verdict, get_stage, schedule, verdict_of
@@ -112,7 +125,8 @@ class BenchSession:
                 refusals.remember(determinism.memo_key, seen.model_copy(update={"run_id": self.record.manifest.run_id}))
         self._move_logs()
         self.summary = Summary(run_id=self.record.manifest.run_id, model=plan.card.name, arm=plan.arm_name,
-                               suite=self.record.manifest.suite or suite_build(), runtime=plan.runtime.name, launcher=plan.launcher.name, profile=plan.profile.name,
+                               suite=self.record.manifest.suite or suite_build(), runtime=plan.runtime.name,
+                               launcher=plan.launcher.name, profile=plan.profile.name,
                                started_at=self.record.manifest.started_at, determinism=determinism,
                                signature=signature, startup_s=rt.startup_s,
                                invocation=self.record.manifest.invocation or self.invocation)
@@ -207,7 +221,7 @@ class BenchSession:
         self.record.finish(summary)
         return summary
 
-    def _died(self, name: str, before: bool = False) -> "RuntimeDied":
+    def _died(self, name: str, before: bool = False) -> RuntimeDied:
         """The arm's runtime ended on its own before or during stage `name`: the failure, typed,
         and the error that ends the arm ("the runtime crashed: SIGSEGV (segmentation fault) during
         stage gate after 3 of 20 requests; its log: ...")."""
@@ -245,7 +259,7 @@ class BenchSession:
             return 0
         return n
 
-    def __enter__(self) -> "BenchSession":
+    def __enter__(self) -> BenchSession:
         assert self.record is not None, "start() first"
         return self
 

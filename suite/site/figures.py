@@ -27,6 +27,7 @@ from suite.records import Summary, load_all
 from suite.signature import flatten_signature
 from suite.stages import EXTRACTION_STAGE, LATENCY_STAGE, ORDER, VERDICT_STAGE
 from suite.stages.controls import ControlsResult
+from suite.stages.gate.view import gate_settings_text  # noqa: F401 - the index page's gate line, and tests
 from suite.stages.latency import LatencyLine
 from suite.stages.latency.view import latency_level
 from suite.stages.lines import AnswerLine
@@ -200,24 +201,6 @@ def prompt_view(p: PromptAnalysis, prompt_id: str, max_tokens: int | None = None
         max_logprob_diff=p.max_logprob_diff, modal_tied=p.modal_tied,
         process_cold=p.cold_warm.process_cold if p.cold_warm is not None else False,
     )
-
-
-def gate_settings_text(gates: list[GateResult | None], arms: list[str] | None = None) -> str | None:
-    """How the gate sent its requests, from the records: `one request at a time, temperature 0, seed 42`.
-
-    One phrase where every run's gate had the same settings, else one per arm; None without a gate.
-    """
-    def phrase(g: GateResult) -> str:
-        at_once = "one request at a time" if g.concurrency == 1 else f"{g.concurrency} requests at once"
-        seed = "no seed" if g.seed is None else f"seed {g.seed}"
-        return f"{at_once}, temperature {g.temperature:g}, {seed}"
-
-    named = [(arm, phrase(g)) for arm, g in zip(arms or [""] * len(gates), gates, strict=True) if g is not None]
-    if not named:
-        return None
-    if len({p for _, p in named}) == 1:
-        return named[0][1]
-    return "; ".join(f"{arm}: {p}" if arm else p for arm, p in named)
 
 
 def gate_prompts(gate: GateResult | None) -> list[PromptView]:

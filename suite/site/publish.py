@@ -69,14 +69,12 @@ from suite.site.figures import (
     watchdog_view,
     with_thousands,
 )
-from suite.stages import LATENCY_STAGE, STAGES, VERDICT_STAGE
+from suite.stages import LATENCY_STAGE, SLOTS, STAGES, VERDICT_STAGE, Stage, page_sections
 from suite.stages.base import PageInputs, SectionTemplate
 from suite.stages.controls.view import controls_view
-from suite.stages.extraction.view import extraction_view
 from suite.stages.latency import LatencyLine
-from suite.stages.latency.view import latency_sweep, latency_table
+from suite.stages.latency.view import latency_sweep
 from suite.stages.lines import AnswerLine
-from suite.stages.restarts.view import restarts_view
 
 log = logging.getLogger(__name__)
 
@@ -340,6 +338,24 @@ def _gate_page(model: ModelRuns, prompt_id: str) -> str:
 
 # The stages a model page shows from the newest run holding each (record field -> name on the page).
 PAGE_STAGES = {stage.name: stage.page_title for stage in STAGES.values() if stage.page_title is not None}
+# A model page's own parts (not a stage's), as (anchor, name in the table of contents): those after
+# each slot's stage sections, and those at its foot.
+OWN_PARTS: dict[str, list[tuple[str, str]]] = {
+    "answers": [("arms-compared", "arms compared"), ("determinism", "determinism mode")], "causes": [], "measures": []}
+FOOT_PARTS: list[tuple[str, str]] = [("watchdog", "watchdog"), ("signature", "configuration"), ("runs", "all runs")]
+
+
+def table_of_contents(templated: list[Stage], generic: list[Stage]) -> list[tuple[str, str]]:
+    """A model page's table of contents, (anchor, name) in the page's order: each slot's stage
+    sections (`suite.stages.page_sections`, each anchored at its stage's name) and the page's own
+    parts after them, the sections of stages without a template of their own, then the foot."""
+    toc: list[tuple[str, str]] = []
+    for slot in SLOTS:
+        toc += [(s.name, s.page_title or s.name) for s in templated
+                if isinstance(s.section, SectionTemplate) and s.section.slot == slot]
+        toc += OWN_PARTS[slot]
+    toc += [(f"stage-{s.name}", s.page_title or s.name) for s in generic]
+    return toc + FOOT_PARTS
 
 
 def _model_charts(site: _Site, model: ModelRuns) -> dict[str, Future[str | None]]:
@@ -424,12 +440,15 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
                 if p is not None:
                     p.page = rel
 
-    # the sections of stages the page does not draw by hand (a stage added as its own package)
+    # the sections of stages without a template of their own (a stage added as its own package)
+    generic = [stage for stage in STAGES.values() if stage.section is not None
+               and not isinstance(stage.section, SectionTemplate) and stage.name in by]
     stage_sections = [
         {"name": stage.name, "title": stage.page_title, "summary": stage.summary,
          "arms": [(r.s.arm, stage.page_section(getattr(r.s, stage.name, None))) for r in by[stage.name]]}
-        for stage in STAGES.values() if stage.section is not None and not isinstance(stage.section, SectionTemplate)
-        and stage.name in by]
+        for stage in generic]
+    # the sections stages draw with templates of their own, in the page's order
+    templated = [s for s in page_sections() if s.name in by]
     context: dict[str, Any] = dict(
         model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
         gate=gate, generated=generated, ttft_svg=drawn["ttft"].result(), itl_svg=drawn["itl"].result(),
@@ -438,35 +457,38 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         signature_rows=signature_rows(runs),
         kernel_phrases=kernel_differences([r.s.signature for r in runs]),
         sweep_svg=drawn["sweep"].result(),
-        arm_comparisons=arm_comparisons(gate_runs, arms),
-        gate_settings=gate_settings_text([r.s.gate for r in gate_runs], arms),
+        arm_comparisons=arm_comparisons(gate_runs, arms), toc=table_of_contents(templated, generic),
         stage_sections=stage_sections, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),
     )
-    # the sections stages draw with templates of their own, each in its slot of the page
+    # each stage section in its slot of the page
     inputs = PageInputs(arms=arms, prompt_ids=prompt_ids)
-    stage_slots: dict[str, list[Markup]] = {"answers": [], "causes": [], "measures": []}
-    templated = sorted(((s.name, s.section) for s in STAGES.values()
-                        if isinstance(s.section, SectionTemplate) and s.name in by), key=lambda t: t[1].order)
-    in_sections = {**context, "root": "../" * model.page.count("/")}
-    for name, section in templated:
-        results = [getattr(r.s, name, None) for r in by[name]]
-        stage_slots[section.slot].append(_stage_section(site, name, section, results, inputs, in_sections))
+    stage_slots: dict[str, list[Markup]] = {slot: [] for slot in SLOTS}
+    in_sections = {**context, "root": "../" * model.page.count("/"), "run_page": False}
+    for stage in templated:
+        assert isinstance(stage.section, SectionTemplate)
+        results = [getattr(r.s, stage.name, None) for r in by[stage.name]]
+        stage_slots[stage.section.slot].append(
+            _stage_section(site, stage.name, stage.section, results, inputs, in_sections))
     site.write(model.page, "model.html", **context, stage_slots=stage_slots)
 
 
-def _run_sections(site: _Site, run: Run, gate: list[PromptView]) -> list[Markup]:
-    """The stages' own sections on a run's page, for that run alone: each stage with a template
-    of its own that the run page does not draw itself, where the run has its result (`gate`: the
-    run's gate prompts, as its page shows them)."""
+def _run_sections(site: _Site, run: Run) -> list[Markup]:
+    """The stages' own sections on a run's page, for that run alone, in the model page's order
+    (`suite.stages.page_sections`): each where the run has the stage's result, or where a stage
+    every bench runs has none and the run did not fail (its section says it did not run)."""
+    gate = gate_prompts(run.s.gate)
     inputs = PageInputs(arms=[run.s.arm], prompt_ids=[p.prompt_id for p in gate])
     out = []
-    for stage in STAGES.values():
+    for stage in page_sections():
         section = stage.section
         result = getattr(run.s, stage.name, None)
-        if not isinstance(section, SectionTemplate) or not section.on_run_page or result is None:
+        if not isinstance(section, SectionTemplate) or not section.on_run_page:
+            continue
+        if result is None and (run.failure or not stage.in_bench):
             continue
         context = {"root": "../" * run.page.count("/"), "arms": [run.s.arm], "runs": [run], "borrowed": {},
-                   "stage_runs": {stage.name: [run]}, "prompt_ids": inputs.prompt_ids}
+                   "stage_runs": {stage.name: [run]}, "prompt_ids": inputs.prompt_ids, "run_page": True,
+                   "gate": [{p.prompt_id: p for p in gate}]}
         out.append(_stage_section(site, stage.name, section, [result], inputs, context))
     return out
 
@@ -567,14 +589,11 @@ def _write_site(build_dir: Path, out_dir: Path, models: dict[str, ModelRuns], pr
         for run in all_runs:
             run.log_page = _copy_failure_log(build_dir, run)
         for run in all_runs:  # written while the charts are drawn
-            gate = gate_prompts(run.s.gate)
             site.write(run.page, "run.html", model=models[run.s.model], run=run, generated=generated,
-                       stage_parts=_run_sections(site, run, gate), gate=gate,
+                       stage_parts=_run_sections(site, run),
+                       # the control matrix's part is still drawn by the run page itself (on_run_page False)
                        controls=controls_view(run.s.controls, []),
-                       restarts=restarts_view(run.s.restarts),
-                       extraction=extraction_view(run.s.extraction),
-                       watchdog=watchdog_view(run.s.watchdog),
-                       latency_rows=latency_table([run.s.latency]))
+                       watchdog=watchdog_view(run.s.watchdog))
         for name, model in models.items():
             _model_page(site, model, generated, drawn[name])
     finally:

@@ -14,7 +14,8 @@ command line; no other module names a stage to place it.
 A stage from another package joins with one line in that package's metadata, an entry point of
 the group `suite.stages` naming its `Stage` (`probe = "mypackage.probe:STAGE"`): its result in
 the run record and summary, its request lines (`Stage.lines`), its export tables, its place in
-the schedule, `--resume` and its model-page section (`Stage.section`) all come from that record.
+the schedule, `--resume` and its section of the model page and of a run's page (`Stage.section`,
+listed in the model page's table of contents in `page_sections` order) all come from that record.
 """
 
 from __future__ import annotations
@@ -102,6 +103,18 @@ LATENCY_STAGE: str = latency.STAGE.name
 EXTRACTION_STAGE: str = extraction.STAGE.name
 
 
+# The places of a page a stage's own section may take, in the page's order (`SectionTemplate.slot`).
+SLOTS: tuple[str, ...] = ("answers", "causes", "measures")
+
+
+def page_sections() -> list[Stage]:
+    """The stages with a section of their own (`SectionTemplate`), in the order a page shows them:
+    by slot, then by `order` inside it, then in the registry's order. The pages place their stage
+    sections, and list them in their table of contents, in this order."""
+    own = [s for s in STAGES.values() if isinstance(s.section, SectionTemplate)]
+    return sorted(own, key=lambda s: (SLOTS.index(s.section.slot), s.section.order))  # type: ignore[union-attr]
+
+
 def get_stage(name: str) -> Stage:
     if name not in STAGES:
         raise SuiteError(f"unknown stage {name!r}; known: {', '.join(STAGES)}")
@@ -153,5 +166,5 @@ def may_run(stages: list[str], profile: Profile) -> list[str]:
     return list(dict.fromkeys([*stages, *(s.name for s in STAGES.values() if s.may_run(profile))]))
 
 
-__all__ = ["STAGES", "ORDER", "VERDICT_STAGE", "LATENCY_STAGE", "EXTRACTION_STAGE", "LOAD_ERRORS", "Stage", "StageContext",
+__all__ = ["STAGES", "ORDER", "SLOTS", "page_sections", "VERDICT_STAGE", "LATENCY_STAGE", "EXTRACTION_STAGE", "LOAD_ERRORS", "Stage", "StageContext",
            "FreshLaunch", "LaunchFactory", "get_stage", "place", "schedule", "verdict_of", "added_on_verdict", "may_run"]

@@ -1,7 +1,9 @@
 """What every stage is built from: the `Stage` record, the context it runs with, a fresh launch.
 
 A stage is one `Stage` object (name, result model, whether it needs fresh runtimes, `run`),
-defined at the foot of its module and registered in `suite.stages.STAGES`. `run(ctx)` gets a
+defined at the foot of its package's `__init__.py` and registered in `suite.stages.STAGES`; a long
+stage keeps the code that executes it (its `run` and helpers) in the package's `run.py`, its page
+part in `view.py` and `section.html`. `run(ctx)` gets a
 `StageContext` (the arm, its running runtime and client, the record, the earlier results) and
 returns its result model, which the bench writes to `stages/<name>.json` and, at the end, under
 the stage's name in `summary.json`. Its place in the schedule (`when`, `after`, `needs`,
@@ -194,10 +196,14 @@ class SectionTemplate:
     that is a package keeps its section beside its code); `view` names, as "module:function" and
     imported only when a page is built, the function that turns the stage's results (one per arm,
     in the page's column order) and the page's `PageInputs` into the template's variables. `slot`
-    is the page's place for it ("answers": after the gate; "causes": after the determinism mode;
-    "measures": after those, before the watchdog), `order` its place among the slot's sections.
-    A run's own page shows the same section for that run alone, where the run has the stage's
-    result, unless `on_run_page` is False (a stage whose part the run page draws itself)."""
+    is the page's place for it ("answers": the gate's answers and beside them, before the arms
+    compared; "causes": after the determinism mode; "measures": after those, before the watchdog),
+    `order` its place among the slot's sections (the registry's order among equals); the page's
+    table of contents lists the sections in that order (`suite.stages.page_sections`).
+    A run's own page shows the same section for that run alone (the template's `run_page` is then
+    True, and every list of one per arm has that run's alone), where the run has the stage's
+    result, or where a stage every bench runs (`Stage.in_bench`) has none and the run did not fail
+    (its section then says so); `on_run_page` False: nothing on a run's page."""
 
     template: str
     view: str
@@ -330,7 +336,7 @@ class Stage:
     options: tuple[StageOption, ...] = ()
     # Its check of the bench's request before any runtime starts (`StagePreflight`), run by the
     # bench's start-up for every stage with settings, whether or not it is in the run.
-    preflight: "StagePreflight | None" = None
+    preflight: StagePreflight | None = None
     # What a run that stopped before the stage's end (a time limit, a kill) had measured of it,
     # rebuilt from its request lines (`exported_requests` kinds) and the stages it finished (the
     # summary so far): the stage's result, saying what it rebuilt and what was cut; None where the

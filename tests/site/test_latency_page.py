@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from suite.site.figures import load_runs
-from suite.stages.latency.view import latency_table, metric_label
-from suite.site.publish import make_env
+from suite.stages.latency.view import metric_label
+from suite.site.publish import _run_sections, _Site
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "results"
 
@@ -21,27 +21,33 @@ def _a_run_with_latency():
     raise AssertionError("no golden run has a latency result")
 
 
-def _render_run(model, run) -> str:
-    return make_env().get_template("run.html").render(
-        root="../", model=model, run=run, generated="now", gate=[], controls=None, restarts=None,
-        extraction=None, watchdog=None, latency_rows=latency_table([run.s.latency]), stage_parts=[])
+def _render_run(model, run, out: Path) -> str:
+    """The run's page as the site writes it: its stages' sections (the latency's among them) in it."""
+    site = _Site(out)
+    try:
+        parts = _run_sections(site, run)
+        assert not site.section_problems
+        return site.env.get_template("run.html").render(
+            root="../", model=model, run=run, generated="now", controls=None, watchdog=None, stage_parts=parts)
+    finally:
+        site.close()
 
 
-def test_old_record_says_ttft_may_be_a_cache_hit() -> None:
+def test_old_record_says_ttft_may_be_a_cache_hit(tmp_path: Path) -> None:
     model, run = _a_run_with_latency()
     latency = run.s.latency.model_copy(update={"prompt_cache": None, "prompt_prefix": None})
     run = type(run)(summary=run.s.model_copy(update={"latency": latency}), run_dir=run.run_dir,
                     headline=run.headline, page=run.page)
-    html = _render_run(model, run)
+    html = _render_run(model, run, tmp_path)
     assert "likely a prompt-cache hit" in html
 
 
-def test_unique_prefix_record_says_ttft_includes_prompt_processing() -> None:
+def test_unique_prefix_record_says_ttft_includes_prompt_processing(tmp_path: Path) -> None:
     model, run = _a_run_with_latency()
     latency = run.s.latency.model_copy(update={"prompt_cache": "unique-prefix", "prompt_prefix": "Request {index:04d}: "})
     run = type(run)(summary=run.s.model_copy(update={"latency": latency}), run_dir=run.run_dir,
                     headline=run.headline, page=run.page)
-    html = _render_run(model, run)
+    html = _render_run(model, run, tmp_path)
     assert "TTFT includes prompt processing" in html
     assert "Request {index:04d}: " in html
 
@@ -59,11 +65,13 @@ def test_model_page_and_every_stage_section_template_parse() -> None:
     from suite.stages import STAGES
     from suite.stages.base import SectionTemplate
 
+    from suite.site.publish import make_env
+
     env = make_env()
     assert "TTFT includes prompt processing" in env.loader.get_source(env, "latency/section.html")[0]
     env.get_template("model.html")
     sections = [f"{s.name}/{s.section.template}" for s in STAGES.values() if isinstance(s.section, SectionTemplate)]
-    assert len(sections) == 6
+    assert len(sections) == 7  # every built-in stage with a page part, the gate and the latency among them
     for name in sections:  # a syntax error in a stage's section fails here
         env.get_template(name)
 

@@ -252,6 +252,58 @@ def test_model_page_in_the_browser(site: Path, browser: Browser, shots: Path) ->
     assert "<redacted>" in text and "HF_TOKEN" in text
 
 
+def test_every_stage_reaches_both_pages_through_its_section_listed_from_the_registry(
+        site: Path, browser: Browser) -> None:
+    """The model page's table of contents lists every stage section the registry places there, in
+    the page's order, each link landing on its section; a run's page draws the same stages'
+    sections (the gate and the latency among them), in the same order, for that run alone."""
+    from suite.stages import STAGES, page_sections
+
+    order = [s.name for s in page_sections() if s.page_title is not None]
+    assert order[0] == "gate" and {"gate", "latency", "restarts", "extraction"} <= set(order)
+    page = open_clean(browser, site / "models" / "tiny.html")
+    toc = page.eval("[...document.querySelectorAll('nav.toc a')].map(a => a.getAttribute('href').slice(1))")
+    assert [a for a in toc if a in STAGES] == order
+    assert toc[-3:] == ["watchdog", "signature", "runs"] and toc.index("arms-compared") == order.index("batch") + 1
+    # each link lands on an element of the page, and the page has them in the list's order
+    where = page.eval("""[...document.querySelectorAll('nav.toc a')].map(a => {
+        const el = document.getElementById(a.getAttribute('href').slice(1));
+        return el ? [...document.querySelectorAll('[id]')].indexOf(el) : -1; })""")
+    assert -1 not in where and where == sorted(where)
+    shown = page.eval("[...document.querySelectorAll('main section[id], body section[id]')].map(s => s.id)")
+    assert [s for s in dict.fromkeys(shown) if s in STAGES] == order
+    # a complete run's page: the gate's, latency's, restarts' and extraction's parts are their sections
+    s = golden_summary("tiny", "vllm-cpu")
+    run_page = open_clean(browser, next((site / "runs").glob(f"*{s.run_id[-8:]}*-vllm-cpu.html")))
+    ids = run_page.eval("[...document.querySelectorAll('section[id]')].map(s => s.id)")
+    assert {"gate", "latency", "restarts", "extraction"} <= set(ids)
+    assert ids == [n for n in order if n in ids]
+    text = run_page.text()
+    assert f"{s.gate.prompts[0].distinct_answers} of" in text and "Time to first token" in text
+
+
+def test_a_stage_moved_in_the_registry_moves_on_both_pages_and_in_the_contents(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table of contents and the sections' places follow the registry's declarations: no list
+    of the pages names them."""
+    import dataclasses
+
+    from suite import stages
+
+    moved = stages.STAGES["sessions"]
+    monkeypatch.setitem(stages.STAGES, "sessions", dataclasses.replace(
+        moved, section=dataclasses.replace(moved.section, slot="answers", order=5)))
+    build_site(GOLDEN, tmp_path / "public")
+    page = (tmp_path / "public" / "models" / "tiny.html").read_text(encoding="utf-8")
+    toc = re.findall(r'<a href="#([^"]+)">', page[page.index('<nav class="toc">'):page.index("</nav>", page.index('<nav class="toc">'))])
+    assert toc[:4] == ["gate", "batch", "sessions", "arms-compared"]
+    assert page.index('<section id="sessions">') < page.index('<section id="arms-compared">')
+    run_page = next(p.read_text(encoding="utf-8") for p in (tmp_path / "public" / "runs").glob("*.html")
+                    if '<section id="sessions">' in p.read_text(encoding="utf-8"))
+    assert run_page.index('<section id="gate">') < run_page.index('<section id="sessions">') < \
+        run_page.index('<section id="restarts">')
+
+
 def test_incomplete_and_tripped_runs_render(site: Path, browser: Browser, shots: Path) -> None:
     page = open_clean(browser, site / "models" / "nano.html")
     page.screenshot(shots / "model-nano.png")

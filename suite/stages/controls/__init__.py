@@ -47,7 +47,7 @@ from suite.definitions import InLaunch
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.gpu import Energy, EnergyMeter
 from suite.launchers.base import LoraAdapter
-from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage, StageContext, length_lists, StageOption
+from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage, StageContext, StageOption, length_lists
 from suite.stages.controls.inlaunch import InLaunchSeries, run_controls
 from suite.stages.lines import AnswerLine
 from suite.stages.repeat import (

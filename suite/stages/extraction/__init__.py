@@ -25,7 +25,6 @@ the answers too, when the context has one.
 from __future__ import annotations
 
 import logging
-import time
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -33,20 +32,18 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field
 
 from suite.analysis.claims import Claim, Evidence, run_caveats
-from suite.analysis.jsonextract import extract_json_object
-from suite.analysis.scoring import GoldFact, score_section
+from suite.analysis.scoring import GoldFact
 from suite.analysis.stats import MeanSE, mean, mean_se
-from suite.client import ClientError
 from suite.errors import SuiteError
 from suite.paths import DOCUMENTS_DIR, EXTRACTION_DIR
-from suite.stages.extraction.judge import JudgeResult, preflight as judge_preflight
-from suite.sections import Answer, JsonChat, Mode, Section, _answered_facts, changed_sections
 from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage, StageOption
+from suite.stages.extraction.documents import Answer, DocumentPart, Mode, _answered_facts, changed_parts
+from suite.stages.extraction.judge import JudgeResult
+from suite.stages.extraction.judge import preflight as judge_preflight
 from suite.stages.lines import LineBase, RequestLineBase
 
 if TYPE_CHECKING:
     from suite.profiles import Profile
-    from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +65,7 @@ class Document(BaseModel):
     id: str
     kind: str
     title: str
-    sections: list[Section] = Field(min_length=1)
+    sections: list[DocumentPart] = Field(min_length=1)
 
 
 class PromptTemplate(BaseModel):
@@ -138,7 +135,7 @@ def settings(profile: Profile) -> ExtractionSettings:
     return cast(ExtractionSettings, STAGE.settings_for(profile))
 
 
-def select_sections(n: int, documents: list[Document] | None = None) -> list[Section]:
+def select_parts(n: int, documents: list[Document] | None = None) -> list[DocumentPart]:
     """The first n sections of the smallest section set (quick, standard, full) that has n."""
     docs = documents if documents is not None else load_documents()
     every = [s for d in docs for s in d.sections]
@@ -159,7 +156,7 @@ def fact_format(fact: GoldFact, prompt: PromptTemplate) -> str:
     return prompt.formats[fact.type]
 
 
-def build_prompt(section: Section, prompt: PromptTemplate) -> str:
+def build_prompt(section: DocumentPart, prompt: PromptTemplate) -> str:
     lines = "\n".join(f"- {f.key}: {f.ask} ({fact_format(f, prompt)})" for f in section.facts)
     return prompt.template.format(facts=lines, text=section.text.strip()).strip()
 
@@ -202,6 +199,9 @@ class TypeScore(BaseModel):
     missing: int = Field(description="left null or absent")
 
 
+# A document part's summary. Its name, and the fields named `section(s)` here and in `ExtractionResult`
+# (`sections`, `identical_sections`, `per_section`, ...), mean a document's section (a `DocumentPart`),
+# not a page's: the run record and its published schema keep them so (the docstring is the schema's).
 class SectionSummary(BaseModel):
     """One section, over its repeats."""
 
@@ -227,6 +227,8 @@ class ExtractionResult(BaseModel):
     version: int = Field(default=RESULT_VERSION, description="schema version of this result")
     prompt_version: int = Field(description="version of prompts/extraction/prompt.toml")
     documents: dict[str, int] = Field(description="document id -> its version, for the documents used")
+    # Every field named `section(s)` here counts document parts (a document's sections, `DocumentPart`),
+    # not a page's sections: the records and their published schema keep the names.
     sections: int = Field(description="sections asked")
     repeats: int = Field(description="repeats per section")
     max_tokens: int = Field(description="max_tokens per request")
@@ -262,12 +264,7 @@ class ExtractionResult(BaseModel):
     signature_digest: str = Field(description="configuration signature of the arm")
 
 
-def _fact_signature(ctx: StageContext) -> dict[str, Any]:
-    sig = ctx.signature.model_dump(mode="json")
-    return {k: sig.get(k) for k in (*SIGNATURE_KEY_FIELDS, "command", "env", "hardware", "image_digest", "suite_version")}
-
-
-def no_facts(section: Section, extracted: dict[str, Any] | None) -> bool:
+def no_facts(section: DocumentPart, extracted: dict[str, Any] | None) -> bool:
     """A valid answer that gives no asked fact (every value null, empty or absent): agreeing on
     nothing is not the same answer, so such answers are never "identical" nor "the same after
     a reload"."""
@@ -281,79 +278,7 @@ def no_facts(section: Section, extracted: dict[str, Any] | None) -> bool:
 ANSWERS_KEY = "extraction.answers"  # where the stage leaves its answers for the reloads stage
 
 
-def ask_section(ctx: StageContext, chat: JsonChat, section: Section, prompt: PromptTemplate, repeat: int,
-                signature: Any, reload: int | None = None) -> Answer:
-    """Ask one section once, score it against gold, and record the request and every fact."""
-    max_tokens = settings(ctx.profile).max_tokens
-    content = build_prompt(section, prompt)
-    schema = json_schema_for(section.facts)
-    try:
-        c = chat.ask(content, schema, max_tokens=max_tokens)
-        text, error = c.text, None
-    except ClientError as exc:
-        text, error, c = "", str(exc), None
-    parsed = extract_json_object(text)
-    score = score_section(section.facts, parsed.value)
-    where = {} if reload is None else {"reload": reload}
-    ctx.record_request(
-        "extraction", section=section.uid, repeat=repeat, mode=chat.mode, endpoint=chat.endpoint,
-        seed=chat.client.params.seed,
-        max_tokens=max_tokens, text=text, error=error,
-        finish_reason=c.finish_reason if c else None, e2e_s=c.e2e_s if c else None,
-        completion_tokens=c.completion_tokens if c else None, json_status=parsed.status,
-        json_method=parsed.method, json_error=parsed.error, correct=score.correct, wrong=score.wrong,
-        missing=score.missing, clean=score.clean, complete=score.complete, **where,
-    )
-    for fs in score.facts:
-        ctx.record_request(
-            "extraction-fact", section=section.uid, repeat=repeat, key=fs.key, type=fs.type,
-            answer=fs.answer, gold=fs.gold, verdict=fs.verdict, exact=fs.exact, partial=fs.partial,
-            note=fs.note, signature=signature, **where,
-        )
-    log.debug("extraction %s r%d: %d/%d correct, json %s", section.uid, repeat, score.correct,
-              score.facts_total, parsed.status)
-    return Answer(section=section.uid, repeat=repeat, text=text, extracted=parsed.value, json_status=parsed.status,
-                  score=score, error=error)
-
-
-def run(ctx: StageContext) -> ExtractionResult:
-    """Ask every section R times, score against gold, and run the judge when there is one."""
-    t_start = time.monotonic()
-    own = ctx.own(ExtractionSettings) or settings(ctx.profile)
-    sections = select_sections(own.sections)
-    prompt = load_prompt()
-    repeats = own.repeats
-    caps = ctx.runtime.capabilities
-    chat = JsonChat(ctx.client, supports_schema=bool(caps.json_schema), chat=bool(caps.chat))
-    signature = _fact_signature(ctx)
-
-    answers: dict[str, list[Answer]] = {s.uid: [] for s in sections}
-    failed = 0
-    for repeat in range(repeats):
-        for section in sections:
-            answer = ask_section(ctx, chat, section, prompt, repeat, signature)
-            failed += answer.error is not None
-            answers[section.uid].append(answer)
-    ctx.results[ANSWERS_KEY] = answers  # for a reload in a fresh launch (the reloads stage)
-
-    result = summarise(sections, answers, repeats)
-    judge_result = None
-    if ctx.judge is not None:
-        from suite.stages.extraction import judge as judge_stage
-
-        judge_result = judge_stage.grade(ctx, sections, answers)
-    return ExtractionResult(
-        prompt_version=prompt.version,
-        documents={d.id: d.version for d in load_documents() if any(s.document == d.id for s in sections)},
-        sections=len(sections), repeats=repeats, max_tokens=own.max_tokens, mode=chat.mode,
-        endpoint=chat.endpoint,
-        mode_rejections=chat.rejections, requests=len(sections) * repeats, failed_requests=failed,
-        reproducible_gate=ctx.reproducible, judge=judge_result, wall_s=round(time.monotonic() - t_start, 2),
-        signature_digest=ctx.signature.digest, **result,
-    )
-
-
-def summarise(sections: list[Section], answers: dict[str, list[Answer]], repeats: int) -> dict[str, Any]:
+def summarise(sections: list[DocumentPart], answers: dict[str, list[Answer]], repeats: int) -> dict[str, Any]:
     """The gold-based figures of ExtractionResult from the answers (pure; tested on constructed answers)."""
     per_section: list[SectionSummary] = []
     by_type: dict[str, TypeScore] = {}
@@ -396,7 +321,7 @@ def summarise(sections: list[Section], answers: dict[str, list[Answer]], repeats
         "identical_sections": sum(row.identical for row in per_section),
         "comparable_sections": sum(bool(row.comparable) for row in per_section),
         "invalid_sections": sum(not row.comparable for row in per_section),
-        "changed_sections": len(changed_sections(sections, answers)),
+        "changed_sections": len(changed_parts(sections, answers)),
         "facts_per_repeat": sum(len(s.facts) for s in sections),
         "precision": mean_se([row.precision for row in per_section if row.precision is not None]),
         "recall": mean_se([row.recall for row in per_section]),
@@ -486,10 +411,13 @@ def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
     return out
 
 
+# the stage's run (run.py reads this package's models and settings, so it comes after them)
+from suite.stages.extraction.run import _fact_signature, ask_part, run  # noqa: E402, F401 - re-exported
+
 STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(ExtractionLine, FactLine, JudgeLine,), fresh_runtimes=False, in_bench=True,
               summary="facts extracted as JSON, repeated, scored against gold (and a judge)",
-              inputs=lambda p: (select_sections(settings(p).sections), load_prompt()),
-              planned=lambda p: len(select_sections(settings(p).sections)) * settings(p).repeats,
+              inputs=lambda p: (select_parts(settings(p).sections), load_prompt()),
+              planned=lambda p: len(select_parts(settings(p).sections)) * settings(p).repeats,
               settings=ExtractionSettings,
               options=(StageOption("--judge-url", "judge_url", "LLM judge: any OpenAI-compatible URL "
                                    "(key from SUITE_JUDGE_API_KEY)."),
@@ -503,4 +431,4 @@ STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(Extrac
               # its answers, each answer's facts and the judge's grading (the reloads' answers are extraction lines too)
               exported_requests=("extraction", "extraction-fact", "judge"),
               page_title="extraction", claims=claims,
-              section=SectionTemplate("section.html", "suite.stages.extraction.view:page", slot="measures", order=1, on_run_page=False))
+              section=SectionTemplate("section.html", "suite.stages.extraction.view:page", slot="measures", order=1))

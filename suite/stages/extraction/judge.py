@@ -10,7 +10,7 @@ fact-level agreement between the two: the raw share of facts where both say "cor
 do not, and Cohen's kappa, the same agreement corrected for what chance alone would give.
 
 Which answers are graded: every repeat when the extraction itself found a section whose repeats
-differed (`suite.sections.changed_sections`), or when the gate found the arm not
+differed (`suite.stages.extraction.documents.changed_sections`), or when the gate found the arm not
 reproducible; the first repeat of each section otherwise. The judge is itself gated: one grading is repeated
 `judge_repeats` times and its distinct-answer count is reported, because an unstable judge's
 score means little. The judge's raw answers and reasoning go to `requests.jsonl` (kind `judge`);
@@ -45,7 +45,7 @@ from suite.analysis.stats import MeanSE, cohen_kappa, mean_se
 from suite.client import ClientError, GenerationParams, OpenAIClient
 from suite.errors import SuiteError
 from suite.paths import PROMPTS_DIR
-from suite.sections import Answer, JsonChat, Section, changed_sections
+from suite.stages.extraction.documents import Answer, DocumentPart, JsonChat, changed_parts
 
 if TYPE_CHECKING:
     from suite.catalog import ModelCard
@@ -148,13 +148,13 @@ def delimit_answer(text: str, limit: int = JUDGE_ANSWER_CHARS) -> str:
     return f"<answer>\n{text}{note}\n</answer>"
 
 
-def build_judge_prompt(rubric: Rubric, section: Section, answer: Answer) -> str:
+def build_judge_prompt(rubric: Rubric, section: DocumentPart, answer: Answer) -> str:
     facts = "\n".join(f"- {f.key}: {f.ask}" for f in section.facts)
     shown = json.dumps(answer.extracted, ensure_ascii=False, indent=1) if answer.extracted is not None else answer.text
     return rubric.template.format(text=section.text.strip(), facts=facts, answer=delimit_answer(shown)).strip()
 
 
-def judge_schema(section: Section) -> dict[str, Any]:
+def judge_schema(section: DocumentPart) -> dict[str, Any]:
     keys = [f.key for f in section.facts]
     return {
         "type": "object",
@@ -168,7 +168,7 @@ def judge_schema(section: Section) -> dict[str, Any]:
     }
 
 
-def parse_verdicts(section: Section, obj: dict[str, Any] | None) -> tuple[dict[str, str] | None, str | None]:
+def parse_verdicts(section: DocumentPart, obj: dict[str, Any] | None) -> tuple[dict[str, str] | None, str | None]:
     """(key -> verdict, reasoning) from the judge's object; None when unusable."""
     if obj is None:
         return None, None
@@ -185,7 +185,7 @@ def parse_verdicts(section: Section, obj: dict[str, Any] | None) -> tuple[dict[s
     return verdicts, reasoning if isinstance(reasoning, str) else None
 
 
-def grade(ctx: StageContext, sections: list[Section], answers: dict[str, list[Answer]],
+def grade(ctx: StageContext, sections: list[DocumentPart], answers: dict[str, list[Answer]],
           max_tokens: int | None = None) -> JudgeResult:
     """Grade the extraction answers with ctx.judge, gate the judge, and compare with gold.
 
@@ -199,12 +199,12 @@ def grade(ctx: StageContext, sections: list[Section], answers: dict[str, list[An
     limit = min(rubric.max_tokens, max_tokens) if max_tokens else rubric.max_tokens
     everything, reason = graded_repeats_for(sections, answers, ctx.reproducible)
     failed = invalid = graded = 0
-    judge_by_section: dict[str, list[float]] = {}
-    gold_by_section: dict[str, list[float]] = {}
+    judge_by_part: dict[str, list[float]] = {}
+    gold_by_part: dict[str, list[float]] = {}
     judge_labels: list[bool] = []
     gold_labels: list[bool] = []
 
-    def ask(section: Section, answer: Answer) -> tuple[str | None, dict[str, str] | None, str | None, str | None]:
+    def ask(section: DocumentPart, answer: Answer) -> tuple[str | None, dict[str, str] | None, str | None, str | None]:
         prompt = build_judge_prompt(rubric, section, answer)
         try:
             c = chat.ask(prompt, judge_schema(section), max_tokens=limit)
@@ -223,8 +223,8 @@ def grade(ctx: StageContext, sections: list[Section], answers: dict[str, list[An
             score = None
             if verdicts is not None:
                 score = sum(v == "correct" for v in verdicts.values()) / len(section.facts)
-                judge_by_section.setdefault(section.uid, []).append(score)
-                gold_by_section.setdefault(section.uid, []).append(answer.score.recall)
+                judge_by_part.setdefault(section.uid, []).append(score)
+                gold_by_part.setdefault(section.uid, []).append(answer.score.recall)
                 for fs in answer.score.facts:
                     judge_labels.append(verdicts.get(fs.key) == "correct")
                     gold_labels.append(fs.verdict == "correct")
@@ -259,22 +259,22 @@ def grade(ctx: StageContext, sections: list[Section], answers: dict[str, list[An
         gate = JudgeGate(section=section.uid, repeats=repeats, distinct_answers=len(set(texts)),
                          distinct_verdicts=len(set(verdict_sets)), failed=gate_failed)
 
-    uids = [s.uid for s in sections if s.uid in judge_by_section]
+    uids = [s.uid for s in sections if s.uid in judge_by_part]
     # each graded section has at least one score (judge and gold are appended together)
-    per_section = {u: fmean(judge_by_section[u]) for u in uids}
+    per_section = {u: fmean(judge_by_part[u]) for u in uids}
     agreement, kappa = fact_agreement(judge_labels, gold_labels)
     return JudgeResult(
         rubric_version=rubric.version, endpoint=public_url(judge.base_url), model=judge.model, mode=chat.mode,
         graded_repeats="all" if everything else "first", graded=graded, invalid=invalid, failed=failed,
         score=mean_se([per_section[u] for u in uids]),
-        gold_score=mean_se([fmean(gold_by_section[u]) for u in uids]),
+        gold_score=mean_se([fmean(gold_by_part[u]) for u in uids]),
         agreement=agreement, kappa=kappa, compared_facts=len(judge_labels), graded_reason=reason,
         per_section=per_section,
         gate=gate, wall_s=round(time.monotonic() - t0, 2),
     )
 
 
-def graded_repeats_for(sections: list[Section], answers: dict[str, list[Answer]],
+def graded_repeats_for(sections: list[DocumentPart], answers: dict[str, list[Answer]],
                        reproducible: bool | None) -> tuple[bool, str]:
     """(grade every repeat?, why): every repeat when the extraction's own repeats changed on some
     section, or when the gate found the arm not reproducible; the first repeat otherwise.
@@ -282,7 +282,7 @@ def graded_repeats_for(sections: list[Section], answers: dict[str, list[Answer]]
     The extraction's finding comes first: a gate that passed (or did not run) says nothing about
     these answers, which the extraction compared itself.
     """
-    changed = changed_sections(sections, answers)
+    changed = changed_parts(sections, answers)
     if changed:
         return True, f"{len(changed)} of {len(sections)} sections changed between repeats"
     if reproducible is False:
@@ -310,7 +310,7 @@ class JudgeChoice:
     model: str
 
 
-def resolve_judge(card: "ModelCard", url: str | None, model: str | None) -> JudgeChoice | None:
+def resolve_judge(card: ModelCard, url: str | None, model: str | None) -> JudgeChoice | None:
     """The judge named on the command line, else the card's; None: gold scoring stands alone."""
     if url:
         if not url.startswith(("http://", "https://")):
@@ -363,7 +363,7 @@ def probe_judge(judge: JudgeChoice, explicit_model: bool = True, timeout_s: floa
 
 
 
-def judge_model_needs_a_url(card: "ModelCard", judge_model: str) -> None:
+def judge_model_needs_a_url(card: ModelCard, judge_model: str) -> None:
     """`--judge-model` names a model at a judge's address: --judge-url's, or the card's own judge
     URL; with neither it would be ignored, so it is one line instead."""
     ref = card.judge

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, cast
 from pydantic import BaseModel, ConfigDict, Field
 
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
-from suite.sections import Answer, JsonChat, Section, _answered_facts
 from suite.stages.base import FreshLaunch, Stage, StageOption
-from suite.stages.extraction import ANSWERS_KEY, _fact_signature, ask_section, load_prompt, no_facts, select_sections
+from suite.stages.extraction import ANSWERS_KEY, _fact_signature, ask_part, load_prompt, no_facts, select_parts
 from suite.stages.extraction import settings as extraction_settings
+from suite.stages.extraction.documents import Answer, DocumentPart, JsonChat, _answered_facts
 
 if TYPE_CHECKING:
     from suite.profiles import Profile
@@ -62,7 +62,7 @@ class ReloadsResult(BaseModel):
     within_no_facts: int = 0  # comparable sections whose every repeat gave no fact (not identical)
 
 
-def stable_sections(sections: list[Section], answers: dict[str, list[Answer]]) -> tuple[list[Section], list[Section]]:
+def stable_sections(sections: list[DocumentPart], answers: dict[str, list[Answer]]) -> tuple[list[DocumentPart], list[DocumentPart]]:
     """(comparable, stable): sections with valid JSON in every repeat, and of those the ones whose
     repeats gave the same facts, at least one of them not null."""
     comparable = [s for s in sections if answers.get(s.uid) and all(a.extracted is not None for a in answers[s.uid])]
@@ -72,7 +72,7 @@ def stable_sections(sections: list[Section], answers: dict[str, list[Answer]]) -
     return comparable, stable
 
 
-def compare_after(outcome: ReloadOutcome, section: Section, before: list[Answer], after: Answer) -> None:
+def compare_after(outcome: ReloadOutcome, section: DocumentPart, before: list[Answer], after: Answer) -> None:
     """One stable section's answer after the reload against every repeat before it."""
     if after.extracted is None:
         outcome.invalid += 1
@@ -110,7 +110,7 @@ def run(ctx: StageContext) -> ReloadsResult:
     if answers is None:
         raise SuiteError("the reloads stage compares with the extraction stage's answers: run extraction first, "
                          "in the same bench (not resumed past it)")
-    sections = [s for s in select_sections(extraction_settings(ctx.profile).sections) if s.uid in answers]
+    sections = [s for s in select_parts(extraction_settings(ctx.profile).sections) if s.uid in answers]
     prompt = load_prompt()
     signature = _fact_signature(ctx)
     comparable, identical = stable_sections(sections, answers)
@@ -125,7 +125,7 @@ def run(ctx: StageContext) -> ReloadsResult:
                 chat = JsonChat(client, supports_schema=bool(caps.json_schema), chat=bool(caps.chat))
                 stable = {s.uid for s in identical}
                 for section in sections:  # every section is asked again (the record keeps them all) ...
-                    after = ask_section(ctx, chat, section, prompt, 0, signature, reload=i)
+                    after = ask_part(ctx, chat, section, prompt, 0, signature, reload=i)
                     if section.uid in stable:  # ... and the stable ones are compared
                         compare_after(outcome, section, answers[section.uid], after)
         except (RuntimeStartError, EnvironmentUnavailable) as exc:
@@ -141,8 +141,8 @@ def run(ctx: StageContext) -> ReloadsResult:
 
 STAGE = Stage(name="reloads", result=ReloadsResult, run=run, fresh_runtimes=True, in_bench=False,
               summary="the extraction asked again in a fresh launch (the profile's or --reloads N)",
-              inputs=lambda p: (select_sections(extraction_settings(p).sections), load_prompt()),
-              planned=lambda p: settings(p).launches * len(select_sections(extraction_settings(p).sections)),
+              inputs=lambda p: (select_parts(extraction_settings(p).sections), load_prompt()),
+              planned=lambda p: settings(p).launches * len(select_parts(extraction_settings(p).sections)),
               when=lambda p: settings(p).launches > 0, after="extraction", needs=("extraction",),
               settings=ReloadsSettings, profile_keys={"reloads": "launches"},
               options=(StageOption("--reloads", "launches", "Repeat the extraction in N fresh launches.",

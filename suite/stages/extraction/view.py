@@ -58,8 +58,8 @@ def extraction_view(ex: ExtractionResult | None) -> dict[str, Any] | None:
     }
 
 
-def _section_scores(ex: ExtractionResult, field_name: str) -> dict[str, float]:
-    """Section -> the arm's per-section score (already averaged over repeats)."""
+def _part_scores(ex: ExtractionResult, field_name: str) -> dict[str, float]:
+    """DocumentPart -> the arm's per-section score (already averaged over repeats)."""
     return {sec.section: v for sec in ex.per_section if (v := getattr(sec, field_name)) is not None}
 
 
@@ -120,13 +120,13 @@ def extraction_pairs(exs: list[ExtractionResult | None], arms: list[str]) -> lis
     planned: list[tuple[str, list[tuple[str, Any, Any]]]] = []
     for arm, ex in ran[1:]:
         measures: list[tuple[str, Any, Any]] = []
-        a, b = _section_scores(base, "complete_rate"), _section_scores(ex, "complete_rate")
+        a, b = _part_scores(base, "complete_rate"), _part_scores(ex, "complete_rate")
         if a and b:
             measures.append(("clean and complete", a, b))
         else:
             measures.append(("clean (missing facts allowed; an older record lacks 'complete')",
-                             _section_scores(base, "clean_rate"), _section_scores(ex, "clean_rate")))
-        measures.append(("recall", _section_scores(base, "recall"), _section_scores(ex, "recall")))
+                             _part_scores(base, "clean_rate"), _part_scores(ex, "clean_rate")))
+        measures.append(("recall", _part_scores(base, "recall"), _part_scores(ex, "recall")))
         if base.judge and ex.judge and base.judge.per_section and ex.judge.per_section:
             measures.append(("judge score", base.judge.per_section, ex.judge.per_section))
         planned.append((arm, measures))
@@ -148,6 +148,6 @@ def page(results: list[ExtractionResult | None], inputs: PageInputs) -> dict[str
     """The section's variables: each arm's view, the paired comparisons, and every section any arm
     answered, in order."""
     extraction = [extraction_view(ex) for ex in results]
-    section_ids = list(dict.fromkeys(sid for ex in extraction for sid in (ex or {}).get("grid", {})))
+    part_ids = list(dict.fromkeys(sid for ex in extraction for sid in (ex or {}).get("grid", {})))
     return {"extraction": extraction, "extraction_pairs": extraction_pairs(results, inputs.arms),
-            "section_ids": section_ids}
+            "part_ids": part_ids}

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, caveat_failed, run_caveats
 from suite.analysis.repro import ALPHA, Sample, analyse, unseen_share_bound
 from suite.analysis.stats import closed_fisher
-from suite.stages.base import ColumnType, ExportTable, Stage
+from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage
 from suite.stages.lines import AnswerLine
 from suite.stages.repeat import GatePromptResult, GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts, verdict_of
 
@@ -160,4 +160,5 @@ STAGE = Stage(name="gate", result=GateResult, run=run, lines=(AnswerLine,), fres
               planned=lambda p: p.gate_requests * len(select_prompts(p.gate_prompts)),
               verdict=lambda result: getattr(result, "reproducible", None),
               tables=(ExportTable("gate", export_rows, COLUMNS),), exported_requests=("gate",),
-              page_title="gate", recompute=recompute, claims=claims)
+              page_title="gate", recompute=recompute, claims=claims,
+              section=SectionTemplate("section.html", "suite.stages.gate.view:page", slot="answers", order=0))

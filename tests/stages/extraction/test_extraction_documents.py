@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from suite.errors import SuiteError
-from suite.analysis.scoring import score_section
-from suite.sections import response_format_for
+from suite.analysis.scoring import score_part
+from suite.stages.extraction.documents import response_format_for
 from suite.stages import extraction as ex
 
 
@@ -32,16 +32,16 @@ def test_documents_load_with_the_promised_sets():
 
 
 def test_select_sections():
-    assert [s.uid for s in ex.select_sections(3)] == [s.uid for s in ex.select_sections(48) if "quick" in s.profiles]
-    assert len(ex.select_sections(24)) == 24
-    assert all("standard" in s.profiles for s in ex.select_sections(10))
-    assert len(ex.select_sections(30)) == 30
+    assert [s.uid for s in ex.select_parts(3)] == [s.uid for s in ex.select_parts(48) if "quick" in s.profiles]
+    assert len(ex.select_parts(24)) == 24
+    assert all("standard" in s.profiles for s in ex.select_parts(10))
+    assert len(ex.select_parts(30)) == 30
     with pytest.raises(SuiteError, match="only 48 sections"):
-        ex.select_sections(49)
+        ex.select_parts(49)
 
 
 def test_prompt_and_schema():
-    section = ex.select_sections(1)[0]
+    section = ex.select_parts(1)[0]
     text = ex.build_prompt(section, ex.load_prompt())
     assert section.text.strip() in text
     for f in section.facts:
@@ -75,11 +75,11 @@ def test_bad_document_names_file_and_key(tmp_path: Path):
 def _answer(section, repeat, obj):
     return ex.Answer(section=section.uid, repeat=repeat, text=json.dumps(obj) if obj is not None else "oops",
                      extracted=obj, json_status="ok" if obj is not None else "invalid",
-                     score=score_section(section.facts, obj))
+                     score=score_part(section.facts, obj))
 
 
 def test_summarise_constructed_answers():
-    s1, s2 = ex.select_sections(2)
+    s1, s2 = ex.select_parts(2)
     right1 = {f.key: f.canonical() if f.type != "boolean" else f.value for f in s1.facts}
     # number facts without a unit must be numbers for an exact answer
     right1 = {f.key: (f.value if f.type in ("boolean",) or (f.type == "number" and not f.unit) else right1[f.key])

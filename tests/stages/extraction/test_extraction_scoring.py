@@ -2,7 +2,7 @@
 
 import pytest
 
-from suite.analysis.scoring import GoldFact, parse_date, parse_quantity, parse_time, score_fact, score_section
+from suite.analysis.scoring import GoldFact, parse_date, parse_quantity, parse_time, score_fact, score_part
 
 
 def fact(type_, value, unit=None, aliases=(), key="k"):
@@ -177,13 +177,13 @@ def test_section_scoring():
         fact("boolean", False, key="opened"),
         fact("name", "Dr. Ingrid Vasquez-Lund", key="lead"),
     ]
-    s = score_section(gold, {"range": "312 km", "START": "3 March 2024", "opened": True, "lead": None, "extra": 1})
+    s = score_part(gold, {"range": "312 km", "START": "3 March 2024", "opened": True, "lead": None, "extra": 1})
     assert (s.correct, s.correct_exact, s.wrong, s.missing, s.extra_keys) == (2, 1, 1, 1, 1)
     assert s.precision == pytest.approx(2 / 3) and s.recall == pytest.approx(0.5)
     assert not s.clean
-    clean = score_section(gold, {"range": 312, "start": None})
+    clean = score_part(gold, {"range": 312, "start": None})
     assert clean.clean and clean.precision == 1.0 and clean.recall == 0.25
-    invalid = score_section(gold, None)
+    invalid = score_part(gold, None)
     assert not invalid.clean and invalid.missing == 4 and invalid.precision is None
 
 
@@ -200,14 +200,14 @@ def test_gold_fact_validation():
 def test_empty_or_all_null_answer_is_clean_but_not_complete():
     gold = [fact("number", 312, "km", key="range"), fact("boolean", False, key="opened")]
     for empty in ({}, {"range": None, "opened": None}, {"range": "unknown", "opened": ""}):
-        s = score_section(gold, empty)
+        s = score_part(gold, empty)
         assert s.clean and not s.complete and s.recall == 0.0, empty
-    partial = score_section(gold, {"range": 312, "opened": None})
+    partial = score_part(gold, {"range": 312, "opened": None})
     assert partial.clean and not partial.complete
-    full = score_section(gold, {"range": "312 km", "opened": False})
+    full = score_part(gold, {"range": "312 km", "opened": False})
     assert full.clean and full.complete
-    one_wrong = score_section(gold, {"range": "312 km", "opened": True})
+    one_wrong = score_part(gold, {"range": "312 km", "opened": True})
     assert not one_wrong.clean and not one_wrong.complete
-    invalid = score_section(gold, None)
+    invalid = score_part(gold, None)
     assert not invalid.clean and not invalid.complete
-    assert not score_section([], {}).complete  # nothing asked: not "complete" by default
+    assert not score_part([], {}).complete  # nothing asked: not "complete" by default

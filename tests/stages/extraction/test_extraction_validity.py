@@ -17,31 +17,31 @@ from suite.analysis.stats import paired_difference
 
 from suite.site import figures
 from suite.stages.extraction import view as extraction_page
-from suite.analysis.scoring import score_section
+from suite.analysis.scoring import score_part
 from suite.stages.extraction.judge import JudgeResult
 from suite.stages import extraction as ex
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "results"
 
 
-def _answer(section: ex.Section, repeat: int, obj: dict[str, Any] | None, text: str = "oops") -> ex.Answer:
+def _answer(section: ex.DocumentPart, repeat: int, obj: dict[str, Any] | None, text: str = "oops") -> ex.Answer:
     return ex.Answer(section=section.uid, repeat=repeat, text=json.dumps(obj) if obj is not None else text,
                      extracted=obj, json_status="ok" if obj is not None else "invalid",
-                     score=score_section(section.facts, obj))
+                     score=score_part(section.facts, obj))
 
 
-def _right(section: ex.Section) -> dict[str, Any]:
+def _right(section: ex.DocumentPart) -> dict[str, Any]:
     """An answer with every fact right."""
     return {f.key: f.value if f.type == "boolean" or (f.type == "number" and not f.unit) else f.canonical()
             for f in section.facts}
 
 
-def _nulls(section: ex.Section) -> dict[str, Any]:
+def _nulls(section: ex.DocumentPart) -> dict[str, Any]:
     return {f.key: None for f in section.facts}
 
 
 def test_invalid_repeats_are_not_identical_and_are_counted_apart():
-    s1, s2, s3, s4 = ex.select_sections(4)
+    s1, s2, s3, s4 = ex.select_parts(4)
     answers = {
         s1.uid: [_answer(s1, r, _right(s1)) for r in range(3)],  # identical, valid
         s2.uid: [_answer(s2, r, None) for r in range(3)],  # three invalid answers (same text)
@@ -56,7 +56,7 @@ def test_invalid_repeats_are_not_identical_and_are_counted_apart():
     assert [rows[s.uid].identical for s in (s1, s2, s3, s4)] == [True, False, False, False]
     assert [rows[s.uid].comparable for s in (s1, s2, s3, s4)] == [True, False, False, False]
     # changed between repeats: s3 (two different invalid texts) and s4 (invalid vs valid); not s2
-    assert ex.changed_sections([s1, s2, s3, s4], answers) == [s3.uid, s4.uid]
+    assert ex.changed_parts([s1, s2, s3, s4], answers) == [s3.uid, s4.uid]
     assert out["changed_sections"] == 2
     # the view counts identical sections over the comparable ones and marks invalid repeats
     view = extraction_page.extraction_view(_dump(out, 4, 3))
@@ -65,7 +65,7 @@ def test_invalid_repeats_are_not_identical_and_are_counted_apart():
 
 
 def test_all_null_answers_are_clean_but_not_complete():
-    s1, s2 = ex.select_sections(2)
+    s1, s2 = ex.select_parts(2)
     answers = {
         s1.uid: [_answer(s1, r, _nulls(s1)) for r in range(2)],  # empty: "clean" by the lenient figure
         s2.uid: [_answer(s2, 0, _right(s2)), _answer(s2, 1, _nulls(s2))],
@@ -85,7 +85,7 @@ def test_all_null_answers_are_clean_but_not_complete():
 
 
 def test_one_section_and_zero_sections():
-    (s1,) = ex.select_sections(1)
+    (s1,) = ex.select_parts(1)
     one = ex.summarise([s1], {s1.uid: [_answer(s1, 0, _right(s1))]}, 1)
     assert one["identical_sections"] == 1 and one["complete_share"].mean == 1.0 and one["complete_share"].se is None
     zero = ex.summarise([], {}, 2)
@@ -175,7 +175,7 @@ def test_site_shows_the_honest_figures(tmp_path):
     summaries = sorted((results / "tiny").glob("*/*/summary.json"))
     target = next(p for p in summaries if p.parts[-3] == "llamacpp-python")
     data = json.loads(target.read_text())
-    s1, s2, s3 = ex.select_sections(3)
+    s1, s2, s3 = ex.select_parts(3)
     answers = {s1.uid: [_answer(s1, r, _right(s1)) for r in range(2)],
                s2.uid: [_answer(s2, r, None) for r in range(2)],
                s3.uid: [_answer(s3, r, _nulls(s3)) for r in range(2)]}

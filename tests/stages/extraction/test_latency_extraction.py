@@ -97,7 +97,7 @@ def test_extraction_stage_signs_every_fact(tiny_runtime, tmp_path: Path):
     arm, rt = tiny_runtime
     ctx = make_ctx(arm, rt, tmp_path, extraction_sections=1, extraction_repeats=2, extraction_max_tokens=64)
     result = ex.run(ctx)
-    section = ex.select_sections(1)[0]
+    section = ex.select_parts(1)[0]
     assert result.sections == 1 and result.repeats == 2 and result.requests == 2
     assert result.failed_requests == 0
     assert result.mode == ("json_schema" if arm == "llamacpp" else "json_object")
@@ -134,13 +134,13 @@ def test_judge_grades_and_gates_itself(tiny_runtime, tmp_path: Path):
     ctx = make_ctx(arm, rt, tmp_path, extraction_sections=1, extraction_repeats=1, extraction_max_tokens=64,
                    judge_repeats=2)
     ctx.reproducible = True  # grade the first repeat only
-    sections = ex.select_sections(1)
+    sections = ex.select_parts(1)
     section = sections[0]
     obj = {f.key: f.canonical() for f in section.facts}
-    from suite.analysis.scoring import score_section
+    from suite.analysis.scoring import score_part
 
     answers = {section.uid: [ex.Answer(section=section.uid, repeat=0, text=json.dumps(obj), extracted=obj,
-                                       json_status="ok", score=score_section(section.facts, obj))]}
+                                       json_status="ok", score=score_part(section.facts, obj))]}
     ctx.judge = ctx.client
     result = judge_stage.grade(ctx, sections, answers, max_tokens=64)
     assert result.graded == 1 and result.graded_repeats == "first" and result.failed == 0

@@ -8,27 +8,27 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from suite.analysis.scoring import score_section
+from suite.analysis.scoring import score_part
 from suite.stages import extraction as ex
 from suite.stages.extraction.reloads import ReloadOutcome, compare_after, reloads_line, stable_sections
 
 
-def _answer(section: ex.Section, repeat: int, obj: dict[str, Any] | None) -> ex.Answer:
+def _answer(section: ex.DocumentPart, repeat: int, obj: dict[str, Any] | None) -> ex.Answer:
     return ex.Answer(section=section.uid, repeat=repeat, text=json.dumps(obj) if obj is not None else "oops",
                      extracted=obj, json_status="ok" if obj is not None else "invalid",
-                     score=score_section(section.facts, obj))
+                     score=score_part(section.facts, obj))
 
 
-def _facts(section: ex.Section, value: str) -> dict[str, Any]:
+def _facts(section: ex.DocumentPart, value: str) -> dict[str, Any]:
     return {f.key: value for f in section.facts}
 
 
-def _nulls(section: ex.Section) -> dict[str, Any]:
+def _nulls(section: ex.DocumentPart) -> dict[str, Any]:
     return {f.key: None for f in section.facts}
 
 
 def test_only_stable_sections_are_compared_after_the_reload_and_against_every_repeat():
-    s1, s2, s3, s4 = ex.select_sections(4)
+    s1, s2, s3, s4 = ex.select_parts(4)
     answers = {
         s1.uid: [_answer(s1, r, _facts(s1, "a")) for r in range(3)],  # stable
         s2.uid: [_answer(s2, 0, _facts(s2, "a")), _answer(s2, 1, _facts(s2, "b")), _answer(s2, 2, _facts(s2, "a"))],
@@ -46,7 +46,7 @@ def test_only_stable_sections_are_compared_after_the_reload_and_against_every_re
 
 
 def test_no_fact_and_invalid_answers_after_the_reload():
-    (s1,) = ex.select_sections(1)
+    (s1,) = ex.select_parts(1)
     before = [_answer(s1, r, _nulls(s1) | {s1.facts[0].key: "x"}) for r in range(2)]
     o = ReloadOutcome(index=0, status="ok")
     compare_after(o, s1, before, _answer(s1, 0, _nulls(s1)))
@@ -57,7 +57,7 @@ def test_no_fact_and_invalid_answers_after_the_reload():
 
 
 def test_all_null_repeats_are_not_identical_in_the_extraction_either():
-    s1, s2 = ex.select_sections(2)
+    s1, s2 = ex.select_parts(2)
     answers = {s1.uid: [_answer(s1, r, _nulls(s1)) for r in range(3)],
                s2.uid: [_answer(s2, r, _facts(s2, "a")) for r in range(3)]}
     out = ex.summarise([s1, s2], answers, 3)

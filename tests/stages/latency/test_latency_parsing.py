@@ -1,5 +1,6 @@
 """The latency stage's pure parts: runtime-reported timings and Prometheus histogram deltas."""
 
+import sys
 import threading
 from types import SimpleNamespace
 
@@ -10,6 +11,9 @@ from suite.definitions import MetricsSpec, RuntimeDefinition, TimingsSpec, get_d
 from suite.errors import SuiteError
 from suite.profiles import get_profile
 from suite.stages import latency as lat
+from suite.stages.latency import run as _stage_run  # noqa: F401 - the package's `run` is the function; its module:
+
+LAT_RUN = sys.modules["suite.stages.latency.run"]
 from suite.analysis.stats import summarize
 
 # What the shipped definitions declare: vLLM's histograms, llama-server's `timings` fields.
@@ -198,7 +202,7 @@ class _FakeClient:
 
 def test_every_latency_request_has_its_own_prompt(monkeypatch: pytest.MonkeyPatch):
     """Warm-up and every level: no prompt repeats, so TTFT cannot be a prompt-cache hit."""
-    monkeypatch.setattr(lat, "scrape_metrics", lambda base_url, spec: None)
+    monkeypatch.setattr(LAT_RUN, "scrape_metrics", lambda base_url, spec: None)
     records: list[dict] = []
     client = _FakeClient()
     ctx = SimpleNamespace(
@@ -228,7 +232,7 @@ def test_a_runtime_that_declares_no_timings_gets_none(monkeypatch: pytest.Monkey
     """The same replies (a `timings` object with cache_n) from a runtime whose definition declares
     neither [timings] nor [metrics]: no runtime timings, no cached tokens, no /metrics asked."""
     asked: list[str] = []
-    monkeypatch.setattr(lat.httpx, "get", lambda url, **kw: asked.append(url))
+    monkeypatch.setattr(LAT_RUN.httpx, "get", lambda url, **kw: asked.append(url))
     ctx = SimpleNamespace(
         client=_FakeClient(), base_url="http://127.0.0.1:9",
         runtime=RuntimeDefinition(name="plain", description="an OpenAI-compatible server"),
@@ -240,7 +244,7 @@ def test_a_runtime_that_declares_no_timings_gets_none(monkeypatch: pytest.Monkey
 
 def test_metrics_are_scraped_only_where_declared_histograms_are_served(monkeypatch: pytest.MonkeyPatch):
     pages = {"http://x/metrics": "process_cpu_seconds_total 1\nvllm:num_requests_running 0\n"}
-    monkeypatch.setattr(lat.httpx, "get", lambda url, **kw: SimpleNamespace(status_code=200, text=pages[url]))
+    monkeypatch.setattr(LAT_RUN.httpx, "get", lambda url, **kw: SimpleNamespace(status_code=200, text=pages[url]))
     assert lat.scrape_metrics("http://x", VLLM) is None  # no histogram of ours
     pages["http://x/metrics"] = VLLM_BEFORE
     got = lat.scrape_metrics("http://x", VLLM)

@@ -1,8 +1,10 @@
-"""Extraction sections and their answers, below the extraction stage, its reloads and the judge.
+"""The extraction's documents: their parts and the answers to them, below the extraction stage,
+its reloads and the judge.
 
-A `Section` is one section of an extraction document (its text and gold facts), an `Answer` one
+A `DocumentPart` is one part of an extraction document (its text and gold facts; the documents'
+files, the records and the export call it a "section": their field names stay), an `Answer` one
 answer to it; `JsonChat` asks a runtime (or the judge) for an answer as JSON, falling back
-through the response_format modes; `changed_sections` says which sections' repeats differed.
+through the response_format modes; `changed_parts` says which parts' repeats differed.
 The extraction stage (`suite.stages.extraction`), the reloads stage and the LLM judge
 (`suite.stages.extraction.judge`) all build on these; none of them is imported here.
 """
@@ -15,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.analysis.scoring import GoldFact, SectionScore
+from suite.analysis.scoring import GoldFact, PartScore
 from suite.client import ClientError, Completion, OpenAIClient
 
 log = logging.getLogger(__name__)
@@ -23,8 +25,8 @@ log = logging.getLogger(__name__)
 Mode = Literal["json_schema", "json_object", "prompt-only"]
 
 
-class Section(BaseModel):
-    """One section of a document: its text and the facts it states."""
+class DocumentPart(BaseModel):
+    """One part of a document (a "section" of its file): its text and the facts it states."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -101,34 +103,34 @@ class JsonChat:
 
 
 class Answer(BaseModel):
-    """One answer to one section (kept in memory for scoring and the judge)."""
+    """One answer to one document part (kept in memory for scoring and the judge)."""
 
-    section: str
+    section: str  # the document part's uid (named as the request lines' `section` field: a document section)
     repeat: int
     text: str
     extracted: dict[str, Any] | None
     json_status: str
-    score: SectionScore
+    score: PartScore
     error: str | None = None  # the request failed (HTTP or protocol error)
 
 
-def _answered_facts(section: Section, extracted: dict[str, Any] | None) -> str:
+def _answered_facts(part: DocumentPart, extracted: dict[str, Any] | None) -> str:
     """Canonical form of the asked facts' values, to compare repeats."""
     if extracted is None:
         return "<invalid>"
     lower = {str(k).strip().lower(): v for k, v in extracted.items()}
-    values = {f.key: extracted.get(f.key, lower.get(f.key.lower())) for f in section.facts}
+    values = {f.key: extracted.get(f.key, lower.get(f.key.lower())) for f in part.facts}
     return json.dumps(values, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _repeat_key(section: Section, answer: Answer) -> str:
+def _repeat_key(part: DocumentPart, answer: Answer) -> str:
     """What two repeats must share to count as the same answer: the facts, or an invalid answer's text."""
     if answer.extracted is None:
         return "<invalid>" + answer.text
-    return _answered_facts(section, answer.extracted)
+    return _answered_facts(part, answer.extracted)
 
 
-def changed_sections(sections: list[Section], answers: dict[str, list[Answer]]) -> list[str]:
-    """Uids of the sections whose repeats differed: other facts, valid and invalid answers mixed,
+def changed_parts(parts: list[DocumentPart], answers: dict[str, list[Answer]]) -> list[str]:
+    """Uids of the document parts whose repeats differed: other facts, valid and invalid answers mixed,
     or two different invalid texts (pure; the judge grades every repeat when this is not empty)."""
-    return [s.uid for s in sections if len({_repeat_key(s, a) for a in answers.get(s.uid, [])}) > 1]
+    return [s.uid for s in parts if len({_repeat_key(s, a) for a in answers.get(s.uid, [])}) > 1]

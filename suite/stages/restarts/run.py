@@ -1,0 +1,115 @@
+"""The restarts stage's run: the arm's configuration stopped and started K times, a short gate on
+each launch, with fresh compile caches and, where the runtime declares its caches, with kept ones.
+The stage's models, settings, verdicts and export are its package's (`suite.stages.restarts`),
+which takes `run` from here for its `STAGE`."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from suite.errors import EnvironmentUnavailable, RuntimeStartError
+from suite.secrets import scrub
+from suite.stages.repeat import concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts
+from suite.stages.restarts import LaunchOutcome, RestartsResult, RestartsSettings, settings, summarise
+
+if TYPE_CHECKING:
+    from suite.definitions import CompileCacheSpec
+    from suite.stages.base import StageContext
+
+log = logging.getLogger(__name__)
+
+
+def cache_env(root: Path, caches: CompileCacheSpec) -> dict[str, str]:
+    """The env that points every compile/autotune cache the runtime declares under `root`, with
+    its settings (vLLM's: Triton keeps its autotuning choices with its kernels)."""
+    return caches.env_under(root)
+
+
+def files_in(root: Path) -> int:
+    return sum(1 for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+
+
+def cache_counts(root: Path, caches: CompileCacheSpec) -> dict[str, int]:
+    """Files in each declared compile cache under `root` (triton, inductor, ...), before a launch starts."""
+    return {d.folder: files_in(root / d.folder) for d in caches.dirs}
+
+
+def run_launches(ctx: StageContext, mode: Literal["fresh", "kept"]) -> RestartsResult:
+    """K launches of the arm's configuration, each with a short gate, under one cache mode."""
+    own = ctx.own(RestartsSettings) or settings(ctx.profile)
+    k, n = own.launches, own.requests
+    prompts = select_prompts(ctx.profile.gate_prompts)
+    outcomes: list[LaunchOutcome] = []
+    # The caches live outside the run record (a compile cache is tens of MB) and go when the
+    # stage ends; the record keeps which folder each launch had and what it found there.
+    from suite.paths import cache_dir
+
+    scratch = cache_dir() / "compile-caches"
+    scratch.mkdir(parents=True, exist_ok=True)
+    caches = Path(tempfile.mkdtemp(prefix=f"{ctx.arm_name}-{mode}-", dir=scratch))
+    try:
+        for i in range(k):
+            outcomes.append(_one_launch(ctx, i, mode, caches, prompts, n))
+    finally:
+        shutil.rmtree(caches, ignore_errors=True)
+    result = summarise(outcomes, [p.id for p in prompts], k, n)
+    result.cache_mode = mode
+    result.controls = list(ctx.controls)
+    log.info("restarts %s (%s caches): %s", ctx.arm_name, mode, result.verdict)
+    return result
+
+
+def cache_not_loaded(log_path: Path | None, patterns: list[str]) -> str | None:
+    """The first line of a launch's log by which the runtime says it found a compile cache and did not
+    use it (one of `patterns`), cut to 300 characters and scrubbed of secrets; None when none says so."""
+    if not patterns or log_path is None or not Path(log_path).is_file():
+        return None
+    compiled = [re.compile(p) for p in patterns]
+    with Path(log_path).open(errors="replace") as fh:
+        for line in fh:
+            found = next((m for m in (c.search(line) for c in compiled) if m), None)
+            if found is not None:
+                said = scrub(line[found.start():].strip())  # from the runtime's words on, not its log prefix
+                # its start and its end (where the reason is), a long path between them cut
+                return said if len(said) <= 300 else f"{said[:80]} … {said[-200:]}"
+    return None
+
+
+def _one_launch(ctx: StageContext, i: int, mode: Literal["fresh", "kept"], caches: Path,
+                prompts: list, n: int) -> LaunchOutcome:
+    """Launch i of the restarts: a fresh runtime, its short gate, stopped."""
+    label = f"launch-{i}" if mode == "fresh" else "kept"
+    root = caches / label
+    declared = ctx.runtime.compile_cache
+    outcome = LaunchOutcome(index=i, status="ok", cache_dir=f"{mode}/{label}", cache_files_before=files_in(root),
+                            cache_files=cache_counts(root, declared), cache_settings=dict(declared.settings))
+    try:
+        with ctx.launch(env=cache_env(root, declared)) as (running, client):
+            outcome.startup_s = running.startup_s
+            gate = run_gate(
+                client, prompts, n, max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
+                concurrency=concurrency_of(ctx, ctx.controls), record=ctx.record_request,
+                alive=running.alive, death_reason=death_reason_of(running), label=f"launch-{i}-{mode}",
+                controls=list(ctx.controls), kind="restarts")
+            outcome.gate = gate
+            if gate.stopped_reason:
+                outcome.status, outcome.reason = "failed", gate.stopped_reason
+            outcome.cache_not_loaded = cache_not_loaded(getattr(running, "log_path", None), declared.not_loaded_patterns)
+    except (RuntimeStartError, EnvironmentUnavailable) as exc:
+        outcome.did_not_start(exc, refused=isinstance(exc, RuntimeStartError))
+        log.warning("restart %d of %s failed to start: %s", i, ctx.arm_name, outcome.reason)
+    return outcome
+
+
+def run(ctx: StageContext) -> RestartsResult:
+    mode = settings(ctx.profile).caches
+    if mode == "both":
+        result = run_launches(ctx, "fresh")
+        result.with_kept_caches = run_launches(ctx, "kept")
+        return result
+    return run_launches(ctx, mode)
