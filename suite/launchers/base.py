@@ -154,7 +154,8 @@ class Launcher(abc.ABC):
         definition's `[kernels]` table names, found in this launch's log; None where it names none."""
         from suite.probes import kernel_path
 
-        return kernel_path(rt.log_path, runtime.kernels)
+        log_path = getattr(rt, "log_path", None)  # a runtime started elsewhere (a URL) keeps no log here
+        return kernel_path(log_path, runtime.kernels) if log_path is not None else None
 
     def env(self, runtime: RuntimeDefinition, spec: LaunchSpec) -> dict[str, str]:
         """The env the runtime runs with, beyond the machine's own: the spec's (controls and arm)."""

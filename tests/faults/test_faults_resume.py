@@ -339,7 +339,8 @@ def test_resume_takes_up_the_rows_a_cut_matrix_finished(tmp_path: Path, fault_re
         pytest.skip("the tiny GGUF is not prepared here (run `suite setup`)")
     results = tmp_path / "results"
     common = dict(arms=["llamacpp"], launcher="local", profile="quick", stages=["gate", "controls"], results=results,
-                  stage_values={"controls": {"names": ["prompt-cache-off", "concurrency-4"]}})
+                  # launch rows (a per-request control tried inside one launch is not rebuilt from lines)
+                  stage_values={"controls": {"names": ["prompt-cache-off", "concurrency-4"], "in_launch": False}})
     (done,) = run_bench(BenchRequest.build(model="tiny", **common))
     assert done.status == "complete", done.reason
     assert [r.configuration for r in done.controls.rows] == ["default", "prompt-cache-off", "concurrency-4"]

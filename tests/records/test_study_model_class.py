@@ -9,10 +9,11 @@ from suite.claims import claims_of
 from suite.records import load_all
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples" / "gpu-vllm-results"
+LIGHTNING = Path(__file__).resolve().parents[2] / "docs" / "examples" / "gpu-lightning-results"
 
 
 def _runs(model: str) -> dict:
-    return {s.arm: s for s in load_all(EXAMPLES) if s.model == model}
+    return {s.arm: s for s in load_all(LIGHTNING) if s.model == model}
 
 
 def test_each_format_ran_on_its_own_kernels_and_the_record_says_which():

@@ -559,7 +559,8 @@ def run(ctx: StageContext) -> ControlsResult:
     per_row = launches_for(tested) if transient else 1
     # Controls with a per-request form are tried inside one launch, before any launch row; they are
     # part of the same family (their level: the in-launch alpha over every control of the matrix).
-    chosen = settings(ctx.profile)
+    own = getattr(ctx, "own", None)
+    chosen = (own(ControlsSettings) if own is not None else None) or settings(ctx.profile)
     in_launch = [n for n in names if n not in ("default", LORA) and chosen.in_launch
                  and ctx.runtime.control(n).per_request() is not None
                  and (not ctx.runtime.control(n).per_request().reset_cache  # type: ignore[union-attr]
@@ -586,7 +587,7 @@ def run(ctx: StageContext) -> ControlsResult:
                 status="skipped", reason=(f"not started: {', '.join(credited)} already brings every prompt back "
                                           f"inside one launch; `--controls {name}` tries it")))
         names = []
-    elif in_launch and not any(n not in in_launch and n not in ("default", LORA) for n in names):
+    elif automatic and in_launch and not any(n not in in_launch and n not in ("default", LORA) for n in names):
         names = [n for n in names if n != "default"]  # no launch row to compare with a default one
     for name in names:
         if name in in_launch and name not in carried:
@@ -644,6 +645,7 @@ def run_in_launch_rows(ctx: StageContext, names: list[str], prompts: list[str], 
         row.startup_s = running.startup_s
         _ran_with(row, running)
         row.ran_controls = [name]
+        row.request_extra = dict((ctx.runtime.control(name).per_request() or InLaunch()).extra_body)
         row.in_launch = run.series
         row.tokens_per_s, row.paired_tokens_per_s, row.energy = run.tokens_per_s, run.paired_tokens_per_s, run.energy
         for pid, series in run.series.items():

@@ -276,7 +276,8 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
     monkeypatch.setattr(controls, "_gate_on", fake_gate_on)
     ctx = SimpleNamespace(runtime=get_definition("llamacpp"), controls_request=["prompt-cache-off"], arm_name="a",
                           profile=SimpleNamespace(gate_prompts=None, gate_requests=4), results={"gate": gate},
-                          automatic_controls=True, launch=launch, carried={})
+                          automatic_controls=True, launch=launch, carried={},
+                          own=lambda model: controls.ControlsSettings(in_launch=False))  # rows of their own launches
     result = controls.run(ctx)
     assert [a[0] for a in asked] == ["default", "prompt-cache-off"]  # the default row is always in the matrix
     assert all(a[1] == [ids[0]] for a in asked) and result.prompts == [ids[0]] and result.automatic
@@ -331,7 +332,8 @@ def test_a_transient_is_eliminated_launch_by_launch(monkeypatch):
     monkeypatch.setattr(runtime, "controls", {cache_off: runtime.controls[cache_off], "slots-off": runtime.controls[other]})
     ctx = SimpleNamespace(runtime=runtime, controls_request=[cache_off, "slots-off"], arm_name="a",
                           profile=SimpleNamespace(gate_prompts=None, gate_requests=20), results={"gate": gate},
-                          automatic_controls=True, launch=launch, carried={})
+                          automatic_controls=True, launch=launch, carried={},
+                          own=lambda model: controls.ControlsSettings(in_launch=False))  # the launch design
     result = controls.run(ctx)
     # a control row stops at its first launch that shows the transient: it cannot be credited then
     assert [a[0] for a in asked] == ["default"] * 4 + [cache_off] * 4 + ["slots-off"] * 2
@@ -357,7 +359,7 @@ def test_llama_servers_prompt_cache_transient_is_eliminated_over_launches(tmp_pa
     default's cold one."""
     from suite.bench import BenchRequest, run_bench
 
-    (s,) = run_bench(BenchRequest.build(model="tiny", arms=["llamacpp"], launcher="local", profile="quick", stages=["gate", "controls"], results=tmp_path / "results", stage_values={'controls': {'names': ["prompt-cache-off"]}}, gate_requests=20))
+    (s,) = run_bench(BenchRequest.build(model="tiny", arms=["llamacpp"], launcher="local", profile="quick", stages=["gate", "controls"], results=tmp_path / "results", stage_values={'controls': {'names': ["prompt-cache-off"], 'in_launch': False}}, gate_requests=20))
     assert s.status == "complete", s.reason
     # every stage says how much of the CPUs other processes took while it ran (the runtime is ours)
     assert set(s.contention) == {"gate", "controls"} and all(0 <= c.others_share <= 1 for c in s.contention.values())

@@ -210,7 +210,7 @@ def test_every_latency_request_has_its_own_prompt(monkeypatch: pytest.MonkeyPatc
         sampling=SimpleNamespace(seed=42, temperature=0.0, top_p=None),
         profile=get_profile("quick").model_copy(update={"stage_settings": {"latency": {
             "max_tokens": 3, "warmup": 2, "requests": 5, "concurrency": [1, 3]}}}),
-        signature=SimpleNamespace(digest="d" * 64),
+        signature=SimpleNamespace(digest="d" * 64), own=lambda model: None,
         record_request=lambda kind, **kw: records.append(kw),
     )
     result = lat.run(ctx)  # type: ignore[arg-type]
