@@ -580,12 +580,21 @@ def _random_hf(architecture: str, fmt: ModelFormat, target: Path) -> str:
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shape = {"architecture": architecture, **fmt.shape.model_dump(exclude_none=True)}
-    with progress.step(f"generate random {architecture} weights (seed {fmt.shape.seed})"):
-        r = subprocess.run([str(python), str(RECIPES / "random_weights.py"), json.dumps(shape), str(tmp),
-                            str(DOCUMENTS_DIR), str(PROMPTS_DIR / "gate")], capture_output=True, text=True)
+    return _recipe_into(target, tmp, f"generate random {architecture} weights (seed {fmt.shape.seed})",
+                        [str(python), str(RECIPES / "random_weights.py"), json.dumps(shape), str(tmp),
+                         str(DOCUMENTS_DIR), str(PROMPTS_DIR / "gate")],
+                        f"cannot generate random {architecture} weights")
+
+
+def _recipe_into(target: Path, tmp: Path, step: str, argv: list[str], failure: str,
+                 env: dict[str, str] | None = None) -> str:
+    """Run a model-preparation recipe that writes into `tmp`, then put its folder in place of
+    `target` and return the checksum of its safetensors; a failed recipe is one line (its last)."""
+    with progress.step(step):
+        r = subprocess.run(argv, capture_output=True, text=True, env=env)
         if r.returncode != 0:
             last = (r.stderr.strip().splitlines() or ["the recipe failed"])[-1]
-            raise SuiteError(f"cannot generate random {architecture} weights: {last}")
+            raise SuiteError(f"{failure}: {last}")
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     from suite.hashing import hash_files
@@ -639,18 +648,9 @@ def _quantize_hf(src: Path, scheme: str, target: Path, source_digest: str | None
     env = dict(os.environ)
     # first on the path: the tools' own compressed-tensors before any other (vLLM's, a release older)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (quantize_pythonpath(), env.get("PYTHONPATH", "")) if p)
-    with progress.step(f"quantise {src.name} to {scheme}"):
-        r = subprocess.run([str(python), str(RECIPES / "quantize.py"), scheme, str(src), str(tmp),
-                            source_digest or ""], capture_output=True, text=True, env=env)
-        if r.returncode != 0:
-            last = (r.stderr.strip().splitlines() or ["the recipe failed"])[-1]
-            raise SuiteError(f"cannot quantise {src.name} to {scheme}: {last}")
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
-    from suite.hashing import hash_files
-
-    with progress.step(f"checksum {target.name}"):
-        return hash_files(sorted(target.glob("*.safetensors")))
+    return _recipe_into(target, tmp, f"quantise {src.name} to {scheme}",
+                        [str(python), str(RECIPES / "quantize.py"), scheme, str(src), str(tmp), source_digest or ""],
+                        f"cannot quantise {src.name} to {scheme}", env=env)
 
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
