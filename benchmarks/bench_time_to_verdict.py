@@ -40,8 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from suite.analysis.sequential import EFFECT, MAX_PAIRS, decide  # noqa: E402
 from suite.analysis.stats import fisher_fewer_others, holm  # noqa: E402
-from suite.stages.controls import (CONTROL_STOP_AFTER_DISTINCT, ELIMINATION_ALPHA, TRANSIENT_REQUESTS,  # noqa: E402
-                                   launches_for)
+from suite.stages.controls import CONTROL_STOP_AFTER_DISTINCT, ELIMINATION_ALPHA, TRANSIENT_REQUESTS, launches_for  # noqa: E402
 
 CONTROLS = ("cache", "flag-a", "flag-b")
 GATE_REQUESTS = 20
@@ -290,7 +289,9 @@ def main() -> None:
               f"requests {real['in-launch']['requests']:.0f} (was {real['today']['requests']:.0f}), "
               f"wall {real['in-launch']['wall_s']:.0f} s (was {real['today']['wall_s']:.0f} s)")
     if args.real:
-        new_l, old_l = real["in-launch"]["launches"], real["today"]["launches"]
+        # launches per credited cause: a design that credited nothing spent its launches for none
+        new_l = real["in-launch"]["launches"] / real["in-launch"]["credited"] if real["in-launch"]["credited"] else math.inf
+        old_l = real["today"]["launches"] / real["today"]["credited"] if real["today"]["credited"] else math.inf
         new_r, old_r = real["in-launch"]["requests"], real["today"]["requests"]
         where = "real llama-server, a per-request cause"
     else:
