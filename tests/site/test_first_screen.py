@@ -13,7 +13,7 @@ import pytest
 from suite.site.publish import build_site
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
-TREES = ("cpu-results", "gpu-results", "gpu-vllm-results")
+TREES = ("cpu-results", "gpu-results", "gpu-vllm-results", "gpu-lightning-results")
 VIEWPORT = (1280, 900)
 
 
