@@ -286,6 +286,9 @@ class KernelLine(Strict):
         return self
 
 
+KernelPart = Literal["linear", "moe", "attention"]
+
+
 class KernelsSpec(Strict):
     """The kernels a runtime chose, as its own log says at start-up (`[kernels]`): for each part
     (the linear layers' GEMM, the MoE experts', attention), the lines that name it. The signature
@@ -351,6 +354,14 @@ class Control(Strict):
     # Its per-request form, where it has one (a control of request fields alone has one of itself):
     # tested inside one launch rather than over launches of its own.
     in_launch: InLaunch | None = None
+    # A control of one kernel part (an MoE backend switch): the automatic matrix tries it only where
+    # the arm's kernel path names that part (a dense model logs no MoE backend), or where the path
+    # is unknown; asked by name, it always runs.
+    kernel: KernelPart | None = None
+
+    def applies_to(self, kernel_path: dict[str, str] | None) -> bool:
+        """Whether the automatic matrix tries it on an arm whose start-up named these kernels."""
+        return self.kernel is None or kernel_path is None or bool(kernel_path.get(self.kernel))
 
     def per_request(self) -> InLaunch | None:
         """The control's per-request form: declared, or, for a control that is request fields only

@@ -27,9 +27,11 @@
 #     bash benchmarks/gpu/run_vllm_studies.sh studies       # sessions x replicates with a LoRA adapter
 #     bash benchmarks/gpu/run_vllm_studies.sh resume-matrix MODEL/ARM/RUN   # a cut control matrix's other rows
 #     bash benchmarks/gpu/run_vllm_studies.sh lightning-prep     # random-lightning: bf16 (seed 0), then NVFP4 and W4A16 quantised from it
-#     bash benchmarks/gpu/run_vllm_studies.sh lightning ARM STAGES [batch]   # random-lightning: one arm's bench
-#                                                       (20 requests a gate prompt; STAGES with restarts: 2 restarts, kept caches;
-#                                                        batch: the batch-composition stage too)
+#     bash benchmarks/gpu/run_vllm_studies.sh lightning ARM STAGES [batch] [auto] [controls=A,B] [caches=fresh]
+#                                                       random-lightning: one arm's bench (20 requests a gate prompt;
+#                                                       STAGES with restarts: 2 restarts, kept caches unless caches= says;
+#                                                       batch: the batch-composition stage too; auto: the bench's own
+#                                                       control matrix where the gate varies; controls=: named rows)
 #     bash benchmarks/gpu/run_vllm_studies.sh lightning-compare  # random-lightning: every format's newest gate against bf16's
 #     (benchmarks/gpu/LIGHTNING.md: the sequence of calls)
 #     (prep: the AMX check of the llama.cpp build, when its inputs travel)
@@ -190,14 +192,22 @@ for name in card.formats:
 PY
     ;;
   lightning)
-    ARM=${2:?arm}; STAGES=${3:?stages}; EXTRA=()
-    [ "${4:-}" = batch ] && EXTRA+=(--batch-composition --batch-trials 6 --batch-sizes 8,16,32)
-    case ",$STAGES," in *,restarts,*) EXTRA+=(--restarts 2 --restart-caches kept);; esac
+    ARM=${2:?arm}; STAGES=${3:?stages}; EXTRA=(); AUTO=(--no-auto-controls); CACHES=kept
+    for opt in "${@:4}"; do
+      case $opt in
+        batch) EXTRA+=(--batch-composition --batch-trials 6 --batch-sizes 8,16,32) ;;
+        auto) AUTO=() ;;                                  # the bench's own matrix where the gate varies
+        controls=*) EXTRA+=(--controls "${opt#controls=}") ;;  # named rows (STAGES names controls)
+        caches=*) CACHES=${opt#caches=} ;;                # the restarts' compile caches: kept, fresh, both
+        *) say "unknown option $opt (batch, auto, controls=A,B, caches=kept|fresh|both)"; exit 2 ;;
+      esac
+    done
+    case ",$STAGES," in *,restarts,*) EXTRA+=(--restarts 2 --restart-caches "$CACHES");; esac
     install_vllm || { pack; exit 1; }
     [ -f "$SUITE_CACHE/models/random-lightning/hf-bf16/.prepared" ] || bash "$0" lightning-prep
     say "== random-lightning $ARM: stages $STAGES ${EXTRA[*]}"
     timeout $(( LIMIT - ($(date +%s) - T0) )) python3 -m suite.cli bench --model random-lightning --arms "$ARM" \
-        --profile standard --stages "$STAGES" --gate-requests 20 --no-auto-controls "${EXTRA[@]}" 2>&1 | tail -30
+        --profile standard --stages "$STAGES" --gate-requests 20 "${AUTO[@]}" "${EXTRA[@]}" 2>&1 | tail -30
     # the kernels the engine said it chose (the signature's kernel_path), from the newest record
     grep -rhoE '"kernel_path": \{[^}]*\}' "$RESULTS/random-lightning/$ARM" 2>/dev/null | tail -1
     pack ;;

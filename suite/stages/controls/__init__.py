@@ -248,11 +248,13 @@ def settings(profile: Profile) -> ControlsSettings:
 # -- configurations -------------------------------------------------------------------------------
 
 def resolve_requested(ctx: StageContext, requested: list[str] | None) -> list[str]:
-    """`all` -> default + every control (+ lora where offered); else the names, checked."""
+    """`all` -> default + every control that applies to the arm's kernels (+ lora where offered);
+    else the names, checked."""
     names = list(requested or ["all"])
     runtime = ctx.runtime
     if "all" in names:
-        out = ["default", *runtime.controls]
+        path = getattr(getattr(ctx, "signature", None), "kernel_path", None)
+        out = ["default", *(n for n, c in runtime.controls.items() if c.applies_to(path))]
         if runtime.capabilities.lora:
             out.append(LORA)
         return out

@@ -26,6 +26,19 @@ def test_all_means_default_every_control_and_lora():
     assert vllm[0] == "default" and {"batch-invariant", "prefix-caching-off", "eager", "concurrency-4"} <= set(vllm)
 
 
+def test_a_control_of_one_kernel_part_joins_the_matrix_only_where_the_arm_named_that_part():
+    def ctx(kernel_path):
+        return SimpleNamespace(runtime=get_definition("vllm"), signature=SimpleNamespace(kernel_path=kernel_path))
+
+    dense = {"linear": "unquantized (bf16)", "attention": "FLASH_ATTN"}
+    moe = {**dense, "moe": "MARLIN (WNA16)"}
+    assert "moe-backend-triton" not in resolve_requested(ctx(dense), ["all"])
+    assert "moe-backend-triton" in resolve_requested(ctx(moe), ["all"])
+    assert "moe-backend-triton" in resolve_requested(ctx(None), ["all"])  # a path the log did not tell
+    assert resolve_requested(ctx(dense), ["moe-backend-triton"]) == ["moe-backend-triton"]  # asked by name
+    assert "prefix-caching-off" in resolve_requested(ctx(dense), ["all"])
+
+
 def test_every_runtime_offers_concurrency_4_and_its_cache_controls():
     for name, cache in (("llamacpp", "prompt-cache-off"), ("llamacpp-python", "prompt-cache-on"),
                         ("vllm-cpu", "prefix-caching-off")):
