@@ -4,6 +4,7 @@
 #   - vLLM 0.24.0 (the release that pins torch==2.11.0, a CUDA 13 build), trimmed of what an
 #     H100/H200 does not load, xz-compressed and split into parts (vllm.tar.xz.part-*, vllm.sha256);
 #   - deps/: the wheels of what vLLM's OpenAI server imports and such a machine lacks, and of what
+#     a request with a response_format loads (the extraction stage), and of what
 #     vLLM's HUMMING path imports: humming-kernels 0.1.6 (vLLM 0.24.0's pin; 0.1.20 fails with
 #     "quantize_weight() got an unexpected keyword argument 'has_global_scale'") with pyelftools,
 #     compressed-tensors 0.17.0 (vLLM 0.24.0's pin) and loguru;
@@ -31,7 +32,9 @@ PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp
 get() { local dir=$1; shift; python3 -m pip download -q --no-deps "${PLAT[@]}" -d "$dir" "$@"; }
 [ -f "$OUT"/build/vllm-0.24.0-*.whl ] 2>/dev/null || get "$OUT/build" vllm==0.24.0
 # What vLLM 0.24.0's server imports at start-up and the GPU machine's image lacks (checked by
-# starting it there): llguidance, xgrammar and apache-tvm-ffi are imported through type annotations.
+# starting it there): llguidance, xgrammar and apache-tvm-ffi are imported through type annotations;
+# lm-format-enforcer (with interegular) and outlines_core are what a request with a response_format
+# loads (vLLM's pins; without them every extraction request is answered HTTP 500).
 get "$OUT/deps" \
   annotated-types==0.8.0 apache-tvm-ffi==0.1.15.post2 blake3==1.0.11 cachetools==8.0.2 cbor2==6.3.0 \
   distro==1.9.0 fastapi==0.136.3 ijson==3.6.0 jiter==0.19.0 jmespath==1.1.0 llguidance==1.7.6 \
@@ -40,6 +43,7 @@ get "$OUT/deps" \
   pydantic==2.14.4 pydantic-core==2.50.5 python-json-logger==4.2.0 python-multipart==0.0.34 \
   pyzmq==27.3.0 setproctitle==1.3.8 sniffio==1.3.1 starlette==1.10.0 typing-inspection==0.4.5 \
   uvicorn==0.54.0 watchfiles==1.3.0 xgrammar==0.2.9 \
+  lm-format-enforcer==0.11.3 interegular==0.3.3 outlines_core==0.2.14 \
   humming-kernels==0.1.6 pyelftools==0.33 compressed-tensors==0.17.0 loguru==0.7.3
 # The suite: its own wheel (the phases also run it from the checkout) and what its image lacks.
 get "$OUT/deps/suite" httptools==0.9.0 docker==7.2.0

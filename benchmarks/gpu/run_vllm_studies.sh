@@ -140,6 +140,12 @@ case "$PHASE" in
     for mod in humming elftools compressed_tensors loguru; do
       PYTHONPATH=$TARGET python3 -c "import $mod" 2>/dev/null \
         || say "$mod missing: the HUMMING arms will not start (put its wheel into .gpu/vllm/deps)"
+    done
+    # what a request with a response_format loads (the extraction stage): missing, vLLM answers
+    # each such request HTTP 500 with ModuleNotFoundError in its log
+    for mod in lmformatenforcer interegular outlines_core; do
+      PYTHONPATH=$TARGET python3 -c "import $mod" 2>/dev/null \
+        || say "$mod missing: extraction requests will fail (put its wheel into .gpu/vllm/deps)"
     done ;;
   part)
     # copied under another name, then renamed: a detached `waitparts` never counts a part half-copied
