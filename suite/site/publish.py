@@ -71,7 +71,6 @@ from suite.site.figures import (
 )
 from suite.stages import LATENCY_STAGE, SLOTS, STAGES, VERDICT_STAGE, Stage, page_sections
 from suite.stages.base import PageInputs, SectionTemplate
-from suite.stages.controls.view import controls_view
 from suite.stages.latency import LatencyLine
 from suite.stages.latency.view import latency_sweep
 from suite.stages.lines import AnswerLine
@@ -591,8 +590,6 @@ def _write_site(build_dir: Path, out_dir: Path, models: dict[str, ModelRuns], pr
         for run in all_runs:  # written while the charts are drawn
             site.write(run.page, "run.html", model=models[run.s.model], run=run, generated=generated,
                        stage_parts=_run_sections(site, run),
-                       # the control matrix's part is still drawn by the run page itself (on_run_page False)
-                       controls=controls_view(run.s.controls, []),
                        watchdog=watchdog_view(run.s.watchdog))
         for name, model in models.items():
             _model_page(site, model, generated, drawn[name])

@@ -110,7 +110,8 @@ def test_the_llamacpp_image_takes_the_hosts_portable_build_and_compiles_nothing(
     if "avx2" not in Path("/proc/cpuinfo").read_text() or " fma" not in Path("/proc/cpuinfo").read_text():
         pytest.skip("this CPU lacks AVX2/FMA: its portable build is not the image's x86-64-v3")
     images = tmp_path / "images"
-    shutil.copytree(IMAGES_DIR / "llamacpp", images / "llamacpp")
+    # without the build `make test` may have staged in the checkout's own folder
+    shutil.copytree(IMAGES_DIR / "llamacpp", images / "llamacpp", ignore=shutil.ignore_patterns("prebuilt"))
     folder = images / "llamacpp"
     script = repo / ".ci" / "llama-build-context.sh"
     dockerfile = (folder / "Dockerfile").read_text()

@@ -46,11 +46,14 @@ def test_random_lightning_keeps_the_release_s_layer_kinds_experts_and_top_k() ->
     assert {n: (f.kind, f.source, f.scheme) for n, f in card.formats.items() if n != "hf-bf16"} == {
         "nvfp4": ("nvfp4", "quantize:hf-bf16", "NVFP4"), "w4a16": ("w4a16", "quantize:hf-bf16", "W4A16")}
     assert set(card.arms) == {"vllm-gpu", "vllm-gpu-batch-invariant", "vllm-gpu-nvfp4", "vllm-gpu-w4a16",
-                              "vllm-gpu-humming-w4a16", "vllm-gpu-humming-w4a16-grouped"}
+                              "vllm-gpu-humming-w4a16", "vllm-gpu-humming-w4a16-grouped",
+                              "vllm-gpu-w4a16-moe-triton"}
     for arm in card.arms.values():
         assert arm.runtime == "vllm" and arm.version == "0.24.0" and arm.env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
     grouped = card.arms["vllm-gpu-humming-w4a16-grouped"]
     assert grouped.env["VLLM_HUMMING_MOE_GEMM_TYPE"] == "grouped" and grouped.args == ["--quantization", "humming"]
+    triton = card.arms["vllm-gpu-w4a16-moe-triton"]  # the W4A16 weights, the experts through Triton's fused MoE
+    assert triton.format == "w4a16" and triton.args == ["--moe-backend", "triton"]
 
 
 def test_every_gpu_card_offers_a_batch_invariant_arm_and_tiny_gpu_quantised_trained_weights() -> None:

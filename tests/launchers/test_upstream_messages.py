@@ -288,6 +288,8 @@ UPSTREAM_VLLM_FLAGS = {
     "--enable-lora": "enable_lora", "--max-lora-rank": "max_lora_rank",
     "--lora-modules": "lora_modules", "--no-enable-prefix-caching": "enable_prefix_caching",
     "--enforce-eager": "enforce_eager",
+    # vllm/engine/arg_utils.py (v0.24.0 and v0.32.0): kernel_group.add_argument("--moe-backend", ...)
+    "--moe-backend": "moe_backend",
 }
 # Env vars the images and controls set, each read in vllm/envs.py (v0.32.0):
 #     "VLLM_BATCH_INVARIANT": lambda: bool(int(os.getenv("VLLM_BATCH_INVARIANT", "0"))),

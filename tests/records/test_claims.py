@@ -40,15 +40,16 @@ def _page_and_claims(results: Path, out: Path) -> tuple[str, pl.DataFrame]:
 
 def test_a_changed_threshold_reaches_an_old_records_page_and_export(old_record: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import suite.stages.controls as controls
+    import suite.stages.controls.elimination as controls_elimination
 
     page, claims = _page_and_claims(old_record, tmp_path / "today")
     elimination = claims.filter(pl.col("kind") == "elimination").row(0, named=True)
     assert elimination["verdict"] == "prefix-caching-off restores one answer" and not elimination["recomputed"]
     assert "prefix-caching-off restores one answer" in page and "read otherwise when the run ended" not in page
 
-    # the same record, read by code whose elimination asks for a stronger test
-    monkeypatch.setattr(controls, "ELIMINATION_ALPHA", 0.01)
+    # the same record, read by code whose elimination asks for a stronger test (the level `recompute`
+    # reads when a record is loaded: the elimination module's)
+    monkeypatch.setattr(controls_elimination, "ELIMINATION_ALPHA", 0.01)
     page, claims = _page_and_claims(old_record, tmp_path / "stricter")
     elimination = claims.filter(pl.col("kind") == "elimination").row(0, named=True)
     assert elimination["verdict"] == "nothing tested restores one answer" and elimination["recomputed"]

@@ -237,9 +237,9 @@ def test_a_cut_run_is_named_where_no_later_run_has_the_stage(tmp_path: Path) -> 
 
 
 def test_a_run_page_shows_the_stages_it_ran_that_it_does_not_draw_itself(tmp_path: Path) -> None:
-    """A run's own page shows the batch composition and sessions sections for that run alone (the
-    sections the model page draws, one column), where the run has those results, and not where
-    it has none."""
+    """A run's own page shows the batch composition, sessions and control matrix sections for that
+    run alone (the sections the model page draws, one column), where the run has those results, and
+    not where it has none."""
     root = EXAMPLES / "gpu-vllm-results"
     build_site(root, tmp_path / "site")
     runs = {s.run_id: s for s in load_all(root)}
@@ -253,9 +253,16 @@ def test_a_run_page_shows_the_stages_it_ran_that_it_does_not_draw_itself(tmp_pat
     for s in sessions:
         page = next((tmp_path / "site" / "runs").glob(f"{s.run_id}-*.html")).read_text()
         assert '<section id="sessions">' in page
-    plain = next(r for r in runs.values() if r.batch is None and r.sessions is None)
+    controls = [r for r in runs.values() if r.controls is not None]
+    assert controls
+    for s in controls:
+        page = next((tmp_path / "site" / "runs").glob(f"{s.run_id}-*.html")).read_text()
+        assert '<section id="controls">' in page and "<h2>Controls</h2>" in page
+        assert all(f"<td>{row.configuration}</td>" in page for row in s.controls.rows)
+    plain = next(r for r in runs.values() if r.batch is None and r.sessions is None and r.controls is None)
     page = next((tmp_path / "site" / "runs").glob(f"{plain.run_id}-*.html")).read_text()
     assert '<section id="batch">' not in page and '<section id="sessions">' not in page
+    assert '<section id="controls">' not in page
     assert "could not be drawn" not in page
 
 

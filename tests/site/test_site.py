@@ -448,3 +448,14 @@ def test_a_share_every_unit_gave_alike_shows_what_n_rules_out_not_a_zero_error()
     for n in (1, 5, 8, 20):
         bound = 1 - 0.05 ** (1 / n)
         assert abs((1 - bound) ** n - 0.05) < 1e-12
+
+
+def test_every_pre_keeps_a_text_s_own_leading_newline() -> None:
+    """HTML drops one newline right after `<pre>`: an answer or log line that starts with a newline
+    would lose it on the page. Every template's `<pre>` therefore opens with a newline of its own."""
+    root = Path(__file__).resolve().parents[2]
+    templates = [*(root / "site" / "templates").glob("*.html"), *(root / "suite" / "stages").glob("*/section.html")]
+    assert templates
+    for template in templates:
+        for m in re.finditer(r"<pre\b[^>]*>(.?)", template.read_text(), re.S):
+            assert m.group(1) == "\n", f"{template.name}: {m.group(0)!r} does not open with a newline"

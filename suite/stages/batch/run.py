@@ -1,7 +1,8 @@
 """The batch-composition stage's run: the target prompt alone, then among other prompts sent at once,
 then among prompts that share a prefix with it, the prefix cache emptied between trials where the
-runtime offers a way. The stage's models, settings, verdict and export are its package's
-(`suite.stages.batch`), which takes `run` from here for its `STAGE`."""
+runtime offers a way. Its records and verdict are `suite.stages.batch.result`'s, its settings
+`suite.stages.batch.settings`'; the package takes `run`, `planned` and `_inputs` from here for its
+`STAGE`."""
 
 from __future__ import annotations
 
@@ -15,26 +16,27 @@ from typing import TYPE_CHECKING, Any
 from suite.analysis.repro import Divergence, Sample, analyse, answer_key, divergence, prefix_logprob_diff
 from suite.client import ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.errors import SuiteError
-from suite.stages.batch import (
-    MAX_CONSECUTIVE_FAILED_TRIALS,
-    MODES,
-    OTHER_LENGTHS,
-    BatchMode,
-    BatchResult,
-    BatchSettings,
-    CacheReset,
-    Mode,
-    batch_prompt,
-    other_texts,
-    settings,
-    verdict_of,
-)
+from suite.stages.batch.result import MODES, BatchMode, BatchResult, CacheReset, Mode, verdict_of
+from suite.stages.batch.settings import BatchSettings, batch_prompt, settings
 from suite.stages.repeat import TOP_LOGPROBS, GatePrompt, death_reason_of, logprobs_for
 
 if TYPE_CHECKING:
+    from suite.profiles import Profile
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
+
+# The other prompts' lengths in characters, from a few words to a few pages: a batch mixes
+# prefill-heavy and decode-heavy requests (cycled, then shuffled per trial).
+OTHER_LENGTHS = (40, 160, 600, 1400, 2400)
+MAX_CONSECUTIVE_FAILED_TRIALS = 3
+
+
+def other_texts() -> str:
+    """The text the other prompts are cut from: the shipped extraction documents, joined."""
+    from suite.stages.extraction import load_documents
+
+    return "\n\n".join(s.text.strip() for d in load_documents() for s in d.sections)
 
 
 def trial_prompts(mode: Mode, trial: int, target: str, size: int, corpus: str,
@@ -245,6 +247,18 @@ def run_batch(client: OpenAIClient, prompt: GatePrompt, *, trials: int, batch_si
         out_tokens = sum(m.output_tokens for m in results)
         result.j_per_token = round(result.energy_j / out_tokens, 6) if out_tokens else None
     return result
+
+
+def planned(profile: Profile) -> int:
+    own = settings(profile)
+    sizes = own.sizes or [2]
+    per_mode = sum(sizes[t % len(sizes)] for t in range(own.trials))
+    return own.trials + 2 * per_mode
+
+
+def _inputs(profile: Profile) -> object:
+    other_texts()
+    return batch_prompt(profile)
 
 
 def run(ctx: StageContext) -> BatchResult:

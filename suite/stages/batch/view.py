@@ -8,7 +8,7 @@ from typing import Any
 
 from suite.gpu import ratio_text
 from suite.stages.base import PageInputs
-from suite.stages.batch import BatchResult, gap_text
+from suite.stages.batch.result import BatchResult, gap_text
 
 
 def batch_view(b: BatchResult | None) -> dict[str, Any] | None:

@@ -1,12 +1,18 @@
-"""The control matrix's part of a model page: one row per configuration, distinct answers per
-gate prompt, each row against the default row in one line (`control_row_line`)."""
+"""The control matrix as it is shown: its section of a model page and of a run's page (`page`, which
+`section.html` draws: one row per configuration, distinct answers per gate prompt, each row against
+the default row in one line, `control_row_line`), the table the command line prints
+(`format_controls_table`) and `suite export`'s controls table (`export_rows`, its columns in
+`COLUMNS`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from suite.stages.base import PageInputs
-from suite.stages.controls import ControlsResult
+from rich.table import Table
+from rich.text import Text
+
+from suite.stages.base import ColumnType, PageInputs, length_lists
+from suite.stages.controls.result import ControlsResult
 from suite.stages.repeat import truncation_by_prompt
 
 
@@ -99,3 +105,74 @@ def page(results: list[ControlsResult | None], inputs: PageInputs) -> dict[str, 
     controls = [controls_view(c, inputs.prompt_ids) for c in results]
     configs = list(dict.fromkeys(row["configuration"] for c in controls for row in (c or {}).get("rows", [])))
     return {"controls": controls, "control_configs": configs}
+
+
+def format_controls_table(result: ControlsResult) -> Table:
+    """configuration -> distinct answers and lengths (count), per prompt, as a rich table."""
+    launches = f" x {result.launches_per_row} launches" if result.launches_per_row > 1 else ""
+    table = Table(title=Text(f"{result.arm} ({result.runtime}): gate per configuration, "
+                             f"{result.n_requests} requests{launches}"))
+    table.add_column("configuration")
+    table.add_column("status")
+    for pid in result.prompts:
+        table.add_column(Text(f"{pid}: distinct"), justify="right")
+        table.add_column(Text(f"{pid}: lengths (count)"))
+    table.add_column("cold = modal")
+    for row in result.rows:
+        cells = [row.configuration + (f" ×{row.concurrency}" if row.concurrency > 1 else ""),
+                 row.status + (f": {row.reason}" if row.reason else "")]
+        for pid in result.prompts:
+            if pid in row.distinct:
+                stopped = (f" (stopped at {row.sent[pid]})" if row.gate and row.sent.get(pid, row.gate.n_requests)
+                           < row.gate.n_requests else "")
+                cells += [f"{row.distinct[pid]}/{row.answered.get(pid, 0)}{stopped}", row.lengths.get(pid, "")]
+            else:
+                cells += ["-", "-"]
+        colds = [v for v in row.cold_is_modal.values() if v is not None]
+        cells.append("-" if not colds else ("yes" if all(colds) else "no"))
+        table.add_row(*[Text(c) for c in cells])  # text as it is: never parsed as markup
+    captions = [result.elimination] if result.elimination else []
+    if result.lora is not None and result.lora.reason:
+        captions.append(f"LoRA: {result.lora.reason}")
+    table.caption = Text("\n".join(captions)) if captions else None
+    return table
+
+
+def export_rows(result: ControlsResult) -> list[dict[str, Any]]:
+    """`suite export`'s controls table: one row per control configuration and gate prompt."""
+    rows: list[dict[str, Any]] = []
+    for row in result.rows:
+        e = row.energy
+        base = {"configuration": row.configuration, "status": row.status, "reason": row.reason,
+                "concurrency": row.concurrency, "startup_s": row.startup_s,
+                "controls": list(row.ran_controls),
+                "tokens_per_s": row.tokens_per_s, "energy_j": e.joules if e else None,
+                "j_per_token": e.j_per_token if e else None,
+                "mean_power_w": e.mean_power_w if e else None}
+        base["unit"] = row.unit
+        cut = truncation_by_prompt(row.gate)
+        if not row.distinct:
+            rows.append(base)
+        for pid, d in row.distinct.items():
+            series = row.in_launch.get(pid)
+            res = series.result() if series is not None else None
+            pairs = {} if series is None or res is None else {
+                "pairs": len(series.outcomes), "pairs_differ": res.favourable, "pairs_other_way": res.against,
+                "pairs_alike": res.concordant, "sequential_stop": series.stop, "sequential_p": res.p_value,
+                "sequential_level": series.level}
+            rows.append(base | pairs | {"prompt_id": pid, "distinct_answers": d, "answered": row.answered.get(pid),
+                                **dict(zip(("answer_lengths_tokens", "answer_length_counts"),
+                                           length_lists(row.lengths.get(pid)), strict=True)),
+                                "truncated": cut.get(pid, (None, None))[0],
+                                "max_tokens": cut.get(pid, (None, None))[1]})
+    return rows
+
+
+COLUMNS: dict[str, ColumnType] = {
+    "configuration": "str", "status": "str", "reason": "str", "concurrency": "int", "startup_s": "float",
+    "controls": "list[str]", "tokens_per_s": "float", "energy_j": "float", "j_per_token": "float",
+    "mean_power_w": "float", "prompt_id": "str", "distinct_answers": "int", "answered": "int",
+    "answer_lengths_tokens": "list[int]", "answer_length_counts": "list[int]", "truncated": "int", "max_tokens": "int",
+    # the row's unit (request, launch, pair) and, for a row tried inside one launch, its pairs per prompt
+    "unit": "str", "pairs": "int", "pairs_differ": "int", "pairs_other_way": "int", "pairs_alike": "int",
+    "sequential_stop": "str", "sequential_p": "float", "sequential_level": "float"}

@@ -24,409 +24,51 @@ the answers too, when the context has one.
 
 from __future__ import annotations
 
-import logging
-from functools import lru_cache
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
-
-from pydantic import BaseModel, ConfigDict, Field
-
-from suite.analysis.claims import Claim, Evidence, run_caveats
-from suite.analysis.scoring import GoldFact
-from suite.analysis.stats import MeanSE, mean, mean_se
-from suite.errors import SuiteError
-from suite.paths import DOCUMENTS_DIR, EXTRACTION_DIR
-from suite.stages.base import ColumnType, ExportTable, SectionTemplate, Stage, StageOption
-from suite.stages.extraction.documents import Answer, DocumentPart, Mode, _answered_facts, changed_parts
-from suite.stages.extraction.judge import JudgeResult
+from suite.stages.base import ExportTable, SectionTemplate, Stage
+from suite.stages.extraction.documents import Answer, DocumentPart, changed_parts
 from suite.stages.extraction.judge import preflight as judge_preflight
-from suite.stages.lines import LineBase, RequestLineBase
-
-if TYPE_CHECKING:
-    from suite.profiles import Profile
-
-log = logging.getLogger(__name__)
-
-
-RESULT_VERSION = 1
-SECTION_SETS = ("quick", "standard", "full")
-SIGNATURE_KEY_FIELDS = ("model", "model_format", "model_sha256", "runtime", "runtime_version", "launcher",
-                        "controls", "prompt_set_hash")
-
-
-# -- documents ------------------------------------------------------------------------------------
-
-class Document(BaseModel):
-    """One extraction document file."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    version: int
-    id: str
-    kind: str
-    title: str
-    sections: list[DocumentPart] = Field(min_length=1)
-
-
-class PromptTemplate(BaseModel):
-    """`prompts/extraction/prompt.toml`: the request wording and the format hint per fact type."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    version: int
-    template: str
-    formats: dict[str, str]
-
-
-def load_document(path: Path) -> Document:
-    """Load and check one document; errors name the file and the key."""
-    from suite.definitions import load_validated
-
-    doc = load_validated(path, Document)
-    seen: set[str] = set()
-    for section in doc.sections:
-        if section.id in seen:
-            raise SuiteError(f"{path}: duplicate section id {section.id!r}")
-        seen.add(section.id)
-        if "full" not in section.profiles:
-            raise SuiteError(f"{path}: section {section.id!r}: every section belongs to the 'full' set")
-        keys = [f.key for f in section.facts]
-        if len(set(keys)) != len(keys):
-            raise SuiteError(f"{path}: section {section.id!r}: duplicate fact key")
-        section.document, section.kind = doc.id, doc.kind
-    return doc
-
-
-@lru_cache(maxsize=4)
-def _load_all(directory: str) -> tuple[Document, ...]:
-    paths = sorted(Path(directory).glob("*.toml"))
-    if not paths:
-        raise SuiteError(f"{directory}: no extraction documents (*.toml)")
-    return tuple(load_document(p) for p in paths)
-
-
-def load_documents(directory: Path = DOCUMENTS_DIR) -> list[Document]:
-    return list(_load_all(str(directory)))
-
-
-def load_prompt(path: Path = EXTRACTION_DIR / "prompt.toml") -> PromptTemplate:
-    from suite.definitions import load_validated
-
-    return load_validated(path, PromptTemplate)
-
-
-class ExtractionSettings(BaseModel):
-    """The stage's settings: its defaults here, a profile's own values in `STAGE.profiles`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    sections: int = Field(default=8, ge=1)  # how many sections of prompts/extraction
-    repeats: int = Field(default=3, ge=1)  # each section asked this many times
-    max_tokens: int = Field(default=256, ge=1)
-    judge_repeats: int = Field(default=5, ge=0)  # the judge's own gate: one grading repeated
-    # The LLM judge (`--judge-url`, `--judge-model`; else the card's): checked by the stage's
-    # preflight; not a setting of the measurement, so not in the run record's settings.
-    judge_url: str | None = Field(default=None, exclude=True)
-    judge_model: str | None = Field(default=None, exclude=True)
-
-
-def settings(profile: Profile) -> ExtractionSettings:
-    """This stage's settings for a profile (its values, then the run's own)."""
-    return cast(ExtractionSettings, STAGE.settings_for(profile))
-
-
-def select_parts(n: int, documents: list[Document] | None = None) -> list[DocumentPart]:
-    """The first n sections of the smallest section set (quick, standard, full) that has n."""
-    docs = documents if documents is not None else load_documents()
-    every = [s for d in docs for s in d.sections]
-    if n < 1:
-        raise SuiteError(f"extraction_sections must be at least 1, got {n}")
-    for tag in SECTION_SETS:
-        tagged = [s for s in every if tag in s.profiles]
-        if len(tagged) >= n:
-            return tagged[:n]
-    raise SuiteError(f"extraction_sections={n}, but the documents have only {len(every)} sections")
-
-
-# -- requests -------------------------------------------------------------------------------------
-
-def fact_format(fact: GoldFact, prompt: PromptTemplate) -> str:
-    if fact.type == "number":
-        return prompt.formats["number_with_unit" if fact.unit else "number"]
-    return prompt.formats[fact.type]
-
-
-def build_prompt(section: DocumentPart, prompt: PromptTemplate) -> str:
-    lines = "\n".join(f"- {f.key}: {f.ask} ({fact_format(f, prompt)})" for f in section.facts)
-    return prompt.template.format(facts=lines, text=section.text.strip()).strip()
-
-
-def json_schema_for(facts: list[GoldFact]) -> dict[str, Any]:
-    """The JSON schema of the answer: every asked key, each its type or null."""
-    props: dict[str, Any] = {}
-    for f in facts:
-        if f.type == "boolean":
-            kind = "boolean"
-        elif f.type == "number" and not f.unit:
-            kind = "number"
-        else:
-            kind = "string"
-        props[f.key] = {"anyOf": [{"type": kind}, {"type": "null"}]}
-    return {"type": "object", "properties": props, "required": [f.key for f in facts],
-            "additionalProperties": False}
-
-
-# -- results --------------------------------------------------------------------------------------
-
-class RepeatScore(BaseModel):
-    """Gold scores of one repeat over all sections (the spread across repeats)."""
-
-    repeat: int = Field(description="repeat index, 0-based")
-    clean_share: float | None = Field(description="share of sections with valid JSON and no wrong fact")
-    complete_share: float | None = Field(default=None, description="share of sections with no wrong and no missing fact")
-    precision: float | None = Field(description="mean over sections of correct / answered")
-    recall: float | None = Field(description="mean over sections of correct / gold facts")
-    invalid_json: int = Field(description="sections whose answer held no JSON object")
-
-
-class TypeScore(BaseModel):
-    """Gold scores by fact type, over all facts and repeats."""
-
-    facts: int = Field(description="facts of this type asked, times repeats")
-    correct: int = Field(description="right after normalisation")
-    correct_exact: int = Field(description="right as written")
-    partial: int = Field(description="wrong but half right (title missing, unit, precision)")
-    missing: int = Field(description="left null or absent")
-
-
-# A document part's summary. Its name, and the fields named `section(s)` here and in `ExtractionResult`
-# (`sections`, `identical_sections`, `per_section`, ...), mean a document's section (a `DocumentPart`),
-# not a page's: the run record and its published schema keep them so (the docstring is the schema's).
-class SectionSummary(BaseModel):
-    """One section, over its repeats."""
-
-    section: str = Field(description="document/section id")
-    kind: str = Field(description="kind of document")
-    facts: int = Field(description="gold facts in the section")
-    identical: bool = Field(description="every repeat gave valid JSON and the extracted facts were the same in each "
-                                        "(records before `comparable` existed counted all-invalid sections too)")
-    distinct_answers: int = Field(description="distinct extracted-fact sets over the repeats (all invalid ones as one)")
-    comparable: bool | None = Field(default=None, description="every repeat gave valid JSON (None: older record)")
-    no_facts: bool = Field(default=False, description="every repeat was valid JSON that gave no fact (all null): "
-                                                      "never counted as identical")
-    clean_rate: float = Field(description="share of repeats that were clean")
-    complete_rate: float | None = Field(default=None, description="share of repeats that were clean and complete")
-    recall: float = Field(description="mean recall over repeats")
-    precision: float | None = Field(description="mean precision over repeats (None if nothing answered)")
-    invalid_json: int = Field(description="repeats without a JSON object")
-
-
-class ExtractionResult(BaseModel):
-    """Summary of the extraction stage for one arm (every fact is in requests.jsonl)."""
-
-    version: int = Field(default=RESULT_VERSION, description="schema version of this result")
-    prompt_version: int = Field(description="version of prompts/extraction/prompt.toml")
-    documents: dict[str, int] = Field(description="document id -> its version, for the documents used")
-    # Every field named `section(s)` here counts document parts (a document's sections, `DocumentPart`),
-    # not a page's sections: the records and their published schema keep the names.
-    sections: int = Field(description="sections asked")
-    repeats: int = Field(description="repeats per section")
-    max_tokens: int = Field(description="max_tokens per request")
-    mode: Mode = Field(description="how JSON was asked for: json_schema / json_object response_format, or prompt-only")
-    endpoint: Literal["chat", "completions"] = Field(
-        default="chat", description="API used: chat, or completions where the runtime has no chat template")
-    mode_rejections: list[str] = Field(
-        default_factory=list, description="response_format modes (or the chat endpoint) the runtime rejected")
-    requests: int = Field(description="requests sent")
-    failed_requests: int = Field(description="requests that got an HTTP or protocol error")
-    invalid_json: int = Field(description="answers with no JSON object (failed requests included)")
-    identical_sections: int = Field(description="sections whose extracted facts were identical across all repeats, "
-                                                "among the comparable sections (every repeat valid JSON)")
-    comparable_sections: int | None = Field(
-        default=None, description="sections where every repeat gave valid JSON: the base of identical_sections")
-    invalid_sections: int | None = Field(
-        default=None, description="sections with at least one repeat without JSON, left out of identical_sections")
-    changed_sections: int | None = Field(
-        default=None, description="sections whose repeats differed in any way (facts, or valid vs invalid answers)")
-    facts_per_repeat: int = Field(description="gold facts over the sections asked")
-    precision: MeanSE = Field(description="per-section precision (correct / answered), mean and SE over sections")
-    recall: MeanSE = Field(description="per-section recall (correct / gold), mean and SE over sections")
-    recall_exact: MeanSE = Field(description="recall counting only answers right as written")
-    clean_share: MeanSE = Field(description="per-section share of clean repeats, mean and SE over sections")
-    complete_share: MeanSE | None = Field(
-        default=None, description="per-section share of clean and complete repeats (no wrong, no missing fact)")
-    per_repeat: list[RepeatScore] = Field(description="the same scores per repeat: the spread across repeats")
-    by_type: dict[str, TypeScore] = Field(description="fact type -> counts over all facts and repeats")
-    per_section: list[SectionSummary] = Field(description="one row per section")
-    reproducible_gate: bool | None = Field(default=None, description="the gate's verdict for this arm, if known")
-    judge: JudgeResult | None = Field(default=None, description="the LLM judge's grading, when a judge was given")
-    wall_s: float = Field(description="wall time of the stage")
-    signature_digest: str = Field(description="configuration signature of the arm")
-
-
-def no_facts(section: DocumentPart, extracted: dict[str, Any] | None) -> bool:
-    """A valid answer that gives no asked fact (every value null, empty or absent): agreeing on
-    nothing is not the same answer, so such answers are never "identical" nor "the same after
-    a reload"."""
-    if extracted is None:
-        return False
-    lower = {str(k).strip().lower(): v for k, v in extracted.items()}
-    values = [extracted.get(f.key, lower.get(f.key.lower())) for f in section.facts]
-    return all(v is None or (isinstance(v, (str, list, dict)) and not v) for v in values)
-
-
-ANSWERS_KEY = "extraction.answers"  # where the stage leaves its answers for the reloads stage
-
-
-def summarise(sections: list[DocumentPart], answers: dict[str, list[Answer]], repeats: int) -> dict[str, Any]:
-    """The gold-based figures of ExtractionResult from the answers (pure; tested on constructed answers)."""
-    per_section: list[SectionSummary] = []
-    by_type: dict[str, TypeScore] = {}
-    for section in sections:
-        got = answers[section.uid]
-        distinct = {_answered_facts(section, a.extracted) for a in got}
-        precisions = [a.score.precision for a in got if a.score.precision is not None]
-        comparable = bool(got) and all(a.extracted is not None for a in got)
-        empty = comparable and all(no_facts(section, a.extracted) for a in got)
-        per_section.append(SectionSummary(
-            section=section.uid, kind=section.kind, facts=len(section.facts),
-            identical=comparable and len(distinct) == 1 and not empty, distinct_answers=len(distinct),
-            comparable=comparable, no_facts=empty,
-            clean_rate=sum(a.score.clean for a in got) / len(got) if got else 0.0,
-            complete_rate=sum(a.score.complete for a in got) / len(got) if got else 0.0,
-            recall=mean([a.score.recall for a in got]) or 0.0,
-            precision=mean(precisions) if precisions else None,
-            invalid_json=sum(a.extracted is None for a in got),
-        ))
-        for a in got:
-            for fs in a.score.facts:
-                t = by_type.setdefault(fs.type, TypeScore(facts=0, correct=0, correct_exact=0, partial=0, missing=0))
-                t.facts += 1
-                t.correct += fs.verdict == "correct"
-                t.correct_exact += fs.exact
-                t.partial += fs.partial
-                t.missing += fs.verdict == "missing"
-    per_repeat = []
-    for r in range(repeats):
-        scores = [answers[s.uid][r].score for s in sections]
-        precs = [sc.precision for sc in scores if sc.precision is not None]
-        per_repeat.append(RepeatScore(
-            repeat=r, clean_share=mean([float(sc.clean) for sc in scores]),
-            complete_share=mean([float(sc.complete) for sc in scores]),
-            precision=mean(precs) if precs else None, recall=mean([sc.recall for sc in scores]),
-            invalid_json=sum(answers[s.uid][r].extracted is None for s in sections),
-        ))
-    return {
-        "invalid_json": sum(row.invalid_json for row in per_section),
-        "identical_sections": sum(row.identical for row in per_section),
-        "comparable_sections": sum(bool(row.comparable) for row in per_section),
-        "invalid_sections": sum(not row.comparable for row in per_section),
-        "changed_sections": len(changed_parts(sections, answers)),
-        "facts_per_repeat": sum(len(s.facts) for s in sections),
-        "precision": mean_se([row.precision for row in per_section if row.precision is not None]),
-        "recall": mean_se([row.recall for row in per_section]),
-        "recall_exact": mean_se([mean([a.score.correct_exact / a.score.facts_total for a in answers[s.uid]]) or 0.0
-                                 for s in sections]),
-        "clean_share": mean_se([row.clean_rate for row in per_section]),
-        "complete_share": mean_se([row.complete_rate for row in per_section if row.complete_rate is not None]),
-        "per_repeat": per_repeat,
-        "by_type": by_type,
-        "per_section": per_section,
-    }
-
-
-def export_rows(result: ExtractionResult) -> list[dict[str, Any]]:
-    """`suite export`'s extraction_sections table: one row per document section."""
-    return [sec.model_dump() for sec in result.per_section]
-
-
-COLUMNS: dict[str, ColumnType] = {
-    "section": "str", "kind": "str", "facts": "int", "identical": "bool", "distinct_answers": "int",
-    "comparable": "bool", "no_facts": "bool", "clean_rate": "float", "complete_rate": "float", "recall": "float",
-    "precision": "float", "invalid_json": "int"}
-
-
-# -- its request lines ------------------------------------------------------------------------------
-
-class ExtractionLine(RequestLineBase):
-    kind: Literal["extraction"]
-    section: str
-    repeat: int
-    reload: int | None = None  # the reload it was asked in (None: the arm's own launch)
-
-
-class FactLine(LineBase):
-    """One gold fact of an extraction answer, scored."""
-
-    kind: Literal["extraction-fact"]
-    section: str
-    repeat: int
-    key: str
-    verdict: str
-
-
-class JudgeLine(RequestLineBase):
-    kind: Literal["judge", "judge-gate"]
-    section: str | None = None
-    judge_model: str | None = None
-
-
-def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
-    """Sections whose facts were identical across repeats (of those with valid JSON in every repeat),
-    with the exact 95 % interval of that share; the share clean and complete with its SE over sections."""
-    from suite.analysis.stats import clopper_pearson
-
-    arm, run_id = getattr(summary, "arm", ""), getattr(summary, "run_id", "")
-    extra = run_caveats(summary, "extraction")
-    base = result.comparable_sections if result.comparable_sections is not None else result.sections
-    same = result.identical_sections
-    interval = clopper_pearson(same, base) if base else None
-    out = [Claim(stage="extraction", kind="extraction", arm=arm, run_id=run_id, configuration="identical facts",
-                 verdict=f"{same} of {base} sections identical", good=(same == base) if base else None,
-                 counts={"identical": same, "comparable": base, "sections": result.sections,
-                         "repeats": result.repeats, "failed_requests": result.failed_requests},
-                 evidence=Evidence(test="exact (Clopper-Pearson) interval of the share", n=base, unit="sections",
-                                   interval=interval, level=0.95 if interval else None),
-                 caveats=([f"{result.failed_requests} of {result.requests} requests failed"]
-                          if result.failed_requests else []) + extra,
-                 phrase=f"{same} of {base} sections gave the same facts in every repeat",
-                 text=f"{same} of {base} sections identical across {result.repeats} repeats (of those with valid "
-                      f"JSON in every repeat; {result.sections} sections asked)")]
-    share = result.complete_share or result.clean_share
-    if share.mean is not None:
-        what = "clean and complete" if result.complete_share is not None else "clean"
-        se = f" ± {share.se * 100:.1f}" if share.se else ""
-        phrase = f"{share.mean * 100:.1f}{se} % {what} (n = {share.n})"
-        if share.se == 0 and share.n and share.mean in (0.0, 1.0):
-            # every section alike: no spread to estimate; the one-sided exact bound of 0 (or n) of n instead
-            edge = 1.0 - 0.05 ** (1.0 / share.n)
-            phrase = (f"{share.mean * 100:.0f} % {what} in every one of {share.n} sections: no spread to estimate; "
-                      + (f"up to {edge * 100:.0f} %" if share.mean == 0.0 else f"down to {100 - edge * 100:.0f} %")
-                      + " is not ruled out (95 %)")
-        out.append(Claim(stage="extraction", kind="extraction", arm=arm, run_id=run_id, configuration=what,
-                         verdict=f"{share.mean * 100:.1f} % {what}", counts={"sections": share.n},
-                         evidence=Evidence(test="mean and standard error over sections", n=share.n, unit="sections"),
-                         caveats=list(extra), phrase=phrase,
-                         text=f"{share.mean * 100:.1f}{se} % of sections {what} (mean over {share.n} sections)"))
-    return out
-
-
-# the stage's run (run.py reads this package's models and settings, so it comes after them)
-from suite.stages.extraction.run import _fact_signature, ask_part, run  # noqa: E402, F401 - re-exported
+from suite.stages.extraction.result import (
+    COLUMNS,
+    ExtractionLine,
+    ExtractionResult,
+    FactLine,
+    JudgeLine,
+    RepeatScore,
+    SectionSummary,
+    TypeScore,
+    claims,
+    export_rows,
+    no_facts,
+    summarise,
+)
+from suite.stages.extraction.run import (
+    ANSWERS_KEY,
+    SECTION_SETS,
+    Document,
+    PromptTemplate,
+    _fact_signature,
+    ask_part,
+    build_prompt,
+    json_schema_for,
+    load_document,
+    load_documents,
+    load_prompt,
+    run,
+    select_parts,
+)
+from suite.stages.extraction.settings import OPTIONS, PROFILE_KEYS, PROFILES, ExtractionSettings, settings
+
+# The names other code imports from the package (each defined in the module that imports it here).
+__all__ = ["ANSWERS_KEY", "COLUMNS", "SECTION_SETS", "STAGE", "Answer", "Document", "DocumentPart", "ExtractionLine", "ExtractionResult", "ExtractionSettings",
+           "FactLine", "JudgeLine", "PromptTemplate", "RepeatScore", "SectionSummary", "TypeScore", "_fact_signature", "ask_part", "build_prompt",
+           "changed_parts", "claims", "export_rows", "json_schema_for", "load_document", "load_documents", "load_prompt", "no_facts", "run", "select_parts",
+           "settings", "summarise"]
 
 STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(ExtractionLine, FactLine, JudgeLine,), fresh_runtimes=False, in_bench=True,
               summary="facts extracted as JSON, repeated, scored against gold (and a judge)",
               inputs=lambda p: (select_parts(settings(p).sections), load_prompt()),
               planned=lambda p: len(select_parts(settings(p).sections)) * settings(p).repeats,
-              settings=ExtractionSettings,
-              options=(StageOption("--judge-url", "judge_url", "LLM judge: any OpenAI-compatible URL "
-                                   "(key from SUITE_JUDGE_API_KEY)."),
-                       StageOption("--judge-model", "judge_model", "The judge's model name at that URL.")),
-              preflight=judge_preflight,
-              profiles={"quick": {"sections": 3, "repeats": 2, "max_tokens": 160, "judge_repeats": 3},
-                        "full": {"sections": 48, "max_tokens": 384, "judge_repeats": 10}},
-              profile_keys={"extraction_sections": "sections", "extraction_repeats": "repeats",
-                            "extraction_max_tokens": "max_tokens", "judge_repeats": "judge_repeats"},
+              settings=ExtractionSettings, options=OPTIONS, preflight=judge_preflight, profiles=PROFILES, profile_keys=PROFILE_KEYS,
               tables=(ExportTable("extraction_sections", export_rows, COLUMNS),),
               # its answers, each answer's facts and the judge's grading (the reloads' answers are extraction lines too)
               exported_requests=("extraction", "extraction-fact", "judge"),

@@ -8,7 +8,7 @@ from typing import Any
 
 from suite.analysis.stats import PairedDifference, mean_se_of, paired_difference
 from suite.stages.base import PageInputs
-from suite.stages.extraction import ExtractionResult
+from suite.stages.extraction.result import ExtractionResult
 
 # The level of the whole family of paired comparisons on one page (Bonferroni over its members).
 FAMILY_ALPHA = 0.05

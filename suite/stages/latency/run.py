@@ -1,7 +1,8 @@
 """The latency stage's run: streamed requests after a warm-up, one level of concurrency after
 another, timed per token chunk, with the runtime's own timings and /metrics beside ours where its
-definition declares them. The stage's models, settings and export are its package's
-(`suite.stages.latency`), which takes `run` from here for its `STAGE`."""
+definition declares them; each request's prompt starts with its own nonce (`prompt_for`). Its
+records and export are `suite.stages.latency.result`'s, its settings `suite.stages.latency.settings`';
+the package takes `run` and `planned` from here for its `STAGE`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import math
 import resource
 import time
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 from pydantic import BaseModel
@@ -21,15 +22,9 @@ from suite.analysis.stats import summarize
 from suite.client import AsyncOpenAIClient, ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.definitions import MetricsSpec, TimingsSpec
 from suite.errors import SuiteError
-from suite.stages.latency import (
+from suite.stages.latency.result import (
     LAG_PROBE_S,
-    MAX_CONCURRENCY,
-    MAX_REQUESTS,
     METRICS_SOURCE,
-    PROMPT_CACHE,
-    PROMPT_ID,
-    PROMPT_PREFIX,
-    REQUEST_COUNT,
     SATURATION_CPU_SHARE,
     SATURATION_LAG_FLOOR_S,
     SATURATION_LAG_SHARE,
@@ -37,18 +32,50 @@ from suite.stages.latency import (
     ClientLoad,
     LatencyLevel,
     LatencyResult,
-    LatencySettings,
     RuntimeTimings,
-    level_requests,
-    planned,
-    prompt_for,
-    settings,
 )
+from suite.stages.latency.settings import MAX_CONCURRENCY, LatencySettings, settings
 
 if TYPE_CHECKING:
+    from suite.profiles import Profile
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
+
+PROMPT_ID = "latency-story-v1"
+# A plain completion prompt that makes any base or instruct model write on for a while.
+PROMPT = (
+    "The following is a long, detailed story about a lighthouse keeper on a remote island who finds "
+    "an old map inside a glass bottle washed up on the shore.\n\nChapter 1\n\n"
+)
+
+# The nonce before the prompt: one per request of the stage, the same length (and token length:
+# four zero-padded digits) for every request. 10,000 requests per stage at most.
+PROMPT_PREFIX = "Request {index:04d}: "
+PROMPT_CACHE: Literal["unique-prefix"] = "unique-prefix"
+MAX_REQUESTS = 10_000
+
+
+def prompt_for(index: int) -> str:
+    """The prompt of the stage's `index`-th request: its nonce, then the fixed prompt."""
+    if not 0 <= index < MAX_REQUESTS:
+        raise SuiteError(f"latency: request {index} is past the {MAX_REQUESTS} unique prompt prefixes")
+    return PROMPT_PREFIX.format(index=index) + PROMPT
+
+
+# The quantities whose observation count is the number of requests, in order of preference.
+REQUEST_COUNT = ("e2e", "ttft", "tpot")
+
+
+def level_requests(requests: int, concurrency: int) -> int:
+    """Measured requests of a level: the profile's count, and at least one per stream in flight."""
+    return max(requests, concurrency)
+
+
+def planned(profile: Profile) -> int:
+    """Its requests for a profile: the warm-up, then each level's."""
+    own = settings(profile)
+    return own.warmup + sum(level_requests(own.requests, c) for c in own.concurrency)
 
 
 def _n_tokens(c: Completion) -> int:

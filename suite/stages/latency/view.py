@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from suite.analysis.stats import Distribution, distribution_fields
 from suite.stages.base import PageInputs
-from suite.stages.latency import LatencyLevel, LatencyResult
+from suite.stages.latency.result import LatencyLevel, LatencyResult
 
 
 @dataclass

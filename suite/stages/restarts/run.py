@@ -1,7 +1,7 @@
 """The restarts stage's run: the arm's configuration stopped and started K times, a short gate on
 each launch, with fresh compile caches and, where the runtime declares its caches, with kept ones.
-The stage's models, settings, verdicts and export are its package's (`suite.stages.restarts`),
-which takes `run` from here for its `STAGE`."""
+Its records, verdicts and export are `suite.stages.restarts.result`'s, its settings
+`suite.stages.restarts.settings`'; the package takes `run` and `planned` from here for its `STAGE`."""
 
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Literal
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.secrets import scrub
 from suite.stages.repeat import concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts
-from suite.stages.restarts import LaunchOutcome, RestartsResult, RestartsSettings, settings, summarise
+from suite.stages.restarts.result import LaunchOutcome, RestartsResult, summarise
+from suite.stages.restarts.settings import RestartsSettings, settings
 
 if TYPE_CHECKING:
     from suite.definitions import CompileCacheSpec
+    from suite.profiles import Profile
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
@@ -104,6 +106,12 @@ def _one_launch(ctx: StageContext, i: int, mode: Literal["fresh", "kept"], cache
         outcome.did_not_start(exc, refused=isinstance(exc, RuntimeStartError))
         log.warning("restart %d of %s failed to start: %s", i, ctx.arm_name, outcome.reason)
     return outcome
+
+
+def planned(profile: Profile) -> int:
+    """Its requests for a profile: K launches x the short gate, twice where both cache modes run."""
+    own = settings(profile)
+    return own.launches * own.requests * len(select_prompts(profile.gate_prompts)) * (2 if own.caches == "both" else 1)
 
 
 def run(ctx: StageContext) -> RestartsResult:

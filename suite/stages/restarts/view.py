@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from suite.stages.base import PageInputs
-from suite.stages.restarts import RestartsResult
+from suite.stages.restarts.result import RestartsResult
 
 
 def restarts_view(r: RestartsResult | None) -> dict[str, Any] | None:

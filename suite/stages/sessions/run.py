@@ -1,7 +1,7 @@
 """The sessions x replicates stage's run (study 2): K independent server processes, R runs of the
-prompt set in each, base and adapter requests sharing each process where an adapter is given. The
-stage's models, settings, summaries and export are its package's (`suite.stages.sessions`), which
-takes `run` from here for its `STAGE`."""
+prompt set in each, base and adapter requests sharing each process where an adapter is given. Its
+records, summaries and export are `suite.stages.sessions.result`'s, its settings
+`suite.stages.sessions.settings`'; the package takes `run` and `planned` from here for its `STAGE`."""
 
 from __future__ import annotations
 
@@ -12,12 +12,21 @@ from suite.analysis.repro import Sample
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
 from suite.stages.repeat import GateResult, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
-from suite.stages.sessions import SessionOutcome, SessionsConfiguration, SessionsResult, SessionsSettings, settings, summarise_configuration, table_lines
+from suite.stages.sessions.result import SessionOutcome, SessionsConfiguration, SessionsResult, summarise_configuration, table_lines
+from suite.stages.sessions.settings import SessionsSettings, settings
 
 if TYPE_CHECKING:
+    from suite.profiles import Profile
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
+
+
+def planned(profile: Profile) -> int:
+    """Its requests for a profile: K x R passes over the gate prompts; with an adapter not known
+    (0: the runtime may not serve one)."""
+    own = settings(profile)
+    return 0 if own.lora else own.sessions * own.replicates * len(select_prompts(profile.gate_prompts))
 
 
 def _replicate_sample(gate: GateResult, prompt_id: str, replicate: int) -> Sample | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from suite.stages.base import PageInputs
-from suite.stages.sessions import SessionsResult
+from suite.stages.sessions.result import SessionsResult
 
 
 def sessions_view(r: SessionsResult | None) -> dict[str, Any] | None:

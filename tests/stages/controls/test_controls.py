@@ -3,6 +3,7 @@ gate per control on fresh llama-server processes (prompt cache off, four clients
 
 from __future__ import annotations
 
+import importlib
 from types import SimpleNamespace
 
 import pytest
@@ -271,6 +272,9 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
     import suite.stages.controls as controls
     from suite.stages.repeat import load_gate_prompts
 
+    # the package's `run` is the function; the module whose globals it reads
+    controls_run = importlib.import_module("suite.stages.controls.run")
+
     ids = list(load_gate_prompts())
     assert len(ids) >= 2
     gate = SimpleNamespace(prompts=[SimpleNamespace(prompt_id=ids[0], distinct_answers=2, pattern="varies")] +
@@ -286,7 +290,7 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
     def launch(**kw):
         yield SimpleNamespace(startup_s=1.0, command=["x"], alive=lambda: True), None
 
-    monkeypatch.setattr(controls, "_gate_on", fake_gate_on)
+    monkeypatch.setattr(controls_run, "_gate_on", fake_gate_on)  # where `run` reads it
     ctx = SimpleNamespace(runtime=get_definition("llamacpp"), controls_request=["prompt-cache-off"], arm_name="a",
                           profile=SimpleNamespace(gate_prompts=None, gate_requests=4), results={"gate": gate},
                           automatic_controls=True, launch=launch, carried={},
@@ -298,7 +302,7 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
     # with every control asked for (the bench's automatic matrix), the LoRA rows stay out: they
     # eliminate nothing; a named `--controls lora` or `all` outside the bench's own elimination runs them
     asked.clear()
-    monkeypatch.setattr(controls, "run_lora", lambda ctx: (_ for _ in ()).throw(AssertionError("LoRA ran")))
+    monkeypatch.setattr(controls_run, "run_lora", lambda ctx: (_ for _ in ()).throw(AssertionError("LoRA ran")))
     result = controls.run(SimpleNamespace(**{**vars(ctx), "controls_request": ["all"]}))
     assert "default" in [a[0] for a in asked] and len(asked) == 1 + len(get_definition("llamacpp").controls)
     assert result.lora is None
@@ -314,6 +318,9 @@ def test_a_transient_is_eliminated_launch_by_launch(monkeypatch):
     import suite.stages.controls as controls
     from suite.analysis.repro import Sample, analyse
     from suite.stages.repeat import GatePromptResult, GateResult, load_gate_prompts
+
+    # the package's `run` is the function; the module whose globals it reads
+    controls_run = importlib.import_module("suite.stages.controls.run")
 
     pid = list(load_gate_prompts())[0]
     gate = SimpleNamespace(prompts=[SimpleNamespace(prompt_id=pid, distinct_answers=2, pattern="cold-transient")])
@@ -338,7 +345,7 @@ def test_a_transient_is_eliminated_launch_by_launch(monkeypatch):
     def launch(**kw):
         yield SimpleNamespace(startup_s=1.0, command=["x"], alive=lambda: True), None
 
-    monkeypatch.setattr(controls, "_gate_on", fake_gate_on)
+    monkeypatch.setattr(controls_run, "_gate_on", fake_gate_on)  # where `run` reads it
     runtime = get_definition("llamacpp")
     cache_off = "prompt-cache-off"
     other = next(n for n in runtime.controls if n not in (cache_off, "concurrency-4"))

@@ -1,0 +1,123 @@
+"""The control matrix's records: one control row's test against the default row on one prompt
+(`RowTest`), one configuration of the matrix and what the gate gave on it (`ControlRow`), the LoRA
+rows' outcome (`LoraOutcome`) and the stage's result (`ControlsResult`, what the bench writes to
+`stages/controls.json` and under `controls` in `summary.json`), with the elimination's level they
+default to (`ELIMINATION_ALPHA`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from suite.gpu import Energy
+from suite.stages.controls.inlaunch import InLaunchSeries
+from suite.stages.repeat import GateResult
+
+# The level of the elimination's test (one-sided Fisher's exact test, per control and prompt).
+ELIMINATION_ALPHA = 0.05
+
+
+class RowTest(BaseModel):
+    """One control row against the default row on one prompt that varied."""
+
+    prompt_id: str
+    n: int  # the row's answered requests
+    others: int  # its answers other than its modal one
+    default_n: int
+    default_others: int
+    p_value: float | None = None  # one-sided Fisher's exact test: fewer other answers than default
+    credited: bool = False  # one answer, and p <= alpha
+    needed: int | None = None  # requests (or launches) per row that could decide, where this row could not
+    # What the test counts: answers, or launches where the default row's odd answer is a cold-start
+    # transient (its first request only: once per launch, however many requests follow)
+    # or pairs of requests with and without a per-request control inside one launch (`inlaunch`)
+    unit: Literal["request", "launch", "pair"] = "request"
+    stopped_early: bool = False  # the row stopped at its second answer
+    text: str = ""
+
+
+class ControlRow(BaseModel):
+    """One configuration of the control matrix and what the gate gave on it."""
+
+    configuration: str  # default | a control name | lora:base | lora:adapter
+    controls: list[str] = Field(default_factory=list)
+    description: str = ""
+    status: Literal["ok", "refused", "failed", "skipped"]
+    reason: str | None = None  # refusal / failure / skip reason (the log's error line)
+    concurrency: int = 1
+    startup_s: float | None = None
+    command: list[str] | None = None
+    # Exactly what the row's runtime ran with: every control applied (the arm's own and the
+    # row's; never the main launch's determinism mode unless it is the row), their env and args.
+    ran_controls: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    args: list[str] = Field(default_factory=list)
+    request_extra: dict[str, Any] = Field(default_factory=dict)
+    tokens_per_s: float | None = None  # generated tokens per second of HTTP time, one request at a time
+    # The GPUs' energy over the row's gate (not its start-up) and its J per output token; None
+    # where NVML has no energy counter (a CPU machine).
+    energy: Energy | None = None
+    distinct: dict[str, int] = Field(default_factory=dict)  # prompt id -> distinct answers
+    answered: dict[str, int] = Field(default_factory=dict)
+    lengths: dict[str, str] = Field(default_factory=dict)  # prompt id -> "973 ×9, 993 ×11"
+    cold_is_modal: dict[str, bool | None] = Field(default_factory=dict)
+    modal_count: dict[str, int] = Field(default_factory=dict)  # prompt id -> answers equal to the modal one
+    sent: dict[str, int] = Field(default_factory=dict)  # prompt id -> requests sent (fewer: stopped early)
+    tests: list[RowTest] = Field(default_factory=list)  # against the default row, per prompt that varied
+    # The control's own test over the prompts that varied: it must restore each, so its p is the
+    # largest of theirs (an intersection-union test); `p_adjusted` is that p corrected for the
+    # controls of the matrix tested together (Holm): credited where it is at most the level.
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    reproducible: bool | None = None
+    gate: GateResult | None = None  # the (first) launch's gate
+    # Where the gate's every varied prompt varied only as a cold-start transient, each row is
+    # TRANSIENT_LAUNCHES launches of a short gate (the cold request and those after it): per prompt,
+    # per launch, whether its first answer alone differed (True), it gave one answer (False), or the
+    # requests after the first differed among themselves (None).
+    launches: int = 1
+    cold_odd: dict[str, list[bool | None]] = Field(default_factory=dict)
+    # A control with a per-request form, tried inside one launch (`inlaunch`): per prompt, its pairs
+    # of requests with and without it; tokens/s of the requests without it, in the same launch.
+    in_launch: dict[str, InLaunchSeries] = Field(default_factory=dict)
+    paired_tokens_per_s: float | None = None
+    why: str = ""  # why the row used its unit (the per-request form it stands for)
+
+    @property
+    def unit(self) -> str:
+        """The row's unit: pairs inside one launch, launches, or requests of its own launch."""
+        return "pair" if self.in_launch else "launch" if self.cold_odd else "request"
+
+
+class LoraOutcome(BaseModel):
+    offered: bool
+    select: str | None = None
+    adapter: str | None = None
+    same_process: bool | None = None  # base and adapter served by one process
+    status: Literal["ok", "refused", "failed", "skipped", "not-offered"] = "not-offered"
+    reason: str | None = None
+    adapter_changes_output: bool | None = None  # the adapter's modal answers differ from the base's
+
+
+class ControlsResult(BaseModel):
+    runtime: str
+    arm: str
+    requested: list[str]
+    n_requests: int
+    prompts: list[str]
+    rows: list[ControlRow]
+    lora: LoraOutcome | None = None
+    automatic: bool = False  # run by the bench because the gate found more than one answer
+    # The process of elimination: the prompts that gave more than one answer at default, and the
+    # controls under which every one of them gave a single answer.
+    spread_prompts: list[str] = Field(default_factory=list)
+    restoring: list[str] = Field(default_factory=list)
+    elimination: str = ""
+    alpha: float = ELIMINATION_ALPHA
+    family: int = 0  # controls tested together (the matrix's family); Holm corrects their tests
+    correction: str = "Holm"
+    launches_per_row: int = 1  # > 1: the rows were launches of a short gate (a cold-start transient)
+    # Set where the run stopped before the stage's end and its finished rows were rebuilt from the
+    # request lines it kept (`rebuild`): what was rebuilt, what was cut and what the lines do not keep.
+    interrupted: str | None = None

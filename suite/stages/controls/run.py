@@ -1,0 +1,567 @@
+"""The control matrix's run: the configurations asked for (`resolve_requested`), each a row of its
+own on a fresh runtime with the gate on it (`run_configuration`; launches of a short gate where the
+gate's variance is a cold-start transient, `run_transient_row`), the controls that can be applied
+per request tried first inside one launch (`run_in_launch_rows`), and LoRA's rows, base and
+adapter, from one process started with the suite's test adapter (`run_lora`; `ensure_adapter`
+makes it with `suite/recipes/make_lora.py` when missing; a request picks one or the other as the
+runtime's `capabilities.lora_select` says: the model field (vLLM), a per-request `lora` scale list
+(llama-server), or not at all, the adapter applying to the whole process (llama-cpp-python), which
+the result says); `run` puts the matrix together and eliminates
+(`suite.stages.controls.elimination`), and a run cut short is taken up again from its request
+lines (`rebuild`, `carries_line`)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from suite.analysis.repro import Sample, analyse, group_answers
+from suite.definitions import InLaunch
+from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
+from suite.gpu import Energy, EnergyMeter
+from suite.launchers.base import LoraAdapter
+from suite.stages.base import StageContext
+from suite.stages.controls.elimination import TRANSIENT_LAUNCHES, TRANSIENT_REQUESTS, eliminate, launches_for
+from suite.stages.controls.inlaunch import run_controls
+from suite.stages.controls.result import ControlRow, ControlsResult, LoraOutcome
+from suite.stages.controls.settings import LORA, ControlsSettings, settings
+from suite.stages.repeat import (
+    GatePromptResult,
+    GateResult,
+    concurrency_of,
+    death_reason_of,
+    logprobs_for,
+    run_gate,
+    select_prompts,
+    verdict_of,
+)
+
+if TYPE_CHECKING:
+    from suite.catalog import ModelCard
+
+log = logging.getLogger(__name__)
+
+
+ADAPTER_NAME = "suite-test-lora"
+# A control row stops a prompt's series once it has shown this many distinct answers.
+CONTROL_STOP_AFTER_DISTINCT = 2
+
+
+# -- configurations -------------------------------------------------------------------------------
+
+def resolve_requested(ctx: StageContext, requested: list[str] | None) -> list[str]:
+    """`all` -> default + every control that applies to the arm's kernels (+ lora where offered);
+    else the names, checked."""
+    names = list(requested or ["all"])
+    runtime = ctx.runtime
+    if "all" in names:
+        path = getattr(getattr(ctx, "signature", None), "kernel_path", None)
+        out = ["default", *(n for n, c in runtime.controls.items() if c.applies_to(path))]
+        if runtime.capabilities.lora:
+            out.append(LORA)
+        return out
+    out = []
+    for name in names:
+        if name != LORA:
+            runtime.control(name)  # raises with the list of known controls
+        elif not runtime.capabilities.lora:
+            raise SuiteError(f"runtime {runtime.name!r} does not serve LoRA adapters (capabilities.lora = false)")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def _ran_with(row: ControlRow, running: Any) -> None:
+    """Copy what the launch actually ran with onto the row."""
+    row.command = list(running.command)
+    row.ran_controls = list(getattr(running, "launch_controls", None) or [])
+    row.env = dict(getattr(running, "launch_env", None) or {})
+    row.args = list(getattr(running, "launch_args", None) or [])
+
+
+def gate_tokens(gate: GateResult | None) -> int:
+    """Output tokens of every answer a gate counted (each distinct answer's length times its count)."""
+    return sum((a.n_tokens or 0) * a.count for p in gate.prompts for a in p.answers) if gate else 0
+
+
+def row_from_gate(row: ControlRow, gate: GateResult) -> ControlRow:
+    row.gate = gate
+    row.reproducible = gate.reproducible
+    row.request_extra = dict(gate.request_extra)
+    tokens = gate_tokens(gate)
+    row.tokens_per_s = round(tokens / gate.http_s, 3) if gate.http_s > 0 and tokens else None
+    for p in gate.prompts:
+        row.distinct[p.prompt_id] = p.distinct_answers
+        row.answered[p.prompt_id] = p.answered
+        row.lengths[p.prompt_id] = p.lengths_text
+        row.cold_is_modal[p.prompt_id] = p.cold_warm.cold_is_modal if p.cold_warm else None
+        row.modal_count[p.prompt_id] = p.answers[0].count if p.answers else 0
+        row.sent[p.prompt_id] = p.requests
+    if gate.stopped_reason:
+        row.status, row.reason = "failed", gate.stopped_reason
+    return row
+
+
+def _with_energy(row: ControlRow, meter: EnergyMeter) -> ControlRow:
+    """The row's energy over its gate, per output token of the gate's answers."""
+    tokens = gate_tokens(row.gate)
+    row.energy = meter.result(tokens or None)
+    return row
+
+
+def _gate_on(ctx: StageContext, running: Any, client: Any, label: str, controls: list[str],
+             extra: dict[str, Any] | None = None, process_cold: bool = True,
+             prompts: list[str] | None = None, stop_after_distinct: int | None = None,
+             requests: int | None = None) -> GateResult:
+    # the client carries the row's controls' request fields (ctx.launch made it); `extra`: LoRA's
+    chosen = select_prompts(ctx.profile.gate_prompts)
+    if prompts is not None:
+        chosen = [p for p in chosen if p.id in prompts] or chosen
+    return run_gate(
+        client, chosen, requests or ctx.profile.gate_requests, stop_after_distinct=stop_after_distinct,
+        max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
+        concurrency=concurrency_of(ctx, [c for c in controls if c != LORA]), extra=extra, record=ctx.record_request,
+        alive=running.alive, death_reason=death_reason_of(running),
+        label=label, controls=controls, kind="controls", process_cold=process_cold,
+    )
+
+
+def run_configuration(ctx: StageContext, name: str, prompts: list[str] | None = None,
+                      requests: int | None = None) -> ControlRow:
+    """One row: a fresh runtime with the control, the gate on it (`prompts`: only these), stopped.
+
+    A control row stops a prompt at its second answer; the default row, the comparison, runs in full.
+    `requests`: a short gate of this many requests per prompt, in full (a launch of a transient row).
+    """
+    control = ctx.runtime.control(name)
+    controls = [] if name == "default" else [name]
+    row = ControlRow(configuration=name, controls=controls, description=control.description,
+                     status="ok", concurrency=control.concurrency)
+    try:
+        with ctx.launch(controls=controls, inherit=False) as (running, client):
+            row.startup_s = running.startup_s
+            _ran_with(row, running)
+            with EnergyMeter() as meter:
+                stop = None if name == "default" or requests else CONTROL_STOP_AFTER_DISTINCT
+                gate = _gate_on(ctx, running, client, name, controls, prompts=prompts,
+                                stop_after_distinct=stop, requests=requests)
+            return _with_energy(row_from_gate(row, gate), meter)
+    except RuntimeStartError as exc:
+        # refused: the log said the runtime does not support it; failed: it did not start for another reason
+        row.status, row.reason = ("refused" if exc.refused else "failed"), exc.error_line or str(exc)
+        log.warning("%s %s control %s: %s", ctx.runtime.name, "refused" if exc.refused else "failed to start with",
+                    name, row.reason)
+    except EnvironmentUnavailable as exc:
+        row.status, row.reason = "skipped", str(exc)
+    return row
+
+
+def transient_prompts(gate: GateResult | None) -> list[str] | None:
+    """The gate's varied prompts where every one varied only as a cold-start transient, else None."""
+    spread = [p for p in (gate.prompts if gate else []) if p.distinct_answers > 1]
+    if spread and all(p.pattern == "cold-transient" for p in spread):
+        return [p.prompt_id for p in spread]
+    return None
+
+
+def cold_odd_of(prompt: Any) -> bool | None:
+    """One launch's series of a prompt: its first answer alone differs (True), one answer (False),
+    or the requests after the first differ among themselves (None)."""
+    answers = list(prompt.answers)
+    if len(answers) == 1:
+        return False
+    first = next((a for a in answers if 0 in a.indices), None)
+    if len(answers) == 2 and first is not None and first.indices == [0]:
+        return True
+    return None
+
+
+def run_transient_row(ctx: StageContext, name: str, prompts: list[str],
+                      launches: int = TRANSIENT_LAUNCHES) -> ControlRow:
+    """A row of `launches` launches (`launches_for` the matrix's controls), each a short gate of
+    TRANSIENT_REQUESTS requests per prompt: whether each launch's first answer alone differs, the
+    unit a transient is tested in."""
+    first: ControlRow | None = None
+    ran: list[ControlRow] = []
+    odd: dict[str, list[bool | None]] = {pid: [] for pid in prompts}
+    for i in range(launches):
+        row = run_configuration(ctx, name, prompts=prompts, requests=TRANSIENT_REQUESTS)
+        if row.status != "ok" or row.gate is None:
+            if first is None:
+                return row
+            first.status, first.reason = row.status, f"launch {i + 1} of {launches}: {row.reason}"
+            break
+        ran.append(row)
+        for p in row.gate.prompts:
+            odd.setdefault(p.prompt_id, []).append(cold_odd_of(p))
+        if first is None:
+            first = row
+        else:
+            first.launches += 1
+        if name != "default" and any(x is not False for xs in odd.values() for x in xs):
+            break  # a control launch that varied cannot be credited: its row stops there
+    assert first is not None
+    first.cold_odd = odd
+    pool_launches(first, ran)
+    return first
+
+
+def pool_launches(row: ControlRow, launches: list[ControlRow]) -> None:
+    """A row of several launches: its tokens/s and its energy (each launch's gate, not its
+    start-up) over all of them, not over the first alone."""
+    if len(launches) < 2:
+        return
+    tokens = sum(gate_tokens(r.gate) for r in launches)
+    http_s = sum(r.gate.http_s for r in launches if r.gate)
+    row.tokens_per_s = round(tokens / http_s, 3) if http_s > 0 and tokens else None
+    energies = [r.energy for r in launches]
+    if all(e is not None for e in energies):
+        joules = sum(e.joules for e in energies if e)
+        wall = sum(e.wall_s for e in energies if e)
+        row.energy = Energy(joules=round(joules, 3), wall_s=round(wall, 4),
+                            mean_power_w=round(joules / wall, 2) if wall > 0 else None).with_tokens(tokens or None)
+    else:
+        row.energy = None  # a launch without a reading: no figure for the row rather than a part of one
+
+
+# -- LoRA -----------------------------------------------------------------------------------------
+
+def lora_dir(card: ModelCard) -> Path:
+    from suite.paths import models_dir
+
+    return models_dir() / card.name / "lora"
+
+
+def adapter_path(card: ModelCard, fmt_kind: str) -> Path:
+    """Where the test adapter of this model lives, in the form a runtime of `fmt_kind` loads."""
+    if fmt_kind == "gguf":
+        return lora_dir(card) / "gguf" / "adapter.gguf"
+    return lora_dir(card) / "peft"
+
+
+def ensure_adapter(card: ModelCard, fmt_kind: str) -> Path:
+    """The model's small test adapter in the needed format, made once with peft if missing."""
+    path = adapter_path(card, fmt_kind)
+    ready = path.exists() if fmt_kind == "gguf" else (path / "adapter_config.json").exists()
+    if ready:
+        return path
+    from suite.catalog import ensure_tools, prepare_format
+    from suite.paths import cache_dir, runtime_prefix
+
+    hf = next((n for n, f in card.formats.items() if f.kind == "hf"), None)
+    if hf is None:
+        raise EnvironmentUnavailable(f"model {card.name!r} has no HF format to make a test LoRA adapter from")
+    base = prepare_format(card, hf)
+    python = ensure_tools()
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "make_lora.py"
+    cmd = [str(python), str(recipe), str(base), str(lora_dir(card))]
+    if fmt_kind == "gguf":
+        # the llama.cpp source the llamacpp recipe built from (images/llamacpp/build-llama-cpp.sh keeps
+        # it under the cache's builds/src; older installs kept it in their own folder)
+        converters = sorted([*(cache_dir() / "builds").glob("src/*/vendor/llama.cpp/convert_lora_to_gguf.py"),
+                             *runtime_prefix("llamacpp").glob("src/*/vendor/llama.cpp/convert_lora_to_gguf.py")])
+        if not converters:
+            raise EnvironmentUnavailable("no convert_lora_to_gguf.py: install the llamacpp runtime first "
+                                         "(its source tree carries the converter)")
+        cmd += ["--gguf-converter", str(converters[-1])]
+    log.info("making the test LoRA adapter of %s (%s)", card.name, fmt_kind)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["make_lora failed"])[-1]
+        raise EnvironmentUnavailable(f"cannot make the test LoRA adapter: {last}")
+    return path
+
+
+def lora_request_fields(select: str, served_name: str, adapter: bool) -> dict[str, Any] | None:
+    """The request fields that pick the base model or the adapter; None: no per-request choice."""
+    if select == "model":
+        return {"model": ADAPTER_NAME} if adapter else {"model": served_name}
+    if select == "scale":
+        return {"lora": [{"id": 0, "scale": 1.0 if adapter else 0.0}]}
+    return None
+
+
+def run_lora(ctx: StageContext) -> tuple[list[ControlRow], LoraOutcome]:
+    caps = ctx.runtime.capabilities
+    outcome = LoraOutcome(offered=caps.lora, select=caps.lora_select)
+    rows: list[ControlRow] = []
+    if not caps.lora:
+        return rows, outcome
+    fmt_kind = ctx.card.formats[ctx.arm.format].kind
+    try:
+        path = ensure_adapter(ctx.card, fmt_kind)
+    except EnvironmentUnavailable as exc:
+        outcome.status, outcome.reason = "skipped", str(exc)
+        return [ControlRow(configuration="lora", controls=[LORA], status="skipped", reason=str(exc))], outcome
+    outcome.adapter = str(path)
+    same_process = caps.lora_select != "process"
+    outcome.same_process = same_process
+    labels = ["lora:base", "lora:adapter"] if same_process else ["lora:adapter (whole process)"]
+    try:
+        with ctx.launch(controls=[], inherit=False, lora=[LoraAdapter(ADAPTER_NAME, path)]) as (running, client):
+            for n_label, label in enumerate(labels):
+                is_adapter = "adapter" in label
+                row = ControlRow(configuration=label, controls=[LORA], status="ok",
+                                 description=("adapter " if is_adapter else "base model ") +
+                                 ("selected per request" if same_process else "applied to every request"),
+                                 startup_s=running.startup_s)
+                _ran_with(row, running)
+                fields = lora_request_fields(caps.lora_select, ctx.card.served_name, is_adapter)
+                # The second label's requests reach a process that already served the first's.
+                with EnergyMeter() as meter:
+                    gate = _gate_on(ctx, running, client, label, [LORA], fields, process_cold=n_label == 0)
+                rows.append(_with_energy(row_from_gate(row, gate), meter))
+                if not running.alive():
+                    break
+    except RuntimeStartError as exc:
+        outcome.status, outcome.reason = "refused", exc.error_line or str(exc)
+        return [ControlRow(configuration="lora", controls=[LORA], status="refused", reason=outcome.reason)], outcome
+    outcome.status = "ok" if all(r.status == "ok" for r in rows) else "failed"
+    if not same_process:
+        outcome.reason = (f"{ctx.runtime.name} applies the adapter to every request of the process "
+                          "(no per-request selection): base and adapter cannot share one process")
+    else:
+        failed = next((r for r in rows if r.status != "ok" or any(v == 0 for v in r.answered.values())), None)
+        if failed is not None:
+            outcome.status = "failed"
+            outcome.reason = failed.reason or next(
+                (p.error_messages[0] for p in (failed.gate.prompts if failed.gate else []) if p.error_messages), None)
+    return rows, outcome
+
+
+def _modal_texts(row: ControlRow | None) -> dict[str, str]:
+    if row is None or row.gate is None:
+        return {}
+    return {p.prompt_id: p.answers[0].text for p in row.gate.prompts if p.answers}
+
+
+# -- the stage ------------------------------------------------------------------------------------
+
+def run(ctx: StageContext) -> ControlsResult:
+    from suite.stages.controls import STAGE  # the package's record (it takes `run` from here)
+
+    requested = ctx.controls_request
+    names = resolve_requested(ctx, requested)
+    if "default" not in names:
+        names.insert(0, "default")  # a control is judged against the default row of its own matrix
+    prompts = [p.id for p in select_prompts(ctx.profile.gate_prompts)]
+    automatic = bool(getattr(ctx, "automatic_controls", False))
+    gate = ctx.results.get("gate")
+    only: list[str] | None = None
+    if automatic and gate is not None:
+        # the bench's own elimination: only the prompts that gave more than one answer
+        only = [p.prompt_id for p in gate.prompts if p.distinct_answers > 1] or None
+        prompts = [pid for pid in prompts if only is None or pid in only]
+    if automatic:
+        # the LoRA rows eliminate nothing (they compare base and adapter): named, not automatic
+        names = [n for n in names if n != LORA]
+    # A cold-start transient comes once per launch: its rows are launches of a short gate, on the
+    # prompts that showed it (LoRA's rows, which compare base and adapter, stay as they are).
+    transient = transient_prompts(gate)
+    if transient:
+        prompts = [pid for pid in prompts if pid in transient] or transient
+    # the rows are planned so that the corrected test can credit a control: Holm over the controls
+    tested = sum(1 for n in names if n not in ("default", LORA))
+    per_row = launches_for(tested) if transient else 1
+    # Controls with a per-request form are tried inside one launch, before any launch row; they are
+    # part of the same family (their level: the in-launch alpha over every control of the matrix).
+    own = getattr(ctx, "own", None)
+    chosen = (own(ControlsSettings) if own is not None else None) or settings(ctx.profile)
+    in_launch = [n for n in names if n not in ("default", LORA) and chosen.in_launch
+                 and ctx.runtime.control(n).per_request() is not None
+                 and (not ctx.runtime.control(n).per_request().reset_cache  # type: ignore[union-attr]
+                      or ctx.runtime.server.reset_cache_path)]
+    result = ControlsResult(runtime=ctx.runtime.name, arm=ctx.arm_name, requested=list(requested or ["all"]),
+                            n_requests=TRANSIENT_REQUESTS if transient else ctx.profile.gate_requests,
+                            prompts=prompts, rows=[], automatic=automatic, launches_per_row=per_row)
+    taken = ctx.carried.get(STAGE.name)  # a resumed run's finished rows
+    carried = {r.configuration: r for r in taken.rows} if taken is not None else {}
+    taken_up: list[str] = []
+    pending = [n for n in in_launch if n not in carried]
+    if pending:
+        level = min(result.alpha, chosen.in_launch_alpha) / max(1, tested)
+        result.rows.extend(run_in_launch_rows(ctx, pending, prompts, level, chosen))
+    if automatic and in_launch and _settled_in_launch(result, prompts):
+        # the cause is found inside one launch: the launch rows are not started (named, not run)
+        credited = [r.configuration for r in result.rows if r.in_launch
+                    and all(r.in_launch[pid].stop == "credit" for pid in prompts if pid in r.in_launch)]
+        for name in names:
+            if name in in_launch or name in ("default", LORA):
+                continue
+            result.rows.append(ControlRow(
+                configuration=name, controls=[name], description=ctx.runtime.control(name).description,
+                status="skipped", reason=(f"not started: {', '.join(credited)} already brings every prompt back "
+                                          f"inside one launch; `--controls {name}` tries it")))
+        names = []
+    elif automatic and in_launch and not any(n not in in_launch and n not in ("default", LORA) for n in names):
+        names = [n for n in names if n != "default"]  # no launch row to compare with a default one
+    for name in names:
+        if name in in_launch and name not in carried:
+            continue
+        t0 = time.monotonic()
+        if name in carried:  # a resumed run: this row finished before the interruption
+            result.rows.append(carried[name])
+            taken_up.append(name)
+            log.info("controls %s: %s taken up from the interrupted run (its request lines)", ctx.arm_name, name)
+            continue
+        if name == LORA:
+            rows, outcome = run_lora(ctx)
+            result.rows.extend(rows)
+            base = next((r for r in rows if r.configuration == "lora:base"), None) or next(
+                (r for r in result.rows if r.configuration == "default"), None)
+            adapter = next((r for r in rows if r.configuration.startswith("lora:adapter")), None)
+            b, a = _modal_texts(base), _modal_texts(adapter)
+            common = set(a) & set(b)
+            if common:
+                outcome.adapter_changes_output = any(a[k] != b[k] for k in common)
+            result.lora = outcome
+        elif transient:
+            result.rows.append(run_transient_row(ctx, name, prompts, per_row))
+        else:
+            result.rows.append(run_configuration(ctx, name, prompts=only))
+        log.info("controls %s: %s done in %.0f s", ctx.arm_name, name, time.monotonic() - t0)
+    if taken_up:
+        result.interrupted = (f"resumed: {', '.join(taken_up)} finished before the run was interrupted and "
+                              "were rebuilt from their request lines (no start-up time or energy for them)")
+    eliminate(result, ctx.results.get("gate"))
+    log.info("controls %s: %s", ctx.arm_name, result.elimination)
+    return result
+
+
+def run_in_launch_rows(ctx: StageContext, names: list[str], prompts: list[str], level: float,
+                       chosen: ControlsSettings) -> list[ControlRow]:
+    """One row per per-request control, all from one launch of the arm's own configuration."""
+    gate_prompts = [p for p in select_prompts(ctx.profile.gate_prompts) if p.id in prompts]
+    rows = {n: ControlRow(configuration=n, controls=[n], description=ctx.runtime.control(n).description,
+                          status="ok", why=(ctx.runtime.control(n).per_request() or InLaunch()).why)
+            for n in names}
+    try:
+        runs, running = run_controls(ctx, names, gate_prompts, level, ctx.profile.gate_max_tokens,
+                                     max_pairs=chosen.max_pairs, effect=chosen.effect)
+    except RuntimeStartError as exc:
+        for row in rows.values():
+            row.status, row.reason = ("refused" if exc.refused else "failed"), exc.error_line or str(exc)
+        return list(rows.values())
+    except EnvironmentUnavailable as exc:
+        for row in rows.values():
+            row.status, row.reason = "skipped", str(exc)
+        return list(rows.values())
+    for name, run in runs.items():
+        row = rows[name]
+        row.startup_s = running.startup_s
+        _ran_with(row, running)
+        row.ran_controls = [name]
+        row.request_extra = dict((ctx.runtime.control(name).per_request() or InLaunch()).extra_body)
+        row.in_launch = run.series
+        row.tokens_per_s, row.paired_tokens_per_s, row.energy = run.tokens_per_s, run.paired_tokens_per_s, run.energy
+        for pid, series in run.series.items():
+            row.answered[pid] = series.with_answers
+            row.distinct[pid] = series.with_distinct
+            row.sent[pid] = series.requests
+            row.modal_count[pid] = series.with_answers if series.with_distinct <= 1 else 0
+        failed = next((s for s in run.series.values() if s.stop == "failed"), None)
+        if failed is not None and not any(s.outcomes for s in run.series.values()):
+            row.status, row.reason = "failed", failed.reason
+    return list(rows.values())
+
+
+def _settled_in_launch(result: ControlsResult, prompts: list[str]) -> bool:
+    """Whether one in-launch row crossed its credit boundary on every prompt that varied."""
+    return any(r.in_launch and all(pid in r.in_launch and r.in_launch[pid].stop == "credit" for pid in prompts)
+               for r in result.rows)
+
+
+def rebuild(lines: list[Any], before: Any) -> ControlsResult | None:
+    """The rows a control matrix finished before its run stopped (a time limit, a kill), rebuilt
+    from the run's request lines, in the order they ran; `before` holds the stages the run finished
+    (its gate: the prompts that varied, for the elimination).
+
+    A row is kept only where it finished: the default row every prompt's full series (as many
+    requests as its longest), a control row each prompt at that count or at its second answer
+    (where a control row stops). A row cut mid-way is named and left out of the elimination; a
+    row whose runtime never answered left no line and is not known. Start-up times, commands and
+    energy are not in request lines: they are absent, not guessed. None where the lines cannot
+    say which rows finished (a matrix of launches: a cold-start transient's rows; LoRA's rows) or
+    where no row finished.
+    """
+    gate: GateResult | None = getattr(before, "gate", None)
+    by_label: dict[str, list[Any]] = {}
+    for q in lines:
+        if getattr(q, "kind", None) == "controls":
+            by_label.setdefault(q.label, []).append(q)
+    if (not by_label or transient_prompts(gate) or any(k.startswith(LORA) for k in by_label)
+            or any(k.endswith((":with", ":without", ":first")) for k in by_label)):
+        return None  # launches of a transient, LoRA's rows, pairs inside a launch: not rebuilt
+    order = [p.prompt_id for p in gate.prompts] if gate else []
+    prompts = list(dict.fromkeys(sorted({q.prompt_id for qs in by_label.values() for q in qs},
+                                        key=lambda pid: (order.index(pid) if pid in order else len(order), pid))))
+    # the series' length: the gate's (a matrix's rows send as many), else the default row's longest
+    default_lines = by_label.get("default", [])
+    n = gate.n_requests if gate else max((sum(1 for q in default_lines if q.prompt_id == pid) for pid in prompts),
+                                         default=0)
+    known = {p.id: p for p in select_prompts(None)}
+    rows: list[ControlRow] = []
+    cut: list[str] = []
+    for label, qs in by_label.items():
+        series: dict[str, list[Sample]] = {}
+        for q in qs:
+            series.setdefault(q.prompt_id, []).append(Sample(
+                index=q.index, text=q.text or "", token_ids=q.token_ids, logprobs=q.logprobs,
+                top_logprobs=getattr(q, "top_logprobs", None), completion_tokens=q.completion_tokens,
+                finish_reason=q.finish_reason, error=q.error))
+        stop = None if label == "default" else CONTROL_STOP_AFTER_DISTINCT
+        finished = n > 0 and all(
+            pid in series and (len(series[pid]) >= n or (stop is not None and len(group_answers(series[pid])) >= stop))
+            for pid in prompts)
+        if not finished:
+            cut.append(f"{label} ({sum(len(v) for v in series.values())} requests)")
+            continue
+        results = []
+        for i, pid in enumerate(prompts):
+            first = next(q for q in qs if q.prompt_id == pid)
+            a = analyse(series[pid], process_cold=i == 0)
+            results.append(GatePromptResult.from_analysis(
+                a, prompt_id=pid, prompt_version=getattr(first, "prompt_version", 1) or 1,
+                prompt_sha256=getattr(first, "prompt_sha256", "") or "",
+                kind=known[pid].kind if pid in known else "completion", max_tokens=first.max_tokens or 0,
+                error_messages=list(dict.fromkeys(s.error for s in series[pid] if s.error))[:5],
+                prompt_tokens=sorted({q.prompt_tokens for q in qs if q.prompt_id == pid
+                                      and getattr(q, "prompt_tokens", None) is not None})))
+        reproducible, verdict = verdict_of(results, None)
+        head = qs[0]
+        controls = list(getattr(head, "controls", None) or [])
+        concurrency = getattr(head, "concurrency", None) or 1
+        gate_of_row = GateResult(
+            label=label, controls=controls, n_requests=n, concurrency=concurrency,
+            request_extra=dict(getattr(head, "request_extra", None) or {}), seed=head.seed,
+            temperature=head.temperature or 0.0, logprobs=any(q.logprobs for q in qs), prompts=results,
+            reproducible=reproducible, verdict=verdict, wall_s=0.0, http_s=round(sum(q.e2e_s or 0.0 for q in qs), 4))
+        row = ControlRow(configuration=label, controls=controls, status="ok", concurrency=concurrency,
+                         ran_controls=controls)
+        rows.append(row_from_gate(row, gate_of_row))
+    if not rows:
+        return None  # nothing finished: the page names the lines kept, and no more
+    result = ControlsResult(runtime=getattr(before, "runtime", "") or "", arm=getattr(before, "arm", "") or "",
+                            requested=["unknown"], n_requests=n, prompts=prompts, rows=rows,
+                            automatic=bool(gate is not None and gate.reproducible is False))
+    eliminate(result, gate)
+    result.interrupted = (
+        f"the run stopped before the matrix's end: {len(rows)} finished row{'s' if len(rows) != 1 else ''} "
+        f"rebuilt from its request lines ({', '.join(r.configuration for r in rows) or 'none'})"
+        + (f"; cut mid-way and left out: {', '.join(cut)}" if cut else "")
+        + "; a row whose runtime never answered left no line; start-up times and energy are not kept in "
+          "request lines")
+    return result
+
+
+def carries_line(part: ControlsResult, line: dict[str, Any]) -> bool:
+    """Whether a resumed run keeps a request line of an earlier one: a finished row's (a row tried
+    inside one launch labels its lines "NAME:with", "NAME:without" and "NAME:first")."""
+    label = str(line.get("label"))
+    if label in {r.configuration for r in part.rows}:
+        return True
+    name, _, side = label.rpartition(":")
+    return side in ("with", "without", "first") and name in {r.configuration for r in part.rows if r.in_launch}

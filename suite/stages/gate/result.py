@@ -1,0 +1,132 @@
+"""The gate's verdicts and what is computed from its result alone: the export's gate table (one row
+per gate prompt), each prompt's pattern, test and bound made again from its answers with today's
+rules (`recompute`), and the claims the first screen shows (per prompt, the cold-start transients
+tested as one family over the prompts that varied). The result itself (`GateResult`) and the
+machinery that fills it are `suite.stages.repeat`'s; nothing here sends a request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, caveat_failed, run_caveats
+from suite.analysis.repro import ALPHA, Sample, analyse, unseen_share_bound
+from suite.analysis.stats import closed_fisher
+from suite.stages.base import ColumnType
+from suite.stages.repeat import GatePromptResult, GateResult, verdict_of
+
+
+def export_rows(result: GateResult) -> list[dict[str, Any]]:
+    """`suite export`'s gate table: one row per gate prompt: distinct answers, lengths, cold vs warm."""
+    rows = []
+    for p in result.prompts:
+        cw = p.cold_warm
+        rows.append({
+            "prompt_id": p.prompt_id, "requests": p.requests, "answered": p.answered, "errors": p.errors,
+            "distinct_answers": p.distinct_answers, "modal_share": p.modal_share,
+            "answer_lengths_tokens": [lc.tokens for lc in p.lengths], "answer_length_counts": [lc.count for lc in p.lengths],
+            "compared_by": p.compared_by,
+            "truncated": p.truncated, "max_tokens": p.max_tokens, "modal_tied": p.modal_tied,
+            "cold_is_modal": cw.cold_is_modal if cw else None, "warm_distinct": cw.warm_distinct if cw else None,
+            "warm_count": cw.warm_count if cw else None,
+        })
+    return rows
+
+
+# The fields of a prompt's analysis that today's rules make again from its answers (the pattern and
+# its test, the bound); the rest (divergences, logprob margins) need what only the run saw.
+RECOMPUTED_FIELDS = ("pattern", "pattern_text", "cold_transient_p", "unseen_share_bound", "distinct_answers",
+                     "modal_share", "modal_tied")
+
+
+def recompute_prompt(p: GatePromptResult) -> GatePromptResult:
+    """One prompt's pattern, its test and bound made again from its answers (their request indices)."""
+    samples = samples_of_prompt(p)
+    if not samples:
+        return p
+    cold = p.cold_warm.cold_indices if p.cold_warm is not None else [0]
+    process_cold = p.cold_warm.process_cold if p.cold_warm is not None else True
+    again = analyse(samples, cold_count=max(1, len(cold)), process_cold=process_cold)
+    return p.model_copy(update={f: getattr(again, f) for f in RECOMPUTED_FIELDS})
+
+
+def samples_of_prompt(p: GatePromptResult) -> list[Sample]:
+    """The prompt's requests rebuilt from its distinct answers (each answer at its indices)."""
+    out = [Sample(index=i, text=a.text, token_ids=a.token_ids, completion_tokens=a.n_tokens,
+                  finish_reason="length" if k < a.truncated else None)
+           for a in p.answers for k, i in enumerate(a.indices)]
+    out += [Sample(index=10_000 + k, error="failed") for k in range(p.errors)]
+    return out
+
+
+def recompute(result: GateResult, summary: Any) -> GateResult:
+    """The gate's patterns and verdict made again from its prompts' answers with today's rules."""
+    prompts = [recompute_prompt(p) for p in result.prompts]
+    reproducible, verdict = verdict_of(prompts, result.stopped_reason)
+    return result.model_copy(update={"prompts": prompts, "reproducible": reproducible, "verdict": verdict})
+
+
+PATTERN_WORDS = {"stable": "one answer", "cold-transient": "cold-start transient", "switch": "one switch that stays",
+                 "varies": "varies in random order", "undetermined": "undetermined"}
+
+
+def prompt_claim(p: GatePromptResult, arm: str, stage: str = "gate", configuration: str | None = None) -> Claim:
+    """One prompt's series: how many distinct answers of those answered, its pattern, what it bounds."""
+    n, d = p.answered, p.distinct_answers
+    word = PATTERN_WORDS.get(p.pattern, p.pattern)
+    if n < 2:
+        word = "undetermined"
+    # more than one distinct answer is a fact whatever its pattern: not the same answer twice
+    good = None if n < 2 else d == 1
+    ev = Evidence(n=n, unit="requests")
+    if d == 1 and n >= 2:
+        ev.bound, ev.test = unseen_share_bound(n), "n alike answers bound another answer's share (95%)"
+    elif p.pattern == "cold-transient":
+        ev.p, ev.test = p.cold_transient_p, "how often random order puts the odd answers on the first request"
+    phrase = f"{d} distinct of {n}" + ("" if d == 1 or word == "undetermined" else f", {word}")
+    if p.errors:
+        phrase += f" ({p.errors} failed)"
+    if d == 1 and n >= 2:
+        bound = ev.bound
+        text = (f"one answer in {n}" + (f": an answer more common than {bound:.0%} would likely have shown"
+                                        if bound is not None else ": too few to bound another answer's share"))
+    else:
+        text = f"{d} distinct answers in {n} (lengths {p.lengths_text}; {p.pattern_text or word})"
+    return Claim(stage=stage, kind="gate", arm=arm, prompt=p.prompt_id, configuration=configuration, verdict=word,
+                 good=good, counts={"distinct": d, "answered": n, "requests": p.requests, "errors": p.errors,
+                                    "truncated": p.truncated},
+                 evidence=ev, caveats=caveat_cut(p.truncated, n) + caveat_failed(p.errors, p.requests),
+                 phrase=phrase, text=text)
+
+
+def claims(result: GateResult, summary: Any) -> list[Claim]:
+    """Per gate prompt: distinct answers of those answered, the pattern, and its bound or test.
+
+    "Cold-start transient" is one family over the prompts that varied: each prompt's test (how often
+    random order puts its odd answers on its first request) must hold in the closed testing
+    procedure over them (every subset containing it, by Fisher's combination, at 5 %): with three
+    prompts varying in random order, naming a transient on some prompt by chance stays within 5 %.
+    A lone first-request difference among varying prompts is "first request differs", not a transient."""
+    arm, extra = getattr(summary, "arm", ""), run_caveats(summary, "gate")
+    out = [prompt_claim(p, arm) for p in result.prompts]
+    varied = [(c, p) for c, p in zip(out, result.prompts, strict=True) if p.distinct_answers > 1 and p.answered >= 2]
+    if len(varied) > 1:
+        ps = [p.cold_transient_p if p.pattern == "cold-transient" and p.cold_transient_p is not None else 1.0
+              for _, p in varied]
+        held = closed_fisher(ps, ALPHA)
+        family = Family(name="varying prompts of the gate", size=len(varied), correction="closed testing (Fisher)")
+        for (c, p), ok in zip(varied, held, strict=True):
+            c.family = family
+            if p.pattern == "cold-transient" and not ok:
+                c.verdict = "first request differs"
+                c.phrase = f"{p.distinct_answers} distinct of {p.answered}, first request differs"
+                c.caveats.append(f"too few to call it a cold-start transient over the {len(varied)} varying prompts")
+    for c in out:
+        c.run_id, c.caveats = getattr(summary, "run_id", ""), c.caveats + extra
+    return out
+
+
+COLUMNS: dict[str, ColumnType] = {
+    "prompt_id": "str", "requests": "int", "answered": "int", "errors": "int", "distinct_answers": "int",
+    "modal_share": "float", "answer_lengths_tokens": "list[int]", "answer_length_counts": "list[int]", "compared_by": "str",
+    "truncated": "int", "max_tokens": "int", "modal_tied": "bool", "cold_is_modal": "bool", "warm_distinct": "int",
+    "warm_count": "int"}
