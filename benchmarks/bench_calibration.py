@@ -87,7 +87,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "watchdog")]
 
 from suite.analysis.repro import Sample, analyse  # noqa: E402
 from suite.analysis.stats import paired_difference  # noqa: E402
-from suite.stages.controls import ControlRow, ControlsResult, row_from_gate, eliminate  # noqa: E402
+from suite.stages.controls import MatrixRow, ControlMatrixResult, row_from_gate, eliminate  # noqa: E402
 from suite.stages.repeat import GatePromptResult, GateResult  # noqa: E402
 from suite.stages.restarts import LaunchOutcome, summarise  # noqa: E402
 from suite.stages.sessions import summarise_prompt  # noqa: E402
@@ -322,10 +322,10 @@ def run_controls(rng: random.Random, p: dict[str, Any]) -> Outcome:
     stop_after = getattr(controls, "CONTROL_STOP_AFTER_DISTINCT", None)
     default_samples = _row_samples(rng, n, qd, None)
     main_gate = gate_of(_row_samples(rng, n, qd, None))  # the arm's own gate, which found the spread
-    default = row_from_gate(ControlRow(configuration="default", status="ok"), gate_of(default_samples))
-    row = row_from_gate(ControlRow(configuration="ctl", controls=["ctl"], status="ok"),
+    default = row_from_gate(MatrixRow(configuration="default", status="ok"), gate_of(default_samples))
+    row = row_from_gate(MatrixRow(configuration="ctl", controls=["ctl"], status="ok"),
                          gate_of(_row_samples(rng, n, qc, stop_after), label="ctl"))
-    result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=n, prompts=[PID],
+    result = ControlMatrixResult(runtime="r", arm="a", requested=["all"], n_requests=n, prompts=[PID],
                             rows=[default, row])
     o = Outcome()
     if main_gate.prompts[0].distinct_answers < 2:
@@ -355,15 +355,15 @@ def run_controls_partial(rng: random.Random, p: dict[str, Any]) -> Outcome:
     main_gate = gate_of_prompts({pid: _row_samples(rng, n, q, None) for pid in pids})
     if any(pr.distinct_answers < 2 for pr in main_gate.prompts):
         return Outcome()  # the matrix runs on the prompts that varied: here, all of them
-    default = row_from_gate(ControlRow(configuration="default", status="ok"),
+    default = row_from_gate(MatrixRow(configuration="default", status="ok"),
                             gate_of_prompts({pid: _row_samples(rng, n, q, None) for pid in pids}))
     rows = [default]
     for c in range(k):
         series = {pid: _row_samples(rng, n, 0.0 if (effect and c == 0 and j == 0) else q, stop_after)
                   for j, pid in enumerate(pids)}
-        rows.append(row_from_gate(ControlRow(configuration=f"c{c}", controls=[f"c{c}"], status="ok"),
+        rows.append(row_from_gate(MatrixRow(configuration=f"c{c}", controls=[f"c{c}"], status="ok"),
                                   gate_of_prompts(series, label=f"c{c}")))
-    result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=n, prompts=pids, rows=rows)
+    result = ControlMatrixResult(runtime="r", arm="a", requested=["all"], n_requests=n, prompts=pids, rows=rows)
     eliminate(result, main_gate)
     text = result.elimination
     named = [f"c{c} brings p{j} back" for c in range(k) for j in range(m) if f"c{c} brings p{j} back" in text]
@@ -398,11 +398,11 @@ def run_controls_transient(rng: random.Random, p: dict[str, Any]) -> Outcome:
         first = B if rng.random() < rate else A
         return [sample(0, first)] + [sample(i, C if rng.random() < w else A) for i in range(1, requests)]
 
-    def row(name: str, rate: float) -> ControlRow:
+    def row(name: str, rate: float) -> MatrixRow:
         odd: list[bool | None] = []
-        first: ControlRow | None = None
+        first: MatrixRow | None = None
         for _ in range(launches):
-            r = row_from_gate(ControlRow(configuration=name, status="ok"), gate_of(launch(rate), label=name))
+            r = row_from_gate(MatrixRow(configuration=name, status="ok"), gate_of(launch(rate), label=name))
             odd.append(controls.cold_odd_of(r.gate.prompts[0]))
             first = first or r
             if name != "default" and odd[-1] is not False:
@@ -412,7 +412,7 @@ def run_controls_transient(rng: random.Random, p: dict[str, Any]) -> Outcome:
         return first
 
     main = gate_of([sample(0, B)] + [sample(i, A) for i in range(1, 20)])  # the gate that named the transient
-    result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=requests, prompts=[PID],
+    result = ControlMatrixResult(runtime="r", arm="a", requested=["all"], n_requests=requests, prompts=[PID],
                             rows=[row("default", t), row("ctl", 0.0 if effect else t)], launches_per_row=launches)
     eliminate(result, main)
     o = Outcome()
@@ -456,12 +456,12 @@ def run_controls_in_launch(rng: random.Random, p: dict[str, Any]) -> Outcome:
         if decision in ("credit", "rule-out"):
             series.stop = decision
             break
-    row = ControlRow(configuration="ctl", status="ok", in_launch={PID: series},
+    row = MatrixRow(configuration="ctl", status="ok", in_launch={PID: series},
                      answered={PID: series.with_answers}, distinct={PID: series.with_distinct})
     main = gate_of([sample(0, B)] + [sample(i, A) for i in range(1, 20)])
-    skipped = [ControlRow(configuration=f"flag-{i}", status="skipped", reason="not started: found in one launch")
+    skipped = [MatrixRow(configuration=f"flag-{i}", status="skipped", reason="not started: found in one launch")
                for i in range(5)]
-    result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=1, prompts=[PID],
+    result = ControlMatrixResult(runtime="r", arm="a", requested=["all"], n_requests=1, prompts=[PID],
                             rows=[row, *skipped])
     controls.eliminate(result, main)
     o = Outcome()
@@ -845,22 +845,22 @@ def run_controls_matrix(rng: random.Random, p: dict[str, Any]) -> Outcome:
         main_gate = gate_of(_row_samples(rng, n, q, None))
         if main_gate.prompts[0].distinct_answers < 2:
             return Outcome()  # the elimination runs only after a gate that varied
-        rows = [row_from_gate(ControlRow(configuration="default", status="ok"), gate_of(_row_samples(rng, n, q, None)))]
+        rows = [row_from_gate(MatrixRow(configuration="default", status="ok"), gate_of(_row_samples(rng, n, q, None)))]
         for c, name in enumerate(names):
-            rows.append(row_from_gate(ControlRow(configuration=name, controls=[name], status="ok"),
+            rows.append(row_from_gate(MatrixRow(configuration=name, controls=[name], status="ok"),
                                       gate_of(_row_samples(rng, n, 0.0 if effect and c == 0 else q, stop_after),
                                               label=name)))
-        result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=n, prompts=[PID], rows=rows)
+        result = ControlMatrixResult(runtime="r", arm="a", requested=["all"], n_requests=n, prompts=[PID], rows=rows)
     else:
         t = p["t"]
         launches, requests = _launches_per_row(k), controls.TRANSIENT_REQUESTS
 
-        def row(name: str, rate: float) -> ControlRow:
+        def row(name: str, rate: float) -> MatrixRow:
             odd: list[bool | None] = []
-            first: ControlRow | None = None
+            first: MatrixRow | None = None
             for _ in range(launches):
                 ss = [sample(0, B if rng.random() < rate else A)] + [sample(i, A) for i in range(1, requests)]
-                r = row_from_gate(ControlRow(configuration=name, status="ok"), gate_of(ss, label=name))
+                r = row_from_gate(MatrixRow(configuration=name, status="ok"), gate_of(ss, label=name))
                 odd.append(controls.cold_odd_of(r.gate.prompts[0]))
                 first = first or r
                 if name != "default" and odd[-1] is not False:
@@ -871,7 +871,7 @@ def run_controls_matrix(rng: random.Random, p: dict[str, Any]) -> Outcome:
 
         main_gate = gate_of([sample(0, B)] + [sample(i, A) for i in range(1, 20)])
         rows = [row("default", t)] + [row(name, 0.0 if effect and c == 0 else t) for c, name in enumerate(names)]
-        result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=requests, prompts=[PID],
+        result = ControlMatrixResult(runtime="r", arm="a", requested=["all"], n_requests=requests, prompts=[PID],
                                 rows=rows, launches_per_row=launches)
     eliminate(result, main_gate)
     wrong = [x for x in result.restoring if x != "c0" or not effect]

@@ -56,7 +56,7 @@ from suite.stages import STAGES, with_stage_settings
 
 if TYPE_CHECKING:
     from suite.stages.batch import BatchResult
-    from suite.stages.controls import ControlsResult
+    from suite.stages.controls import ControlMatrixResult
     from suite.stages.extraction import ExtractionResult
     from suite.stages.extraction.reloads import ReloadsResult
     from suite.stages.latency import LatencyResult
@@ -277,7 +277,7 @@ if TYPE_CHECKING:
         extraction: ExtractionResult | None = None
         reloads: ReloadsResult | None = None
         restarts: RestartsResult | None = None
-        controls: ControlsResult | None = None
+        controls: ControlMatrixResult | None = None
         sessions: SessionsResult | None = None
         watchdog: WatchdogReport | None = None
 else:

@@ -73,4 +73,4 @@ def check_controls(plans: list[ArmPlan], controls: list[str] | None) -> None:
     from suite.stages import controls as controls_stage
 
     if controls:
-        controls_stage.preflight(controls_stage.ControlsSettings(names=controls), plans)
+        controls_stage.preflight(controls_stage.ControlMatrixSettings(names=controls), plans)

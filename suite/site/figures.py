@@ -26,7 +26,7 @@ from suite.errors import SuiteError
 from suite.records import Summary, load_all
 from suite.signature import flatten_signature
 from suite.stages import EXTRACTION_STAGE, LATENCY_STAGE, ORDER, VERDICT_STAGE
-from suite.stages.controls import ControlsResult
+from suite.stages.controls import ControlMatrixResult
 from suite.stages.gate.view import gate_settings_text  # noqa: F401 - the index page's gate line, and tests
 from suite.stages.latency import LatencyLine
 from suite.stages.latency.view import latency_level
@@ -537,7 +537,7 @@ def signature_rows(runs: list[Run]) -> list[SignatureRow]:
     return [SignatureRow(key=k, values=[f.get(k, "—") for f in flats]) for k in keys]
 
 
-def controls_finding(controls: ControlsResult | None) -> str:
+def controls_finding(controls: ControlMatrixResult | None) -> str:
     """What the process of elimination found, for an arm's one-line verdict: the head of its own
     sentence, with the evidence of the first control it credited and its n ("prefix-caching-off
     bring(s) document-4k back to one answer: the first answer alone differed in 0 of 3 launches

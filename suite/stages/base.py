@@ -1,9 +1,10 @@
 """What every stage is built from: the `Stage` record, the context it runs with, a fresh launch.
 
 A stage is one `Stage` object (name, result model, whether it needs fresh runtimes, `run`),
-defined at the foot of its package's `__init__.py` and registered in `suite.stages.STAGES`; a long
-stage keeps the code that executes it (its `run` and helpers) in the package's `run.py`, its page
-part in `view.py` and `section.html`. `run(ctx)` gets a
+defined in its package's short `__init__.py` and registered in `suite.stages.STAGES`; the package
+keeps its settings (and command-line options) in `settings.py`, its records and the pure functions
+over them in `result.py`, the code that executes it in `run.py`, its page part in `view.py` and
+`section.html`. `run(ctx)` gets a
 `StageContext` (the arm, its running runtime and client, the record, the earlier results) and
 returns its result model, which the bench writes to `stages/<name>.json` and, at the end, under
 the stage's name in `summary.json`. Its place in the schedule (`when`, `after`, `needs`,

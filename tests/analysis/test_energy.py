@@ -139,16 +139,16 @@ def test_no_driver_no_energy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_control_row_reads_against_the_default_in_time_and_energy() -> None:
     from suite.stages.controls.view import controls_view
-    from suite.stages.controls import ControlRow, ControlsResult
+    from suite.stages.controls import MatrixRow, ControlMatrixResult
 
-    def row(name: str, tps: float, joules: float, tokens: int) -> ControlRow:
-        return ControlRow(configuration=name, status="ok", tokens_per_s=tps, distinct={"short-open": 1},
+    def row(name: str, tps: float, joules: float, tokens: int) -> MatrixRow:
+        return MatrixRow(configuration=name, status="ok", tokens_per_s=tps, distinct={"short-open": 1},
                           answered={"short-open": 200}, lengths={"short-open": "48 ×200"},
                           energy=gpu.Energy(joules=joules, wall_s=10.0, mean_power_w=joules / 10).with_tokens(tokens))
 
-    res = ControlsResult(runtime="vllm", arm="vllm-gpu", requested=["all"], n_requests=200, prompts=["short-open"],
+    res = ControlMatrixResult(runtime="vllm", arm="vllm-gpu", requested=["all"], n_requests=200, prompts=["short-open"],
                          rows=[row("default", 100.0, 1000.0, 9600), row("batch-invariant", 74.0, 1300.0, 9600),
-                               ControlRow(configuration="eager", status="refused", reason="no")])
+                               MatrixRow(configuration="eager", status="refused", reason="no")])
     v = controls_view(res, ["short-open"])
     assert v is not None
     lines = [r["line"] for r in v["rows"]]

@@ -153,9 +153,9 @@ def test_paired_text_never_says_tie_and_shows_n():
     from suite.stages.extraction.view import extraction_pairs, multiplicity_note, paired_text
 
     none = stats.paired_difference({"a": 0.5, "b": 0.6, "c": 0.7}, {"a": 0.6, "b": 0.6, "c": 0.6})
-    assert paired_text(none).endswith("(n = 3 paired sections): no detectable difference (the interval covers 0)")
+    assert paired_text(none).endswith("(n = 3 paired document parts): no detectable difference (the interval covers 0)")
     few = stats.paired_difference({"a": 0.0, "b": 0.0}, {"a": 0.15, "b": 0.15})
-    assert paired_text(few) == "+15.0 points (n = 2 paired sections: too few for an interval)"
+    assert paired_text(few) == "+15.0 points (n = 2 paired document parts: too few for an interval)"
     assert multiplicity_note([{"against": "x", "rows": [1]}]) is None
     note = multiplicity_note([{"against": "x", "rows": [1, 2, 3]}, {"against": "x", "rows": [1, 2]}])
     assert note.startswith("The 5 comparisons against x are one family") and "99.0%" in note

@@ -18,7 +18,7 @@ from suite.errors import SuiteError
 from suite.records import Summary
 from suite.stages import STAGES
 from suite.stages.batch import BatchSettings
-from suite.stages.controls import ControlsSettings
+from suite.stages.controls import ControlMatrixSettings
 from suite.stages.extraction import ExtractionSettings
 
 
@@ -37,7 +37,7 @@ def test_the_request_travels_as_json_and_comes_back_typed(tmp_path: Path) -> Non
     assert again.profile.gate_requests == 7 and again.retry_refused and again.results == tmp_path
     # what the run record leaves out (the judge's address, the rows asked for) still reaches a node
     controls, extraction = again.settings["controls"], again.settings["extraction"]
-    assert isinstance(controls, ControlsSettings) and controls.names == ["all"]
+    assert isinstance(controls, ControlMatrixSettings) and controls.names == ["all"]
     assert isinstance(extraction, ExtractionSettings) and extraction.judge_url == "http://127.0.0.1:9/v1"
     assert "names" not in again.profile.stage_settings["controls"]
     assert "judge_url" not in again.profile.stage_settings["extraction"]

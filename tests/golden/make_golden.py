@@ -31,7 +31,7 @@ from suite.records import DeterminismOutcome, RunManifest, RunRecord, Summary  #
 from suite.analysis.repro import Sample, analyse, analyse_launches  # noqa: E402
 from suite.probes import Hardware  # noqa: E402
 from suite.signature import Signature
-from suite.stages.controls import ControlRow, ControlsResult, LoraOutcome, eliminate  # noqa: E402
+from suite.stages.controls import MatrixRow, ControlMatrixResult, LoraOutcome, eliminate  # noqa: E402
 from suite.stages.extraction.reloads import ReloadOutcome, ReloadsResult  # noqa: E402
 from suite.stages.sessions import SessionsResult, summarise_configuration, table_lines  # noqa: E402
 from suite.stages.extraction import ExtractionResult, RepeatScore, SectionSummary, TypeScore  # noqa: E402
@@ -167,18 +167,18 @@ def extraction_for(rng: random.Random, changed: set[int], clean: float, digest: 
         per_section=per_section, judge=judge_result, wall_s=63.0, signature_digest=digest)
 
 
-def controls_for(runtime: str, arm: str, answers: dict[str, list[str]], refused: str | None) -> ControlsResult:
+def controls_for(runtime: str, arm: str, answers: dict[str, list[str]], refused: str | None) -> ControlMatrixResult:
     rows = []
     configs = [("default", "as started", None), ("no-prompt-cache", "prompt cache off", None),
                ("batch-invariant", "batch-invariant kernels", refused)]
     for name, desc, refusal in configs:
         if refusal:
-            rows.append(ControlRow(configuration=name, controls=[name], description=desc, status="refused",
+            rows.append(MatrixRow(configuration=name, controls=[name], description=desc, status="refused",
                                    reason=refusal))
             continue
         use = answers if name == "default" else {k: [v[1]] * len(v) for k, v in answers.items()}
         g = gate_for(None, use, label=name, kind="controls", controls=[] if name == "default" else [name])
-        rows.append(ControlRow(
+        rows.append(MatrixRow(
             configuration=name, controls=[] if name == "default" else [name], description=desc, status="ok",
             startup_s=3.2, distinct={p.prompt_id: p.distinct_answers for p in g.prompts},
             answered={p.prompt_id: p.answered for p in g.prompts},
@@ -187,7 +187,7 @@ def controls_for(runtime: str, arm: str, answers: dict[str, list[str]], refused:
             reproducible=g.reproducible, ran_controls=[] if name == "default" else [name],
             request_extra={} if name == "default" else {"cache_prompt": False},
             tokens_per_s=41.5 if name == "default" else 38.2))
-    result = ControlsResult(runtime=runtime, arm=arm, requested=[c[0] for c in configs],
+    result = ControlMatrixResult(runtime=runtime, arm=arm, requested=[c[0] for c in configs],
                             n_requests=len(next(iter(answers.values()))), prompts=list(answers), rows=rows,
                             lora=LoraOutcome(offered=False))
     eliminate(result, gate_for(None, answers))

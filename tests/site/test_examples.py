@@ -257,7 +257,7 @@ def test_a_run_page_shows_the_stages_it_ran_that_it_does_not_draw_itself(tmp_pat
     assert controls
     for s in controls:
         page = next((tmp_path / "site" / "runs").glob(f"{s.run_id}-*.html")).read_text()
-        assert '<section id="controls">' in page and "<h2>Controls</h2>" in page
+        assert '<section id="controls">' in page and "<h2>Control matrix</h2>" in page
         assert all(f"<td>{row.configuration}</td>" in page for row in s.controls.rows)
     plain = next(r for r in runs.values() if r.batch is None and r.sessions is None and r.controls is None)
     page = next((tmp_path / "site" / "runs").glob(f"{plain.run_id}-*.html")).read_text()

@@ -78,13 +78,13 @@ def open_clean(browser: Browser, path: Path):
 def test_golden_tree_matches_the_stage_models() -> None:
     """The golden records validate against the stages' current result models (regenerate if not)."""
     from memwatch.report import WatchdogReport
-    from suite.stages.controls import ControlsResult
+    from suite.stages.controls import ControlMatrixResult
     from suite.stages.extraction import ExtractionResult
     from suite.stages.repeat import GateResult
     from suite.stages.latency import LatencyResult
     from suite.stages.restarts import RestartsResult
 
-    models = {"gate": GateResult, "controls": ControlsResult, "latency": LatencyResult,
+    models = {"gate": GateResult, "controls": ControlMatrixResult, "latency": LatencyResult,
               "extraction": ExtractionResult, "restarts": RestartsResult, "watchdog": WatchdogReport}
     seen = 0
     for s in load_all(GOLDEN):

@@ -123,7 +123,7 @@ def test_run_page_and_model_page_count_identical_sections_alike(golden_site: Pat
     (page,) = (golden_site / "runs").glob("20261128T090500*-llamacpp-python.html")
     run = _text(page.read_text(encoding="utf-8"))
     # before: "8 of 12 sections identical" on the run page beside "8 of 10" on the model page
-    assert "8 of 10 sections identical across repeats (of those with valid JSON in every repeat; 12 sections asked)" \
+    assert "8 of 10 document parts identical across repeats (of those with valid JSON in every repeat; 12 document parts asked)" \
         in run
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from suite.stages.base import ExportTable, SectionTemplate, Stage
 from suite.stages.controls.elimination import TRANSIENT_LAUNCHES, TRANSIENT_REQUESTS, claims, eliminate, launches_for, recompute
-from suite.stages.controls.result import ELIMINATION_ALPHA, ControlRow, ControlsResult, LoraOutcome, RowTest
+from suite.stages.controls.result import ELIMINATION_ALPHA, ControlMatrixResult, LoraOutcome, MatrixRow, RowTest
 from suite.stages.controls.run import (
     ADAPTER_NAME,
     CONTROL_STOP_AFTER_DISTINCT,
@@ -38,19 +38,19 @@ from suite.stages.controls.run import (
     row_from_gate,
     run,
 )
-from suite.stages.controls.settings import OPTIONS, PROFILE_KEYS, PROFILES, ControlsSettings, preflight, settings
+from suite.stages.controls.settings import OPTIONS, PROFILE_KEYS, PROFILES, ControlMatrixSettings, preflight, settings
 from suite.stages.controls.view import COLUMNS, export_rows, format_controls_table
 from suite.stages.lines import AnswerLine
 from suite.stages.repeat import select_prompts
 
 # The names other code imports from the package (each defined in the module that imports it here).
 __all__ = ["ADAPTER_NAME", "CONTROL_STOP_AFTER_DISTINCT", "ELIMINATION_ALPHA", "STAGE", "TRANSIENT_LAUNCHES", "TRANSIENT_REQUESTS",
-           "ControlRow", "ControlsResult", "ControlsSettings", "LoraOutcome", "RowTest", "adapter_path", "claims", "cold_odd_of",
+           "MatrixRow", "ControlMatrixResult", "ControlMatrixSettings", "LoraOutcome", "RowTest", "adapter_path", "claims", "cold_odd_of",
            "eliminate", "ensure_adapter", "format_controls_table", "launches_for", "lora_request_fields", "pool_launches", "preflight",
            "rebuild", "resolve_requested", "row_from_gate", "run", "settings"]
 
 
-STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
+STAGE = Stage(name="controls", result=ControlMatrixResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
               summary="the gate once per determinism control, each on a fresh runtime",
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=None,  # its rows depend on the runtime's controls: a count and a rate, no total
@@ -58,7 +58,7 @@ STAGE = Stage(name="controls", result=ControlsResult, run=run, lines=(AnswerLine
               # at a time, after the rest (its setting `auto`); asked for (--controls), right
               # after the gate
               when=lambda p: settings(p).auto, on_verdict=False, after="gate",
-              settings=ControlsSettings, profiles=PROFILES, profile_keys=PROFILE_KEYS, options=OPTIONS, preflight=preflight,
+              settings=ControlMatrixSettings, profiles=PROFILES, profile_keys=PROFILE_KEYS, options=OPTIONS, preflight=preflight,
               tables=(ExportTable("controls", export_rows, COLUMNS),), exported_requests=("controls",),
               rebuild=rebuild, carries_line=carries_line,
               page_title="control matrix", recompute=recompute, claims=claims,

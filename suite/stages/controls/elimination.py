@@ -15,7 +15,7 @@ from typing import Any
 from suite.analysis.claims import Claim, Evidence, Family, run_caveats
 from suite.analysis.repro import unseen_share_bound
 from suite.analysis.stats import fisher_fewer_others, holm, requests_needed
-from suite.stages.controls.result import ELIMINATION_ALPHA, ControlRow, ControlsResult, RowTest
+from suite.stages.controls.result import ELIMINATION_ALPHA, ControlMatrixResult, MatrixRow, RowTest
 from suite.stages.repeat import GateResult, truncation_by_prompt
 
 # Where the gate's variance is a cold-start transient (once per launch), each row is this many
@@ -38,7 +38,7 @@ def launches_for(controls: int, alpha: float = ELIMINATION_ALPHA) -> int:
     return launches
 
 
-def _in_launch_test(t: RowTest, row: ControlRow, pid: str, alpha: float) -> RowTest:
+def _in_launch_test(t: RowTest, row: MatrixRow, pid: str, alpha: float) -> RowTest:
     """A control tried inside one launch on one prompt: its exact sequential test over the pairs."""
     series = row.in_launch[pid]
     res = series.result()
@@ -75,7 +75,7 @@ def _in_launch_test(t: RowTest, row: ControlRow, pid: str, alpha: float) -> RowT
     return t
 
 
-def row_test(row: ControlRow, default: ControlRow | None, pid: str, alpha: float = ELIMINATION_ALPHA) -> RowTest:
+def row_test(row: MatrixRow, default: MatrixRow | None, pid: str, alpha: float = ELIMINATION_ALPHA) -> RowTest:
     """The control row against the default row on one prompt: Fisher's exact test of their
     other-than-modal answers, one-sided (the control has fewer), with the n of each row."""
     if pid in row.in_launch:
@@ -114,18 +114,18 @@ def row_test(row: ControlRow, default: ControlRow | None, pid: str, alpha: float
     return t
 
 
-def _prompt(row: ControlRow, pid: str) -> Any | None:
+def _prompt(row: MatrixRow, pid: str) -> Any | None:
     """The row's gate result for one prompt, if it ran."""
     return next((p for p in (row.gate.prompts if row.gate else []) if p.prompt_id == pid), None)
 
 
-def _pattern(row: ControlRow, pid: str) -> str | None:
+def _pattern(row: MatrixRow, pid: str) -> str | None:
     """How the row's answers to one prompt varied (suite.analysis.repro's pattern), if it ran."""
     prompt = _prompt(row, pid)
     return prompt.pattern if prompt is not None else None
 
 
-def _launch_test(t: RowTest, row: ControlRow, default: ControlRow, alpha: float) -> RowTest:
+def _launch_test(t: RowTest, row: MatrixRow, default: MatrixRow, alpha: float) -> RowTest:
     """A control against a default row whose odd answer is a cold-start transient.
 
     Such a difference comes once per launch (the first request of the prompt, before a cache
@@ -150,7 +150,7 @@ def _launch_test(t: RowTest, row: ControlRow, default: ControlRow, alpha: float)
     return _with_cold_note(t, row, default)
 
 
-def _with_cold_note(t: RowTest, row: ControlRow, default: ControlRow) -> RowTest:
+def _with_cold_note(t: RowTest, row: MatrixRow, default: MatrixRow) -> RowTest:
     """What the answers are, not a test: where the control's every answer is the one the default's
     cold first request gave, not the one its later requests gave, the verdict says so."""
     if _same_as_cold(row, default, t.prompt_id):
@@ -158,9 +158,9 @@ def _with_cold_note(t: RowTest, row: ControlRow, default: ControlRow) -> RowTest
     return t
 
 
-def _same_as_cold(row: ControlRow, default: ControlRow, pid: str) -> bool:
+def _same_as_cold(row: MatrixRow, default: MatrixRow, pid: str) -> bool:
     """Whether a one-answer row answered what the default row's cold first request answered."""
-    def answers(r: ControlRow) -> list[Any]:
+    def answers(r: MatrixRow) -> list[Any]:
         prompt = _prompt(r, pid)
         return list(prompt.answers) if prompt is not None else []
 
@@ -173,7 +173,7 @@ def _same_as_cold(row: ControlRow, default: ControlRow, pid: str) -> bool:
     return mine[0].text == cold.text
 
 
-def _launches_test(t: RowTest, row: ControlRow, default: ControlRow, alpha: float) -> RowTest:
+def _launches_test(t: RowTest, row: MatrixRow, default: MatrixRow, alpha: float) -> RowTest:
     """A transient row against the default row, launch by launch: in how many launches did the
     prompt's first answer alone differ. One-sided Fisher's exact test over launches; credited
     only where the control's every launch gave one answer."""
@@ -203,7 +203,7 @@ def _launches_test(t: RowTest, row: ControlRow, default: ControlRow, alpha: floa
     return _with_cold_note(t, row, default) if c == 0 else t
 
 
-def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
+def eliminate(result: ControlMatrixResult, gate: GateResult | None) -> None:
     """Which control, if any, brings the prompts that varied back to one answer each, by a test.
 
     Credited: the control's row gave one answer on every prompt that varied and, on each, fewer
@@ -288,7 +288,7 @@ def eliminate(result: ControlsResult, gate: GateResult | None) -> None:
                               f"({lines or 'no control row answered'}; {how}){tail}")
 
 
-def partial_credits(tried: list[ControlRow], alpha: float, prompts: int) -> str:
+def partial_credits(tried: list[MatrixRow], alpha: float, prompts: int) -> str:
     """Where no control brings every prompt back: the controls that bring some prompt back on its
     own, named only where the test would hold over every prompt test of the matrix (Bonferroni:
     p <= alpha / tests), so that the chance of naming any by chance stays within alpha. Empty
@@ -306,7 +306,7 @@ def partial_credits(tried: list[ControlRow], alpha: float, prompts: int) -> str:
             + f", each p <= {alpha:g} / {len(tests)} (Bonferroni over the matrix's {len(tests)} prompt tests)")
 
 
-def recompute(result: ControlsResult, summary: Any = None) -> ControlsResult:
+def recompute(result: ControlMatrixResult, summary: Any = None) -> ControlMatrixResult:
     """The elimination made again from the rows' answers with today's test and correction."""
     again = result.model_copy(deep=True)
     again.alpha = ELIMINATION_ALPHA  # today's level, not the one the record was written with
@@ -314,7 +314,7 @@ def recompute(result: ControlsResult, summary: Any = None) -> ControlsResult:
     return again
 
 
-def row_costs(row: ControlRow, default: ControlRow | None) -> dict[str, float]:
+def row_costs(row: MatrixRow, default: MatrixRow | None) -> dict[str, float]:
     """A row's tokens/s and J/token against the default row's, where both rows sent the same
     requests per prompt (a row that stopped early has another mix of prompts: no ratio). A row
     tried inside one launch: its requests with the control against those without, the same prompts."""
@@ -332,7 +332,7 @@ def row_costs(row: ControlRow, default: ControlRow | None) -> dict[str, float]:
     return out
 
 
-def claims(result: ControlsResult, summary: Any) -> list[Claim]:
+def claims(result: ControlMatrixResult, summary: Any) -> list[Claim]:
     """The elimination (what restores one answer, if anything) and one claim per control row
     tested, each with its p, its Holm-adjusted p over the matrix's controls and its cost."""
     arm, run_id, extra = getattr(summary, "arm", ""), getattr(summary, "run_id", ""), run_caveats(summary, "controls")

@@ -1,6 +1,6 @@
 """The control matrix's records: one control row's test against the default row on one prompt
-(`RowTest`), one configuration of the matrix and what the gate gave on it (`ControlRow`), the LoRA
-rows' outcome (`LoraOutcome`) and the stage's result (`ControlsResult`, what the bench writes to
+(`RowTest`), one configuration of the matrix and what the gate gave on it (`MatrixRow`), the LoRA
+rows' outcome (`LoraOutcome`) and the stage's result (`ControlMatrixResult`, what the bench writes to
 `stages/controls.json` and under `controls` in `summary.json`), with the elimination's level they
 default to (`ELIMINATION_ALPHA`)."""
 
@@ -37,7 +37,7 @@ class RowTest(BaseModel):
     text: str = ""
 
 
-class ControlRow(BaseModel):
+class MatrixRow(BaseModel):
     """One configuration of the control matrix and what the gate gave on it."""
 
     configuration: str  # default | a control name | lora:base | lora:adapter
@@ -100,13 +100,13 @@ class LoraOutcome(BaseModel):
     adapter_changes_output: bool | None = None  # the adapter's modal answers differ from the base's
 
 
-class ControlsResult(BaseModel):
+class ControlMatrixResult(BaseModel):
     runtime: str
     arm: str
     requested: list[str]
     n_requests: int
     prompts: list[str]
-    rows: list[ControlRow]
+    rows: list[MatrixRow]
     lora: LoraOutcome | None = None
     automatic: bool = False  # run by the bench because the gate found more than one answer
     # The process of elimination: the prompts that gave more than one answer at default, and the

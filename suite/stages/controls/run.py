@@ -26,8 +26,8 @@ from suite.launchers.base import LoraAdapter
 from suite.stages.base import StageContext
 from suite.stages.controls.elimination import TRANSIENT_LAUNCHES, TRANSIENT_REQUESTS, eliminate, launches_for
 from suite.stages.controls.inlaunch import run_controls
-from suite.stages.controls.result import ControlRow, ControlsResult, LoraOutcome
-from suite.stages.controls.settings import LORA, ControlsSettings, settings
+from suite.stages.controls.result import ControlMatrixResult, LoraOutcome, MatrixRow
+from suite.stages.controls.settings import LORA, ControlMatrixSettings, settings
 from suite.stages.repeat import (
     GatePromptResult,
     GateResult,
@@ -74,7 +74,7 @@ def resolve_requested(ctx: StageContext, requested: list[str] | None) -> list[st
     return out
 
 
-def _ran_with(row: ControlRow, running: Any) -> None:
+def _ran_with(row: MatrixRow, running: Any) -> None:
     """Copy what the launch actually ran with onto the row."""
     row.command = list(running.command)
     row.ran_controls = list(getattr(running, "launch_controls", None) or [])
@@ -87,7 +87,7 @@ def gate_tokens(gate: GateResult | None) -> int:
     return sum((a.n_tokens or 0) * a.count for p in gate.prompts for a in p.answers) if gate else 0
 
 
-def row_from_gate(row: ControlRow, gate: GateResult) -> ControlRow:
+def row_from_gate(row: MatrixRow, gate: GateResult) -> MatrixRow:
     row.gate = gate
     row.reproducible = gate.reproducible
     row.request_extra = dict(gate.request_extra)
@@ -105,7 +105,7 @@ def row_from_gate(row: ControlRow, gate: GateResult) -> ControlRow:
     return row
 
 
-def _with_energy(row: ControlRow, meter: EnergyMeter) -> ControlRow:
+def _with_energy(row: MatrixRow, meter: EnergyMeter) -> MatrixRow:
     """The row's energy over its gate, per output token of the gate's answers."""
     tokens = gate_tokens(row.gate)
     row.energy = meter.result(tokens or None)
@@ -130,7 +130,7 @@ def _gate_on(ctx: StageContext, running: Any, client: Any, label: str, controls:
 
 
 def run_configuration(ctx: StageContext, name: str, prompts: list[str] | None = None,
-                      requests: int | None = None) -> ControlRow:
+                      requests: int | None = None) -> MatrixRow:
     """One row: a fresh runtime with the control, the gate on it (`prompts`: only these), stopped.
 
     A control row stops a prompt at its second answer; the default row, the comparison, runs in full.
@@ -138,7 +138,7 @@ def run_configuration(ctx: StageContext, name: str, prompts: list[str] | None = 
     """
     control = ctx.runtime.control(name)
     controls = [] if name == "default" else [name]
-    row = ControlRow(configuration=name, controls=controls, description=control.description,
+    row = MatrixRow(configuration=name, controls=controls, description=control.description,
                      status="ok", concurrency=control.concurrency)
     try:
         with ctx.launch(controls=controls, inherit=False) as (running, client):
@@ -180,12 +180,12 @@ def cold_odd_of(prompt: Any) -> bool | None:
 
 
 def run_transient_row(ctx: StageContext, name: str, prompts: list[str],
-                      launches: int = TRANSIENT_LAUNCHES) -> ControlRow:
+                      launches: int = TRANSIENT_LAUNCHES) -> MatrixRow:
     """A row of `launches` launches (`launches_for` the matrix's controls), each a short gate of
     TRANSIENT_REQUESTS requests per prompt: whether each launch's first answer alone differs, the
     unit a transient is tested in."""
-    first: ControlRow | None = None
-    ran: list[ControlRow] = []
+    first: MatrixRow | None = None
+    ran: list[MatrixRow] = []
     odd: dict[str, list[bool | None]] = {pid: [] for pid in prompts}
     for i in range(launches):
         row = run_configuration(ctx, name, prompts=prompts, requests=TRANSIENT_REQUESTS)
@@ -209,7 +209,7 @@ def run_transient_row(ctx: StageContext, name: str, prompts: list[str],
     return first
 
 
-def pool_launches(row: ControlRow, launches: list[ControlRow]) -> None:
+def pool_launches(row: MatrixRow, launches: list[MatrixRow]) -> None:
     """A row of several launches: its tokens/s and its energy (each launch's gate, not its
     start-up) over all of them, not over the first alone."""
     if len(launches) < 2:
@@ -284,10 +284,10 @@ def lora_request_fields(select: str, served_name: str, adapter: bool) -> dict[st
     return None
 
 
-def run_lora(ctx: StageContext) -> tuple[list[ControlRow], LoraOutcome]:
+def run_lora(ctx: StageContext) -> tuple[list[MatrixRow], LoraOutcome]:
     caps = ctx.runtime.capabilities
     outcome = LoraOutcome(offered=caps.lora, select=caps.lora_select)
-    rows: list[ControlRow] = []
+    rows: list[MatrixRow] = []
     if not caps.lora:
         return rows, outcome
     fmt_kind = ctx.card.formats[ctx.arm.format].kind
@@ -295,7 +295,7 @@ def run_lora(ctx: StageContext) -> tuple[list[ControlRow], LoraOutcome]:
         path = ensure_adapter(ctx.card, fmt_kind)
     except EnvironmentUnavailable as exc:
         outcome.status, outcome.reason = "skipped", str(exc)
-        return [ControlRow(configuration="lora", controls=[LORA], status="skipped", reason=str(exc))], outcome
+        return [MatrixRow(configuration="lora", controls=[LORA], status="skipped", reason=str(exc))], outcome
     outcome.adapter = str(path)
     same_process = caps.lora_select != "process"
     outcome.same_process = same_process
@@ -304,7 +304,7 @@ def run_lora(ctx: StageContext) -> tuple[list[ControlRow], LoraOutcome]:
         with ctx.launch(controls=[], inherit=False, lora=[LoraAdapter(ADAPTER_NAME, path)]) as (running, client):
             for n_label, label in enumerate(labels):
                 is_adapter = "adapter" in label
-                row = ControlRow(configuration=label, controls=[LORA], status="ok",
+                row = MatrixRow(configuration=label, controls=[LORA], status="ok",
                                  description=("adapter " if is_adapter else "base model ") +
                                  ("selected per request" if same_process else "applied to every request"),
                                  startup_s=running.startup_s)
@@ -318,7 +318,7 @@ def run_lora(ctx: StageContext) -> tuple[list[ControlRow], LoraOutcome]:
                     break
     except RuntimeStartError as exc:
         outcome.status, outcome.reason = "refused", exc.error_line or str(exc)
-        return [ControlRow(configuration="lora", controls=[LORA], status="refused", reason=outcome.reason)], outcome
+        return [MatrixRow(configuration="lora", controls=[LORA], status="refused", reason=outcome.reason)], outcome
     outcome.status = "ok" if all(r.status == "ok" for r in rows) else "failed"
     if not same_process:
         outcome.reason = (f"{ctx.runtime.name} applies the adapter to every request of the process "
@@ -332,7 +332,7 @@ def run_lora(ctx: StageContext) -> tuple[list[ControlRow], LoraOutcome]:
     return rows, outcome
 
 
-def _modal_texts(row: ControlRow | None) -> dict[str, str]:
+def _modal_texts(row: MatrixRow | None) -> dict[str, str]:
     if row is None or row.gate is None:
         return {}
     return {p.prompt_id: p.answers[0].text for p in row.gate.prompts if p.answers}
@@ -340,7 +340,7 @@ def _modal_texts(row: ControlRow | None) -> dict[str, str]:
 
 # -- the stage ------------------------------------------------------------------------------------
 
-def run(ctx: StageContext) -> ControlsResult:
+def run(ctx: StageContext) -> ControlMatrixResult:
     from suite.stages.controls import STAGE  # the package's record (it takes `run` from here)
 
     requested = ctx.controls_request
@@ -369,12 +369,12 @@ def run(ctx: StageContext) -> ControlsResult:
     # Controls with a per-request form are tried inside one launch, before any launch row; they are
     # part of the same family (their level: the in-launch alpha over every control of the matrix).
     own = getattr(ctx, "own", None)
-    chosen = (own(ControlsSettings) if own is not None else None) or settings(ctx.profile)
+    chosen = (own(ControlMatrixSettings) if own is not None else None) or settings(ctx.profile)
     in_launch = [n for n in names if n not in ("default", LORA) and chosen.in_launch
                  and ctx.runtime.control(n).per_request() is not None
                  and (not ctx.runtime.control(n).per_request().reset_cache  # type: ignore[union-attr]
                       or ctx.runtime.server.reset_cache_path)]
-    result = ControlsResult(runtime=ctx.runtime.name, arm=ctx.arm_name, requested=list(requested or ["all"]),
+    result = ControlMatrixResult(runtime=ctx.runtime.name, arm=ctx.arm_name, requested=list(requested or ["all"]),
                             n_requests=TRANSIENT_REQUESTS if transient else ctx.profile.gate_requests,
                             prompts=prompts, rows=[], automatic=automatic, launches_per_row=per_row)
     taken = ctx.carried.get(STAGE.name)  # a resumed run's finished rows
@@ -391,7 +391,7 @@ def run(ctx: StageContext) -> ControlsResult:
         for name in names:
             if name in in_launch or name in ("default", LORA):
                 continue
-            result.rows.append(ControlRow(
+            result.rows.append(MatrixRow(
                 configuration=name, controls=[name], description=ctx.runtime.control(name).description,
                 status="skipped", reason=(f"not started: {', '.join(credited)} already brings every prompt back "
                                           f"inside one launch; `--controls {name}` tries it")))
@@ -432,10 +432,10 @@ def run(ctx: StageContext) -> ControlsResult:
 
 
 def run_in_launch_rows(ctx: StageContext, names: list[str], prompts: list[str], level: float,
-                       chosen: ControlsSettings) -> list[ControlRow]:
+                       chosen: ControlMatrixSettings) -> list[MatrixRow]:
     """One row per per-request control, all from one launch of the arm's own configuration."""
     gate_prompts = [p for p in select_prompts(ctx.profile.gate_prompts) if p.id in prompts]
-    rows = {n: ControlRow(configuration=n, controls=[n], description=ctx.runtime.control(n).description,
+    rows = {n: MatrixRow(configuration=n, controls=[n], description=ctx.runtime.control(n).description,
                           status="ok", why=(ctx.runtime.control(n).per_request() or InLaunch()).why)
             for n in names}
     try:
@@ -468,13 +468,13 @@ def run_in_launch_rows(ctx: StageContext, names: list[str], prompts: list[str], 
     return list(rows.values())
 
 
-def _settled_in_launch(result: ControlsResult, prompts: list[str]) -> bool:
+def _settled_in_launch(result: ControlMatrixResult, prompts: list[str]) -> bool:
     """Whether one in-launch row crossed its credit boundary on every prompt that varied."""
     return any(r.in_launch and all(pid in r.in_launch and r.in_launch[pid].stop == "credit" for pid in prompts)
                for r in result.rows)
 
 
-def rebuild(lines: list[Any], before: Any) -> ControlsResult | None:
+def rebuild(lines: list[Any], before: Any) -> ControlMatrixResult | None:
     """The rows a control matrix finished before its run stopped (a time limit, a kill), rebuilt
     from the run's request lines, in the order they ran; `before` holds the stages the run finished
     (its gate: the prompts that varied, for the elimination).
@@ -503,7 +503,7 @@ def rebuild(lines: list[Any], before: Any) -> ControlsResult | None:
     n = gate.n_requests if gate else max((sum(1 for q in default_lines if q.prompt_id == pid) for pid in prompts),
                                          default=0)
     known = {p.id: p for p in select_prompts(None)}
-    rows: list[ControlRow] = []
+    rows: list[MatrixRow] = []
     cut: list[str] = []
     for label, qs in by_label.items():
         series: dict[str, list[Sample]] = {}
@@ -539,12 +539,12 @@ def rebuild(lines: list[Any], before: Any) -> ControlsResult | None:
             request_extra=dict(getattr(head, "request_extra", None) or {}), seed=head.seed,
             temperature=head.temperature or 0.0, logprobs=any(q.logprobs for q in qs), prompts=results,
             reproducible=reproducible, verdict=verdict, wall_s=0.0, http_s=round(sum(q.e2e_s or 0.0 for q in qs), 4))
-        row = ControlRow(configuration=label, controls=controls, status="ok", concurrency=concurrency,
+        row = MatrixRow(configuration=label, controls=controls, status="ok", concurrency=concurrency,
                          ran_controls=controls)
         rows.append(row_from_gate(row, gate_of_row))
     if not rows:
         return None  # nothing finished: the page names the lines kept, and no more
-    result = ControlsResult(runtime=getattr(before, "runtime", "") or "", arm=getattr(before, "arm", "") or "",
+    result = ControlMatrixResult(runtime=getattr(before, "runtime", "") or "", arm=getattr(before, "arm", "") or "",
                             requested=["unknown"], n_requests=n, prompts=prompts, rows=rows,
                             automatic=bool(gate is not None and gate.reproducible is False))
     eliminate(result, gate)
@@ -557,7 +557,7 @@ def rebuild(lines: list[Any], before: Any) -> ControlsResult | None:
     return result
 
 
-def carries_line(part: ControlsResult, line: dict[str, Any]) -> bool:
+def carries_line(part: ControlMatrixResult, line: dict[str, Any]) -> bool:
     """Whether a resumed run keeps a request line of an earlier one: a finished row's (a row tried
     inside one launch labels its lines "NAME:with", "NAME:without" and "NAME:first")."""
     label = str(line.get("label"))

@@ -1,4 +1,4 @@
-"""The control matrix's settings: `ControlsSettings` (whether the bench runs the matrix by itself
+"""The control matrix's settings: `ControlMatrixSettings` (whether the bench runs the matrix by itself
 when the gate finds more than one answer, and how controls tried inside one launch are tested), a
 profile's values of them (`settings`), the command line's `--controls` and
 `--auto-controls/--no-auto-controls` (`OPTIONS`) with the profiles' own values (`PROFILES`), and
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 LORA = "lora"
 
 
-class ControlsSettings(BaseModel):
+class ControlMatrixSettings(BaseModel):
     """The stage's settings (`--auto-controls/--no-auto-controls`)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -63,11 +63,11 @@ def preflight(own: BaseModel, plans: list[Any]) -> BaseModel:
     return own
 
 
-def settings(profile: Profile) -> ControlsSettings:
+def settings(profile: Profile) -> ControlMatrixSettings:
     """This stage's settings for a profile (its values, then the run's own)."""
     from suite.stages.controls import STAGE  # the package's record, made from this module's settings
 
-    return cast(ControlsSettings, STAGE.settings_for(profile))
+    return cast(ControlMatrixSettings, STAGE.settings_for(profile))
 
 
 OPTIONS: tuple[StageOption, ...] = (

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from suite.stages.base import ColumnType, PageInputs, length_lists
-from suite.stages.controls.result import ControlsResult
+from suite.stages.controls.result import ControlMatrixResult
 from suite.stages.repeat import truncation_by_prompt
 
 
@@ -48,7 +48,7 @@ def _pairs(r: Any, pid: str) -> dict[str, Any] | None:
             "concordant": res.concordant, "stop": series.stop, "p": res.p_value, "level": series.level}
 
 
-def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, Any] | None:
+def controls_view(c: ControlMatrixResult | None, prompt_ids: list[str]) -> dict[str, Any] | None:
     """The control matrix: one row per configuration, distinct answers per gate prompt."""
     if c is None:
         return None
@@ -100,14 +100,14 @@ def controls_view(c: ControlsResult | None, prompt_ids: list[str]) -> dict[str, 
             "by_conf": {row["configuration"]: row for row in rows}, "lora": c.lora}
 
 
-def page(results: list[ControlsResult | None], inputs: PageInputs) -> dict[str, Any]:
+def page(results: list[ControlMatrixResult | None], inputs: PageInputs) -> dict[str, Any]:
     """The section's variables: each arm's matrix and every configuration any arm ran, in order."""
     controls = [controls_view(c, inputs.prompt_ids) for c in results]
     configs = list(dict.fromkeys(row["configuration"] for c in controls for row in (c or {}).get("rows", [])))
     return {"controls": controls, "control_configs": configs}
 
 
-def format_controls_table(result: ControlsResult) -> Table:
+def format_controls_table(result: ControlMatrixResult) -> Table:
     """configuration -> distinct answers and lengths (count), per prompt, as a rich table."""
     launches = f" x {result.launches_per_row} launches" if result.launches_per_row > 1 else ""
     table = Table(title=Text(f"{result.arm} ({result.runtime}): gate per configuration, "
@@ -138,7 +138,7 @@ def format_controls_table(result: ControlsResult) -> Table:
     return table
 
 
-def export_rows(result: ControlsResult) -> list[dict[str, Any]]:
+def export_rows(result: ControlMatrixResult) -> list[dict[str, Any]]:
     """`suite export`'s controls table: one row per control configuration and gate prompt."""
     rows: list[dict[str, Any]] = []
     for row in result.rows:

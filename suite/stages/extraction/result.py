@@ -222,16 +222,16 @@ def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
     same = result.identical_sections
     interval = clopper_pearson(same, base) if base else None
     out = [Claim(stage="extraction", kind="extraction", arm=arm, run_id=run_id, configuration="identical facts",
-                 verdict=f"{same} of {base} sections identical", good=(same == base) if base else None,
+                 verdict=f"{same} of {base} document parts identical", good=(same == base) if base else None,
                  counts={"identical": same, "comparable": base, "sections": result.sections,
                          "repeats": result.repeats, "failed_requests": result.failed_requests},
-                 evidence=Evidence(test="exact (Clopper-Pearson) interval of the share", n=base, unit="sections",
+                 evidence=Evidence(test="exact (Clopper-Pearson) interval of the share", n=base, unit="document parts",
                                    interval=interval, level=0.95 if interval else None),
                  caveats=([f"{result.failed_requests} of {result.requests} requests failed"]
                           if result.failed_requests else []) + extra,
-                 phrase=f"{same} of {base} sections gave the same facts in every repeat",
-                 text=f"{same} of {base} sections identical across {result.repeats} repeats (of those with valid "
-                      f"JSON in every repeat; {result.sections} sections asked)")]
+                 phrase=f"{same} of {base} document parts gave the same facts in every repeat",
+                 text=f"{same} of {base} document parts identical across {result.repeats} repeats (of those with valid "
+                      f"JSON in every repeat; {result.sections} document parts asked)")]
     share = result.complete_share or result.clean_share
     if share.mean is not None:
         what = "clean and complete" if result.complete_share is not None else "clean"
@@ -240,12 +240,12 @@ def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
         if share.se == 0 and share.n and share.mean in (0.0, 1.0):
             # every section alike: no spread to estimate; the one-sided exact bound of 0 (or n) of n instead
             edge = 1.0 - 0.05 ** (1.0 / share.n)
-            phrase = (f"{share.mean * 100:.0f} % {what} in every one of {share.n} sections: no spread to estimate; "
+            phrase = (f"{share.mean * 100:.0f} % {what} in every one of {share.n} document parts: no spread to estimate; "
                       + (f"up to {edge * 100:.0f} %" if share.mean == 0.0 else f"down to {100 - edge * 100:.0f} %")
                       + " is not ruled out (95 %)")
         out.append(Claim(stage="extraction", kind="extraction", arm=arm, run_id=run_id, configuration=what,
                          verdict=f"{share.mean * 100:.1f} % {what}", counts={"sections": share.n},
-                         evidence=Evidence(test="mean and standard error over sections", n=share.n, unit="sections"),
+                         evidence=Evidence(test="mean and standard error over document parts", n=share.n, unit="document parts"),
                          caveats=list(extra), phrase=phrase,
-                         text=f"{share.mean * 100:.1f}{se} % of sections {what} (mean over {share.n} sections)"))
+                         text=f"{share.mean * 100:.1f}{se} % of document parts {what} (mean over {share.n} parts)"))
     return out

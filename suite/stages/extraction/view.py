@@ -75,16 +75,16 @@ def paired_text(d: PairedDifference) -> str:
     """One line for a paired difference, its n always shown; a direction only from `d.min_n` pairs on,
     "no detectable difference" (not "tie") where the interval covers 0; no interval where every
     difference is the same (no spread to estimate: the sign test's direction instead)."""
-    sections = f"n = {d.n} paired section{'' if d.n == 1 else 's'}"
+    sections = f"n = {d.n} paired document part{'' if d.n == 1 else 's'}"
     if d.mean is None:
-        return f"no section answered by both arms ({sections})"
+        return f"no document part answered by both arms ({sections})"
     word = {"no detectable difference": "no detectable difference (the interval covers 0)",
             "higher": "higher", "lower": "lower",
-            "too few": f"too few sections to name a direction (at least {d.min_n})"}[d.verdict]
+            "too few": f"too few document parts to name a direction (at least {d.min_n})"}[d.verdict]
     if d.zero_spread:
         sign = f"; sign test p = {d.sign_p:.2g}" if d.sign_p is not None else ""
         word = word.replace(" (the interval covers 0)", "")
-        return (f"{_points(d.mean)} points in every paired section ({sections}): no spread to estimate, "
+        return (f"{_points(d.mean)} points in every paired document part ({sections}): no spread to estimate, "
                 f"no interval{sign}: {word}")
     if d.ci_low is None or d.ci_high is None:
         return f"{_points(d.mean)} points ({sections}: too few for an interval)"

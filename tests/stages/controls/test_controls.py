@@ -11,7 +11,7 @@ from rich.console import Console
 
 from suite.definitions import get_definition
 from suite.errors import SuiteError
-from suite.stages.controls import ControlRow, ControlsResult, LoraOutcome, format_controls_table, resolve_requested
+from suite.stages.controls import MatrixRow, ControlMatrixResult, LoraOutcome, format_controls_table, resolve_requested
 
 
 def ctx_for(runtime: str) -> SimpleNamespace:
@@ -54,14 +54,14 @@ def test_unknown_control_is_one_line_with_the_known_ones():
 
 
 def test_table_shows_distinct_answers_lengths_and_refusals():
-    result = ControlsResult(runtime="vllm-cpu", arm="vllm-cpu", requested=["all"], n_requests=20,
+    result = ControlMatrixResult(runtime="vllm-cpu", arm="vllm-cpu", requested=["all"], n_requests=20,
                             prompts=["long-open"], rows=[
-                                ControlRow(configuration="default", status="ok", distinct={"long-open": 2},
+                                MatrixRow(configuration="default", status="ok", distinct={"long-open": 2},
                                            answered={"long-open": 20}, lengths={"long-open": "973 ×9, 993 ×11"},
                                            cold_is_modal={"long-open": True}),
-                                ControlRow(configuration="batch-invariant", status="refused",
+                                MatrixRow(configuration="batch-invariant", status="refused",
                                            reason="Engine core initialization failed"),
-                                ControlRow(configuration="concurrency-4", concurrency=4, status="ok",
+                                MatrixRow(configuration="concurrency-4", concurrency=4, status="ok",
                                            distinct={"long-open": 1}, answered={"long-open": 20},
                                            lengths={"long-open": "993 ×20"}, cold_is_modal={"long-open": False}),
                             ], lora=LoraOutcome(offered=True, reason="adapter refused"))
@@ -156,13 +156,13 @@ def _gate_with(others: int, n: int, label: str = "default"):
                       reproducible=None, verdict="", wall_s=1.0, http_s=1.0)
 
 
-def _matrix(default_others: int, control_others: int, n: int, control_n: int | None = None) -> ControlsResult:
+def _matrix(default_others: int, control_others: int, n: int, control_n: int | None = None) -> ControlMatrixResult:
     from suite.stages.controls import row_from_gate
 
-    default = row_from_gate(ControlRow(configuration="default", status="ok"), _gate_with(default_others, n))
-    row = row_from_gate(ControlRow(configuration="enforce-eager", status="ok"),
+    default = row_from_gate(MatrixRow(configuration="default", status="ok"), _gate_with(default_others, n))
+    row = row_from_gate(MatrixRow(configuration="enforce-eager", status="ok"),
                          _gate_with(control_others, control_n or n, "enforce-eager"))
-    return ControlsResult(runtime="vllm-cpu", arm="vllm-cpu", requested=["all"], n_requests=n,
+    return ControlMatrixResult(runtime="vllm-cpu", arm="vllm-cpu", requested=["all"], n_requests=n,
                           prompts=["long-open"], rows=[default, row])
 
 
@@ -195,11 +195,11 @@ def test_a_cold_start_transient_is_tested_over_launches_not_requests():
         return GateResult(label=label, n_requests=20, seed=42, temperature=0.0, logprobs=False, prompts=[p],
                           reproducible=None, verdict="", wall_s=1.0, http_s=1.0)
 
-    default = row_from_gate(ControlRow(configuration="default", status="ok"), gate(True, "default"))
+    default = row_from_gate(MatrixRow(configuration="default", status="ok"), gate(True, "default"))
     assert default.gate.prompts[0].pattern == "cold-transient"
-    row = row_from_gate(ControlRow(configuration="prefix-caching-off", status="ok"),
+    row = row_from_gate(MatrixRow(configuration="prefix-caching-off", status="ok"),
                          gate(False, "prefix-caching-off"))
-    result = ControlsResult(runtime="vllm", arm="vllm-gpu", requested=["prefix-caching-off"], n_requests=20,
+    result = ControlMatrixResult(runtime="vllm", arm="vllm-gpu", requested=["prefix-caching-off"], n_requests=20,
                             prompts=["document-4k"], rows=[default, row])
     eliminate(result, gate(True, "default"))
     (t,) = result.rows[1].tests
@@ -210,14 +210,14 @@ def test_a_cold_start_transient_is_tested_over_launches_not_requests():
     assert "requests per row would tell" not in result.elimination
     # as on the H200: prefix caching off answered every time what the default's cold request did
     assert "its one answer is the default row's first (cold) answer" not in result.elimination
-    cold_row = row_from_gate(ControlRow(configuration="prefix-caching-off", status="ok"), gate(False, "x"))
+    cold_row = row_from_gate(MatrixRow(configuration="prefix-caching-off", status="ok"), gate(False, "x"))
     for a in cold_row.gate.prompts[0].answers:
         a.token_ids, a.text = [2], "b"
     result.rows[1] = cold_row
     eliminate(result, gate(True, "default"))
     assert "its one answer is the default row's first (cold) answer, not the later one" in result.elimination
     # a control row that shows the transient too is a second answer, as before
-    again = row_from_gate(ControlRow(configuration="eager", status="ok"), gate(True, "eager"))
+    again = row_from_gate(MatrixRow(configuration="eager", status="ok"), gate(True, "eager"))
     result.rows.append(again)
     eliminate(result, gate(True, "default"))
     assert result.rows[2].tests[0].unit == "request" and not result.rows[2].tests[0].credited
@@ -294,7 +294,7 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
     ctx = SimpleNamespace(runtime=get_definition("llamacpp"), controls_request=["prompt-cache-off"], arm_name="a",
                           profile=SimpleNamespace(gate_prompts=None, gate_requests=4), results={"gate": gate},
                           automatic_controls=True, launch=launch, carried={},
-                          own=lambda model: controls.ControlsSettings(in_launch=False))  # rows of their own launches
+                          own=lambda model: controls.ControlMatrixSettings(in_launch=False))  # rows of their own launches
     result = controls.run(ctx)
     assert [a[0] for a in asked] == ["default", "prompt-cache-off"]  # the default row is always in the matrix
     assert all(a[1] == [ids[0]] for a in asked) and result.prompts == [ids[0]] and result.automatic
@@ -353,7 +353,7 @@ def test_a_transient_is_eliminated_launch_by_launch(monkeypatch):
     ctx = SimpleNamespace(runtime=runtime, controls_request=[cache_off, "slots-off"], arm_name="a",
                           profile=SimpleNamespace(gate_prompts=None, gate_requests=20), results={"gate": gate},
                           automatic_controls=True, launch=launch, carried={},
-                          own=lambda model: controls.ControlsSettings(in_launch=False))  # the launch design
+                          own=lambda model: controls.ControlMatrixSettings(in_launch=False))  # the launch design
     result = controls.run(ctx)
     # a control row stops at its first launch that shows the transient: it cannot be credited then
     assert [a[0] for a in asked] == ["default"] * 4 + [cache_off] * 4 + ["slots-off"] * 2
@@ -410,12 +410,12 @@ def test_a_transient_rows_speed_and_energy_cover_all_its_launches():
     from suite.gpu import Energy
     from suite.stages.repeat import GatePromptResult, GateResult
 
-    def launch(n_tokens: int, http_s: float, joules: float | None) -> controls.ControlRow:
+    def launch(n_tokens: int, http_s: float, joules: float | None) -> controls.MatrixRow:
         samples = [Sample(index=i, text="a", token_ids=[1] * n_tokens) for i in range(3)]
         p = GatePromptResult.from_analysis(analyse(samples), prompt_id="doc", max_tokens=64)
         gate = GateResult(label="default", n_requests=3, seed=42, temperature=0.0, logprobs=False, prompts=[p],
                           reproducible=True, verdict="", wall_s=http_s, http_s=http_s)
-        row = controls.row_from_gate(controls.ControlRow(configuration="default", controls=[], status="ok"), gate)
+        row = controls.row_from_gate(controls.MatrixRow(configuration="default", controls=[], status="ok"), gate)
         row.energy = None if joules is None else Energy(joules=joules, wall_s=http_s, mean_power_w=joules / http_s).with_tokens(3 * n_tokens)
         return row
 
@@ -438,7 +438,7 @@ def _scripted_rows(script: dict[str, list[list[str]]], n: int, stop: dict[str, i
     them), on a client that answers the i-th gate prompt from `script[label][i]`: the prompts' ids,
     the rows the stage would have built, and every request line."""
     from suite.client import Completion
-    from suite.stages.controls import ControlRow, row_from_gate
+    from suite.stages.controls import MatrixRow, row_from_gate
     from suite.stages.lines import AnswerLine
     from suite.stages.repeat import load_gate_prompts, run_gate
 
@@ -467,7 +467,7 @@ def _scripted_rows(script: dict[str, list[list[str]]], n: int, stop: dict[str, i
                                   process_cold=not gates))
         gate = gates[0].model_copy(update={"prompts": [g.prompts[0] for g in gates],
                                            "http_s": sum(g.http_s for g in gates)})
-        rows.append(row_from_gate(ControlRow(configuration=label, status="ok",
+        rows.append(row_from_gate(MatrixRow(configuration=label, status="ok",
                                              controls=[] if label == "default" else [label]), gate))
     return [p.id for p in prompts], rows, lines
 
@@ -484,7 +484,7 @@ def test_a_matrix_cut_short_is_rebuilt_from_its_lines_as_the_stage_would_have_bu
     """The rows a matrix finished before its run stopped come back from the request lines with the
     same counts, the same tests and the same elimination as the stage's own result; a row cut
     mid-way is named and left out, and no figure the lines do not hold (start-up, energy) is made up."""
-    from suite.stages.controls import ControlsResult, eliminate, rebuild
+    from suite.stages.controls import ControlMatrixResult, eliminate, rebuild
 
     n = 8
     varying = [f"v{i % 3}" for i in range(n)]
@@ -495,7 +495,7 @@ def test_a_matrix_cut_short_is_rebuilt_from_its_lines_as_the_stage_would_have_bu
     }
     ids, rows, lines = _scripted_rows(script, n, {"default": None, "eager": 2, "concurrency-4": 2})
     gate = _gate_for(ids, rows[0])
-    live = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=n, prompts=ids, rows=rows)
+    live = ControlMatrixResult(runtime="r", arm="a", requested=["all"], n_requests=n, prompts=ids, rows=rows)
     eliminate(live, gate)
     before = SimpleNamespace(gate=gate, runtime="r", arm="a")
 
@@ -561,12 +561,12 @@ def test_a_control_that_brings_one_prompt_of_several_back_is_named_only_past_the
     from suite.stages.controls import eliminate, row_from_gate
 
     default_gate = _gate_of({"long-open": (9, 20), "short-open": (9, 20)})
-    rows = [row_from_gate(ControlRow(configuration="default", status="ok"), default_gate),
-            row_from_gate(ControlRow(configuration="strong", status="ok"),
+    rows = [row_from_gate(MatrixRow(configuration="default", status="ok"), default_gate),
+            row_from_gate(MatrixRow(configuration="strong", status="ok"),
                           _gate_of({"long-open": (1, 2), "short-open": (0, 20)}, "strong")),
-            row_from_gate(ControlRow(configuration="weak", status="ok"),
+            row_from_gate(MatrixRow(configuration="weak", status="ok"),
                           _gate_of({"long-open": (1, 2), "short-open": (0, 7)}, "weak"))]
-    result = ControlsResult(runtime="vllm", arm="vllm", requested=["all"], n_requests=20,
+    result = ControlMatrixResult(runtime="vllm", arm="vllm", requested=["all"], n_requests=20,
                             prompts=["long-open", "short-open"], rows=rows)
     eliminate(result, default_gate)
     assert result.restoring == []
@@ -579,9 +579,9 @@ def test_a_control_that_brings_one_prompt_of_several_back_is_named_only_past_the
     assert "weak brings" not in text
     # one prompt that varied: the verdict itself says whether a control brings it back
     single = _gate_of({"short-open": (9, 20)})
-    one = ControlsResult(runtime="vllm", arm="vllm", requested=["all"], n_requests=20, prompts=["short-open"],
-                         rows=[row_from_gate(ControlRow(configuration="default", status="ok"), single),
-                               row_from_gate(ControlRow(configuration="weak", status="ok"),
+    one = ControlMatrixResult(runtime="vllm", arm="vllm", requested=["all"], n_requests=20, prompts=["short-open"],
+                         rows=[row_from_gate(MatrixRow(configuration="default", status="ok"), single),
+                               row_from_gate(MatrixRow(configuration="weak", status="ok"),
                                              _gate_of({"short-open": (1, 2)}, "weak"))])
     eliminate(one, single)
     assert "on a prompt of its own" not in one.elimination
@@ -626,7 +626,7 @@ def test_a_control_row_whose_requests_all_failed_shows_failed_with_its_error():
     gate = GateResult(label="eager", n_requests=20, seed=42, temperature=0.0, logprobs=False, prompts=[p],
                       reproducible=None, verdict="", wall_s=1.0, http_s=1.0)
     result = _matrix(7, 0, 20)
-    result.rows[1] = row_from_gate(ControlRow(configuration="enforce-eager", status="ok"), gate)
+    result.rows[1] = row_from_gate(MatrixRow(configuration="enforce-eager", status="ok"), gate)
     eliminate(result, _gate_with(7, 20))
     assert result.restoring == []
     view = controls_view(result, ["long-open"])

@@ -121,7 +121,7 @@ def test_paired_comparison_of_arms():
     assert [(p["arm"], p["against"]) for p in pairs] == [("z", "x"), ("w", "x")]
     tie = pairs[0]["rows"][0]
     assert tie["measure"] == "clean and complete" and tie["diff"].verdict == "no detectable difference"
-    assert tie["diff"].n == 4 and "no detectable difference" in tie["text"] and "n = 4 paired sections" in tie["text"]
+    assert tie["diff"].n == 4 and "no detectable difference" in tie["text"] and "n = 4 paired document parts" in tie["text"]
     up = pairs[1]["rows"][0]["diff"]
     assert up.n == 4 and up.mean == pytest.approx(0.375)
     assert pairs[1]["rows"][0]["text"].startswith("+37.5 points")
@@ -131,11 +131,11 @@ def test_paired_comparison_of_arms():
     single = extraction_page.extraction_pairs([_result({"per_section": _rows({"a": 1.0})}),
                                        _result({"per_section": _rows({"a": 0.0})})], ["x", "y"])
     text = single[0]["rows"][0]["text"]
-    assert "too few" in text and "no detectable" not in text and "n = 1 paired section" in text
+    assert "too few" in text and "no detectable" not in text and "n = 1 paired document part" in text
     # zero paired sections
     none = extraction_page.extraction_pairs([_result({"per_section": _rows({"a": 1.0})}),
                                      _result({"per_section": _rows({"b": 0.0})})], ["x", "y"])
-    assert none[0]["rows"][0]["diff"].n == 0 and "no section answered by both" in none[0]["rows"][0]["text"]
+    assert none[0]["rows"][0]["diff"].n == 0 and "no document part answered by both" in none[0]["rows"][0]["text"]
 
 
 def test_paired_comparison_of_older_records_and_the_judge():
@@ -191,7 +191,7 @@ def test_site_shows_the_honest_figures(tmp_path):
     # s3's all-null repeats agree on nothing: comparable, not identical
     assert "<b>1</b> of 2 <span class=\"muted\">with valid JSON in every repeat" in page
     assert "1 of 3 <span class=\"muted\">(left out of the identical count)" in page
-    assert "Arms compared section by section" in page and "paired section" in page
+    assert "Arms compared part by part" in page and "paired document part" in page
 
 
 _RESULT_DEFAULTS: dict[str, Any] = dict(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.stages.controls import ControlRow, ControlsResult, eliminate
+from suite.stages.controls import MatrixRow, ControlMatrixResult, eliminate
 from suite.stages.repeat import GateResult
 
 
@@ -27,10 +27,10 @@ def _gate(others: dict[str, int], n: int = 20, label: str = "default", stop_at_s
                       reproducible=None, verdict="", wall_s=1.0, http_s=1.0)
 
 
-def _row(conf: str, others: dict[str, int], status: str = "ok", n: int = 20) -> ControlRow:
+def _row(conf: str, others: dict[str, int], status: str = "ok", n: int = 20) -> MatrixRow:
     from suite.stages.controls import row_from_gate
 
-    row = ControlRow(configuration=conf, status=status)
+    row = MatrixRow(configuration=conf, status=status)
     if status != "ok":
         return row
     return row_from_gate(row, _gate(others, n, conf, stop_at_second=conf != "default"))
@@ -38,7 +38,7 @@ def _row(conf: str, others: dict[str, int], status: str = "ok", n: int = 20) -> 
 
 def test_elimination_names_the_control_that_brings_one_answer_back():
     # default: 8 other answers in 20 on p; prefix-caching-off: one answer in 20 -> Fisher p ~ 0.002
-    result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=20, prompts=["p", "q"], rows=[
+    result = ControlMatrixResult(runtime="r", arm="a", requested=["all"], n_requests=20, prompts=["p", "q"], rows=[
         _row("default", {"p": 8, "q": 0}), _row("eager", {"p": 3, "q": 0}), _row("prefix-caching-off", {"p": 0, "q": 0}),
         _row("batch-invariant", {}, status="refused")])
     eliminate(result, _gate({"p": 8, "q": 0}))
@@ -53,7 +53,7 @@ def test_elimination_names_the_control_that_brings_one_answer_back():
 
 def test_elimination_when_nothing_helps_or_nothing_varied():
     rows = [_row("default", {"p": 12}), _row("eager", {"p": 5}), _row("batch-invariant", {}, status="refused")]
-    result = ControlsResult(runtime="r", arm="a", requested=["all"], n_requests=20, prompts=["p"], rows=rows)
+    result = ControlMatrixResult(runtime="r", arm="a", requested=["all"], n_requests=20, prompts=["p"], rows=rows)
     eliminate(result, _gate({"p": 12}))
     assert result.restoring == [] and "no control of the 1 that ran" in result.elimination
     assert "refused or failed: batch-invariant" in result.elimination
