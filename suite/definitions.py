@@ -115,6 +115,10 @@ class LocalSpec(Strict):
     # from the package index or from $SUITE_WHEELHOUSE), or an existing environment named by
     # `<python_env>_PYTHON` and `<python_env>_PYTHONPATH` (suite.launchers.pyenv). None: no such knob.
     python_env: str | None = Field(default=None, pattern=r"^[A-Z][A-Z0-9_]*$")
+    # A folder of the runtime's folder that holds the suite's kernel-override plugin for it: put first
+    # on the runtime's PYTHONPATH only where a launch's env names `SUITE_KERNEL_OVERRIDE` (a control
+    # with `override`), so that the runtime loads it at start-up through its own plugin mechanism.
+    plugins: FileInFolder | None = None
 
 
 class DockerSpec(Strict):
@@ -287,6 +291,8 @@ class KernelLine(Strict):
 
 
 KernelPart = Literal["linear", "moe", "attention"]
+# The env variable that names the kernel overrides a launch asks of the suite's plugin (comma-separated).
+OVERRIDE_ENV = "SUITE_KERNEL_OVERRIDE"
 
 
 class KernelsSpec(Strict):
@@ -358,10 +364,29 @@ class Control(Strict):
     # the arm's kernel path names that part (a dense model logs no MoE backend), or where the path
     # is unknown; asked by name, it always runs.
     kernel: KernelPart | None = None
+    # ... and only where that part's kernels, as the start-up named them, match this expression (a
+    # switch of the W4A16 linear kernels means nothing to an NVFP4 arm's).
+    kernel_match: Regex | None = None
+    # A kernel override the suite applies at start-up through the runtime's plugin mechanism, where
+    # the runtime offers no working switch of its own (`[local] plugins`): its name, set in the
+    # launch's `SUITE_KERNEL_OVERRIDE`; the row's own log must then show the part's kernels changed.
+    override: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9-]*$")
+    # Where the switch comes from: the runtime's source file (and release) that reads the flag or
+    # variable, recorded with the row so that a reader can check it.
+    source: str = ""
 
     def applies_to(self, kernel_path: dict[str, str] | None) -> bool:
         """Whether the automatic matrix tries it on an arm whose start-up named these kernels."""
-        return self.kernel is None or kernel_path is None or bool(kernel_path.get(self.kernel))
+        if self.kernel is None or kernel_path is None:
+            return True
+        found = kernel_path.get(self.kernel)
+        if not found:
+            return False
+        return self.kernel_match is None or re.search(self.kernel_match, found) is not None
+
+    def launch_env(self) -> dict[str, str]:
+        """Its env at launch, with the override's name where it has one."""
+        return {**self.env, **({OVERRIDE_ENV: self.override} if self.override else {})}
 
     def per_request(self) -> InLaunch | None:
         """The control's per-request form: declared, or, for a control that is request fields only

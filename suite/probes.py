@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import re
+import socket
 import subprocess
 from functools import lru_cache
 from pathlib import Path
@@ -66,6 +67,40 @@ def detect_hardware() -> Hardware:
         cuda=cuda,
         os=f"{platform.system()} {platform.release()}",
     )
+
+
+class Machine(BaseModel):
+    """Which machine ran a record, apart from its configuration (the signature's digest leaves it
+    out): two GPUs of one model and driver are one configuration, and a difference between their
+    answers is a finding about the machines, which only this can show."""
+
+    host: str = Field(description="the host's name")
+    gpu_uuids: list[str] = Field(default_factory=list, description="every NVIDIA GPU's UUID, in index order")
+    gpu_names: list[str] = Field(default_factory=list, description="their names, in the same order")
+    gpu_driver: str | None = Field(default=None, description="the NVIDIA driver's version")
+
+
+@lru_cache(maxsize=1)
+def detect_machine() -> Machine:
+    """This machine's identity: its host name and, where NVML answers, its GPUs' UUIDs and driver."""
+    uuids: list[str] = []
+    names: list[str] = []
+    driver = None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            driver = str(pynvml.nvmlSystemGetDriverVersion())
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                uuids.append(str(pynvml.nvmlDeviceGetUUID(handle)))
+                names.append(str(pynvml.nvmlDeviceGetName(handle)))
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVIDIA driver here: a CPU machine
+        pass
+    return Machine(host=socket.gethostname(), gpu_uuids=uuids, gpu_names=names, gpu_driver=driver)
 
 
 class RuntimeStack(BaseModel):

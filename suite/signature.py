@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 import suite
-from suite.probes import CacheState, Hardware, RuntimeStack
+from suite.probes import CacheState, Hardware, Machine, RuntimeStack
 
 
 class Signature(BaseModel):
@@ -93,11 +93,14 @@ class Signature(BaseModel):
         default=None, description="the kernels the runtime chose, as its own log says at start-up (its "
         "definition's [kernels] lines): `linear`, `moe`, `attention`; the same arm on another GPU may run "
         "other kernels, so it is part of the configuration. None: a runtime that names none, or an older record")
+    machine: Machine | None = Field(
+        default=None, description="which machine ran it (host, GPU UUIDs, driver): recorded, not in the digest, "
+        "so that one configuration run on two machines is one digest and the machines are told apart")
     digest: str = ""
 
     def with_digest(self) -> Signature:
         # Fields added later are hashed only when set, so an old record's digest still verifies.
-        body = self.model_dump(mode="json", exclude={"digest", "compile_cache"})
+        body = self.model_dump(mode="json", exclude={"digest", "compile_cache", "machine"})
         for key in ("model_commit", "model_revision_resolved", "runtime_stack", "sampling", "endpoint",
                     "server_reports", "node", "runtime_pin", "tokenizer", "runtime_features",
                     "model_random_weights", "tensor_parallel", "pipeline_parallel", "gpus", "kernel_path"):

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from suite.catalog import Arm, ModelCard, arm_runtime, format_path, get_card
 from suite.client import GenerationParams, OpenAIClient
-from suite.definitions import RuntimeDefinition, get_definition
+from suite.definitions import OVERRIDE_ENV, RuntimeDefinition, get_definition
 from suite.errors import SuiteError
 from suite.launchers import launcher_for
 from suite.launchers.base import Launcher, LaunchSpec, LoraAdapter, RunningRuntime
@@ -48,12 +48,18 @@ class ArmPlan:
         env: dict[str, str] = {}
         args: list[str] = []
         refused: list[str] = []
+        overrides: list[str] = []
         for name in [*self.arm.controls, *controls]:
             control = self.runtime.control(name)
             env.update(control.env)
             args.extend(control.args)
             refused.extend(control.refused_patterns)
+            if control.override:
+                overrides.append(control.override)
         env.update(self.arm.env)
+        if overrides:  # the kernel overrides the suite's plugin applies at start-up, every one named
+            env[OVERRIDE_ENV] = ",".join(dict.fromkeys([*filter(None, env.get(OVERRIDE_ENV, "").split(",")),
+                                                        *overrides]))
         args.extend(self.arm.args)
         return LaunchSpec(runtime=self.runtime, model_path=self.model_path, served_name=self.card.served_name,
                           seed=self.card.sampling.seed, context_length=self.card.context_length,

@@ -76,7 +76,7 @@ def make_signature(plan: ArmPlan, rt: RunningRuntime, spec: LaunchSpec) -> Signa
         runtime_features=launcher.features(runtime, rt), kernel_path=launcher.kernel_path(runtime, rt),
         runtime_stack=stack, image_digest=rt.image_digest, launcher=launcher.name, command=redact_args(rt.command),
         env=redact_env(env), controls=list(spec.controls), sampling=sampling, prompt_set_hash=prompt_set_hash(),
-        hardware=launcher.hardware(), compile_cache=caches, node=current_node(),
+        hardware=launcher.hardware(), machine=launcher.machine(), compile_cache=caches, node=current_node(),
         model_random_weights=True if getattr(plan.card, "random_weights", False) else None, **launcher.reports(),
         **parallel,
     ).with_digest()

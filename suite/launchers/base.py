@@ -29,7 +29,7 @@ from suite.errors import RuntimeStartError
 if TYPE_CHECKING:
     from suite.client import OpenAIClient
     from suite.definitions import RuntimeDefinition
-    from suite.probes import Hardware, RuntimeStack
+    from suite.probes import Hardware, Machine, RuntimeStack
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +170,12 @@ class Launcher(abc.ABC):
         from suite.probes import detect_hardware
 
         return detect_hardware()
+
+    def machine(self) -> Machine | None:
+        """Which machine the runtime runs on (host, GPU UUIDs, driver): this one."""
+        from suite.probes import detect_machine
+
+        return detect_machine()
 
     def reports(self) -> dict[str, Any]:
         """Signature fields only this launcher has (an external server's URL and self-reports)."""

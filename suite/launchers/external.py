@@ -37,7 +37,7 @@ from suite.launchers.base import Launcher, LaunchSpec, ModelPath, RunningRuntime
 
 if TYPE_CHECKING:
     from suite.definitions import RuntimeDefinition
-    from suite.probes import Hardware
+    from suite.probes import Hardware, Machine
 
 log = logging.getLogger(__name__)
 
@@ -345,6 +345,15 @@ class ExternalLauncher(Launcher):
         if host in ("127.0.0.1", "localhost", "::1") or host.startswith("127."):
             return detect_hardware()
         return Hardware(cpu="unknown (a remote server)", cores=0, memory_gb=0.0, os="unknown")
+
+    def machine(self) -> Machine | None:
+        """This machine's, only when the server runs here (a loopback address); else unknown (None)."""
+        from suite.probes import detect_machine
+
+        host = urllib.parse.urlsplit(self.info.url).hostname or ""
+        if host in ("127.0.0.1", "localhost", "::1") or host.startswith("127."):
+            return detect_machine()
+        return None
 
     def reports(self) -> dict[str, Any]:
         return {"endpoint": self.info.url, "server_reports": scrub_report(self.info.reports),

@@ -69,7 +69,7 @@ from typing import Any
 import psutil
 
 from suite import procid, progress
-from suite.definitions import RuntimeDefinition, render, version_spec
+from suite.definitions import OVERRIDE_ENV, RuntimeDefinition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers import owned, pyenv
 from suite.launchers.base import Launcher, LaunchSpec, ModelPath, RunningRuntime, find_error_line, free_port, wait_until_ready
@@ -419,6 +419,20 @@ def _python_env(runtime: RuntimeDefinition) -> dict[str, str]:
     return way.env() if way is not None else {}
 
 
+def _with_plugins(runtime: RuntimeDefinition, env: dict[str, str]) -> dict[str, str]:
+    """Where the launch asks for a kernel override (`SUITE_KERNEL_OVERRIDE`), the runtime's plugin
+    folder (`[local] plugins`) first on its PYTHONPATH; a runtime that has none cannot apply one."""
+    if not env.get(OVERRIDE_ENV):
+        return env
+    folder = runtime.local.plugins if runtime.local else None
+    if folder is None:
+        raise SuiteError(f"runtime {runtime.name!r} has no plugin folder ([local] plugins) for the kernel "
+                         f"override {env[OVERRIDE_ENV]!r}")
+    path = str((runtime.folder / folder).resolve())
+    current = env.get("PYTHONPATH")
+    return {**env, "PYTHONPATH": path + (os.pathsep + current if current else "")}
+
+
 def _runtime_env(*layers: dict[str, str]) -> dict[str, str]:
     """The runtime's env: the suite's own minus secret-looking names (the judge key, tokens), then
     the definition's and the spec's env (which may name a secret on purpose)."""
@@ -684,7 +698,7 @@ class LocalLauncher(Launcher):
         reap_stale_leases()
         port = spec.port or free_port()
         command = self.command_for(spec, port)
-        env = _runtime_env(runtime.local.env, _python_env(runtime), spec.env)
+        env = _with_plugins(runtime, _runtime_env(runtime.local.env, _python_env(runtime), spec.env))
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_fh = spec.log_path.open("wb")
         t0 = time.monotonic()
@@ -748,7 +762,8 @@ class LocalLauncher(Launcher):
         return super().features(runtime, rt)
 
     def env(self, runtime: RuntimeDefinition, spec: LaunchSpec) -> dict[str, str]:
-        return {**(runtime.local.env if runtime.local else {}), **_python_env(runtime), **spec.env}
+        return _with_plugins(runtime, {**(runtime.local.env if runtime.local else {}), **_python_env(runtime),
+                                       **spec.env})
 
     def stack(self, runtime: RuntimeDefinition, env: dict[str, str]) -> RuntimeStack | None:
         """torch / Triton / CUDA as a Python runtime's own interpreter (in its install folder) reports them."""

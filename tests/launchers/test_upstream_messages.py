@@ -290,6 +290,9 @@ UPSTREAM_VLLM_FLAGS = {
     "--enforce-eager": "enforce_eager",
     # vllm/engine/arg_utils.py (v0.24.0 and v0.32.0): kernel_group.add_argument("--moe-backend", ...)
     "--moe-backend": "moe_backend",
+    # the same file, 0.24.0: kernel_group.add_argument("--linear-backend", ...) (KernelConfig.linear_backend)
+    # and "--attention-backend" (AttentionConfig.backend): the kernel-part controls' switches
+    "--linear-backend": "linear_backend", "--attention-backend": "attention_backend",
 }
 # Env vars the images and controls set, each read in vllm/envs.py (v0.32.0):
 #     "VLLM_BATCH_INVARIANT": lambda: bool(int(os.getenv("VLLM_BATCH_INVARIANT", "0"))),

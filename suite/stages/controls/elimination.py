@@ -24,6 +24,9 @@ from suite.stages.repeat import GateResult, truncation_by_prompt
 # launch: the cold one and two after it, which must agree with each other.
 TRANSIENT_LAUNCHES = 3
 TRANSIENT_REQUESTS = 3
+# A row of its own launches is credited only over this many launches with the control, each giving
+# the one answer: an autotuner picks kernels by measured speed, so one launch's choice can be lucky.
+MIN_CREDIT_LAUNCHES = 2
 
 
 def launches_for(controls: int, alpha: float = ELIMINATION_ALPHA) -> int:
@@ -100,9 +103,15 @@ def row_test(row: MatrixRow, default: MatrixRow | None, pid: str, alpha: float =
                   + (" (the row stopped there)" if t.stopped_early else f" ({row.distinct[pid]} distinct in {n})"))
         return t
     assert t.p_value is not None
-    t.credited = t.p_value <= alpha
-    versus = (f"one answer in {n} against {d_others} other answer{'s' if d_others != 1 else ''} in {d_n} at "
+    t.credited = t.p_value <= alpha and row.launches >= MIN_CREDIT_LAUNCHES
+    over = f" over {row.launches} launches" if row.launches > 1 else " in one launch"
+    versus = (f"one answer in {n}{over} against {d_others} other answer{'s' if d_others != 1 else ''} in {d_n} at "
               f"default (one-sided Fisher's exact test p = {t.p_value:.2g}")
+    if t.p_value <= alpha and not t.credited:
+        t.text = (f"{row.configuration} on {pid}: {versus} <= {alpha:g}), but a credit rests on "
+                  f"{MIN_CREDIT_LAUNCHES} launches with the control (one launch's kernel choice can be lucky): "
+                  "not credited")
+        return t
     if t.credited:
         t.text = f"{row.configuration} on {pid}: {versus} <= {alpha:g})"
     else:
@@ -228,7 +237,9 @@ def eliminate(result: ControlMatrixResult, gate: GateResult | None) -> None:
     tried = [r for r in result.rows if r.configuration != "default" and r.status == "ok"
              and not r.configuration.startswith("lora")]
     refused = [r.configuration for r in result.rows if r.status in ("refused", "failed")]
-    tail = f"; refused or failed: {', '.join(refused)}" if refused else ""
+    unchanged = [r.configuration for r in result.rows if r.status == "unchanged"]
+    tail = (f"; refused or failed: {', '.join(refused)}" if refused else "") + (
+        f"; the switch changed no kernel, so nothing was tested: {', '.join(unchanged)}" if unchanged else "")
     if default is None and not any(r.in_launch for r in tried):
         result.restoring = []
         result.elimination = ("no default row ran in this matrix: a control can only be credited against it"
@@ -322,7 +333,7 @@ def row_costs(row: MatrixRow, default: MatrixRow | None) -> dict[str, float]:
         if row.tokens_per_s and row.paired_tokens_per_s:
             return {"tokens_per_s": row.tokens_per_s / row.paired_tokens_per_s}
         return {}
-    if default is None or row.sent != default.sent:
+    if default is None or not same_mix(row.sent, default.sent):
         return {}
     out: dict[str, float] = {}
     if row.tokens_per_s and default.tokens_per_s:
@@ -330,6 +341,15 @@ def row_costs(row: MatrixRow, default: MatrixRow | None) -> dict[str, float]:
     if row.energy and default.energy and row.energy.j_per_token and default.energy.j_per_token:
         out["j_per_token"] = row.energy.j_per_token / default.energy.j_per_token
     return out
+
+
+def same_mix(sent: dict[str, int], other: dict[str, int]) -> bool:
+    """Whether two rows sent the same prompts in the same proportions (a row of two launches sends
+    twice each prompt's requests: the same mix, so its rates compare)."""
+    if not sent or set(sent) != set(other):
+        return False
+    first = next(iter(sent))
+    return all(sent[k] * other[first] == other[k] * sent[first] for k in sent)
 
 
 def claims(result: ControlMatrixResult, summary: Any) -> list[Claim]:

@@ -43,7 +43,9 @@ class MatrixRow(BaseModel):
     configuration: str  # default | a control name | lora:base | lora:adapter
     controls: list[str] = Field(default_factory=list)
     description: str = ""
-    status: Literal["ok", "refused", "failed", "skipped"]
+    # unchanged: a kernel-part control whose start-up named the same kernels for its part as the
+    # default's: the switch changed nothing, so the row is neither credited nor ruled out
+    status: Literal["ok", "refused", "failed", "skipped", "unchanged"]
     reason: str | None = None  # refusal / failure / skip reason (the log's error line)
     concurrency: int = 1
     startup_s: float | None = None
@@ -72,6 +74,14 @@ class MatrixRow(BaseModel):
     p_adjusted: float | None = None
     reproducible: bool | None = None
     gate: GateResult | None = None  # the (first) launch's gate
+    # The kernels the row's own launch ran, read from its own start-up log (linear, moe, attention),
+    # and where the switch comes from (the control's `source`).
+    kernel_path: dict[str, str] | None = None
+    source: str = ""
+    # A launch row that gave one answer is launched again: a credit rests on two launches with the
+    # control (an autotuner picks kernels by measured speed, so one launch's choice can be lucky).
+    # The further launches' gates, in order; the row's counts pool every launch.
+    more_gates: list[GateResult] = Field(default_factory=list)
     # Where the gate's every varied prompt varied only as a cold-start transient, each row is
     # TRANSIENT_LAUNCHES launches of a short gate (the cold request and those after it): per prompt,
     # per launch, whether its first answer alone differed (True), it gave one answer (False), or the

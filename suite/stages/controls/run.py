@@ -139,11 +139,17 @@ def run_configuration(ctx: StageContext, name: str, prompts: list[str] | None = 
     control = ctx.runtime.control(name)
     controls = [] if name == "default" else [name]
     row = MatrixRow(configuration=name, controls=controls, description=control.description,
-                     status="ok", concurrency=control.concurrency)
+                     status="ok", concurrency=control.concurrency, source=control.source)
     try:
         with ctx.launch(controls=controls, inherit=False) as (running, client):
             row.startup_s = running.startup_s
             _ran_with(row, running)
+            row.kernel_path = row_kernels(ctx, running)
+            same = unchanged_part(ctx, name, row.kernel_path)
+            if same is not None:
+                row.status, row.reason = "unchanged", same
+                log.warning("%s control %s: %s", ctx.runtime.name, name, same)
+                return row
             with EnergyMeter() as meter:
                 stop = None if name == "default" or requests else CONTROL_STOP_AFTER_DISTINCT
                 gate = _gate_on(ctx, running, client, name, controls, prompts=prompts,
@@ -156,6 +162,66 @@ def run_configuration(ctx: StageContext, name: str, prompts: list[str] | None = 
                     name, row.reason)
     except EnvironmentUnavailable as exc:
         row.status, row.reason = "skipped", str(exc)
+    return row
+
+
+def row_kernels(ctx: StageContext, running: Any) -> dict[str, str] | None:
+    """The kernels this launch ran, as its own start-up log names them (None: no log here, or the
+    definition names no kernel lines)."""
+    from suite.probes import kernel_path
+
+    log_path = getattr(running, "log_path", None)
+    return kernel_path(log_path, ctx.runtime.kernels) if log_path is not None else None
+
+
+def unchanged_part(ctx: StageContext, name: str, path: dict[str, str] | None) -> str | None:
+    """Why a kernel-part control's row changed nothing: its start-up named the same kernels for its
+    part as the arm's own start-up did. None where the part changed, or the control is of no part."""
+    if name == "default":
+        return None
+    part = ctx.runtime.control(name).kernel
+    if part is None or path is None:
+        return None
+    before = (getattr(getattr(ctx, "signature", None), "kernel_path", None) or {}).get(part)
+    after = path.get(part)
+    if before is None or after != before:
+        return None
+    return (f"the switch did not change the {part} kernels: this launch's start-up named {after}, as the "
+            "arm's own did, so the row tests nothing and is neither credited nor ruled out")
+
+
+def one_answer_each(row: MatrixRow, prompts: list[str] | None) -> bool:
+    """Whether a launch row answered every prompt it ran and gave one answer on each."""
+    pids = [pid for pid in row.answered if prompts is None or pid in prompts]
+    return bool(pids) and all(row.answered[pid] > 0 and row.distinct.get(pid, 0) <= 1 for pid in pids)
+
+
+def add_launch(row: MatrixRow, again: MatrixRow) -> MatrixRow:
+    """A further launch of a row: its answers pooled with the row's (distinct over every launch,
+    the modal answer's count over every launch), its tokens/s and energy over every launch's gate."""
+    if again.status != "ok" or again.gate is None:
+        row.status, row.reason = again.status, f"launch {row.launches + 1}: {again.reason}"
+        return row
+    if again.kernel_path != row.kernel_path:
+        row.reason = (f"launch {row.launches + 1} named other kernels: {again.kernel_path} "
+                      f"(launch 1: {row.kernel_path})")
+    row.more_gates.append(again.gate)
+    row.launches += 1
+    gates = [g for g in [row.gate, *row.more_gates] if g is not None]
+    for pid in list(row.answered):
+        counts: dict[Any, int] = {}
+        for g in gates:
+            for p in g.prompts:
+                if p.prompt_id != pid:
+                    continue
+                for a in p.answers:
+                    key = tuple(a.token_ids) if a.token_ids is not None else a.text
+                    counts[key] = counts.get(key, 0) + a.count
+        row.answered[pid] = sum(counts.values())
+        row.distinct[pid] = len(counts)
+        row.modal_count[pid] = max(counts.values(), default=0)
+        row.sent[pid] = sum(p.requests for g in gates for p in g.prompts if p.prompt_id == pid)
+    pool_launches(row, [row, again])
     return row
 
 
@@ -421,7 +487,11 @@ def run(ctx: StageContext) -> ControlMatrixResult:
         elif transient:
             result.rows.append(run_transient_row(ctx, name, prompts, per_row))
         else:
-            result.rows.append(run_configuration(ctx, name, prompts=only))
+            row = run_configuration(ctx, name, prompts=only)
+            if name != "default" and row.status == "ok" and one_answer_each(row, only):
+                # one answer in its launch: a second launch, so that a credit never rests on one
+                row = add_launch(row, run_configuration(ctx, name, prompts=only))
+            result.rows.append(row)
         log.info("controls %s: %s done in %.0f s", ctx.arm_name, name, time.monotonic() - t0)
     if taken_up:
         result.interrupted = (f"resumed: {', '.join(taken_up)} finished before the run was interrupted and "
@@ -541,7 +611,10 @@ def rebuild(lines: list[Any], before: Any) -> ControlMatrixResult | None:
             reproducible=reproducible, verdict=verdict, wall_s=0.0, http_s=round(sum(q.e2e_s or 0.0 for q in qs), 4))
         row = MatrixRow(configuration=label, controls=controls, status="ok", concurrency=concurrency,
                          ran_controls=controls)
-        rows.append(row_from_gate(row, gate_of_row))
+        row = row_from_gate(row, gate_of_row)
+        if label != "default" and n > 0:  # a row launched again sent each prompt's series once a launch
+            row.launches = max(1, min(len(series[pid]) // n for pid in prompts))
+        rows.append(row)
     if not rows:
         return None  # nothing finished: the page names the lines kept, and no more
     result = ControlMatrixResult(runtime=getattr(before, "runtime", "") or "", arm=getattr(before, "arm", "") or "",

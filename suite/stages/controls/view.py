@@ -11,7 +11,9 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from suite.signature import kernel_phrase
 from suite.stages.base import ColumnType, PageInputs, length_lists
+from suite.stages.controls.elimination import same_mix as proportional_mix
 from suite.stages.controls.result import ControlMatrixResult
 from suite.stages.repeat import truncation_by_prompt
 
@@ -77,6 +79,7 @@ def controls_view(c: ControlMatrixResult | None, prompt_ids: list[str]) -> dict[
             "energy_j": r.energy.joules if r.energy else None,
             "mean_power_w": r.energy.mean_power_w if r.energy else None, "sent": dict(r.sent),
             "unit": r.unit, "why": r.why, "paired_tokens_per_s": r.paired_tokens_per_s,
+            "launches": r.launches, "kernel_path": dict(r.kernel_path or {}), "source": r.source,
         })
     default = next((row for row in rows if row["configuration"] == "default"), None)
     default_tps = default["tokens_per_s"] if default else None
@@ -86,7 +89,7 @@ def controls_view(c: ControlMatrixResult | None, prompt_ids: list[str]) -> dict[
         # a ratio only over the same requests per prompt: a row that stopped a prompt at its second
         # answer has another mix of prompts (a long document weighs less), so its speed is not the
         # default's to compare with
-        same_mix = default is not None and row["sent"] == default["sent"]
+        same_mix = default is not None and proportional_mix(row["sent"], default["sent"])
         row["cost"] = tps / default_tps if same_mix and tps is not None and default_tps else None
         row["energy_cost"] = jpt / default_jpt if same_mix and jpt is not None and default_jpt else None
         if row["unit"] == "pair":  # against the requests without it, in the same launch
@@ -148,7 +151,8 @@ def export_rows(result: ControlMatrixResult) -> list[dict[str, Any]]:
                 "controls": list(row.ran_controls),
                 "tokens_per_s": row.tokens_per_s, "energy_j": e.joules if e else None,
                 "j_per_token": e.j_per_token if e else None,
-                "mean_power_w": e.mean_power_w if e else None}
+                "mean_power_w": e.mean_power_w if e else None, "launches": row.launches,
+                "kernels": kernel_phrase(row.kernel_path)}
         base["unit"] = row.unit
         cut = truncation_by_prompt(row.gate)
         if not row.distinct:
@@ -175,4 +179,6 @@ COLUMNS: dict[str, ColumnType] = {
     "answer_lengths_tokens": "list[int]", "answer_length_counts": "list[int]", "truncated": "int", "max_tokens": "int",
     # the row's unit (request, launch, pair) and, for a row tried inside one launch, its pairs per prompt
     "unit": "str", "pairs": "int", "pairs_differ": "int", "pairs_other_way": "int", "pairs_alike": "int",
-    "sequential_stop": "str", "sequential_p": "float", "sequential_level": "float"}
+    "sequential_stop": "str", "sequential_p": "float", "sequential_level": "float",
+    # the launches the row ran and the kernels its own start-up named
+    "launches": "int", "kernels": "str"}

@@ -32,12 +32,26 @@ def test_a_control_of_one_kernel_part_joins_the_matrix_only_where_the_arm_named_
         return SimpleNamespace(runtime=get_definition("vllm"), signature=SimpleNamespace(kernel_path=kernel_path))
 
     dense = {"linear": "unquantized (bf16)", "attention": "FLASH_ATTN"}
-    moe = {**dense, "moe": "MARLIN (WNA16)"}
-    assert "moe-backend-triton" not in resolve_requested(ctx(dense), ["all"])
-    assert "moe-backend-triton" in resolve_requested(ctx(moe), ["all"])
-    assert "moe-backend-triton" in resolve_requested(ctx(None), ["all"])  # a path the log did not tell
-    assert resolve_requested(ctx(dense), ["moe-backend-triton"]) == ["moe-backend-triton"]  # asked by name
+    w4a16 = {"linear": "MarlinLinearKernel + MacheteLinearKernel", "attention": "FLASH_ATTN + FlashAttention 3",
+             "moe": "MARLIN (WNA16)"}
+    nvfp4 = {"linear": "MarlinNvFp4LinearKernel + Marlin FP4 weight-only (no native FP4)",
+             "attention": "FLASH_ATTN", "moe": "MARLIN (NvFp4)"}
+    parts = {"moe-wna16-triton", "moe-nvfp4-emulation", "linear-triton", "linear-marlin", "linear-nvfp4-emulation"}
+    assert not parts & set(resolve_requested(ctx(dense), ["all"]))
+    # each switch joins where its part's kernels are the ones it replaces, and nowhere else
+    assert parts & set(resolve_requested(ctx(w4a16), ["all"])) == {"moe-wna16-triton", "linear-triton", "linear-marlin"}
+    assert parts & set(resolve_requested(ctx(nvfp4), ["all"])) == {"moe-nvfp4-emulation", "linear-nvfp4-emulation"}
+    assert parts <= set(resolve_requested(ctx(None), ["all"]))  # a path the log did not tell
+    assert resolve_requested(ctx(dense), ["moe-wna16-triton"]) == ["moe-wna16-triton"]  # asked by name
     assert "prefix-caching-off" in resolve_requested(ctx(dense), ["all"])
+    assert "attention-triton" in resolve_requested(ctx(dense), ["all"])
+
+
+def test_every_kernel_part_control_names_its_source_in_the_release_it_was_read_from():
+    for name, control in get_definition("vllm").controls.items():
+        if control.kernel is not None:
+            assert control.source.startswith("vllm 0.24.0: "), name
+            assert bool(control.args) != bool(control.override), name  # one switch: a flag, or the suite's override
 
 
 def test_every_runtime_offers_concurrency_4_and_its_cache_controls():
@@ -156,11 +170,14 @@ def _gate_with(others: int, n: int, label: str = "default"):
                       reproducible=None, verdict="", wall_s=1.0, http_s=1.0)
 
 
-def _matrix(default_others: int, control_others: int, n: int, control_n: int | None = None) -> ControlMatrixResult:
+def _matrix(default_others: int, control_others: int, n: int, control_n: int | None = None,
+            launches: int = 2) -> ControlMatrixResult:
+    """A default row and a control row; the control row of `launches` launches (a row whose first
+    launch gave one answer is launched again: the run's own rule), its counts those of one."""
     from suite.stages.controls import row_from_gate
 
     default = row_from_gate(MatrixRow(configuration="default", status="ok"), _gate_with(default_others, n))
-    row = row_from_gate(MatrixRow(configuration="enforce-eager", status="ok"),
+    row = row_from_gate(MatrixRow(configuration="enforce-eager", status="ok", launches=launches),
                          _gate_with(control_others, control_n or n, "enforce-eager"))
     return ControlMatrixResult(runtime="vllm-cpu", arm="vllm-cpu", requested=["all"], n_requests=n,
                           prompts=["long-open"], rows=[default, row])
@@ -177,7 +194,7 @@ def test_one_answer_in_a_control_row_is_not_credited_when_the_default_row_rarely
     assert t.p_value == pytest.approx(0.5) and not t.credited and t.n == 20 and t.default_n == 20
     assert t.needed == 91  # a 5 % share of other answers against none: 91 requests per row
     assert f"cannot tell; about {t.needed} requests per row would tell" in result.elimination
-    assert "one answer in 20 against 1 other answer in 20 at default" in result.elimination
+    assert "one answer in 20 over 2 launches against 1 other answer in 20 at default" in result.elimination
 
 
 def test_a_cold_start_transient_is_tested_over_launches_not_requests():
@@ -241,6 +258,40 @@ def test_a_real_effect_is_credited_with_its_test_and_n():
     assert t.credited and t.p_value < 0.01
     assert "one-sided Fisher's exact test" in result.elimination and "at 0.05 over the matrix (1 control tested)" in result.elimination
     assert result.family == 1 and result.rows[1].p_adjusted == pytest.approx(t.p_value)
+
+
+def test_one_launch_with_one_answer_is_never_credited():
+    # Fisher alone would credit it (p < 0.01), but an autotuner's choice can be lucky in one launch
+    from suite.stages.controls import eliminate
+
+    result = _matrix(7, 0, 20, launches=1)
+    eliminate(result, _gate_with(7, 20))
+    (t,) = result.rows[1].tests
+    assert result.restoring == [] and not t.credited and t.p_value < 0.01
+    assert "a credit rests on 2 launches with the control" in t.text and "in one launch" in t.text
+
+
+def test_a_second_launch_pools_its_answers_and_a_different_one_counts_as_a_second_answer():
+    from suite.stages.controls import row_from_gate
+    from suite.stages.controls.run import add_launch, one_answer_each
+
+    first = row_from_gate(MatrixRow(configuration="enforce-eager", status="ok"), _gate_with(0, 20, "enforce-eager"))
+    assert one_answer_each(first, None)
+    same = row_from_gate(MatrixRow(configuration="enforce-eager", status="ok"), _gate_with(0, 20, "enforce-eager"))
+    row = add_launch(first.model_copy(deep=True), same)
+    assert row.launches == 2 and row.answered["long-open"] == 40 and row.distinct["long-open"] == 1
+    assert row.modal_count["long-open"] == 40 and row.sent["long-open"] == 40
+    # the second launch answered otherwise: two answers over the row's launches, never credited
+    other = _gate_with(0, 20, "enforce-eager")
+    for p in other.prompts:
+        for a in p.answers:
+            a.text, a.token_ids = a.text + " else", [*(a.token_ids or []), 9]
+    row2 = add_launch(first.model_copy(deep=True), row_from_gate(
+        MatrixRow(configuration="enforce-eager", status="ok"), other))
+    assert row2.distinct["long-open"] == 2 and row2.modal_count["long-open"] == 20
+    failed = add_launch(first.model_copy(deep=True), MatrixRow(configuration="enforce-eager", status="failed",
+                                                               reason="engine died"))
+    assert failed.status == "failed" and failed.reason == "launch 2: engine died"
 
 
 def test_a_control_row_stops_at_its_second_answer_and_the_table_says_so():
@@ -507,7 +558,8 @@ def test_a_matrix_cut_short_is_rebuilt_from_its_lines_as_the_stage_would_have_bu
         assert [(t.prompt_id, t.n, t.others, t.credited, t.p_value) for t in got.tests] == \
             [(t.prompt_id, t.n, t.others, t.credited, t.p_value) for t in want.tests]
         assert got.startup_s is None and got.energy is None
-    assert rebuilt.restoring == live.restoring == ["eager"]
+    # one launch of each row here: the live matrix credits nothing before a second launch, nor does the rebuilt
+    assert rebuilt.restoring == live.restoring == []
     assert rebuilt.elimination == live.elimination
     assert "3 finished rows rebuilt from its request lines (default, eager, concurrency-4)" in rebuilt.interrupted
     assert "start-up times and energy are not kept" in rebuilt.interrupted
@@ -562,9 +614,9 @@ def test_a_control_that_brings_one_prompt_of_several_back_is_named_only_past_the
 
     default_gate = _gate_of({"long-open": (9, 20), "short-open": (9, 20)})
     rows = [row_from_gate(MatrixRow(configuration="default", status="ok"), default_gate),
-            row_from_gate(MatrixRow(configuration="strong", status="ok"),
+            row_from_gate(MatrixRow(configuration="strong", status="ok", launches=2),
                           _gate_of({"long-open": (1, 2), "short-open": (0, 20)}, "strong")),
-            row_from_gate(MatrixRow(configuration="weak", status="ok"),
+            row_from_gate(MatrixRow(configuration="weak", status="ok", launches=2),
                           _gate_of({"long-open": (1, 2), "short-open": (0, 7)}, "weak"))]
     result = ControlMatrixResult(runtime="vllm", arm="vllm", requested=["all"], n_requests=20,
                             prompts=["long-open", "short-open"], rows=rows)
