@@ -82,13 +82,26 @@ def test_workers_that_die_unreaped_with_their_runtime_count_as_its_own() -> None
     parent = ("import subprocess, sys, time\n"
               f"subprocess.Popen([sys.executable, '-c', {SPIN!r}])\n"
               "time.sleep(30)\n")
-    with ContentionMeter() as m:
-        runtime = subprocess.Popen([sys.executable, "-c", parent], start_new_session=True)
-        time.sleep(2.4)
-        os.killpg(runtime.pid, signal.SIGKILL)  # the worker dies with it; its parent never waits for it
-        runtime.wait()
-    c = m.result()
-    # The old meter lost the worker's whole second core (others ~0.45); a 2.4 s window on a 2-core
-    # machine also catches the machine's own background work (up to 0.14 seen in CI): the stage must
-    # not be marked busy, which is the claim the defect made falsely.
-    assert c is not None and not c.busy and c.others_share < BUSY_SHARE, c
+
+    def window(kill_worker: bool) -> float:
+        """Other processes' share over a 2.4 s window with a runtime of the stage's own: one whose
+        worker spins a core and dies unreaped (the case), or one that sleeps (the machine's own load)."""
+        code = parent if kill_worker else "import time\ntime.sleep(30)\n"
+        with ContentionMeter() as m:
+            runtime = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+            time.sleep(2.4)
+            os.killpg(runtime.pid, signal.SIGKILL)  # the worker dies with it; its parent never waits for it
+            runtime.wait()
+        c = m.result()
+        assert c is not None
+        return c.others_share
+
+    # The machine's own load (another job on a shared CI machine) is measured, not assumed: the same
+    # window with a runtime that does nothing, before and after. The defect counted the worker's whole
+    # core as another process's (+0.5 on 2 cores); counted as the runtime's, the window reads what the
+    # machine's own load reads, within a quarter of a core.
+    before = window(kill_worker=False)
+    case = window(kill_worker=True)
+    after = window(kill_worker=False)
+    one_core = 1.0 / (os.cpu_count() or 1)
+    assert case <= max(before, after) + 0.25 * one_core, (before, case, after)
