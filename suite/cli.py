@@ -332,6 +332,39 @@ def _honest_exit(summaries) -> None:
         err.print(f"skipped: {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
 
 
+# The exit status of a bench or gate in which an arm ran but measured less than it needed (a failed
+# arm, every request failed, a gate short of its answers): apart from 1 (no arm could run, or
+# --fail-on-variance found variance), so that a CI job never reads such a run as a pass.
+EXIT_UNMEASURED = 3
+
+
+def _unmeasured(summaries: list[Any]) -> list[str]:
+    """`model/arm: why` for every arm that ran and measured less than it needed."""
+    out: list[str] = []
+    for s in summaries:
+        if s.status == "skipped":
+            continue
+        gate = getattr(s, "gate", None)
+        if s.status in ("failed", "stopped-by-watchdog"):
+            out.append(f"{s.model}/{s.arm}: {s.status}" + (f": {s.reason}" if s.reason else ""))
+        elif gate is not None and gate.reproducible is None:
+            out.append(f"{s.model}/{s.arm}: gate {gate.verdict}")
+        elif gate is not None and gate.prompts and not any(p.answered for p in gate.prompts):
+            out.append(f"{s.model}/{s.arm}: every gate request failed")
+    return out
+
+
+def _unmeasured_exit(summaries: list[Any]) -> None:
+    """An arm that ran and measured less than it needed: one line each on stderr, exit 3."""
+    lines = _unmeasured(summaries)
+    if not lines:
+        return
+    err = SafeConsole(stderr=True)
+    for line in lines:
+        err.print(f"[red]not measured:[/red] {rich.markup.escape(line)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_UNMEASURED)
+
+
 # Options of `suite bench` that choose where the arms run: a server the suite did not start
 # (--url and what goes with it) and a Ray cluster (--ray, --ray-retries). Each stage's own options
 # come from the stage registry (`Stage.options`); `_with_options` adds both kinds to the command.
@@ -537,6 +570,7 @@ def _end_of_bench(summaries: list[Any], out: Path, as_json: bool, fail_on_varian
         SafeConsole(stderr=True).print(f"[red]variance:[/red] {rich.markup.escape('; '.join(varied))}",
                                    highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+    _unmeasured_exit(summaries)
 
 
 @app.command()
@@ -583,6 +617,7 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
         SafeConsole(stderr=True).print(f"[red]variance:[/red] {rich.markup.escape('; '.join(varied))}",
                                    highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+    _unmeasured_exit(summaries)
 
 
 class _SiteRebuilder:
@@ -731,8 +766,9 @@ def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix 
     """Do two runs of one model answer alike? Per gate prompt, and the configuration fields that differ.
 
     Exits 1 when a gate prompt answered in both runs is not shown to answer alike: its modal
-    answers differ, or a run has no modal answer (its most common answers tie); 0 when every
-    prompt answered in both agrees. A CI job can fail on it.
+    answers differ, or a run has no modal answer (its most common answers tie); 3 when no prompt
+    was answered in both (a failed run: nothing compared); 0 when every prompt answered in both
+    agrees. A CI job can fail on it.
     """
     from suite.compare import compare_runs
 
@@ -740,10 +776,14 @@ def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix 
     differ = any(p.modal_agree is False for p in cmp.prompts)
     tied = any((p.a_tied or p.b_tied) and p.a_answered and p.b_answered for p in cmp.prompts)
     parted = differ or tied
+    # a prompt answered in one run only (a failed run) compares nothing: no pass, no "alike"
+    compared = sum(1 for p in cmp.prompts if p.a_answered and p.b_answered)
+    code = 1 if parted else (EXIT_UNMEASURED if not compared else 0)
     if as_json:
-        _print_json(cmp.model_dump(mode="json") | {"modal_answers_differ": differ, "no_modal_answer": tied,
-                                                    "not_alike": parted})
-        raise typer.Exit(1 if parted else 0)
+        _print_json(cmp.model_dump(mode="json") | {"modal_answers_differ": differ if compared else None,
+                                                    "no_modal_answer": tied, "not_alike": parted,
+                                                    "prompts_compared": compared})
+        raise typer.Exit(code)
     console.print(f"A: {cmp.a.model}/{cmp.a.arm} {cmp.a.run_id}\nB: {cmp.b.model}/{cmp.b.arm} {cmp.b.run_id}",
                   markup=False, highlight=False)
     table = Table(title="gate prompts: modal answers")
@@ -761,7 +801,10 @@ def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix 
         sig.add_row(*progress.cells(d.key, d.a, d.b))
     console.print(sig if cmp.signature_diff else "configuration: no field differs")
     console.print(escape(cmp.verdict))
-    raise typer.Exit(1 if parted else 0)
+    if not compared:
+        SafeConsole(stderr=True).print("[red]not compared:[/red] no gate prompt was answered in both runs",
+                                       highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,

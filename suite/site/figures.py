@@ -300,6 +300,8 @@ class Run:
         if not prompts:
             return "gate not run"
         varied = [p for p in prompts if p.distinct_answers > 1]
+        if not varied and s.gate is not None and s.gate.reproducible is None:
+            return s.gate.verdict or "undetermined"  # "undetermined: k of n answered": never "the same answer"
         if not varied:
             answered = sorted({p.answered for p in prompts})
             each = f"{answered[0]} of {answered[0]}" if len(answered) == 1 else "every request answered"

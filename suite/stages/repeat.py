@@ -153,8 +153,13 @@ def truncation_note(p: GatePromptResult) -> str | None:
     return f"{p.prompt_id}: {p.truncated} of {p.answered} cut at {p.max_tokens} tokens: answers may differ past the cap"
 
 
-def verdict_of(prompts: list[GatePromptResult], stopped: str | None) -> tuple[bool | None, str]:
-    """The gate's verdict: reproducible or not, each figure with the count of answers behind it."""
+def verdict_of(prompts: list[GatePromptResult], stopped: str | None,
+               needed: int | None = None) -> tuple[bool | None, str]:
+    """The gate's verdict: reproducible or not, each figure with the count of answers behind it.
+
+    `needed`: the answers each prompt must have for one answer to count as reproducible (the
+    gate's requests per prompt); a prompt with fewer (the runtime died, requests failed) leaves
+    the verdict undetermined, "k of n answered", never "reproducible"."""
     notes = [n for p in prompts if (n := truncation_note(p))]
     tail = ("; " + "; ".join(notes)) if notes else ""
     spread = [p for p in prompts if p.distinct_answers > 1]
@@ -162,6 +167,10 @@ def verdict_of(prompts: list[GatePromptResult], stopped: str | None) -> tuple[bo
         parts = "; ".join(f"{p.prompt_id}: {p.distinct_answers} distinct answers in {_answered(p)} "
                           f"(lengths {p.lengths_text}; {p.pattern_text or p.pattern})" for p in spread)
         return False, f"not reproducible: {parts}{tail}"
+    short = [p for p in prompts if needed is not None and p.answered < needed]
+    if short and not stopped:
+        why = ", ".join(f"{p.prompt_id}: {p.answered} of {needed} answered" for p in short)
+        return None, f"undetermined: {why}{tail}"
     thin = [p for p in prompts if p.answered < 2]
     if stopped or thin or not prompts:
         why = stopped or (f"{thin[0].prompt_id}: {thin[0].answered} answer(s) in {thin[0].requests} requests"
@@ -299,7 +308,7 @@ def run_gate(client: OpenAIClient, prompts: list[GatePrompt], n: int, *, max_tok
     finally:
         if pool:
             pool.shutdown(wait=True)
-    reproducible, verdict = verdict_of(results, stopped)
+    reproducible, verdict = verdict_of(results, stopped, needed=n if stop_after_distinct is None else None)
     wall = time.perf_counter() - t_gate
     total = sum(p.requests for p in results)
     overhead = (wall - http_s) / total * 1000 if total and concurrency == 1 else None

@@ -61,7 +61,7 @@ def samples_of_prompt(p: GatePromptResult) -> list[Sample]:
 def recompute(result: GateResult, summary: Any) -> GateResult:
     """The gate's patterns and verdict made again from its prompts' answers with today's rules."""
     prompts = [recompute_prompt(p) for p in result.prompts]
-    reproducible, verdict = verdict_of(prompts, result.stopped_reason)
+    reproducible, verdict = verdict_of(prompts, result.stopped_reason, needed=result.n_requests or None)
     return result.model_copy(update={"prompts": prompts, "reproducible": reproducible, "verdict": verdict})
 
 
@@ -69,23 +69,31 @@ PATTERN_WORDS = {"stable": "one answer", "cold-transient": "cold-start transient
                  "varies": "varies in random order", "undetermined": "undetermined"}
 
 
-def prompt_claim(p: GatePromptResult, arm: str, stage: str = "gate", configuration: str | None = None) -> Claim:
-    """One prompt's series: how many distinct answers of those answered, its pattern, what it bounds."""
+def prompt_claim(p: GatePromptResult, arm: str, stage: str = "gate", configuration: str | None = None,
+                 needed: int | None = None) -> Claim:
+    """One prompt's series: how many distinct answers of those answered, its pattern, what it bounds.
+    `needed`: the answers the series needed (the gate's requests per prompt): one answer in fewer
+    is undetermined ("k of n answered"), never "the same answer"."""
     n, d = p.answered, p.distinct_answers
     word = PATTERN_WORDS.get(p.pattern, p.pattern)
-    if n < 2:
+    short = d <= 1 and needed is not None and n < needed
+    if n < 2 or short:
         word = "undetermined"
     # more than one distinct answer is a fact whatever its pattern: not the same answer twice
-    good = None if n < 2 else d == 1
+    good = None if n < 2 or short else d == 1
     ev = Evidence(n=n, unit="requests")
     if d == 1 and n >= 2:
         ev.bound, ev.test = unseen_share_bound(n), "n alike answers bound another answer's share (95%)"
     elif p.pattern == "cold-transient":
         ev.p, ev.test = p.cold_transient_p, "how often random order puts the odd answers on the first request"
-    phrase = f"{d} distinct of {n}" + ("" if d == 1 or word == "undetermined" else f", {word}")
+    phrase = (f"undetermined: {n} of {needed} answered" if short else
+              f"{d} distinct of {n}" + ("" if d == 1 or word == "undetermined" else f", {word}"))
     if p.errors:
         phrase += f" ({p.errors} failed)"
-    if d == 1 and n >= 2:
+    if short:
+        ev.bound, ev.test = None, None
+        text = f"one answer in {n}, but {n} of the {needed} requests it needed answered: undetermined"
+    elif d == 1 and n >= 2:
         bound = ev.bound
         text = (f"one answer in {n}" + (f": an answer more common than {bound:.0%} would likely have shown"
                                         if bound is not None else ": too few to bound another answer's share"))
@@ -107,7 +115,7 @@ def claims(result: GateResult, summary: Any) -> list[Claim]:
     prompts varying in random order, naming a transient on some prompt by chance stays within 5 %.
     A lone first-request difference among varying prompts is "first request differs", not a transient."""
     arm, extra = getattr(summary, "arm", ""), run_caveats(summary, "gate")
-    out = [prompt_claim(p, arm) for p in result.prompts]
+    out = [prompt_claim(p, arm, needed=result.n_requests or None) for p in result.prompts]
     varied = [(c, p) for c, p in zip(out, result.prompts, strict=True) if p.distinct_answers > 1 and p.answered >= 2]
     if len(varied) > 1:
         ps = [p.cold_transient_p if p.pattern == "cold-transient" and p.cold_transient_p is not None else 1.0
