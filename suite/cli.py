@@ -801,6 +801,8 @@ def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix 
         sig.add_row(*progress.cells(d.key, d.a, d.b))
     console.print(sig if cmp.signature_diff else "configuration: no field differs")
     console.print(escape(cmp.verdict))
+    if cmp.machines:
+        console.print(escape(f"machines: {cmp.machines}"))
     if not compared:
         SafeConsole(stderr=True).print("[red]not compared:[/red] no gate prompt was answered in both runs",
                                        highlight=False, soft_wrap=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -121,6 +121,10 @@ class RunComparison(BaseModel):
     prompts: list[PromptComparison]
     signature_diff: list[SignatureDiff] = Field(default_factory=list)
     verdict: str
+    # Which machines ran the two (host, GPUs, driver: beside the signature, not in its digest), and
+    # what that means for the verdict: one configuration on two machines that parts is a finding.
+    machines: str | None = None
+    same_configuration: bool | None = None  # the two signatures' digests are equal
 
 
 def _as_sample(a) -> Sample:
@@ -221,7 +225,8 @@ def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> Ru
     prompts = compare_gates(a.gate, b.gate)
     fa, fb = flatten_signature(a.signature), flatten_signature(b.signature)
     diff = [SignatureDiff(key=k, a=fa.get(k, "—"), b=fb.get(k, "—"))
-            for k in dict.fromkeys([*fa, *fb]) if k not in _NOT_CONFIGURATION and fa.get(k) != fb.get(k)]
+            for k in dict.fromkeys([*fa, *fb]) if k not in _NOT_CONFIGURATION and not k.startswith("machine")
+            and fa.get(k) != fb.get(k)]
     # the suite's code that wrote each run: beside the signature (not in its digest), named where it differs
     for field in ("commit", "modified"):
         va, vb = (str(getattr(x.suite, field)) if x.suite is not None else "—" for x in (a, b))
@@ -248,7 +253,37 @@ def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> Ru
                         + ", ".join(f"{p.prompt_id} ({'/'.join(map(str, p.a_prompt_tokens))} against "
                                     f"{'/'.join(map(str, p.b_prompt_tokens))})" for p in other_input)
                         + ": another tokenizer, template or BOS, so those answers are not to the same input")
-    return RunComparison(a=_ref(a), b=_ref(b), prompts=prompts, signature_diff=diff, verdict=verdict)
+    same = (a.signature.digest == b.signature.digest) if a.signature is not None and b.signature is not None \
+        and a.signature.digest and b.signature.digest else None
+    return RunComparison(a=_ref(a), b=_ref(b), prompts=prompts, signature_diff=diff, verdict=verdict,
+                         machines=machine_note(a.signature, b.signature, same,
+                                               [p.prompt_id for p in prompts if p.modal_agree is False]),
+                         same_configuration=same)
+
+
+def _machine_words(m: Any) -> str:
+    gpus = ", ".join(f"{n} {u}" for n, u in zip(m.gpu_names, m.gpu_uuids, strict=False)) or "no NVIDIA GPU"
+    return f"{m.host} ({gpus}{f', driver {m.gpu_driver}' if m.gpu_driver else ''})"
+
+
+def machine_note(sa: Any, sb: Any, same: bool | None, parted: list[str]) -> str | None:
+    """Which machines ran the two runs and what it means: one machine; or two machines, of one GPU
+    model and driver or not, with the same configuration or not. None where a run does not say."""
+    ma, mb = getattr(sa, "machine", None), getattr(sb, "machine", None)
+    if ma is None or mb is None:
+        return None
+    if ma.host == mb.host and ma.gpu_uuids == mb.gpu_uuids:
+        return f"one machine: {_machine_words(ma)}"
+    alike = ma.gpu_names == mb.gpu_names and ma.gpu_driver == mb.gpu_driver
+    head = (f"two machines{' of one GPU model and driver' if alike else ''}: A {_machine_words(ma)}; "
+            f"B {_machine_words(mb)}")
+    if not same:
+        return head + "; their configurations differ (see the fields that differ)"
+    if parted:
+        return (head + f"; one configuration (the same digest), and the answers part on {', '.join(parted)}: "
+                + ("a difference between machines of one GPU model and driver" if alike else
+                   "a difference between these machines"))
+    return head + "; one configuration (the same digest), and the answers agree"
 
 
 def compare_runs(ref_a: str, ref_b: str, results: Path, across_models: bool = False) -> RunComparison:

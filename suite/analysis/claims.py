@@ -72,6 +72,9 @@ class Claim(BaseModel):
     # Costs of a configuration against the default (a control that restores one answer): the
     # ratio of its tokens/s and of its J/token to the default row's.
     cost: dict[str, float] = Field(default_factory=dict)
+    # What the configuration changes, in a user's words, where it is one part of the runtime (a
+    # kernel-part control: "the MoE layers' kernels MARLIN (WNA16), with it Triton WNA16 fused MoE")
+    subject: str | None = None
     phrase: str = Field(default="", description="the claim in a short phrase (badges, the first screen)")
     text: str = Field(default="", description="the claim in its full sentence")
 

@@ -86,6 +86,12 @@ def _fmt_p(c: Claim) -> str:
     return f" (p = {p:.2g}{family})"
 
 
+def _answers_of(c: Claim) -> str:
+    """A credited control's answers in a phrase: 'one answer in 40 over 2 launches'."""
+    n, launches = c.counts.get("answered", 0), c.counts.get("launches", 1)
+    return f"one answer in {n}" + (f" over {launches} launches" if launches > 1 else "")
+
+
 def _cost_text(cost: dict[str, float]) -> str:
     parts = []
     if "tokens_per_s" in cost:
@@ -125,7 +131,8 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
         controls = [c for c in claims_of_stage(controls_run, "controls") if c.kind == "control"]
         restoring = [c for c in controls if c.verdict == "restores one answer"]
         if restoring:
-            causes.extend(f"{c.configuration} restores one answer{_fmt_p(c)}" for c in restoring)
+            causes.extend((f"{c.subject}: {_answers_of(c)}" if c.subject else f"{c.configuration} restores one answer")
+                          + _fmt_p(c) for c in restoring)
             good = True
             text = _cost_text(restoring[0].cost)
             cost = Answer(f"{restoring[0].configuration}: {text}" if text else
@@ -133,8 +140,18 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
                           [f"{c.configuration}: {_cost_text(c.cost) or 'no ratio'}" for c in restoring])
         else:
             near = [c for c in controls if c.verdict.startswith("passes alone")]
-            causes.append(f"nothing of {len(controls)} control{'s' if len(controls) != 1 else ''} tested restores it"
+            # counts say what ran: a row refused, failed, skipped or unchanged tested nothing
+            ran = [c for c in controls if c.verdict not in ("refused", "failed", "skipped", "unchanged")]
+            causes.append(f"nothing of {len(ran)} control{'s' if len(ran) != 1 else ''} tested restores it"
                           + (f" ({', '.join(c.configuration or '' for c in near)} only without the correction)" if near else ""))
+            # the kernel parts whose switch still gave a second answer: that part alone does not do it
+            ruled = [c for c in controls if c.subject and c.verdict == "still varies"]
+            if ruled:
+                causes.append("ruled out, a second answer came with it: " + "; ".join(
+                    f"{c.subject} ({c.counts.get('answered', 0)} answered)" for c in ruled))
+            idle = [c for c in controls if c.verdict == "unchanged"]
+            if idle:
+                causes.append("not tested, the switch changed no kernel: " + ", ".join(c.configuration or "" for c in idle))
             good = False
             cost = Answer("no fix shown" + (f"; {near[0].configuration} would cost {_cost_text(near[0].cost)}"
                                             if near and _cost_text(near[0].cost) else ""), None)

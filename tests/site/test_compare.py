@@ -179,3 +179,26 @@ def test_the_suites_commit_is_named_beside_the_signature_where_it_differs():
     differ = {d.key: (d.a, d.b) for d in compare_summaries(a, b).signature_diff}
     assert differ["suite.commit (beside the signature)"] == ("a" * 40, "b" * 40)
     assert "suite.modified (beside the signature)" not in differ
+
+
+def test_one_configuration_on_two_machines_is_told_apart_and_a_parting_is_a_finding():
+    """The machine (host, GPU UUIDs, driver) is beside the signature, not in its digest: the same
+    configuration on two GPUs of one model has one digest, and compare says which machines ran it."""
+    from suite.compare import machine_note
+    from suite.probes import Machine
+
+    from suite.records import load_all
+
+    base = next(s.signature for s in load_all(GOLDEN) if s.signature is not None)
+    assert base is not None
+    one = Machine(host="gpu-a", gpu_uuids=["GPU-1111"], gpu_names=["NVIDIA H200"], gpu_driver="580.1")
+    two = Machine(host="gpu-b", gpu_uuids=["GPU-2222"], gpu_names=["NVIDIA H200"], gpu_driver="580.1")
+    a = base.model_copy(update={"machine": one}).with_digest()
+    b = base.model_copy(update={"machine": two}).with_digest()
+    assert a.digest == b.digest == base.with_digest().digest  # the machine is not the configuration
+    note = machine_note(a, b, True, ["long-open"])
+    assert note is not None and note.startswith("two machines of one GPU model and driver: A gpu-a (NVIDIA H200 GPU-1111")
+    assert "the answers part on long-open: a difference between machines of one GPU model and driver" in note
+    assert machine_note(a, b, True, []).endswith("one configuration (the same digest), and the answers agree")
+    assert machine_note(a, a, True, []) == "one machine: gpu-a (NVIDIA H200 GPU-1111, driver 580.1)"
+    assert machine_note(base, b, True, []) is None  # an older record does not say

@@ -352,6 +352,22 @@ def same_mix(sent: dict[str, int], other: dict[str, int]) -> bool:
     return all(sent[k] * other[first] == other[k] * sent[first] for k in sent)
 
 
+PART_WORDS = {"moe": "the MoE layers' kernels", "linear": "the linear layers' kernels",
+              "attention": "the attention kernels"}
+
+
+def subject_of(row: MatrixRow, default: MatrixRow | None, summary: Any = None) -> str | None:
+    """What a kernel-part control changes, in a user's words: the part, the kernels the default ran
+    (the default row's own start-up, else the arm's) and the kernels the row ran."""
+    if row.part is None:
+        return None
+    before = ((default.kernel_path if default is not None else None)
+              or getattr(getattr(summary, "signature", None), "kernel_path", None) or {}).get(row.part)
+    after = (row.kernel_path or {}).get(row.part)
+    words = PART_WORDS.get(row.part, f"the {row.part} kernels")
+    return (f"{words}{f' {before}' if before else ''}" + (f", with it {after}" if after else f", switched ({row.configuration})"))
+
+
 def claims(result: ControlMatrixResult, summary: Any) -> list[Claim]:
     """The elimination (what restores one answer, if anything) and one claim per control row
     tested, each with its p, its Holm-adjusted p over the matrix's controls and its cost."""
@@ -388,7 +404,7 @@ def claims(result: ControlMatrixResult, summary: Any) -> list[Claim]:
                                  "requests": sum(r.sent.values())},
                          evidence=Evidence(test=test, n=cut or None, unit=row_unit, p=r.p_value,
                                            p_adjusted=r.p_adjusted),
-                         family=family, cost=row_costs(r, default),
+                         family=family, cost=row_costs(r, default), subject=subject_of(r, default, summary),
                          caveats=[f"every answer on {pid} cut at {cap} tokens: answers may differ past the cap"
                                   for pid, (n_cut, cap) in truncation_by_prompt(r.gate).items()
                                   if pid in result.spread_prompts and n_cut and n_cut >= r.answered.get(pid, 0)]
@@ -405,7 +421,8 @@ def claims(result: ControlMatrixResult, summary: Any) -> list[Claim]:
         word, good = "nothing tested restores one answer", False
     out.insert(0, Claim(stage="controls", kind="elimination", arm=arm, run_id=run_id,
                         prompt=", ".join(result.spread_prompts) or None, verdict=word, good=good,
-                        counts={"controls": len(tried), "launches_per_row": result.launches_per_row},
+                        counts={"controls": sum(1 for r in tried if r.status == "ok"), "planned": len(tried),
+                                "launches_per_row": result.launches_per_row},
                         evidence=Evidence(test="one-sided Fisher's exact test against the default row", unit=unit,
                                           p_adjusted=min((r.p_adjusted for r in tried if r.p_adjusted is not None),
                                                          default=None)),

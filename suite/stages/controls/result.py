@@ -78,6 +78,7 @@ class MatrixRow(BaseModel):
     # and where the switch comes from (the control's `source`).
     kernel_path: dict[str, str] | None = None
     source: str = ""
+    part: str | None = None  # the kernel part the control changes (its `kernel`), where it is one
     # A launch row that gave one answer is launched again: a credit rests on two launches with the
     # control (an autotuner picks kernels by measured speed, so one launch's choice can be lucky).
     # The further launches' gates, in order; the row's counts pool every launch.

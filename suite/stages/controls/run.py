@@ -139,7 +139,7 @@ def run_configuration(ctx: StageContext, name: str, prompts: list[str] | None = 
     control = ctx.runtime.control(name)
     controls = [] if name == "default" else [name]
     row = MatrixRow(configuration=name, controls=controls, description=control.description,
-                     status="ok", concurrency=control.concurrency, source=control.source)
+                     status="ok", concurrency=control.concurrency, source=control.source, part=control.kernel)
     try:
         with ctx.launch(controls=controls, inherit=False) as (running, client):
             row.startup_s = running.startup_s
