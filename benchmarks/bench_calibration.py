@@ -428,25 +428,39 @@ def controls_transient_scenarios(quick: bool) -> list[dict[str, Any]]:
 
 def run_controls_in_launch(rng: random.Random, p: dict[str, Any]) -> Outcome:
     """A control tried inside one launch (`suite.stages.controls.inlaunch`): pairs with and
-    without it, after the reference request with it. Without an effect, a pair differs from the
-    reference on either side alike (each side at rate d); with one, the request without the
-    control differs at rate f and the one with it never; the request with it shows a second answer
-    at rate w (then the series stops: it cannot be credited). The series goes through the stage's
-    own `decide` and `eliminate`, at the in-launch level over 6 controls."""
+    without it, in random order, after the reference request with it. Without an effect, a pair
+    differs from the reference on either side alike (each side at rate d); with one, the request
+    without the control differs at rate f (an intermittent cause where f is 0.05-0.3, the usual
+    "2 of 20"; f = 0 is a launch in which the default did not vary: the cause shows in some
+    launches only) and the one with it never; with `carry`, the control's effect lasts into the
+    next request (a request without it that follows one with it is treated too); the request with
+    it shows a second answer at rate w (then the series stops: it cannot be credited). The series
+    goes through the stage's own `decide` and `eliminate`, at the in-launch level over 6 controls.
+    The truth of "rules out that it removes half the default's odd answers": false wherever the
+    control has an effect (it removes all of them)."""
     import suite.stages.controls as controls
     from suite.stages.controls.inlaunch import InLaunchSeries
 
-    d, f, w, effect = p["d"], p["f"], p["w"], p["effect"]
+    d, f, w, effect, carry = p["d"], p["f"], p["w"], p["effect"], p.get("carry", False)
     level = 0.01 / 6
     series = InLaunchSeries(prompt_id=PID, seed=0, level=level)
     series.with_answers, series.with_distinct = 1, 1
+    treated = True  # the series opens with the reference request, with the control
     while len(series.outcomes) < series.max_pairs:
         second = rng.random() < w
-        without_differs = rng.random() < (f if effect else d)
-        with_differs = second or (not effect and rng.random() < d)
+        with_first = rng.random() < 0.5
+        differs: dict[bool, bool] = {}
+        for side in ((True, False) if with_first else (False, True)):
+            if side:
+                differs[side] = second or (not effect and rng.random() < d)
+            else:
+                untreated = not (carry and treated)
+                differs[side] = rng.random() < (f if effect else d) and (untreated or not effect)
+            treated = side
+        without_differs, with_differs = differs[False], differs[True]
         series.outcomes.append("F" if without_differs and not with_differs else
                                "U" if with_differs and not without_differs else "C")
-        series.with_first.append(rng.random() < 0.5)
+        series.with_first.append(with_first)
         series.with_answers += 1
         series.without_answers += 1
         if second:
@@ -475,16 +489,20 @@ def run_controls_in_launch(rng: random.Random, p: dict[str, Any]) -> Outcome:
     bound = unseen_share_bound(series.with_answers) or 1.0
     o.claims["one answer with it, bounded"] = (credited, w > bound, w > 0)
     ruled = series.stop == "rule-out"
-    big = effect and f >= series.effect
-    o.claims["rules out an effect on half the pairs"] = (ruled, big, big)
+    o.claims["rules out removing half the odd answers"] = (ruled, effect, effect)
     return o
 
 
 def controls_in_launch_scenarios(quick: bool) -> list[dict[str, Any]]:
+    """No effect (the default's odd answers at d on both sides); a full effect at f = 1 down to the
+    intermittent causes of 5-30 %; a launch where the cause did not show (f = 0); carryover."""
     if quick:
-        return [dict(d=0.3, f=0.0, w=0.0, effect=False), dict(d=0.0, f=1.0, w=0.0, effect=True)]
+        return [dict(d=0.3, f=0.0, w=0.0, effect=False), dict(d=0.0, f=1.0, w=0.0, effect=True),
+                dict(d=0.0, f=0.1, w=0.0, effect=True), dict(d=0.0, f=0.3, w=0.0, effect=True, carry=True)]
     return ([dict(d=d, f=0.0, w=w, effect=False) for d in (0.02, 0.1, 0.3, 0.5) for w in (0.0, 0.05)]
-            + [dict(d=0.0, f=f, w=w, effect=True) for f in (0.5, 0.8, 1.0) for w in (0.0, 0.05)])
+            + [dict(d=0.0, f=f, w=w, effect=True) for f in (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0)
+               for w in (0.0, 0.05)]
+            + [dict(d=0.0, f=f, w=0.0, effect=True, carry=True) for f in (0.05, 0.1, 0.3, 1.0)])
 
 
 # -- paired arm differences -----------------------------------------------------------------------

@@ -19,10 +19,18 @@ Two boundaries, each an exact group-sequential test with one look after every pa
   chosen (by exact dynamic programming over every path of up to `max_pairs` discordant pairs) as
   the largest that keeps the chance of ever crossing, with no effect, at most `alpha` (Pocock's
   constant boundary, exact for this binomial walk).
-- **rule out** (no effect of the stated size): the control makes the answer the reference's in at
-  least a share `effect` of pairs (F's probability >= effect) is rejected after the n-th pair where
-  the binomial lower tail of the `F` count under `effect` is at most a constant level chosen the
-  same way; stopping for credit first only lowers the chance of ruling out falsely.
+- **rule out** (no effect of the stated size): the control removes at least a share `effect` of the
+  default's odd answers. Among discordant pairs, a control that leaves the requests with it odd at
+  (1 - effect) times the rate of those without it makes `F` at least 1 / (2 - effect) of them
+  (2/3 for half; more where the odd rate is higher), whatever that rate is; with no discordant
+  pair nothing was compared, and nothing is ruled out. The hypothesis is rejected after the d-th
+  discordant pair where the binomial lower tail of the `F` count under 1 / (2 - effect) is at
+  most a constant level chosen the same way. The effect is thus relative to how often the
+  default varies (an odd answer in 5 % of requests removed counts as much as one in 50 %), in
+  the unit the test counts (discordant pairs); a launch in which the requests without it never
+  varied, or a control whose effect lasts into the next request (it makes the requests without
+  it agree, never `U`), gives no discordant `U` pairs and cannot rule out the control.
+  Stopping for credit first only lowers the chance of ruling out falsely.
 
 The sequential p-value of a path is the chance, with no effect, of crossing the credit boundary
 whose level is the smallest nominal p the path reached: valid (at most u with probability at most
@@ -41,7 +49,13 @@ Outcome = Literal["F", "U", "C"]
 Decision = Literal["credit", "rule-out", "continue", "undecided"]
 
 MAX_PAIRS = 24  # pairs of requests a control's series may take on one prompt before it stops undecided
-EFFECT = 0.5  # the stated size an inconclusive row rules out: the control changes half the pairs or more
+EFFECT = 0.5  # the stated size a row rules out: the control removes half the default's odd answers or more
+
+
+def rule_out_share(effect: float) -> float:
+    """The least share of `F` among discordant pairs of a control that removes a share `effect` of
+    the default's odd answers (the limit where odd answers are rare; more where they are common)."""
+    return 1.0 / (2.0 - effect)
 
 
 def _upper(k: int, n: int, p: float) -> float:
@@ -114,12 +128,13 @@ def decide(outcomes: list[Outcome], level: float, max_pairs: int = MAX_PAIRS,
     """Walk the pairs in order and stop at the first boundary crossed; `undecided` after
     `max_pairs` without a crossing, `continue` where fewer pairs than that have run."""
     c_credit = nominal_level(level, max_pairs, 0.5, True)
-    c_out = nominal_level(level, max_pairs, effect, False)
+    share = rule_out_share(effect)
+    c_out = nominal_level(level, max_pairs, share, False)
     f = u = cc = 0
     smallest = 1.0
     decision: Decision = "continue"
     n = 0
-    for n, o in enumerate(outcomes[:max_pairs], start=1):
+    for n, o in enumerate(outcomes[:max_pairs], start=1):  # noqa: B007 (n: the pairs used, after the loop)
         if o == "F":
             f += 1
         elif o == "U":
@@ -133,9 +148,9 @@ def decide(outcomes: list[Outcome], level: float, max_pairs: int = MAX_PAIRS,
             if nominal <= c_credit:
                 decision = "credit"
                 break
-        if _lower(f, n, effect) <= c_out:
-            decision = "rule-out"
-            break
+            if _lower(f, d, share) <= c_out:  # only discordant pairs compare the two sides
+                decision = "rule-out"
+                break
     else:
         if n >= max_pairs:
             decision = "undecided"

@@ -13,9 +13,9 @@ from suite.analysis.sequential import _crossing, decide, fewest_pairs_to_credit,
 def test_no_pair_and_all_alike_pairs():
     empty = decide([], 0.05)
     assert empty.decision == "continue" and empty.pairs == 0 and empty.p_value is None
-    # every pair alike: no discordant pair, no p; an effect on half the pairs is ruled out
+    # every pair alike: no discordant pair, no p, and nothing compared: nothing ruled out either
     alike = decide(["C"] * 30, 0.05)
-    assert alike.decision == "rule-out" and alike.p_value is None and alike.concordant == alike.pairs < 30
+    assert alike.decision == "undecided" and alike.p_value is None and alike.concordant == alike.pairs == 24
 
 
 def test_every_pair_for_the_control_credits_it_at_the_boundary_and_not_before():
@@ -67,9 +67,46 @@ def test_no_effect_credits_at_most_alpha(p_discordant):
     assert credit <= 0.05 + 0.012 and small_p <= 0.05 + 0.012
 
 
-def test_an_effect_of_the_stated_size_is_ruled_out_at_most_alpha_and_a_full_effect_is_found():
-    # the control makes the answer the reference's in half the pairs (the stated size)
-    _, rule_out, _ = _simulate(0.5, 0.0, 0.05, 3000, 2)
+@pytest.mark.parametrize("q", [0.05, 0.3, 1.0])
+def test_an_effect_of_the_stated_size_is_ruled_out_at_most_alpha_and_a_full_effect_is_found(q):
+    # the control removes half the default's odd answers (the stated size): odd at q without it,
+    # q / 2 with it, independently in each request of a pair
+    p_f, p_u = q * (1 - q / 2), (q / 2) * (1 - q)
+    _, rule_out, _ = _simulate(p_f, p_u, 0.05, 3000, 2)
     assert rule_out <= 0.05 + 0.012
     credit, _, _ = _simulate(1.0, 0.0, 0.01, 200, 3)
     assert credit == 1.0
+
+
+@pytest.mark.parametrize("q", [0.05, 0.1, 0.2, 0.3])
+def test_a_true_intermittent_cause_is_never_ruled_out(q):
+    """The default gives its odd answer in q of requests (the usual "2 of 20"); the control removes
+    every one: F at rate q, never U. A rule-out needs discordant U pairs, so it never comes,
+    however few pairs the odd answers leave to compare (the old test ruled such a cause out in
+    30-99.9 % of runs, F being rarer than half of all pairs)."""
+    credit, rule_out, _ = _simulate(q, 0.0, 0.01 / 6, 2000, 5)
+    assert rule_out == 0.0
+
+
+def test_a_cause_whose_effect_lasts_into_the_next_request_is_never_ruled_out():
+    """Carryover: the control's effect reaches the request after it, so a request without it that
+    follows one with it is treated too; the odd answers come only on untreated requests."""
+    rng = random.Random(7)
+    ruled = 0
+    for _ in range(2000):
+        outcomes, treated = [], False
+        for _ in range(24):
+            with_first = rng.random() < 0.5
+            odd = {}
+            for side in ((True, False) if with_first else (False, True)):
+                odd[side] = (not side) and not treated and rng.random() < 0.3
+                treated = side
+            outcomes.append("F" if odd[False] and not odd[True] else "U" if odd[True] and not odd[False] else "C")
+        ruled += decide(outcomes, 0.01 / 6).decision == "rule-out"
+    assert ruled == 0
+
+
+def test_a_launch_where_the_default_does_not_vary_rules_nothing_out():
+    """The variation shows in some launches only: in this one the requests without the control never
+    varied, so the pairs compare nothing."""
+    assert decide(["C"] * 24, 0.05).decision == "undecided"

@@ -14,6 +14,7 @@ from typing import Any
 
 from suite.analysis.claims import Claim, Evidence, Family, run_caveats
 from suite.analysis.repro import unseen_share_bound
+from suite.analysis.sequential import rule_out_share
 from suite.analysis.stats import fisher_fewer_others, holm, requests_needed
 from suite.stages.controls.result import ELIMINATION_ALPHA, ControlMatrixResult, MatrixRow, RowTest
 from suite.stages.repeat import GateResult, truncation_by_prompt
@@ -71,8 +72,9 @@ def _in_launch_test(t: RowTest, row: MatrixRow, pid: str, alpha: float) -> RowTe
         t.text = (f"{head}; with it one answer in {series.with_answers} ({seen}): it changes the answer and brings "
                   f"it to one ({seq})")
     elif res.decision == "rule-out":
-        t.text = (f"{head}: rules out that it changes the answer in {series.effect:.0%} of requests or more "
-                  f"({seq})")
+        t.text = (f"{head}: rules out that it removes {series.effect:.0%} or more of the default's odd answers "
+                  f"(with it, the reference answer in at least {rule_out_share(series.effect):.0%} of the "
+                  f"{res.favourable + res.against} discordant pairs; {seq})")
     else:
         t.text = f"{head}: undecided after {len(series.outcomes)} pairs ({seq})"
     return t

@@ -462,7 +462,12 @@ def run(ctx: StageContext) -> ControlMatrixResult:
                 status="skipped", reason=(f"not started: {', '.join(credited)} already brings every prompt back "
                                           f"inside one launch; `--controls {name}` tries it")))
         names = []
-    elif automatic and in_launch and not any(n not in in_launch and n not in ("default", LORA) for n in names):
+    # An in-launch row that could not decide (its pairs compared too little: the default's odd answers
+    # rare in that launch, or absent from it) is tried over launches too, as a row of its own.
+    undecided = [n for n in in_launch if n not in carried and not _decided_in_launch(result, n, prompts)]
+    if names and not (automatic and in_launch and _settled_in_launch(result, prompts)):
+        names = [*names, *(f"{n}{OVER_LAUNCHES}" for n in undecided)]
+    if automatic and in_launch and not any(n not in in_launch and n not in ("default", LORA) for n in names):
         names = [n for n in names if n != "default"]  # no launch row to compare with a default one
     for name in names:
         if name in in_launch and name not in carried:
@@ -485,12 +490,18 @@ def run(ctx: StageContext) -> ControlMatrixResult:
                 outcome.adapter_changes_output = any(a[k] != b[k] for k in common)
             result.lora = outcome
         elif transient:
-            result.rows.append(run_transient_row(ctx, name, prompts, per_row))
+            row = run_transient_row(ctx, name.removesuffix(OVER_LAUNCHES), prompts, per_row)
+            row.configuration = name
+            result.rows.append(row)
         else:
-            row = run_configuration(ctx, name, prompts=only)
-            if name != "default" and row.status == "ok" and one_answer_each(row, only):
+            control = name.removesuffix(OVER_LAUNCHES)
+            row = run_configuration(ctx, control, prompts=only)
+            if control != "default" and row.status == "ok" and one_answer_each(row, only):
                 # one answer in its launch: a second launch, so that a credit never rests on one
-                row = add_launch(row, run_configuration(ctx, name, prompts=only))
+                row = add_launch(row, run_configuration(ctx, control, prompts=only))
+            if name != control:
+                row.configuration = name
+                row.why = "its pairs inside one launch could not decide: tried over launches of its own"
             result.rows.append(row)
         log.info("controls %s: %s done in %.0f s", ctx.arm_name, name, time.monotonic() - t0)
     if taken_up:
@@ -536,6 +547,20 @@ def run_in_launch_rows(ctx: StageContext, names: list[str], prompts: list[str], 
         if failed is not None and not any(s.outcomes for s in run.series.values()):
             row.status, row.reason = "failed", failed.reason
     return list(rows.values())
+
+
+# The name of a per-request control's row of its own launches, where its pairs could not decide.
+OVER_LAUNCHES = " over launches"
+
+
+def _decided_in_launch(result: ControlMatrixResult, name: str, prompts: list[str]) -> bool:
+    """Whether a control's pairs inside one launch decided on every prompt: credited, an effect of
+    the stated size ruled out, or a second answer with it (it cannot be credited)."""
+    row = next((r for r in result.rows if r.configuration == name and r.in_launch), None)
+    if row is None or row.status != "ok":
+        return True  # refused or failed: a launch of its own would fail the same way
+    return all(pid in row.in_launch and row.in_launch[pid].stop in ("credit", "rule-out", "second-answer")
+               for pid in prompts)
 
 
 def _settled_in_launch(result: ControlMatrixResult, prompts: list[str]) -> bool:

@@ -30,7 +30,9 @@ def _gate(others: dict[str, int], n: int = 20, label: str = "default", stop_at_s
 def _row(conf: str, others: dict[str, int], status: str = "ok", n: int = 20) -> MatrixRow:
     from suite.stages.controls import row_from_gate
 
-    row = MatrixRow(configuration=conf, status=status)
+    # a control row that gave one answer is launched a second time (the run's rule): two launches
+    row = MatrixRow(configuration=conf, status=status,
+                    launches=2 if conf != "default" and not any(others.values()) else 1)
     if status != "ok":
         return row
     return row_from_gate(row, _gate(others, n, conf, stop_at_second=conf != "default"))
@@ -45,7 +47,7 @@ def test_elimination_names_the_control_that_brings_one_answer_back():
     assert result.spread_prompts == ["p"]
     assert result.restoring == ["prefix-caching-off"]
     assert result.elimination.startswith("prefix-caching-off bring(s) p back to one answer (prefix-caching-off on p: "
-                                         "one answer in 20 against 8 other answers in 20 at default")
+                                         "one answer in 20 over 2 launches against 8 other answers in 20 at default")
     assert "one-sided Fisher's exact test" in result.elimination and "2 controls tested" in result.elimination
     eager = next(r for r in result.rows if r.configuration == "eager")
     assert eager.tests[0].stopped_early and "a second answer after 2 requests" in eager.tests[0].text
