@@ -34,13 +34,13 @@ import typer
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
-from rich.table import Table
 
 from suite import progress
 from suite.errors import SuiteError
 from suite.launchers import CHOICES as LAUNCHER_CHOICES
 from suite.lifetime import REGISTRY
 from suite.profiles import PROFILES
+from suite.progress import PlainTable as Table
 from suite.sanitize import PrintableFormatter, SafeConsole
 from suite.stages import ORDER, STAGES, VERDICT_STAGE
 from suite.stages.base import Stage
@@ -84,14 +84,16 @@ def _split(value: str | None) -> list[str] | None:
 
 
 def _tags(values: list[str] | None) -> dict[str, str]:
-    """`--tag KEY=VALUE` given any number of times, as a mapping (a key given twice: the last one);
-    a tag that is not KEY=VALUE is one line."""
+    """`--tag KEY=VALUE` given any number of times, as a mapping; a tag that is not KEY=VALUE, or a
+    key given twice, is one line."""
     out: dict[str, str] = {}
     for value in values or []:
         m = _TAG.match(value)
         if m is None or "\n" in value:
             raise SuiteError(f"--tag {value!r}: give KEY=VALUE (a key of letters, digits, '.', '_' or '-', "
                              "at most 64 characters; a value of one line, at most 200)")
+        if m[1] in out:
+            raise SuiteError(f"--tag {value!r}: the key {m[1]!r} is given twice ({out[m[1]]!r} first)")
         out[m[1]] = m[2]
     return out
 

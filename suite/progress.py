@@ -40,6 +40,7 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TaskID, TextColumn
+from rich.table import Table
 from rich.text import Text
 
 from suite.sanitize import SafeConsole
@@ -432,6 +433,14 @@ def console() -> Console:
 def interactive() -> bool:
     """Whether the display is live (a terminal), or prints plain lines (a CI log, a pipe)."""
     return DISPLAY.is_interactive()
+
+
+class PlainTable(Table):
+    """A rich Table whose string cells are shown as they are, never parsed as markup: a path, a
+    control name or a runtime's line holding `[/INST]` is data (a plain Table would raise)."""
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        super().add_row(*[Text(r) if isinstance(r, str) else r for r in renderables], **kwargs)
 
 
 def cells(*values: object) -> list[Text]:

@@ -145,11 +145,28 @@ class BenchRequest(BaseModel):
             from suite.paths import results_dir
 
             fields["results"] = results_dir()
+        _check_results_folder(Path(fields["results"]))
         if fields.get("command") is not None:
             fields["command"] = tuple(fields["command"])
         return cls(model=model, arms=tuple(arms) if arms else None, launcher=launcher,
                    profile=_recorded(base, settings), stages=tuple(stages or ORDER), settings=settings,
                    **{k: v for k, v in fields.items() if v is not None})
+
+
+def _check_results_folder(path: Path) -> None:
+    """The results folder, checked before anything starts: a folder, or a path whose nearest
+    existing parent is a folder this user can write to (the bench makes it); else one line."""
+    import os
+
+    if path.exists() and not path.is_dir():
+        raise SuiteError(f"--results {path}: not a folder (a file is there)")
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise SuiteError(f"--results {path}: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise SuiteError(f"--results {path}: {probe} is not writable")
 
 
 def _recorded(profile: Profile, settings: dict[str, BaseModel]) -> Profile:
