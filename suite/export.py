@@ -32,8 +32,10 @@ back to the configuration that produced it. Nothing is run again.
 
 Every table's columns are declared with their types (`ExportTable.columns` for a stage's, `COLUMNS`
 here for the others), so a column has the same type in every export, also where every value of it
-is empty, and the tables of two results folders concatenate as they are (polars, DuckDB): times
-are UTC timestamps, lists are lists (in CSV, JSON arrays), and a duration's, an energy's or a
+is empty, and the Parquet tables of two results folders concatenate as they are (polars, DuckDB):
+times are UTC timestamps, lists are lists. CSV keeps no types, so each CSV table has its schema
+beside it (`<table>.schema.json`: every column's kind, polars dtype and DuckDB type; lists are JSON
+arrays there): read with it, the CSV tables of two folders concatenate too. A duration's, an energy's or a
 size's unit is in the column's name (`_ms`, `_s`, `_j`, `_w`, `_bytes`; request and latency times
 in milliseconds, as `ttft_p50_ms`).
 
@@ -338,6 +340,29 @@ def csv_safe(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pl.col(c).map_elements(csv_cell, return_dtype=pl.String) for c in text) if text else df
 
 
+# Each column kind as DuckDB reads it from a CSV file (a list is a JSON array there: text).
+DUCKDB_TYPES: dict[str, str] = {
+    "str": "VARCHAR", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "datetime": "TIMESTAMPTZ",
+    "list[str]": "VARCHAR", "list[int]": "VARCHAR", "list[float]": "VARCHAR",
+}
+
+
+def csv_schema(columns: dict[str, ColumnType]) -> dict[str, Any]:
+    """The schema written beside a CSV table (`<table>.schema.json`): every column's kind, its
+    polars dtype and its DuckDB type, so that a reader types a column that is empty in one tree as
+    it is in the others (CSV itself keeps no types); list columns are JSON arrays in the CSV."""
+    kinds = KEY_COLUMNS | columns
+    return {"format": "csv", "lists": "JSON arrays",
+            "columns": {name: {"kind": kind, "polars": "String" if kind.startswith("list") else str(DTYPES[kind]),
+                               "duckdb": DUCKDB_TYPES[kind]} for name, kind in kinds.items()}}
+
+
+def polars_csv_types(schema_doc: dict[str, Any]) -> dict[str, Any]:
+    """The polars dtypes of a CSV table from its schema file (lists as text: JSON arrays)."""
+    return {name: (pl.String if c["kind"].startswith("list") else DTYPES[c["kind"]])
+            for name, c in schema_doc["columns"].items()}
+
+
 def _write_table(df: pl.DataFrame, path: Path, fmt: str) -> None:
     """Write one table through a temporary file of the folder and a rename: a symbolic link at
     `path` is replaced, never followed (the file it points to is left as it was)."""
@@ -352,6 +377,21 @@ def _write_table(df: pl.DataFrame, path: Path, fmt: str) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         raise SuiteError(f"{path}: cannot write the export: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _write_schema(path: Path, doc: dict[str, Any]) -> None:
+    """The schema file beside a CSV table, through a temporary file and a rename (as the table)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=1)
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot write the export's schema: {exc.strerror or exc}") from None
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -378,6 +418,8 @@ def export_tables(results_dir: Path, fmt: str, out_dir: Path) -> list[Path]:
         df = frame(rows, columns, name)
         path = out_dir / f"{name}.{fmt}"
         _write_table(df, path, fmt)
+        if fmt == "csv":
+            _write_schema(out_dir / f"{name}.schema.json", csv_schema(columns or inferred_columns(rows)))
         log.info("export: %s (%d rows)", path, df.height)
         written.append(path)
     return written

@@ -135,3 +135,39 @@ def test_a_table_without_declared_columns_is_typed_by_its_values_and_an_undeclar
     assert df.schema["sizes"] == pl.List(pl.Int64) and df.schema["run_id"] == pl.String
     with pytest.raises(SuiteError, match="export table 'gate': column 'extra' is not declared"):
         frame([{"prompt_id": "a", "extra": 1}], {"prompt_id": "str"}, "gate")
+
+
+def test_csv_exports_of_the_example_trees_concatenate_with_their_schema_numbers_as_numbers(tmp_path: Path) -> None:
+    """CSV keeps no types: a column empty in one tree reads as text there. Each CSV table has its
+    schema beside it; read with it, every table of every example tree concatenates in polars and
+    in DuckDB, with the numeric columns numeric."""
+    import json
+
+    from suite.export import polars_csv_types
+
+    duckdb = pytest.importorskip("duckdb")
+    written: dict[str, list[Path]] = {}
+    for tree in EXAMPLES:
+        for path in export_tables(tree, "csv", tmp_path / tree.name):
+            assert path.with_suffix(".schema.json").is_file(), path
+            written.setdefault(path.stem, []).append(path)
+    shared = {name: paths for name, paths in written.items() if len(paths) > 1}
+    assert {"runs", "controls", "claims", "requests"} <= set(shared)
+    con = duckdb.connect()
+    for name, paths in shared.items():
+        docs = [json.loads(p.with_suffix(".schema.json").read_text()) for p in paths]
+        assert all(d == docs[0] for d in docs), name  # one schema for the table, whatever the tree
+        frames = [pl.read_csv(p, schema=polars_csv_types(d)) for p, d in zip(paths, docs, strict=True)]
+        joined = pl.concat(frames, how="vertical")
+        assert joined.height == sum(f.height for f in frames)
+        types = {c: v["duckdb"] for c, v in docs[0]["columns"].items()}
+        cols = "{" + ", ".join(f"'{c}': '{t}'" for c, t in types.items()) + "}"
+        union = " UNION ALL ".join(f"SELECT * FROM read_csv('{p}', header = true, columns = {cols})" for p in paths)
+        described = {row[0]: row[1] for row in con.execute(f"DESCRIBE {union}").fetchall()}
+        for column, kind in types.items():
+            if kind in ("DOUBLE", "BIGINT"):
+                assert described[column] == kind, (name, column, described[column])
+        (count,) = con.execute(f"SELECT count(*) FROM ({union})").fetchone()
+        assert count == joined.height, name
+    runs = json.loads(written["runs"][0].with_suffix(".schema.json").read_text())["columns"]
+    assert runs["ttft_p50_ms"]["duckdb"] == "DOUBLE" and runs["j_per_token"]["duckdb"] == "DOUBLE"
