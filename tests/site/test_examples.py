@@ -370,3 +370,28 @@ def test_example_trees_are_kept_compacted_and_publish_as_their_plain_records(tmp
     for rel in files:
         assert (tmp_path / "site-packed" / rel).read_bytes() == (tmp_path / "site-plain" / rel).read_bytes(), rel
 
+
+
+def test_cpu_example_tree_shows_what_identical_repeats_do_to_the_facts(tmp_path: Path) -> None:
+    """Per arm: the document parts whose verdict (clean and complete) flips between identical
+    repeats, with its exact interval, the range of the arm's score over its repeats, and that
+    spread against the gap between arms; each figure recomputed from the records."""
+    import re
+
+    from suite.stages.extraction.view import repeat_stability, spread_against_gap
+
+    root = EXAMPLES / "cpu-results"
+    runs = {s.arm: s for s in load_all(root)}
+    stability = {arm: repeat_stability(s.extraction) for arm, s in runs.items() if s.extraction is not None}
+    assert set(stability) == {"llamacpp", "llamacpp-python", "vllm-cpu"}
+    for arm, st in stability.items():
+        assert 0 <= st["flips"] <= st["flip_parts"] and st["flip_parts"] > 0, arm
+        assert st["rerun_spread"] is not None and 0.0 <= st["rerun_spread"] <= 1.0, arm
+    page = _model_page(root, tmp_path, "tiny")
+    assert "verdict flips between identical repeats" in page and "rerun spread against the gap between arms" in page
+    for arm, st in stability.items():
+        assert f"<b>{st['flips']}</b> of {st['flip_parts']} parts" in page, arm
+    arms = list(runs)
+    rows = spread_against_gap([runs[a].extraction for a in arms], arms)
+    assert len(rows) == 2 and all(r["text"] in page for r in rows)
+    assert all(re.search(r"gap \d+\.\d points", r["text"]) for r in rows)

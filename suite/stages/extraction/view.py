@@ -55,7 +55,58 @@ def extraction_view(ex: ExtractionResult | None) -> dict[str, Any] | None:
         "judge_reason": judge.graded_reason if judge else None,
         "per_repeat": ex.per_repeat,
         "grid": grid,
+        **repeat_stability(ex),
     }
+
+
+def repeat_stability(ex: ExtractionResult) -> dict[str, Any]:
+    """What identical repeats do to the facts: the document parts whose verdict (clean and complete,
+    or not; clean where the record predates it) flips from one repeat to another, with the exact
+    95 % interval of that share, and how far the arm's score moves across its repeats (the range
+    of the per-repeat share, in points)."""
+    from suite.analysis.stats import clopper_pearson
+
+    rates = [sec.complete_rate if sec.complete_rate is not None else sec.clean_rate for sec in ex.per_section
+             if sec.comparable is not False]
+    flips = sum(1 for r in rates if 0.0 < r < 1.0)
+    shares: list[float] = [x for rp in ex.per_repeat
+                           if (x := rp.complete_share if rp.complete_share is not None else rp.clean_share) is not None]
+    spread = (max(shares) - min(shares)) if len(shares) > 1 else None
+    return {"flips": flips, "flip_parts": len(rates),
+            "flip_interval": clopper_pearson(flips, len(rates)) if rates and ex.repeats > 1 else None,
+            "rerun_spread": spread}
+
+
+def spread_against_gap(results: list[ExtractionResult | None], arms: list[str]) -> list[dict[str, Any]]:
+    """Each arm's rerun spread (the range of its score over identical repeats) against its gap to
+    the first arm that ran the stage (the difference of their mean scores): a spread as large as
+    the gap means the comparison cannot be read from one run of each."""
+    ran = [(arm, ex) for arm, ex in zip(arms, results, strict=True) if ex is not None and ex.per_section]
+    if len(ran) < 2:
+        return []
+
+    def score(ex: ExtractionResult) -> float | None:
+        share = ex.complete_share if ex.complete_share is not None and ex.complete_share.mean is not None \
+            else ex.clean_share
+        return share.mean
+
+    base_arm, base = ran[0]
+    out = []
+    for arm, ex in ran[1:]:
+        a, b = score(base), score(ex)
+        spread = repeat_stability(ex)["rerun_spread"]
+        base_spread = repeat_stability(base)["rerun_spread"]
+        gap = abs(b - a) if a is not None and b is not None else None
+        widest = max((x for x in (spread, base_spread) if x is not None), default=None)
+        ratio = widest / gap if widest is not None and gap else None
+        out.append({"arm": arm, "against": base_arm, "gap": gap, "spread": widest, "ratio": ratio,
+                    "text": ("no gap to compare with" if gap is None else
+                             f"gap {gap * 100:.1f} points; the wider rerun spread of the two "
+                             f"{(widest or 0) * 100:.1f} points"
+                             + (f" ({ratio:.1f}x the gap)" if ratio is not None else
+                                " (the arms score alike: any spread exceeds the gap)" if widest else "")
+                             if widest is not None else f"gap {gap * 100:.1f} points; one repeat: no rerun spread")})
+    return out
 
 
 def _part_scores(ex: ExtractionResult, field_name: str) -> dict[str, float]:
@@ -150,4 +201,4 @@ def page(results: list[ExtractionResult | None], inputs: PageInputs) -> dict[str
     extraction = [extraction_view(ex) for ex in results]
     part_ids = list(dict.fromkeys(sid for ex in extraction for sid in (ex or {}).get("grid", {})))
     return {"extraction": extraction, "extraction_pairs": extraction_pairs(results, inputs.arms),
-            "part_ids": part_ids}
+            "extraction_spread": spread_against_gap(results, inputs.arms), "part_ids": part_ids}
