@@ -73,6 +73,7 @@ else:
     ProfileName = Literal[tuple(PROFILES)]
 LauncherName = Literal[LAUNCHER_CHOICES]  # type: ignore[valid-type]
 ExportFormat = Literal["parquet", "csv"]
+ResultsFormat = Literal["table", "md", "csv", "json"]
 STAGES_HELP = (f"Stages to run, comma-separated, of: {', '.join(STAGES)} (default: {', '.join(ORDER)}, and the "
                "stages the profile, the options or the gate's verdict add).")
 
@@ -695,17 +696,26 @@ def _print_json(data: Any) -> None:
 
 @app.command()
 def results(results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP),
-            as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " Each run with its latency "
-                                         "percentiles in ms, tokens/s, J/token, tags and the suite's commit."),
+            fmt: ResultsFormat = typer.Option("table", "--format", help="table: one line per run in the "
+                                              "terminal's width; md: a Markdown table to paste; csv; json: every "
+                                              "field, in a versioned envelope."),
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " The same as --format json: each run "
+                                         "with its latency percentiles in ms, tokens/s, J/token, tags and the "
+                                         "suite's commit, under `runs`, with `schema_version`."),
             tags: list[str] | None = typer.Option(None, "--tag", metavar="KEY=VALUE",
                                                      help="Only the runs tagged so (give it more than once: all of them).")) -> None:
     """List the run records in the results folder, newest first, with their tags."""
-    from suite.site.publish import list_runs, run_rows
+    from suite.site.publish import list_runs, runs_csv, runs_document, runs_markdown
 
     folder = _results(results_folder)
     wanted = _tags(tags)
-    if as_json:
-        _print_json([row.model_dump(mode="json") for row in run_rows(folder, wanted)])
+    if as_json or fmt == "json":
+        _print_json(runs_document(folder, wanted))
+        return
+    if fmt in ("md", "csv"):
+        text = runs_markdown(folder, wanted) if fmt == "md" else runs_csv(folder, wanted)
+        sys.stdout.write(text)
+        sys.stdout.flush()
         return
     console.print(list_runs(folder, wanted))
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from suite.analysis.repro import Sample, answer_key, first_diff, prefix_logprob_diff
 from suite.errors import SuiteError
-from suite.records import Summary, has_record, incomplete_summary, iter_run_dirs, load_summary
+from suite.records import Summary, has_record, incomplete_summary, iter_run_dirs, load_summary, short_id_of
 from suite.signature import flatten_signature
 from suite.stages.repeat import GatePromptResult, GateResult
 
@@ -199,8 +199,11 @@ def resolve_run(ref: str, results: Path) -> Path:
     if (path / "run.json").exists():
         return path
     dirs = iter_run_dirs(results)
-    exact = [d for d in dirs if d.name == ref]
-    matches = exact or [d for d in dirs if ref and (d.name.startswith(ref) or d.name.rsplit("-", 1)[-1].startswith(ref))]
+    exact = [d for d in dirs if d.name == ref or short_id_of(d.name) == ref]
+    # a run's own short id (or a prefix), or a prefix of its run id; the run id's tail (its
+    # configuration's signature, shared by reruns) only where nothing else matches
+    matches = exact or [d for d in dirs if ref and (d.name.startswith(ref) or short_id_of(d.name).startswith(ref))] \
+        or [d for d in dirs if ref and d.name.rsplit("-", 1)[-1].startswith(ref)]
     if len(matches) == 1:
         return matches[0]
     if not matches:

@@ -190,6 +190,15 @@ RecordName = Annotated[str, AfterValidator(_check_record_name)]
 RecordText = Annotated[str, AfterValidator(_check_record_text)]
 
 
+def short_id_of(run_id: str) -> str:
+    """A run's 8-character id: the start of the SHA-256 of its run id (unique per run; the run
+    id's tail is its configuration's signature, which reruns share, and every failed run's is
+    `nosig`)."""
+    import hashlib
+
+    return hashlib.sha256(run_id.encode()).hexdigest()[:8]
+
+
 class RunIdentity(BaseModel):
     """What names a run: shared by its manifest (run.json) and its summary. Its names are checked
     on load (`RecordName`): a name that is not one makes the record one that is named and skipped."""
@@ -214,10 +223,10 @@ class RunIdentity(BaseModel):
 
     @property
     def short_id(self) -> str:
-        """The 8-character id printed for the run: its signature digest's part (the run id's
-        tail), which `suite compare` and `suite results --run` take (a unique prefix of the
-        run id is taken too)."""
-        return self.run_id.rsplit("-", 1)[-1]
+        """The 8-character id printed for the run, its own (`short_id_of`): reruns of one
+        configuration share a signature, never a short id. `suite compare` takes it, or a unique
+        prefix of it or of the run id."""
+        return short_id_of(self.run_id)
 
 
 class RunManifest(RunIdentity):

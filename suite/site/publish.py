@@ -614,32 +614,103 @@ def has_tags(summary: Any, wanted: dict[str, str] | None) -> bool:
     return all(tags.get(k) == v for k, v in (wanted or {}).items())
 
 
+# `suite results --format json`'s envelope: its version changes when a field changes meaning.
+RESULTS_SCHEMA_VERSION = 1
+# The columns of `suite results --format md|csv`: RunRow's fields, in this order.
+LISTED = ("short_id", "started_at", "model", "arm", "status", "distinct_answers", "requests", "ttft_p50_ms",
+          "tokens_per_s", "j_per_token", "reason", "tags", "run_id")
+
+
 def list_runs(results_dir: Path, tags: dict[str, str] | None = None) -> Any:
-    """A rich Table of every run under the results folder, newest first (`suite results`); with
-    `tags`, the runs that carry all of them."""
+    """`suite results` in a terminal: one line per run, newest first, in the terminal's width (80
+    columns hold it): its short id whole (it is what `suite compare` takes), its start, arm, status,
+    distinct answers of the requests, TTFT p50 in ms, tokens/s and J/token; the model as each group's
+    title; a failed run's reason on a line of its own under the table. `--format md|csv|json` for
+    every field."""
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
     from suite.progress import cells
 
-    models = load_runs(Path(results_dir))
+    rows = run_rows(results_dir, tags)
     wanted = " ".join(f"{k}={v}" for k, v in (tags or {}).items())
-    table = Table(title=Text(f"runs in {results_dir}" + (f" tagged {wanted}" if wanted else "")), show_lines=False)
-    for col in ("started", "model", "arm", "status", "profile", "determinism", "distinct",
-                "TTFT p50 (ms)", "tok/s", "clean share", "signature", "tags", "run"):
-        table.add_column(col, overflow="fold")
-    for model in models.values():
-        for run in model.all_runs:
-            s, h = run.s, run.headline
-            if not has_tags(s, tags):
-                continue
-            status = s.status + (f": {s.reason}" if s.reason and s.status != "complete" else "")
-            table.add_row(*cells(
-                run.date, s.model, s.arm, status, s.profile, s.determinism.outcome, h.distinct_text,
-                fmt_num(h.ttft_p50_ms), fmt_num(h.tokens_per_s), fmt_pct_pm(h.clean_share, h.clean_share_se, h.clean_n),
-                run.digest, " ".join(f"{k}={v}" for k, v in s.tags.items()) or "-", s.run_id,
-            ))
-    return table
+    parts: list[Any] = [Text(f"runs in {results_dir}" + (f" tagged {wanted}" if wanted else "")
+                             + ("" if rows else ": none"))]
+    for model in dict.fromkeys(r.model for r in rows):
+        table = Table(title=Text(model), title_justify="left", box=None, pad_edge=False, padding=(0, 1),
+                      caption=Text("answers: distinct of requests (the gate's most varied prompt); TTFT p50 in ms"),
+                      caption_justify="left")
+        table.add_column("id", no_wrap=True, min_width=8)
+        table.add_column("started", no_wrap=True, min_width=11)
+        table.add_column("arm", overflow="ellipsis", min_width=8)  # the one column that gives way
+        table.add_column("status", no_wrap=True, overflow="ellipsis", min_width=8, max_width=10)
+        table.add_column("answers", no_wrap=True, justify="right", min_width=7)
+        table.add_column("TTFT", no_wrap=True, justify="right", min_width=6)
+        table.add_column("tok/s", no_wrap=True, justify="right", min_width=6)
+        table.add_column("J/tok", no_wrap=True, justify="right", min_width=6)
+        notes: list[Text] = []
+        for r in (r for r in rows if r.model == model):
+            answers = f"{r.distinct_answers}/{r.requests}" if r.distinct_answers is not None else "-"
+            table.add_row(*cells(r.short_id, r.started_at[5:16].replace("T", " "), r.arm, r.status, answers,
+                                 _sig(r.ttft_p50_ms), _sig(r.tokens_per_s), _sig(r.j_per_token)))
+            if r.reason and r.status != "complete":
+                notes.append(Text(f"  {r.short_id} {r.status}: {r.reason}"))
+            if r.tags:
+                notes.append(Text(f"  {r.short_id} tags: " + " ".join(f"{k}={v}" for k, v in r.tags.items())))
+        parts.extend([table, *notes])
+    return Group(*parts)
+
+
+def _sig(v: float | None) -> str:
+    """A figure in a narrow column: three significant digits (`0.412`, `15.5`, `426`), '—' for none."""
+    if v is None:
+        return "—"
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def runs_document(results_dir: Path, tags: dict[str, str] | None = None) -> dict[str, Any]:
+    """`suite results --format json`: the runs with the envelope's schema version."""
+    return {"schema_version": RESULTS_SCHEMA_VERSION,
+            "runs": [row.model_dump(mode="json") for row in run_rows(results_dir, tags)]}
+
+
+def runs_flat(results_dir: Path, tags: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The runs as flat rows of `LISTED` (tags as KEY=VALUE words), for Markdown and CSV."""
+    out = []
+    for row in run_rows(results_dir, tags):
+        data = row.model_dump(mode="json")
+        data["tags"] = " ".join(f"{k}={v}" for k, v in row.tags.items())
+        out.append({k: data.get(k) for k in LISTED})
+    return out
+
+
+def runs_markdown(results_dir: Path, tags: dict[str, str] | None = None) -> str:
+    """The runs as a Markdown table to paste into an issue (every cell escaped for Markdown)."""
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        text = printable("" if v is None else str(v)).replace("\\", "\\\\").replace("|", "\\|")
+        return " ".join(text.split()) or "-"
+
+    lines = ["| " + " | ".join(LISTED) + " |", "|" + "---|" * len(LISTED)]
+    lines += ["| " + " | ".join(cell(r[k]) for k in LISTED) + " |" for r in runs_flat(results_dir, tags)]
+    return "\n".join(lines) + "\n"
+
+
+def runs_csv(results_dir: Path, tags: dict[str, str] | None = None) -> str:
+    """The runs as CSV (every text cell made safe for a spreadsheet, as the export's)."""
+    import csv
+    import io
+
+    from suite.sanitize import csv_cell
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(LISTED)
+    for r in runs_flat(results_dir, tags):
+        writer.writerow(["" if r[k] is None else csv_cell(r[k]) if isinstance(r[k], str) else r[k] for k in LISTED])
+    return buf.getvalue()
 
 
 class RunRow(BaseModel):
@@ -647,7 +718,7 @@ class RunRow(BaseModel):
     latency percentiles in ms, tokens/s and J/token (`RunFigures`), its tags and the suite's code."""
 
     run_id: str
-    short_id: str  # the 8-character id printed for it (the run id's tail); `suite compare` takes it
+    short_id: str  # the 8-character id printed for it (its own: reruns never share one); `suite compare` takes it
     run_dir: str
     model: str
     arm: str

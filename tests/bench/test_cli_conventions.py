@@ -211,7 +211,9 @@ def test_fail_on_variance_exits_1_and_json_is_alone_on_stdout(benched: dict) -> 
     assert by_arm["vary"]["overrides"] == {"gate_requests": 3, "reloads.launches": 1, "restarts.launches": 4}
     # for other tools: the tags, the suite's code, the figures (no latency stage ran: none), the claims
     assert by_arm["vary"]["tags"] == {"driver": "575.57", "host": "lab 2"}
-    assert by_arm["vary"]["short_id"] == by_arm["vary"]["run_id"].rsplit("-", 1)[-1] and by_arm["vary"]["suite"]["commit"]
+    from suite.records import short_id_of
+
+    assert by_arm["vary"]["short_id"] == short_id_of(by_arm["vary"]["run_id"]) and by_arm["vary"]["suite"]["commit"]
     assert {"latency", "j_per_token", "claims"} <= set(by_arm["vary"]) and by_arm["vary"]["latency"] is None
     gate_claim = next(c for c in by_arm["vary"]["claims"] if c["stage"] == "gate")
     assert gate_claim["counts"]["distinct"] == 3 and gate_claim["good"] is False and gate_claim["evidence"]["n"] == 3
@@ -266,7 +268,9 @@ def test_results_compare_and_doctor_speak_json(benched: dict) -> None:
     env, results = benched["env"], benched["results"]
     r = run_suite(["results", "--results", str(results), "--json"], env)
     assert r.returncode == 0, r.stderr
-    rows = json.loads(r.stdout)
+    doc = json.loads(r.stdout)
+    assert doc["schema_version"] == 1
+    rows = doc["runs"]
     assert len(rows) == 3 and {row["arm"] for row in rows} == {"same", "vary"}
     vary = next(row for row in rows if row["arm"] == "vary")
     assert vary["distinct_answers"] == 3 and vary["overrides"] == {"gate_requests": 3, "reloads.launches": 1, "restarts.launches": 4}
@@ -276,11 +280,11 @@ def test_results_compare_and_doctor_speak_json(benched: dict) -> None:
     assert any(c["stage"] == "gate" and c["prompt"] == "short-open" for c in vary["claims"])
     # filtered by tag: every tag given must match
     tagged = run_suite(["results", "--results", str(results), "--json", "--tag", "driver=575.57"], env)
-    tagged_rows = json.loads(tagged.stdout)  # the bench's two runs, not the gate's untagged one
+    tagged_rows = json.loads(tagged.stdout)["runs"]  # the bench's two runs, not the gate's untagged one
     assert sorted(row["arm"] for row in tagged_rows) == ["same", "vary"]
     assert all(row["tags"]["driver"] == "575.57" for row in tagged_rows)
     both = run_suite(["results", "--results", str(results), "--json", "--tag", "driver=575.57", "--tag", "host=lab 1"], env)
-    assert json.loads(both.stdout) == []
+    assert json.loads(both.stdout)["runs"] == []
     table = " ".join(run_suite(["results", "--results", str(results), "--tag", "host=lab 2"], env).stdout.split())
     assert "driver=575.57 host=lab 2" in table and "tagged host=lab 2" in table
 

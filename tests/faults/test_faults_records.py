@@ -81,7 +81,7 @@ def test_a_record_missing_a_field_is_named_and_every_view_shows_the_rest(tmp_pat
     listed = _cli(["results", "--json"], results, tmp_path)
     exported = _cli(["export", "--format", "csv", "--out", str(tmp_path / "export")], results, tmp_path)
     procs = (site, listed, exported)
-    shown = json.loads(listed.stdout) if listed.returncode == 0 else []
+    shown = json.loads(listed.stdout)["runs"] if listed.returncode == 0 else []
     runs_csv = tmp_path / "export" / "runs.csv"
     exported_rows = runs_csv.read_text().count("\n") - 1 if runs_csv.exists() else 0
     fault_report(tracebacks=sum(_aborted(p) for p in procs),

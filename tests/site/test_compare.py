@@ -145,13 +145,21 @@ def test_answers_cut_at_the_cap_agree_only_up_to_it():
 
 
 def test_the_short_id_printed_for_a_run_names_it_and_an_ambiguous_one_is_one_line():
-    """The 8-character id (the run id's tail) is taken wherever a run is named, a prefix of it too;
-    one that several runs share is one line listing them, exit 2."""
+    """The 8-character id printed for a run is its own (reruns of one configuration share their
+    run id's tail, never a short id), taken wherever a run is named, a prefix of it too; the run
+    id's tail still names a run where no short id matches, and one that several runs share is one
+    line listing them, exit 2."""
+    from suite.records import short_id_of
+
     vllm = next(d for d in iter_run_dirs(GOLDEN) if d.parent.name == "vllm-cpu")
-    short = vllm.name.rsplit("-", 1)[-1]
-    assert resolve_run(short, GOLDEN) == vllm and resolve_run(short[:5], GOLDEN) == vllm
+    short = short_id_of(vllm.name)
+    assert len(short) == 8 and resolve_run(short, GOLDEN) == vllm and resolve_run(short[:6], GOLDEN) == vllm
     shared = [d for d in iter_run_dirs(GOLDEN) if d.name.endswith("-bdd8ea8b")]
     assert len(shared) == 3
+    # three reruns of one configuration: three short ids, each naming its own run
+    assert len({short_id_of(d.name) for d in shared}) == 3
+    assert all(resolve_run(short_id_of(d.name), GOLDEN) == d for d in shared)
+    assert len({short_id_of(d.name) for d in iter_run_dirs(GOLDEN)}) == len(iter_run_dirs(GOLDEN))
     with pytest.raises(SuiteError, match=r"run 'bdd8ea8b' is ambiguous: 3 runs under .* match it \(.*\); give more"):
         resolve_run("bdd8ea8b", GOLDEN)
     other = next(d for d in iter_run_dirs(GOLDEN) if d.parent.parent.name == "tiny" and d.parent.name == "llamacpp-python")
