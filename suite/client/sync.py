@@ -102,12 +102,28 @@ class OpenAIClient:
 
     def post_empty(self, path: str) -> tuple[int, str]:
         """POST with no body to one of the runtime's own endpoints (vLLM's /reset_prefix_cache):
-        the status and the start of the reply; ClientError when the runtime does not answer."""
+        the status and the start of the reply; ClientError when the runtime does not answer, and
+        when it takes longer than the client's `timeout_s` or the stage's time budget left (a reset
+        that hangs ends with the budget, as every other request does)."""
+        where = f"POST {self.base_url}{path}"
+        window, late = request_window(where, self.timeout_s)
+        if window <= 0:
+            raise ClientError(late)
+        deadline = time.perf_counter() + window
         try:
-            r = self._http.post(path)
+            with self._http.stream("POST", path, timeout=httpx.Timeout(window)) as r:
+                pieces, size = [], 0
+                for piece in r.iter_bytes():
+                    size += len(piece)
+                    if time.perf_counter() > deadline:
+                        raise ClientError(late)
+                    if size <= 4096:
+                        pieces.append(piece)
+        except httpx.TimeoutException:
+            raise ClientError(late) from None
         except httpx.HTTPError as exc:
-            raise ClientError(f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
-        return r.status_code, r.text[:300]
+            raise ClientError(f"{where}: {type(exc).__name__}: {exc}") from None
+        return r.status_code, _text(b"".join(pieces))[:300]
 
     def models(self) -> list[dict[str, Any]]:
         data = self.get_json("/v1/models")

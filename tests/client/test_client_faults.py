@@ -251,3 +251,29 @@ def test_latency_stage_records_a_stalled_and_a_malformed_request(stand_in: Any) 
     assert all(r["kind"] == "latency" and r["warmup"] is False for r in recorded)
     assert sorted(r["prompt_index"] for r in recorded) == list(range(10, 18))
     client.close()
+
+
+def test_a_cache_reset_that_hangs_ends_with_the_stage_budget() -> None:
+    """A runtime's reset endpoint (vLLM's /reset_prefix_cache) that never answers: the POST ends when
+    the stage's time budget is spent, with a line naming the budget, not after the client's timeout."""
+    from suite.client.budget import budget
+
+    class Hang(BaseHTTPRequestHandler):
+        def log_message(self, *a: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            time.sleep(30)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hang)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = OpenAIClient(f"http://127.0.0.1:{server.server_address[1]}", "m", timeout_s=600)
+        t0 = time.monotonic()
+        with budget(1.5, "stage batch"), pytest.raises(ClientError, match="stage batch: its time budget of 1.5 s"):
+            client.post_empty("/reset_prefix_cache")
+        assert time.monotonic() - t0 < 5
+        client.close()
+    finally:
+        server.shutdown()

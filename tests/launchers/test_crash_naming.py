@@ -330,3 +330,23 @@ def test_a_failed_runs_page_hides_the_sections_that_did_not_run(crashed: dict) -
     ok = parse(next(site.glob("runs/*-same.html")).read_text())
     headings = [h.text() for h in ok.all("h2")]
     assert "What failed" not in headings and "Latency" in headings and "Restarts" in headings  # unchanged
+
+
+def test_a_runtime_that_dies_during_the_in_launch_pairs_fails_that_row_with_its_own_error(tmp_path: Path) -> None:
+    """A control tried inside one launch (a request field: its per-request form) whose runtime dies
+    among the pairs: the row is failed with the runtime's own crash, never "ok"."""
+    images = standin_images(tmp_path / "images", {"dies": ["--mode", "segv-after", "--after", "5"]})
+    definition = images / "dies" / "runtime.toml"
+    definition.write_text(definition.read_text() + '\n[controls.fieldy]\ndescription = "a request field"\n'
+                          'extra_body = { fieldy = true }\n')
+    cards = standin_card(tmp_path / "cards", "dying", ["dies"])
+    env = suite_env(tmp_path, images, cards)
+    results = tmp_path / "results"
+    r = run_suite(["bench", "--model", "dying", "--profile", "quick", "--stages", "gate,controls", "--controls",
+                   "fieldy", "--gate-requests", "3", "--launcher", "local", "--results", str(results)], env)
+    assert "Traceback" not in r.stderr, r.stderr
+    (path,) = results.glob("dying/dies/*/summary.json")
+    rows = {row["configuration"]: row for row in json.loads(path.read_text())["controls"]["rows"]}
+    row = rows["fieldy"]
+    assert row["in_launch"] and row["status"] == "failed", row
+    assert row["reason"].startswith("crashed: SIGSEGV (segmentation fault)"), row["reason"]

@@ -181,6 +181,7 @@ class InLaunchRun(BaseModel):
     paired_tokens_per_s: float | None = None  # requests without it, in the same launch
     energy: Energy | None = None
     wall_s: float = 0.0
+    died: str | None = None  # the runtime died during this control's pairs: how (its own error)
 
 
 def run_controls(ctx: StageContext, names: list[str], prompts: list[GatePrompt], level: float,
@@ -211,6 +212,9 @@ def run_controls(ctx: StageContext, names: list[str], prompts: list[GatePrompt],
                     log.info("controls %s in one launch, %s: %s after %d pairs", name, prompt.id, series.stop,
                              len(series.outcomes))
                     if series.stop == "failed" and not running.alive():
+                        from suite.stages.repeat import death_reason_of
+
+                        run.died = death_reason_of(running)() or "the runtime died during the pairs"
                         break
             run.tokens_per_s = round(tokens[True] / http[True], 3) if http[True] > 0 and tokens[True] else None
             run.paired_tokens_per_s = round(tokens[False] / http[False], 3) if http[False] > 0 and tokens[False] else None

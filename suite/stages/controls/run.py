@@ -544,8 +544,10 @@ def run_in_launch_rows(ctx: StageContext, names: list[str], prompts: list[str], 
             row.sent[pid] = series.requests
             row.modal_count[pid] = series.with_answers if series.with_distinct <= 1 else 0
         failed = next((s for s in run.series.values() if s.stop == "failed"), None)
-        if failed is not None and not any(s.outcomes for s in run.series.values()):
-            row.status, row.reason = "failed", failed.reason
+        if run.died is not None or (failed is not None and not any(s.outcomes for s in run.series.values())):
+            # the runtime died during the pairs (or no pair ran): the row failed, with the runtime's
+            # own error, whatever pairs came before
+            row.status, row.reason = "failed", run.died or (failed.reason if failed else None)
     return list(rows.values())
 
 
