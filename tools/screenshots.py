@@ -21,7 +21,7 @@ from browser import Browser  # noqa: E402
 
 from suite.site.publish import build_site  # noqa: E402
 
-TREES = ("cpu-results", "gpu-results", "gpu-vllm-results")
+TREES = ("cpu-results", "gpu-results", "gpu-vllm-results", "gpu-lightning-results")
 OUT = ROOT / "docs" / "screenshots" / "first-screen"
 
 

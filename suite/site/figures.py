@@ -457,13 +457,17 @@ class ModelRuns:
         batch_claims = {name: next(iter(claims_of_stage(a.for_stage("batch").s, "batch")), None)
                         for name, a in self.arms.items()}
         own = {name: figures(a) for name, a in self.arms.items()}
+        # the model's determinism mode, where an arm's start refused it: the engine's own line
+        refused = next(((r.s.determinism.control or "determinism mode", r.s.determinism.error_line or "refused")
+                        for a in self.arms.values() for r in a.runs
+                        if r.s.determinism.outcome == "refused"), None)
         out: dict[str, Any] = {}
         for name, a in self.arms.items():
             siblings = {other: (batch_claims[other], own[other]) for other in self.arms if other != name}
             runs = {stage: (r.s if getattr(r.s, stage, None) is not None else None)
                     for stage in ("controls", "batch", "restarts") for r in [a.for_stage(stage)]}
             out[name] = three_answers(a.gate_run.s, runs["controls"], runs["batch"], runs["restarts"], siblings,
-                                      own[name], current=a.current.s)
+                                      own[name], current=a.current.s, refused=refused)
         return out
 
     @property

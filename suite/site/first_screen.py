@@ -16,6 +16,7 @@ caveats) is one click away on the page (`<details>`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,7 +104,7 @@ def _cost_text(cost: dict[str, float]) -> str:
 
 def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None, restarts_run: Any | None,
                   siblings: dict[str, Any] | None = None, own_figures: dict[str, float | None] | None = None,
-                  current: Any | None = None) -> ThreeAnswers:
+                  current: Any | None = None, refused: tuple[str, str] | None = None) -> ThreeAnswers:
     """The three answers of one arm, each from the run the page shows that stage from.
 
     `siblings`: other arms of the model (name -> (their batch claim, their figures)), for the cost of
@@ -184,6 +185,13 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
         good = None
     if cost.phrase == "—" and same_answer.good and batch is None:
         cost = Answer("nothing to fix", None)
+    if cost.phrase in ("—", "no fix shown") and (good is False or same_answer.good is False) and refused is not None:
+        # the fix a user would reach for first is the runtime's determinism mode: where its start
+        # refused it for this model, the cost is that there is none, in the engine's own words
+        mode, line = refused
+        said = re.sub(r"^(\([^)]*\)\s*)?(ERROR|CRITICAL)\s+[\d-]+\s+[\d:.]+\s+\[[^\]]*\]\s*", "", line)
+        cost = Answer(f"no {mode} mode for this model: {said}", None,
+                      [f"the {mode} arm's start-up refused it: {line}"])
     seen: set[tuple[str, str, str]] = set()
     notes = []
     for run in (current, gate_run, controls_run, batch_run, restarts_run):
