@@ -617,7 +617,7 @@ def has_tags(summary: Any, wanted: dict[str, str] | None) -> bool:
 # `suite results --format json`'s envelope: its version changes when a field changes meaning.
 RESULTS_SCHEMA_VERSION = 1
 # The columns of `suite results --format md|csv`: RunRow's fields, in this order.
-LISTED = ("short_id", "started_at", "model", "arm", "status", "distinct_answers", "requests", "ttft_p50_ms",
+LISTED = ("short_id", "started_at", "model", "arm", "status", "determinism", "distinct_answers", "requests", "ttft_p50_ms",
           "tokens_per_s", "j_per_token", "reason", "tags", "run_id")
 
 

@@ -169,7 +169,8 @@ def verdict_of(prompts: list[GatePromptResult], stopped: str | None,
         return False, f"not reproducible: {parts}{tail}"
     short = [p for p in prompts if needed is not None and p.answered < needed]
     if short and not stopped:
-        why = ", ".join(f"{p.prompt_id}: {p.answered} of {needed} answered" for p in short)
+        why = ", ".join(f"{p.prompt_id}: {p.answered} of {needed} answered"
+                        + (f" ({p.stopped_reason})" if p.stopped_reason else "") for p in short)
         return None, f"undetermined: {why}{tail}"
     thin = [p for p in prompts if p.answered < 2]
     if stopped or thin or not prompts:

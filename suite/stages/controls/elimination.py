@@ -348,7 +348,9 @@ def row_costs(row: MatrixRow, default: MatrixRow | None) -> dict[str, float]:
 def same_mix(sent: dict[str, int], other: dict[str, int]) -> bool:
     """Whether two rows sent the same prompts in the same proportions (a row of two launches sends
     twice each prompt's requests: the same mix, so its rates compare)."""
-    if not sent or set(sent) != set(other):
+    if not sent or not other:
+        return sent == other  # neither row says what it sent: the old rule (equal, both empty)
+    if set(sent) != set(other):
         return False
     first = next(iter(sent))
     return all(sent[k] * other[first] == other[k] * sent[first] for k in sent)

@@ -117,7 +117,12 @@ def test_a_prompt_the_runtime_refuses_is_named_and_the_next_prompt_runs(client):
     assert refused.requests == MAX_CONSECUTIVE_ERRORS and refused.answered == 0
     assert refused.stopped_reason.startswith(f"the runtime refused {MAX_CONSECUTIVE_ERRORS} requests in a row of too-long (HTTP 400)")
     assert result.stopped_reason is None
-    assert result.reproducible is None and f"too-long: 0 answer(s) in {MAX_CONSECUTIVE_ERRORS} requests (the runtime refused" in result.verdict
+    # undetermined: the refused prompt has none of the 8 answers it needed (a short-open series that
+    # varied, llama-server's cold first answer, is a finding of its own and reads "not reproducible")
+    varied = any(p.distinct_answers > 1 for p in (first, last))
+    assert result.reproducible is (False if varied else None), result.verdict
+    if not varied:
+        assert "too-long: 0 of 8 answered (the runtime refused" in result.verdict
     assert len(rec.lines) == 16 + MAX_CONSECUTIVE_ERRORS
 
 
