@@ -25,7 +25,8 @@ def control_row_line(row: dict[str, Any]) -> str:
     if row["status"] != "ok" or not cells:
         return f"{row['configuration']}: {row['status']}" + (f" ({row['reason']})" if row.get("reason") else "")
     distinct = "; ".join(f"{c['distinct']} distinct of {c['answered']}"
-                         + (f" (first answer alone different in {c['cold_odd'][0]} of {c['cold_odd'][1]} launches)"
+                         + (f" (first answer alone different in {c['cold_odd'][0]} of {c['cold_odd'][1]} "
+                            f"launch{'es' if c['cold_odd'][1] != 1 else ''})"
                             if c.get("cold_odd") else "") for c in cells)
     parts = [distinct]
     if row.get("unit") == "pair":
