@@ -8,11 +8,20 @@
 # (FlashInfer is not installed: its sampler must be off; attention uses FlashAttention 3.)
 # Usage: install-vllm-parts.sh PARTS_DIR TARGET [QUANTIZE_TARGET]
 #        (PARTS_DIR holds deps/, vllm.sha256 and every part; quantize/ for the third argument)
+# Every wheel is checked against wheels.sha256 and the vLLM archive against vllm.sha256 before
+# anything is installed: a swapped wheel or a torn part installs nothing, and the assembled archive
+# never stays behind.
 set -euo pipefail
 P=${1:?usage: install-vllm-parts.sh PARTS_DIR TARGET [QUANTIZE_TARGET]}
 T=${2:?usage: install-vllm-parts.sh PARTS_DIR TARGET [QUANTIZE_TARGET]}
 Q=${3:-}
+P=$(cd "$P" && pwd)  # the checksum files name files relative to it: a relative PARTS_DIR is made absolute
 pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$@"; }
+if [ -f "$P/wheels.sha256" ]; then
+  (cd "$P" && sha256sum --quiet -c wheels.sha256) || { echo "$P: a wheel does not match wheels.sha256 (swapped or torn): nothing installed"; exit 3; }
+else
+  echo "$P: no wheels.sha256 (parts made by an older prepare-vllm-parts.sh): the wheels are not checked"
+fi
 if [ -n "$Q" ] && [ ! -f "$Q/.quantize_ok" ]; then
   ls "$P"/quantize/*.whl >/dev/null 2>&1 || { echo "$P/quantize: no wheels of the quantisation tools"; exit 3; }
   mkdir -p "$Q" && pipi "$Q" "$P"/quantize/*.whl
@@ -22,9 +31,12 @@ if [ -n "$Q" ] && [ ! -f "$Q/.quantize_ok" ]; then
 fi
 [ -f "$T/.vllm_ok" ] && { echo "vllm already in $T"; exit 0; }
 mkdir -p "$T"
+# the archive put together and checked first, in a folder of its own that never stays behind
+WORK=$(mktemp -d "$(dirname "$T")/.vllm-parts.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+cat "$P"/vllm.tar.xz.part-* > "$WORK/vllm.tar.xz"
+(cd "$WORK" && sha256sum --quiet -c "$P/vllm.sha256") || { echo "vllm.tar.xz: checksum mismatch (a part is missing or torn): nothing installed"; exit 3; }
 pipi "$T" "$P"/deps/*.whl
-cat "$P"/vllm.tar.xz.part-* > "$T/../vllm.tar.xz"
-(cd "$T/.." && sha256sum -c "$P/vllm.sha256") || { echo "vllm.tar.xz: checksum mismatch (a part is missing or torn)"; exit 3; }
-tar -xJf "$T/../vllm.tar.xz" -C "$T" && rm -f "$T/../vllm.tar.xz"
+tar -xJf "$WORK/vllm.tar.xz" -C "$T"
 PYTHONPATH="$T" python3 -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)'
 touch "$T/.vllm_ok"

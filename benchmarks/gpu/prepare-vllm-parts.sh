@@ -65,5 +65,7 @@ rm -rf "$OUT/build/vtrim"; mkdir -p "$OUT/build/vtrim"
 rm -f "$OUT"/vllm.tar.xz.part-*
 split -b "${PART_MIB}M" "$OUT/build/vllm.tar.xz" "$OUT/vllm.tar.xz.part-"
 cp "$HERE/install-vllm-parts.sh" "$OUT/"
+# every wheel's checksum, checked by install-vllm-parts.sh before it installs anything
+(cd "$OUT" && find deps quantize -name '*.whl' -type f | sort | xargs sha256sum) > "$OUT/wheels.sha256"
 rm -rf "$OUT/build"
 du -sh "$OUT"/deps "$OUT"/deps/suite "$OUT"/quantize "$OUT"/vllm.tar.xz.part-*

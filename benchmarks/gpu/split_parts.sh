@@ -49,16 +49,22 @@ for what in "$@"; do
     [ -d "$V/quantize" ] && riders=$(( riders + $(du -sb "$V/quantize" | cut -f1) ))
     first=$(( room - riders ))
     [ "$first" -gt $MIB ] || { echo "the checkout ($((checkout / MIB)) MiB) leaves no room for the wheels"; exit 1; }
-    cat "$V"/vllm.tar.xz.part-* > /tmp/vllm.tar.xz
-    (cd /tmp && sha256sum -c "$REPO/$V/vllm.sha256" >/dev/null) || { echo "$V: the parts do not make vllm.tar.xz"; exit 3; }
+    # the archive put together in a folder of its own, removed however this ends (a torn part too)
+    WORK=$(mktemp -d /tmp/split-parts.XXXXXX)
+    trap 'rm -rf "$WORK"' EXIT
+    cat "$V"/vllm.tar.xz.part-* > "$WORK/vllm.tar.xz"
+    (cd "$WORK" && sha256sum --quiet -c "$REPO/$V/vllm.sha256") || { echo "$V: the parts do not make vllm.tar.xz"; exit 3; }
     rm -f "$V"/vllm.tar.xz.part-*
-    head -c "$first" /tmp/vllm.tar.xz > "$V/vllm.tar.xz.part-aa"
-    tail -c +$(( first + 1 )) /tmp/vllm.tar.xz | split -b "$room" -a 1 - "$V/vllm.tar.xz.rest-"
-    for f in "$V"/vllm.tar.xz.rest-*; do  # rest-a, rest-b ... -> part-ab, part-ac ...
-      letter=${f##*-}; next=$(printf "\\$(printf '%03o' $(( $(printf '%d' "'$letter") + 1 )))")
-      mv "$f" "$V/vllm.tar.xz.part-a$next"
-    done
-    rm -f /tmp/vllm.tar.xz
+    head -c "$first" "$WORK/vllm.tar.xz" > "$V/vllm.tar.xz.part-aa"
+    size=$(stat -c %s "$WORK/vllm.tar.xz")
+    if [ "$size" -gt "$first" ]; then  # an archive that fits the first call makes one part alone
+      tail -c +$(( first + 1 )) "$WORK/vllm.tar.xz" | split -b "$room" -a 1 - "$V/vllm.tar.xz.rest-"
+      for f in "$V"/vllm.tar.xz.rest-*; do  # rest-a, rest-b ... -> part-ab, part-ac ...
+        letter=${f##*-}; next=$(printf "\\$(printf '%03o' $(( $(printf '%d' "'$letter") + 1 )))")
+        mv "$f" "$V/vllm.tar.xz.part-a$next"
+      done
+    fi
+    rm -rf "$WORK"
     echo "vllm: part aa with deps/$( [ -d "$V/quantize" ] && echo ' and quantize/') ($(( (first + riders) / MIB )) MiB), then:"
     ls -la "$V" | grep part-
   else
