@@ -363,38 +363,33 @@ def polars_csv_types(schema_doc: dict[str, Any]) -> dict[str, Any]:
             for name, c in schema_doc["columns"].items()}
 
 
-def _write_table(df: pl.DataFrame, path: Path, fmt: str) -> None:
-    """Write one table through a temporary file of the folder and a rename: a symbolic link at
-    `path` is replaced, never followed (the file it points to is left as it was)."""
+def _replace(path: Path, write: Callable[[str], object], what: str) -> None:
+    """Write a file through a temporary file of its folder and a rename: a symbolic link at `path`
+    is replaced, never followed (the file it points to is left as it was)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
     try:
-        if fmt == "parquet":
-            df.write_parquet(tmp)
-        else:
-            csv_safe(for_csv(df)).write_csv(tmp)
+        write(tmp)
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except OSError as exc:
-        raise SuiteError(f"{path}: cannot write the export: {exc.strerror or exc}") from None
+        raise SuiteError(f"{path}: cannot write {what}: {exc.strerror or exc}") from None
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+def _write_table(df: pl.DataFrame, path: Path, fmt: str) -> None:
+    """One table, Parquet or CSV (`_replace`)."""
+    if fmt == "parquet":
+        _replace(path, df.write_parquet, "the export")
+    else:
+        _replace(path, csv_safe(for_csv(df)).write_csv, "the export")
 
 
 def _write_schema(path: Path, doc: dict[str, Any]) -> None:
-    """The schema file beside a CSV table, through a temporary file and a rename (as the table)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=1)
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise SuiteError(f"{path}: cannot write the export's schema: {exc.strerror or exc}") from None
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    """The schema file beside a CSV table (`_replace`)."""
+    _replace(path, lambda tmp: Path(tmp).write_text(json.dumps(doc, indent=1)), "the export's schema")
 
 
 def export_tables(results_dir: Path, fmt: str, out_dir: Path) -> list[Path]:

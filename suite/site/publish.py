@@ -644,7 +644,7 @@ def list_runs(results_dir: Path, tags: dict[str, str] | None = None) -> Any:
         table.add_column("id", no_wrap=True, min_width=8)
         table.add_column("started", no_wrap=True, min_width=11)
         table.add_column("arm", overflow="ellipsis", min_width=8)  # the one column that gives way
-        table.add_column("status", no_wrap=True, overflow="ellipsis", min_width=8, max_width=10)
+        table.add_column("status", overflow="ellipsis", min_width=8)  # gives way after the arm
         table.add_column("answers", no_wrap=True, justify="right", min_width=7)
         table.add_column("TTFT", no_wrap=True, justify="right", min_width=6)
         table.add_column("tok/s", no_wrap=True, justify="right", min_width=6)
