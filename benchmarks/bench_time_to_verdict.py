@@ -18,12 +18,23 @@ Holm over the three, at the suite's levels:
   (a warm-up such as autotuning). The cause: `flag-a`; emptying the cache does nothing.
 - `no-effect`: a first-request transient whose cause is none of the three controls: nothing may be
   credited.
+- `intermittent-5`, `-10`, `-20`, `-30`: a request without `cache` gives another answer at random in
+  5-30 % of requests (the usual "2 of 20"); with it, never. The cause: `cache`.
+- `carryover-10`: as `intermittent-10`, but the control's effect lasts into the next request (a request
+  without it that follows one with it answers as with it). The cause: `cache`.
+- `half-launches`: `intermittent-20` in every other launch only; in the others nothing varies. The
+  cause: `cache`.
+
+The per-request control's series is the stage's own code (`suite.stages.controls.inlaunch.run_series`
+on a scripted client whose answers follow the truth, the cache reset its POST); the launch rows are
+the suite's own tests (Fisher's exact test, `launches_for`, Holm) over simulated launches.
 
 `--real` runs both designs on a real llama-server with the tiny model (its prompt cache makes the
 first answer differ; `prompt-cache-off` is a request field): the suite's bench, gate then the
-automatic control matrix. The last line:
+automatic control matrix. The last line, over every simulated truth with a cause:
 
-    launches per credited cause X (was Y); requests per verdict Z (was W); false credit F; power P
+    every truth with a cause (N): launches per credited cause X (launch rows only: Y); no-effect matrix
+    R requests, L launches (launch rows only: ...); worst false credit F; worst power P (launch rows only: ...)
 """
 
 from __future__ import annotations
@@ -54,8 +65,17 @@ class Truth:
     cause: str | None
     transient: bool  # the gate's variance is the first request alone (once per launch)
 
-    def answer(self, *, first: bool, emptied: bool, control: str | None, rng: random.Random) -> str:
+    rate: float = 0.0  # intermittent truths: the share of requests without the control that differ
+    carry: bool = False  # the control's effect lasts into the next request
+    every_other_launch: bool = False  # the cause shows in every other launch only
+
+    def answer(self, *, first: bool, emptied: bool, control: str | None, rng: random.Random,
+               treated_before: bool = False, launch: int = 0) -> str:
         """The answer of one request: 'cold', 'warm' or 'noise'."""
+        if self.rate:
+            shows = not (self.every_other_launch and launch % 2)
+            treated = control == self.cause or emptied or (self.carry and treated_before)
+            return "noise" if shows and not treated and rng.random() < self.rate else "warm"
         if control is not None and control == self.cause and not (self.name == "cache-transient"):
             return "warm"  # the cause's control removes the variance
         if self.name == "cache-transient":
@@ -69,7 +89,10 @@ class Truth:
 
 
 TRUTHS = [Truth("cache-transient", "cache", True), Truth("batch-effect", "flag-a", False),
-          Truth("launch-effect", "flag-a", True), Truth("no-effect", None, True)]
+          Truth("launch-effect", "flag-a", True), Truth("no-effect", None, True),
+          *(Truth(f"intermittent-{int(q * 100)}", "cache", False, rate=q) for q in (0.05, 0.1, 0.2, 0.3)),
+          Truth("carryover-10", "cache", False, rate=0.1, carry=True),
+          Truth("half-launches", "cache", False, rate=0.2, every_other_launch=True)]
 
 
 @dataclass
@@ -82,11 +105,15 @@ class Outcome:
         return self.launches * launch_s + self.requests * request_s
 
 
+_LAUNCH = [0]  # launches simulated so far (a truth that shows in every other launch only reads it)
+
+
 def _launch_gate(truth: Truth, control: str | None, n: int, rng: random.Random,
                  stop_at_second: bool) -> list[str]:
     out: list[str] = []
+    _LAUNCH[0] += 1
     for i in range(n):
-        out.append(truth.answer(first=i == 0, emptied=False, control=control, rng=rng))
+        out.append(truth.answer(first=i == 0, emptied=False, control=control, rng=rng, launch=_LAUNCH[0]))
         if stop_at_second and len(set(out)) >= CONTROL_STOP_AFTER_DISTINCT:
             break
     return out
@@ -125,6 +152,11 @@ def _launch_rows(truth: Truth, names: list[str], m: int, rng: random.Random, o: 
         answers = _launch_gate(truth, name, GATE_REQUESTS, rng, True)
         o.launches += 1
         o.requests += len(answers)
+        if len(set(answers)) == 1:  # one answer: launched again, a credit rests on two launches (the stage's rule)
+            again = _launch_gate(truth, name, GATE_REQUESTS, rng, True)
+            o.launches += 1
+            o.requests += len(again)
+            answers += again
         ps[name] = (fisher_fewer_others(0, len(answers), d_others, len(default))
                     if len(set(answers)) == 1 else None)
     return ps
@@ -143,37 +175,55 @@ def old_design(truth: Truth, rng: random.Random, launch_rng: random.Random) -> O
     return o
 
 
+class _ScriptedClient:
+    """A client whose answers follow a truth: what `run_series` sends it, it answers as the truth
+    says (the cache reset is its POST; a request with `cache` is the one right after a reset)."""
+
+    def __init__(self, truth: Truth, rng: random.Random, launch: int) -> None:
+        from suite.client.params import GenerationParams
+
+        self.truth, self.rng, self.launch = truth, rng, launch
+        self.params = GenerationParams(seed=42, temperature=0.0)
+        self.model = "scripted"
+        self.first_seen = False
+        self.emptied = False
+        self.treated_before = False
+        self.sent = 0
+
+    def post_empty(self, path: str) -> tuple[int, str]:
+        self.emptied = True
+        return 200, ""
+
+    def complete(self, prompt: str, *, max_tokens: int, logprobs: int | None = None, stream: bool = False,
+                 extra: dict | None = None):  # type: ignore[no-untyped-def]
+        from suite.client.replies import Completion
+
+        a = self.truth.answer(first=not self.first_seen, emptied=self.emptied, control=None, rng=self.rng,
+                              treated_before=self.treated_before, launch=self.launch)
+        self.treated_before, self.emptied, self.first_seen = self.emptied, False, True
+        self.sent += 1
+        return Completion(text=a, token_ids=[hash(a) % 1000], finish_reason="stop", e2e_s=0.0, completion_tokens=1)
+
+    chat = complete
+
+
 def in_launch_series(truth: Truth, rng: random.Random, level: float) -> tuple[str, int]:
-    """`cache` inside one launch: its decision and the requests it took."""
-    first_seen = False
+    """`cache` inside one launch, through the stage's own series code: its decision and requests."""
+    from types import SimpleNamespace
 
-    def ask(with_control: bool) -> str:
-        nonlocal first_seen
-        a = truth.answer(first=not first_seen, emptied=with_control, control=None, rng=rng)
-        first_seen = True
-        return a
+    from suite.definitions import InLaunch
+    from suite.stages.controls.inlaunch import run_series
+    from suite.stages.repeat import GatePrompt
 
-    ask(False)  # the prompt's first request in the launch, without the control: not tested
-    reference = ask(True)
-    outcomes: list[str] = []
-    requests = 2
-    seen_with = {reference}
-    stop = "undecided"
-    while len(outcomes) < MAX_PAIRS:
-        order = (True, False) if rng.random() < 0.5 else (False, True)
-        got = {w: ask(w) for w in order}
-        requests += 2
-        seen_with.add(got[True])
-        w, n = got[True] == reference, got[False] == reference
-        outcomes.append("F" if w and not n else "U" if n and not w else "C")
-        if len(seen_with) > 1:
-            stop = "second-answer"
-            break
-        d = decide(outcomes, level, MAX_PAIRS, EFFECT)  # type: ignore[arg-type]
-        if d.decision in ("credit", "rule-out"):
-            stop = d.decision
-            break
-    return stop, requests
+    _LAUNCH[0] += 1
+    client = _ScriptedClient(truth, rng, _LAUNCH[0])
+    ctx = SimpleNamespace(record_request=lambda *a, **k: None,
+                          runtime=SimpleNamespace(server=SimpleNamespace(reset_cache_path="/reset"),
+                                                  capabilities=SimpleNamespace(logprobs="none")))
+    prompt = GatePrompt(id="p", version=1, max_tokens=8, prompt="p")
+    series, _ = run_series(ctx, client, "cache", InLaunch(reset_cache=True), prompt, 8,  # type: ignore[arg-type]
+                           level, seed=rng.randrange(1 << 30), max_pairs=MAX_PAIRS, effect=EFFECT)
+    return series.stop, client.sent
 
 
 def new_design(truth: Truth, rng: random.Random, launch_rng: random.Random) -> Outcome:
@@ -187,9 +237,12 @@ def new_design(truth: Truth, rng: random.Random, launch_rng: random.Random) -> O
         credited.append("cache")
         o.credited = tuple(credited)  # the cause found inside the launch: the launch rows are not started
         return o
-    ps = _launch_rows(truth, ["flag-a", "flag-b"], m, launch_rng, o)
-    ps["cache"] = None
-    o.credited = _credit(ps, m)
+    # the launch rows; a per-request control whose pairs could not decide is tried over launches too
+    undecided = stop == "undecided"
+    ps = _launch_rows(truth, ["flag-a", "flag-b", *(["cache"] if undecided else [])], m + undecided, launch_rng, o)
+    if not undecided:
+        ps["cache"] = None
+    o.credited = _credit(ps, m + undecided)
     return o
 
 
@@ -271,8 +324,7 @@ def main() -> None:
     per_request = [t for t in TRUTHS if t.cause == "cache"]
     mix_new, _ = per_cause("in-launch", TRUTHS)
     mix_old, _ = per_cause("today", TRUTHS)
-    print(f"over every truth with a cause (one of three a per-request cause): launches per credited cause "
-          f"{mix_new:.2f} (was {mix_old:.2f}); a launch-level cause costs what it did")
+    print(f"over every truth with a cause: launches per credited cause {mix_new:.2f} (was {mix_old:.2f})")
     new_l, new_r = per_cause("in-launch", per_request)
     old_l, old_r = per_cause("today", per_request)
     false = max(sim[t.name]["in-launch"]["false_credit"] for t in TRUTHS)
@@ -296,9 +348,15 @@ def main() -> None:
         where = "real llama-server, a per-request cause"
     else:
         where = "simulated, a per-request cause"
-    print(f"launches per credited cause {new_l:.2f} (was {old_l:.2f}); requests per verdict {new_r:.1f} "
-          f"(was {old_r:.1f}); false credit {false:.3f}; power {power:.3f} ({where}; false credit and power: "
-          f"worst over the simulated truths)")
+    print(f"{where}: launches per credited cause {new_l:.2f} (was {old_l:.2f}); requests per verdict {new_r:.1f} "
+          f"(was {old_r:.1f})")
+    # the last line: over every simulated truth with a cause, and the no-effect matrix's cost
+    none = sim["no-effect"]
+    print(f"every truth with a cause ({sum(1 for t in TRUTHS if t.cause)}): launches per credited cause "
+          f"{mix_new:.2f} (launch rows only: {mix_old:.2f}); no-effect matrix {none['in-launch']['requests']:.0f} "
+          f"requests, {none['in-launch']['launches']:.1f} launches (launch rows only: {none['today']['requests']:.0f}, "
+          f"{none['today']['launches']:.1f}); worst false credit {false:.3f}; worst power {power:.3f} "
+          f"(launch rows only: {old_power:.3f})")
 
 
 if __name__ == "__main__":
