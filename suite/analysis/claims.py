@@ -19,6 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from suite.analysis.levels import ALPHA
+
 ClaimKind = Literal["gate", "within-launches", "across-launches", "control", "elimination", "batch", "sessions",
                     "paired", "extraction", "compare"]
 Correction = Literal["none", "Holm", "Bonferroni", "intersection-union", "closed testing (Fisher)"]
@@ -30,7 +32,7 @@ class Family(BaseModel):
     name: str = Field(description="what the family is: 'prompts of the across-launch verdict', 'controls of the matrix'")
     size: int = Field(description="tests in the family")
     correction: Correction = Field(description="how the family's error rate is held at `alpha`")
-    alpha: float = Field(default=0.05, description="the family's level")
+    alpha: float = Field(default=ALPHA, description="the family's level")
 
     @property
     def text(self) -> str:

@@ -55,6 +55,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from suite.analysis.levels import ALPHA as LEVEL_ALPHA
+from suite.analysis.levels import CONFIDENCE
 from suite.analysis.stats import clopper_pearson, t_quantile
 from suite.analysis.tokens import token_count
 
@@ -64,12 +66,12 @@ log = logging.getLogger(__name__)
 # a 50 % share of differing launches (2 * 0.5^K > 5 %), and an interval from 2-5 units is mostly width.
 MIN_LAUNCHES_FOR_CI = 6
 # The level of the tests behind "NOT consistent across launches" and "cold-start transient".
-ALPHA = 0.05
+ALPHA = LEVEL_ALPHA
 PERMUTATIONS = 2000
 # Two logprobs of the same token further apart than this (nats) are reported as different.
 LOGPROB_TOLERANCE = 1e-3
 # The confidence with which "one answer in N" bounds how common an unseen answer can be.
-UNSEEN_CONFIDENCE = 0.95
+UNSEEN_CONFIDENCE = CONFIDENCE
 
 Pattern = Literal["stable", "cold-transient", "switch", "varies", "undetermined"]
 
@@ -533,7 +535,7 @@ def within_agreement(groups: Sequence[Sequence[Hashable]]) -> float | None:
     return a / t if t else None
 
 
-def jackknife_over_launches(groups: Sequence[Sequence[Hashable]], level: float = 0.95) -> tuple[float, float] | None:
+def jackknife_over_launches(groups: Sequence[Sequence[Hashable]], level: float = CONFIDENCE) -> tuple[float, float] | None:
     """Jackknife t-interval of the across-launch agreement, leaving out one launch at a time.
 
     agreement +/- t(K-1) * SE_jackknife, clipped to [0, 1]; the unit is the launch (session), so
@@ -562,7 +564,7 @@ def jackknife_over_launches(groups: Sequence[Sequence[Hashable]], level: float =
     return max(0.0, theta - half), min(1.0, theta + half)
 
 
-def pooled_projection(groups: Sequence[Sequence[Hashable]], level: float = 0.95) -> tuple[float, float] | None:
+def pooled_projection(groups: Sequence[Sequence[Hashable]], level: float = CONFIDENCE) -> tuple[float, float] | None:
     """The agreement's range over an exact interval of the pooled answer shares (answers as draws).
 
     Two answers: agreement = 1 - 2p(1 - p) for the other answer's share p, taken over its
@@ -592,7 +594,7 @@ def pooled_projection(groups: Sequence[Sequence[Hashable]], level: float = 0.95)
     return lo_m * lo_m, max(g(lo_m), g(hi_m))
 
 
-def agreement_interval(groups: Sequence[Sequence[Hashable]], level: float = 0.95) -> tuple[float, float] | None:
+def agreement_interval(groups: Sequence[Sequence[Hashable]], level: float = CONFIDENCE) -> tuple[float, float] | None:
     """The across-launch agreement's interval: the jackknife over launches joined with two exact
     projections, of the pooled answers and of the launches' modal answers (one per launch).
 
@@ -1111,7 +1113,7 @@ def _pair_measures(a: dict[str, Sample], b: dict[str, Sample], items: Sequence[s
 
 
 def jackknife_pair_sums(sums: list[list[float]], counts: list[list[int]],
-                        level: float = 0.95) -> tuple[float, float] | None:
+                        level: float = CONFIDENCE) -> tuple[float, float] | None:
     """Jackknife t-interval of a pooled between-group mean, leaving out one group (session) at a time.
 
     `sums[i][j]` / `counts[i][j]` (i != j): the measure summed over the pairs of units of groups
@@ -1155,7 +1157,7 @@ def jackknife_pair_sums(sums: list[list[float]], counts: list[list[int]],
 
 
 def count_projection(estimate: float, unlike: int, answers: int,
-                     level: float = 0.95) -> tuple[float, float] | None:
+                     level: float = CONFIDENCE) -> tuple[float, float] | None:
     """An agreement's range over the exact interval of how many answers were unlike the rest.
 
     `unlike` of `answers` (prompt x run answers) differ from their prompt's modal answer. Near the

@@ -26,6 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from suite.analysis.levels import ALPHA, CONFIDENCE
+
 log = logging.getLogger(__name__)
 
 BOOTSTRAP_SEED = 42
@@ -102,7 +104,7 @@ def t_quantile(p: float, df: float) -> float:
     return (lo + hi) / 2.0
 
 
-def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
+def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
     """Student's t-interval of the mean: mean -/+ t(n-1) * SE; None for fewer than two values."""
     xs = [float(v) for v in values]
     m, se = mean(xs), standard_error(xs)
@@ -123,7 +125,7 @@ def _beta_quantile(q: float, a: float, b: float) -> float:
     return (lo + hi) / 2.0
 
 
-def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float] | None:
+def clopper_pearson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
     """The exact (Clopper-Pearson) interval of a binomial share k/n, from beta quantiles."""
     if n <= 0 or not 0 <= k <= n:
         return None
@@ -181,7 +183,7 @@ def fisher_combined_p(ps: Sequence[float]) -> float:
     return min(1.0, math.exp(-half) * total)
 
 
-def closed_fisher(ps: Sequence[float], alpha: float = 0.05) -> list[bool]:
+def closed_fisher(ps: Sequence[float], alpha: float = ALPHA) -> list[bool]:
     """Which of a family's hypotheses are rejected with the family's error rate held at alpha: the
     closed testing procedure, each intersection tested by Fisher's combination. A hypothesis is
     rejected where every subset of the family that contains it is. With more than 12 members, Holm."""
@@ -212,7 +214,7 @@ def sign_test_p(positive: int, negative: int) -> float | None:
     return min(1.0, 2.0 * tail)
 
 
-def requests_needed(base_share: float, alpha: float = 0.05, limit: int = 100_000) -> int | None:
+def requests_needed(base_share: float, alpha: float = ALPHA, limit: int = 100_000) -> int | None:
     """Requests per row after which a row of one answer differs from a base row that keeps its
     share of other answers (`base_share`), by `fisher_fewer_others` at `alpha`; None: no share to
     compare with, or more than `limit`."""
@@ -272,7 +274,7 @@ def bootstrap_ci(
     values: Sequence[float],
     statistic: Callable[[Sequence[float]], float | None] = mean,
     *,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
     resamples: int = 2000,
     seed: int = BOOTSTRAP_SEED,
 ) -> tuple[float, float] | None:
@@ -393,7 +395,7 @@ class PairedDifference(BaseModel):
     ci_low: float | None = Field(default=None, description="t-interval, lower end, clipped to the possible "
                                                             "range (None when n < 2 or every difference is equal)")
     ci_high: float | None = Field(default=None, description="t-interval, upper end, clipped likewise")
-    confidence: float = Field(default=0.95, description="coverage of the interval")
+    confidence: float = Field(default=CONFIDENCE, description="coverage of the interval")
     method: str = Field(default="t", description="how the interval was made: Student's t over the paired units; "
                                                  "'sign' where every difference is equal (no spread to estimate)")
     min_n: int = Field(default=MIN_PAIRED_FOR_VERDICT, description="paired units needed to name a direction")
@@ -413,7 +415,7 @@ def paired_difference(
     a: Mapping[str, float | None],
     b: Mapping[str, float | None],
     *,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
     min_n: int = MIN_PAIRED_FOR_VERDICT,
     bounds: tuple[float, float] = (-1.0, 1.0),
     family: int = 1,

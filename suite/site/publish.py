@@ -44,6 +44,7 @@ from markupsafe import Markup
 from pydantic import BaseModel
 
 from suite.analysis.claims import Claim, Recomputed
+from suite.analysis.levels import ALPHA, CONFIDENCE, percent
 from suite.errors import SuiteError
 from suite.paths import SITE_DIR, cache_dir, open_lock
 from suite.provenance import SuiteBuild
@@ -154,9 +155,9 @@ def fmt_pct_pm(mean: float | None, se: float | None, n: int | None = None) -> st
         return base
     if se == 0 and n:
         if mean == 0:
-            return f"{base} (0 of {n}: up to {(1 - 0.05 ** (1 / n)) * 100:.0f} % is not ruled out, 95 %)"
+            return f"{base} (0 of {n}: up to {(1 - ALPHA ** (1 / n)) * 100:.0f} % is not ruled out, {percent(CONFIDENCE)})"
         if mean == 1:
-            return f"{base} ({n} of {n}: down to {0.05 ** (1 / n) * 100:.0f} % is not ruled out, 95 %)"
+            return f"{base} ({n} of {n}: down to {ALPHA ** (1 / n) * 100:.0f} % is not ruled out, {percent(CONFIDENCE)})"
         return f"{base} (all {n} alike: no spread to estimate)"
     return f"{base} ± {se * 100:.1f}"
 

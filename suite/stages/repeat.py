@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from suite.analysis.levels import CONFIDENCE, percent
 from suite.analysis.repro import PromptAnalysis, Sample, analyse, group_answers, unseen_share_bound
 from suite.client import ClientError, Completion, OpenAIClient
 from suite.definitions import load_validated
@@ -180,7 +181,7 @@ def verdict_of(prompts: list[GatePromptResult], stopped: str | None,
     n_min = min(p.answered for p in prompts)
     bound = unseen_share_bound(n_min)
     return True, (f"reproducible: one answer per prompt ({', '.join(f'{p.prompt_id} ×{_answered(p)}' for p in prompts)})"
-                  + (f"; with {n_min} answers, an answer rarer than {bound:.0%} can still be missed (95%)"
+                  + (f"; with {n_min} answers, an answer rarer than {bound:.0%} can still be missed ({percent(CONFIDENCE)})"
                      if bound is not None else
                      f"; {n_min} answers are too few to bound how common another answer could be") + tail)
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from suite.analysis.claims import Claim, Evidence, caveat_cut, run_caveats
+from suite.analysis.levels import CONFIDENCE, percent
 from suite.analysis.repro import (
     ALPHA,
     DistinctAnswer,
@@ -170,7 +171,7 @@ def verdict_of(modes: list[BatchMode], reference_tied: bool, stopped: str | None
     return False, (f"the same answer in every batch: {', '.join(f'{m.mode} {m.target.answered}' for m in answered)} "
                    f"target answers equal the one-at-a-time answer ({alone})"
                    + (f"; with {n} batched answers, a batch effect on more than {bound:.0%} of batches "
-                      "could still be missed (95%)" if bound is not None else "") + tail)
+                      f"could still be missed ({percent(CONFIDENCE)})" if bound is not None else "") + tail)
 
 
 def export_rows(result: BatchResult) -> list[dict[str, Any]]:

@@ -10,12 +10,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from suite.analysis.levels import ALPHA
 from suite.gpu import Energy
 from suite.stages.controls.inlaunch import InLaunchSeries
 from suite.stages.repeat import GateResult
 
 # The level of the elimination's test (one-sided Fisher's exact test, per control and prompt).
-ELIMINATION_ALPHA = 0.05
+ELIMINATION_ALPHA = ALPHA
 
 
 class RowTest(BaseModel):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from suite.analysis.levels import IN_LAUNCH_ALPHA
 from suite.analysis.sequential import EFFECT, MAX_PAIRS
 from suite.errors import SuiteError
 from suite.stages.base import StageOption
@@ -36,7 +37,7 @@ class ControlMatrixSettings(BaseModel):
     in_launch: bool = True
     # The level of those rows before the matrix's correction: requests are cheap, so they ask for
     # more than the launch rows' 5 %.
-    in_launch_alpha: float = Field(default=0.01, gt=0.0, lt=0.5)
+    in_launch_alpha: float = Field(default=IN_LAUNCH_ALPHA, gt=0.0, lt=0.5)
     max_pairs: int = Field(default=MAX_PAIRS, ge=4, le=200)  # pairs a prompt may take before it stops undecided
     effect: float = Field(default=EFFECT, gt=0.0, le=1.0)  # the share of pairs an undecided row rules out
     # The rows asked for with --controls ('all' or control names; None: none asked): checked against

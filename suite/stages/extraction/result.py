@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from suite.analysis.claims import Claim, Evidence, run_caveats
+from suite.analysis.levels import ALPHA, CONFIDENCE, percent
 from suite.analysis.stats import MeanSE, mean, mean_se
 from suite.stages.base import ColumnType
 from suite.stages.extraction.documents import Answer, DocumentPart, Mode, _answered_facts, changed_parts
@@ -226,7 +227,7 @@ def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
                  counts={"identical": same, "comparable": base, "sections": result.sections,
                          "repeats": result.repeats, "failed_requests": result.failed_requests},
                  evidence=Evidence(test="exact (Clopper-Pearson) interval of the share", n=base, unit="document parts",
-                                   interval=interval, level=0.95 if interval else None),
+                                   interval=interval, level=CONFIDENCE if interval else None),
                  caveats=([f"{result.failed_requests} of {result.requests} requests failed"]
                           if result.failed_requests else []) + extra,
                  phrase=f"{same} of {base} document parts gave the same facts in every repeat",
@@ -239,10 +240,10 @@ def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
         phrase = f"{share.mean * 100:.1f}{se} % {what} (n = {share.n})"
         if share.se == 0 and share.n and share.mean in (0.0, 1.0):
             # every section alike: no spread to estimate; the one-sided exact bound of 0 (or n) of n instead
-            edge = 1.0 - 0.05 ** (1.0 / share.n)
+            edge = 1.0 - ALPHA ** (1.0 / share.n)
             phrase = (f"{share.mean * 100:.0f} % {what} in every one of {share.n} document parts: no spread to estimate; "
                       + (f"up to {edge * 100:.0f} %" if share.mean == 0.0 else f"down to {100 - edge * 100:.0f} %")
-                      + " is not ruled out (95 %)")
+                      + f" is not ruled out ({percent(CONFIDENCE)})")
         out.append(Claim(stage="extraction", kind="extraction", arm=arm, run_id=run_id, configuration=what,
                          verdict=f"{share.mean * 100:.1f} % {what}", counts={"sections": share.n},
                          evidence=Evidence(test="mean and standard error over document parts", n=share.n, unit="document parts"),

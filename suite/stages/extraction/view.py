@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from suite.analysis.levels import ALPHA, percent
 from suite.analysis.stats import PairedDifference, mean_se_of, paired_difference
 from suite.stages.base import PageInputs
 from suite.stages.extraction.result import ExtractionResult
 
 # The level of the whole family of paired comparisons on one page (Bonferroni over its members).
-FAMILY_ALPHA = 0.05
+FAMILY_ALPHA = ALPHA
 
 
 def extraction_view(ex: ExtractionResult | None) -> dict[str, Any] | None:
@@ -117,7 +118,7 @@ def _part_scores(ex: ExtractionResult, field_name: str) -> dict[str, float]:
 def _points(v: float) -> str:
     """A difference of shares in percentage points, signed ('+3.0', '−4.1')."""
     p = v * 100.0
-    if abs(p) < 0.05:
+    if round(p, 1) == 0:
         return "0.0"
     return f"{'+' if p > 0 else '−'}{abs(p):.1f}"
 
@@ -140,8 +141,7 @@ def paired_text(d: PairedDifference) -> str:
     if d.ci_low is None or d.ci_high is None:
         return f"{_points(d.mean)} points ({sections}: too few for an interval)"
     se = f", SE {d.se * 100:.1f}" if d.se is not None else ""
-    level = d.confidence * 100
-    level_text = f"{level:.0f}%" if abs(level - round(level)) < 0.05 else f"{level:.1f}%"
+    level_text = percent(d.confidence)
     return (f"{_points(d.mean)} points{se}, {level_text} t-interval "
             f"[{_points(d.ci_low)}, {_points(d.ci_high)}] ({sections}): {word}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, caveat_failed, run_caveats
+from suite.analysis.levels import CONFIDENCE, percent
 from suite.analysis.repro import ALPHA, Sample, analyse, unseen_share_bound
 from suite.analysis.stats import closed_fisher
 from suite.stages.base import ColumnType
@@ -83,7 +84,7 @@ def prompt_claim(p: GatePromptResult, arm: str, stage: str = "gate", configurati
     good = None if n < 2 or short else d == 1
     ev = Evidence(n=n, unit="requests")
     if d == 1 and n >= 2:
-        ev.bound, ev.test = unseen_share_bound(n), "n alike answers bound another answer's share (95%)"
+        ev.bound, ev.test = unseen_share_bound(n), f"n alike answers bound another answer's share ({percent(CONFIDENCE)})"
     elif p.pattern == "cold-transient":
         ev.p, ev.test = p.cold_transient_p, "how often random order puts the odd answers on the first request"
     phrase = (f"undetermined: {n} of {needed} answered" if short else

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, run_caveats
+from suite.analysis.levels import CONFIDENCE
 from suite.analysis.repro import ALPHA, LaunchFigures, LaunchPair, Pattern, across_of, analyse_launches, joint_p, requests_for_transient
 from suite.analysis.stats import holm
 from suite.stages.base import ColumnType, FreshLaunch, length_lists
@@ -355,7 +356,7 @@ def claims(result: RestartsResult, summary: Any) -> list[Claim]:
                              evidence=Evidence(test="permutation test over launch labels" if p.permutation_p is not None
                                                else None, n=len(p.per_launch), unit="launches", p=p.permutation_p,
                                                p_adjusted=p.permutation_p_adjusted, interval=p.agreement_ci95,
-                                               level=0.95 if p.agreement_ci95 else None, bound=p.alike_bound),
+                                               level=CONFIDENCE if p.agreement_ci95 else None, bound=p.alike_bound),
                              family=family, caveats=caveat_cut(p.truncated, p.answered) + few + order + extra,
                              phrase=f"{p.across} across {len(p.per_launch)} launches", text=p.across_text))
     return out

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from suite.analysis.claims import Claim, Evidence, caveat_cut, run_caveats
+from suite.analysis.levels import CONFIDENCE
 from suite.analysis.repro import RunsAnalysis, Sample, alike_bound, alike_launches_text, analyse_launches, analyse_runs, answer_key
 from suite.stages.base import ColumnType, FreshLaunch
 
@@ -231,7 +232,7 @@ def claims(result: SessionsResult, summary: Any) -> list[Claim]:
                          evidence=Evidence(test="agreement of runs across sessions (jackknife over sessions)",
                                            n=r.sessions, unit="sessions",
                                            interval=same.across_ci95 if same else None,
-                                           level=0.95 if same and same.across_ci95 else None,
+                                           level=CONFIDENCE if same and same.across_ci95 else None,
                                            bound=alike_bound(r.sessions) if alike else None),
                          caveats=caveat_cut(r.truncated, r.runs * r.items) + extra,
                          phrase=f"{c.label}: {r.distinct_runs} distinct output hash{'es' if r.distinct_runs != 1 else ''} "
