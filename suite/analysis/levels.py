@@ -15,7 +15,8 @@ CONFIDENCE = 1.0 - ALPHA
 IN_LAUNCH_ALPHA = 0.01
 
 
-def percent(share: float) -> str:
-    """A level as the pages write it: '95%', '5%', '99.2%'."""
+def percent(share: float, space: bool = False) -> str:
+    """A level as the pages write it: '95%', '5%', '99.2%' (`space`: '95 %', as some sentences do)."""
     p = share * 100
-    return f"{p:.0f}%" if round(p, 1) == round(p) else f"{p:.1f}%"
+    number = f"{p:.0f}" if round(p, 1) == round(p) else f"{p:.1f}"
+    return f"{number} %" if space else f"{number}%"

@@ -155,9 +155,9 @@ def fmt_pct_pm(mean: float | None, se: float | None, n: int | None = None) -> st
         return base
     if se == 0 and n:
         if mean == 0:
-            return f"{base} (0 of {n}: up to {(1 - ALPHA ** (1 / n)) * 100:.0f} % is not ruled out, {percent(CONFIDENCE)})"
+            return f"{base} (0 of {n}: up to {(1 - ALPHA ** (1 / n)) * 100:.0f} % is not ruled out, {percent(CONFIDENCE, space=True)})"
         if mean == 1:
-            return f"{base} ({n} of {n}: down to {ALPHA ** (1 / n) * 100:.0f} % is not ruled out, {percent(CONFIDENCE)})"
+            return f"{base} ({n} of {n}: down to {ALPHA ** (1 / n) * 100:.0f} % is not ruled out, {percent(CONFIDENCE, space=True)})"
         return f"{base} (all {n} alike: no spread to estimate)"
     return f"{base} ± {se * 100:.1f}"
 

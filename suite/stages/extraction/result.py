@@ -243,7 +243,7 @@ def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
             edge = 1.0 - ALPHA ** (1.0 / share.n)
             phrase = (f"{share.mean * 100:.0f} % {what} in every one of {share.n} document parts: no spread to estimate; "
                       + (f"up to {edge * 100:.0f} %" if share.mean == 0.0 else f"down to {100 - edge * 100:.0f} %")
-                      + f" is not ruled out ({percent(CONFIDENCE)})")
+                      + f" is not ruled out ({percent(CONFIDENCE, space=True)})")
         out.append(Claim(stage="extraction", kind="extraction", arm=arm, run_id=run_id, configuration=what,
                          verdict=f"{share.mean * 100:.1f} % {what}", counts={"sections": share.n},
                          evidence=Evidence(test="mean and standard error over document parts", n=share.n, unit="document parts"),
