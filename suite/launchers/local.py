@@ -419,6 +419,19 @@ def _python_env(runtime: RuntimeDefinition) -> dict[str, str]:
     return way.env() if way is not None else {}
 
 
+# Starts on another free port where the runtime's log says the one it was given was taken.
+PORT_TRIES = 3
+_PORT_TAKEN = re.compile(r"address already in use|EADDRINUSE|errno 98|couldn't bind|could not bind", re.I)
+
+
+def _port_was_taken(log_path: Path) -> bool:
+    """Whether a runtime that did not start says, in its log, that its port was in use."""
+    try:
+        return _PORT_TAKEN.search(log_path.read_text(errors="replace")[-20000:]) is not None
+    except OSError:
+        return False
+
+
 def _with_plugins(runtime: RuntimeDefinition, env: dict[str, str]) -> dict[str, str]:
     """Where the launch asks for a kernel override (`SUITE_KERNEL_OVERRIDE`), the runtime's plugin
     folder (`[local] plugins`) first on its PYTHONPATH; a runtime that has none cannot apply one."""
@@ -686,6 +699,22 @@ class LocalLauncher(Launcher):
         return render(runtime.local.command, values, runtime.capabilities.lora_args, loras) + list(spec.args)
 
     def start(self, spec: LaunchSpec) -> LocalRuntime:
+        """Start the runtime on the spec's port, or on a free one. A free port is picked and then
+        given to the runtime, so another process may take it in between (two arms starting at once
+        on one host): where the runtime's log says its port was in use, it starts again on another
+        port, twice at most."""
+        for attempt in range(PORT_TRIES):
+            port = spec.port or free_port()
+            try:
+                return self._start_on(spec, port)
+            except RuntimeStartError:
+                if spec.port is not None or attempt == PORT_TRIES - 1 or not _port_was_taken(spec.log_path):
+                    raise
+                log.warning("%s: port %d was taken before it bound it; starting again on another port",
+                            spec.runtime.name, port)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _start_on(self, spec: LaunchSpec, port: int) -> LocalRuntime:
         runtime = spec.runtime
         if runtime.local is None:
             raise EnvironmentUnavailable(f"runtime {runtime.name!r} has no local command")
@@ -696,7 +725,6 @@ class LocalLauncher(Launcher):
             raise EnvironmentUnavailable(f"runtime {runtime.name!r} is not installed; "
                                          f"run `suite setup --runtime {runtime.name}`")
         reap_stale_leases()
-        port = spec.port or free_port()
         command = self.command_for(spec, port)
         env = _with_plugins(runtime, _runtime_env(runtime.local.env, _python_env(runtime), spec.env))
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -350,3 +350,34 @@ def test_a_runtime_that_dies_during_the_in_launch_pairs_fails_that_row_with_its_
     row = rows["fieldy"]
     assert row["in_launch"] and row["status"] == "failed", row
     assert row["reason"].startswith("crashed: SIGSEGV (segmentation fault)"), row["reason"]
+
+
+def test_a_port_taken_between_its_pick_and_the_runtimes_bind_is_picked_again(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two arms starting at once on one host can be given the same free port: the runtime that
+    finds it taken says so in its log ("Address already in use") and is started again on another."""
+    import socket
+
+    from suite.definitions import load_definitions
+    from suite.launchers import local
+    from suite.launchers.base import LaunchSpec
+
+    images = standin_images(tmp_path / "images", {"same": ["--mode", "same"]})
+    monkeypatch.setenv("SUITE_CACHE", str(tmp_path / "cache"))
+    definition = load_definitions(images)["same"]
+    marker = local.install_prefix(definition) / definition.local.installed_marker  # the stand-in installs nothing
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("stand-in\n")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    busy = taken.getsockname()[1]
+    picks = iter([busy, local.free_port()])
+    monkeypatch.setattr(local, "free_port", lambda: next(picks))
+    spec = LaunchSpec(runtime=definition, model_path=tmp_path / "m.gguf", served_name="standin",
+                      log_path=tmp_path / "runtime.log", startup_timeout_s=20)
+    try:
+        with local.LocalLauncher().start(spec) as rt:
+            assert not rt.base_url.endswith(f":{busy}") and rt.alive()
+    finally:
+        taken.close()
