@@ -814,7 +814,7 @@ def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summ
                 continue
             lines = read_requests(run_dir, stage.exported_requests or (name,))
             if lines:
-                setattr(summary, name, stage.rebuild(lines, summary))
+                setattr(summary, name, stage.rebuild(lines, summary, run_dir / "logs"))
     recompute_verdicts(summary)
     refresh_failure(summary, run_dir)
     return summary

@@ -155,7 +155,7 @@ def carried_parts(previous: RunRecord, done: set[str]) -> dict[str, Any]:
             continue
         lines = [q for q in read_requests(previous.dir, stage.exported_requests or (name,))
                  if getattr(q, "stage", None) == name]
-        part = stage.rebuild(lines, before) if lines else None
+        part = stage.rebuild(lines, before, previous.log_dir) if lines else None
         if part is not None:
             out[name] = part
     return out

@@ -466,8 +466,9 @@ class ModelRuns:
             siblings = {other: (batch_claims[other], own[other]) for other in self.arms if other != name}
             runs = {stage: (r.s if getattr(r.s, stage, None) is not None else None)
                     for stage in ("controls", "batch", "restarts") for r in [a.for_stage(stage)]}
+            more = [r.s for r in a.runs if r.s.controls is not None and r.s is not runs["controls"]]
             out[name] = three_answers(a.gate_run.s, runs["controls"], runs["batch"], runs["restarts"], siblings,
-                                      own[name], current=a.current.s, refused=refused)
+                                      own[name], current=a.current.s, refused=refused, more_controls=more)
         return out
 
     @property

@@ -102,13 +102,33 @@ def _cost_text(cost: dict[str, float]) -> str:
     return ", ".join(parts)
 
 
+def merged_controls(runs: list[Any]) -> list[Claim]:
+    """The control claims of several matrix runs of one arm, newest run first: a configuration run
+    in several keeps its newest run's verdict."""
+    seen: set[str] = set()
+    out: list[Claim] = []
+    for run in sorted((r for r in runs if r is not None), key=lambda r: getattr(r, "started_at", "") or "",
+                      reverse=True):
+        for c in claims_of_stage(run, "controls"):
+            if c.kind != "control" or (c.configuration or "") in seen:
+                continue
+            seen.add(c.configuration or "")
+            out.append(c)
+    return out
+
+
 def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None, restarts_run: Any | None,
                   siblings: dict[str, Any] | None = None, own_figures: dict[str, float | None] | None = None,
-                  current: Any | None = None, refused: tuple[str, str] | None = None) -> ThreeAnswers:
+                  current: Any | None = None, refused: tuple[str, str] | None = None,
+                  more_controls: list[Any] | None = None) -> ThreeAnswers:
     """The three answers of one arm, each from the run the page shows that stage from.
 
     `siblings`: other arms of the model (name -> (their batch claim, their figures)), for the cost of
-    a mode that removes a batch effect; `own_figures`: this arm's tokens/s and J/token."""
+    a mode that removes a batch effect; `own_figures`: this arm's tokens/s and J/token;
+    `more_controls`: the arm's other runs that hold a control matrix (a matrix is often run a few
+    rows at a time, and a run cut by a time limit keeps the rows it finished): their kernel-part
+    rows join "what changes it?" (each credit with its own matrix's family, each rule-out with its
+    own count), so that the parts ruled out in one run are not forgotten by the next."""
     same = strips(gate_run) if gate_run is not None else []
     if not same:
         same_answer = Answer("gate not run", None)
@@ -128,8 +148,12 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
     batch = next(iter(claims_of_stage(batch_run, "batch")), None) if batch_run is not None else None
     across = [c for c in claims_of_stage(restarts_run, "restarts") if c.kind == "across-launches"] \
         if restarts_run is not None else []
+    if elimination is None and more_controls:
+        # the page's matrix run holds none: the newest other run's stands in
+        controls_run, more_controls = more_controls[-1], more_controls[:-1]
+        elimination = next((c for c in claims_of_stage(controls_run, "controls") if c.kind == "elimination"), None)
     if elimination is not None and elimination.verdict != "nothing to eliminate":
-        controls = [c for c in claims_of_stage(controls_run, "controls") if c.kind == "control"]
+        controls = merged_controls([controls_run, *(more_controls or [])])
         restoring = [c for c in controls if c.verdict == "restores one answer"]
         if restoring:
             causes.extend((f"{c.subject}: {_answers_of(c)}" if c.subject else f"{c.configuration} restores one answer")
@@ -152,7 +176,11 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
                     f"{c.subject} ({c.counts.get('answered', 0)} answered)" for c in ruled))
             idle = [c for c in controls if c.verdict == "unchanged"]
             if idle:
-                causes.append("not tested, the switch changed no kernel: " + ", ".join(c.configuration or "" for c in idle))
+                causes.append("not tested, the switch changed no kernel: "
+                              + ", ".join(dict.fromkeys(c.configuration or "" for c in idle)))
+            runs = len({c.run_id for c in controls if c.run_id})
+            if runs > 1:
+                causes.append(f"rows from {runs} runs of this arm")
             good = False
             cost = Answer("no fix shown" + (f"; {near[0].configuration} would cost {_cost_text(near[0].cost)}"
                                             if near and _cost_text(near[0].cost) else ""), None)

@@ -341,8 +341,9 @@ class Stage:
     # What a run that stopped before the stage's end (a time limit, a kill) had measured of it,
     # rebuilt from its request lines (`exported_requests` kinds) and the stages it finished (the
     # summary so far): the stage's result, saying what it rebuilt and what was cut; None where the
-    # lines cannot say. Without it, a cut stage's page names the lines it kept, and no more.
-    rebuild: Callable[[list[Any], Any], BaseModel | None] | None = None
+    # lines cannot say. Without it, a cut stage's page names the lines it kept, and no more. Its third
+    # argument is the run's log folder (the runtime logs each launch left: which kernels a row ran).
+    rebuild: Callable[[list[Any], Any, Path | None], BaseModel | None] | None = None
     # On `--resume`, whether a request line (as a dict) of the cut stage belongs to a part its
     # `rebuild` gave back: such lines stay in the record, the rest go aside with the interruption.
     # None: the stage is run again whole (all its lines go aside).

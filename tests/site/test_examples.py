@@ -426,8 +426,25 @@ def test_gpu_lightning_tree_tries_a_kernel_part_and_records_the_refusal_and_the_
     for s in runs:
         m = s.signature.machine if s.signature is not None else None
         assert m is not None and m.gpu_names == ["NVIDIA H100 80GB HBM3"] and m.gpu_uuids[0].startswith("GPU-")
+    # the second H100 (another machine, the same GPU model and driver): the matrix cut by the end of
+    # its device time, its finished rows rebuilt from the request lines, each row's kernels from its
+    # own start-up log in the run's logs
+    cut = next(s for s in runs if s.run_id.endswith("-533f3335"))
+    assert cut.status == "incomplete" and cut.controls is not None and cut.controls.interrupted
+    rows = {r.configuration: r for r in cut.controls.rows}
+    marlin = rows["linear-marlin"]
+    assert rows["default"].kernel_path is not None
+    assert rows["default"].kernel_path["linear"] == "MarlinLinearKernel + MacheteLinearKernel"
+    assert marlin.kernel_path is not None and marlin.kernel_path["linear"] == "MarlinLinearKernel"
+    assert marlin.part == "linear" and marlin.status == "ok" and cut.controls.restoring == []
+    assert rows["default"].distinct["document-4k"] == 16 and marlin.distinct["document-4k"] == 2
+    machines = {s.signature.machine.gpu_uuids[0] for s in runs if s.arm == "vllm-gpu-w4a16"
+                and s.signature is not None and s.signature.machine is not None}
+    assert len(machines) == 2  # two H100s
     page = _model_page(root, tmp_path, "random-lightning")
-    assert ("ruled out, a second answer came with it: the MoE layers&#39; kernels MARLIN (WNA16), with it Triton "
-            "WNA16 fused MoE") in page
+    # what changes it: both parts ruled out, each from its own run, on the first screen
+    assert "the MoE layers&#39; kernels MARLIN (WNA16), with it Triton WNA16 fused MoE" in page
+    assert "the linear layers&#39; kernels MarlinLinearKernel + MacheteLinearKernel, with it MarlinLinearKernel" in page
+    assert "rows from 2 runs of this arm" in page
     assert "no batch-invariant mode for this model: RuntimeError: VLLM batch_invariant mode is not supported for " \
            "MAMBA2_ATTN." in page

@@ -13,6 +13,7 @@ lines (`rebuild`, `carries_line`)."""
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -571,10 +572,13 @@ def _settled_in_launch(result: ControlMatrixResult, prompts: list[str]) -> bool:
                for r in result.rows)
 
 
-def rebuild(lines: list[Any], before: Any) -> ControlMatrixResult | None:
+def rebuild(lines: list[Any], before: Any, logs: Path | None = None) -> ControlMatrixResult | None:
     """The rows a control matrix finished before its run stopped (a time limit, a kill), rebuilt
     from the run's request lines, in the order they ran; `before` holds the stages the run finished
-    (its gate: the prompts that varied, for the elimination).
+    (its gate: the prompts that varied, for the elimination); `logs` the run's log folder, where
+    each row's launch left its start-up log: the kernels the row ran are read there
+    (`annotate_rows`), so that a kernel-part row is named by its part, and one whose part did not
+    change is reported so, as in a matrix that finished.
 
     A row is kept only where it finished: the default row every prompt's full series (as many
     requests as its longest), a control row each prompt at that count or at its second answer
@@ -644,6 +648,8 @@ def rebuild(lines: list[Any], before: Any) -> ControlMatrixResult | None:
         rows.append(row)
     if not rows:
         return None  # nothing finished: the page names the lines kept, and no more
+    annotate_rows(rows, getattr(before, "runtime", "") or "", logs,
+                  getattr(getattr(before, "signature", None), "kernel_path", None))
     result = ControlMatrixResult(runtime=getattr(before, "runtime", "") or "", arm=getattr(before, "arm", "") or "",
                             requested=["unknown"], n_requests=n, prompts=prompts, rows=rows,
                             automatic=bool(gate is not None and gate.reproducible is False))
@@ -655,6 +661,48 @@ def rebuild(lines: list[Any], before: Any) -> ControlMatrixResult | None:
         + "; a row whose runtime never answered left no line; start-up times and energy are not kept in "
           "request lines")
     return result
+
+
+def row_log(logs: Path | None, label: str) -> Path | None:
+    """The start-up log of a row's first launch in a run's log folder (`runtime-LABEL-MS.log`)."""
+    if logs is None or not logs.is_dir():
+        return None
+    found = sorted((p for p in logs.iterdir() if re.fullmatch(rf"runtime-{re.escape(label)}-(\d+)\.log(\.xz)?", p.name)),
+                   key=lambda p: int(re.findall(r"-(\d+)\.log", p.name)[-1]))
+    return found[0] if found else None
+
+
+def annotate_rows(rows: list[MatrixRow], runtime: str, logs: Path | None,
+                  arm_path: dict[str, str] | None) -> None:
+    """What a rebuilt row cannot read in request lines: its control's description, kernel part and
+    source (from the runtime's definition, where it still names the control) and the kernels its
+    launch ran (its own start-up log). A kernel-part row whose part's kernels equal the default
+    row's (else the arm's) is marked `unchanged`: it tested nothing."""
+    from suite.definitions import load_definitions
+    from suite.probes import kernel_path
+
+    try:
+        definition = load_definitions().get(runtime)
+    except SuiteError:
+        definition = None
+    for row in rows:
+        control = definition.controls.get(row.configuration) if definition is not None else None
+        if control is not None:
+            row.description, row.part, row.source = control.description, control.kernel, control.source
+        log_path = row_log(logs, row.configuration)
+        if definition is not None and log_path is not None and log_path.suffix == ".log":
+            row.kernel_path = kernel_path(log_path, definition.kernels)
+    default = next((r for r in rows if r.configuration == "default"), None)
+    before_path = (default.kernel_path if default is not None else None) or arm_path or {}
+    for row in rows:
+        if row.configuration == "default" or row.part is None or row.kernel_path is None:
+            continue
+        before, after = before_path.get(row.part), row.kernel_path.get(row.part)
+        if before is not None and after == before:
+            row.status = "unchanged"
+            row.reason = (f"the switch did not change the {row.part} kernels: this launch's start-up named "
+                          f"{after}, as the default's did, so the row tests nothing and is neither credited "
+                          "nor ruled out")
 
 
 def carries_line(part: ControlMatrixResult, line: dict[str, Any]) -> bool:

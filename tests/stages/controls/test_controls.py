@@ -700,3 +700,37 @@ def test_a_credit_whose_answers_were_all_cut_at_the_cap_says_so():
     assert "up to the cap: every answer of enforce-eager on long-open was cut at 64 tokens" in result.elimination
     (claim,) = [c for c in claims(result, None) if c.configuration == "enforce-eager"]
     assert any("cut at 64 tokens" in x for x in claim.caveats)
+
+
+def test_a_rebuilt_rows_kernels_come_from_its_own_start_up_log(tmp_path):
+    """A matrix cut short keeps each row's start-up log in the run's logs: the rebuilt row gets its
+    control's part and source from the definition and the kernels its own launch named; a
+    kernel-part row whose part's kernels equal the default row's is `unchanged` (it tested nothing),
+    one whose part changed stays a row of the elimination."""
+    from suite.stages.controls import rebuild
+
+    n = 4
+    script = {"default": [["p", "q", "p", "q"], ["s"] * n],
+              "linear-marlin": [["a", "b"], ["s"] * n],
+              "linear-triton": [["c", "d"], ["s"] * n]}
+    ids, rows, lines = _scripted_rows(script, n, {"default": None, "linear-marlin": 2, "linear-triton": 2})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    line = "(EngineCore pid=1) INFO 12-06 07:33:16 [compressed_tensors_wNa16.py:112] Using {} for CompressedTensorsWNA16\n"
+    (logs / "runtime-default-100.log").write_text(line.format("MacheteLinearKernel") + line.format("MarlinLinearKernel"))
+    (logs / "runtime-linear-marlin-200.log").write_text(line.format("MarlinLinearKernel"))
+    # the switch accepted and ignored: the same kernels as the default's
+    (logs / "runtime-linear-triton-300.log").write_text(line.format("MacheteLinearKernel") + line.format("MarlinLinearKernel"))
+    before = SimpleNamespace(gate=_gate_for(ids, rows[0]), runtime="vllm", arm="a")
+    rebuilt = rebuild(lines, before, logs)
+    assert rebuilt is not None
+    got = {r.configuration: r for r in rebuilt.rows}
+    assert got["default"].kernel_path == {"linear": "MacheteLinearKernel + MarlinLinearKernel"}
+    marlin, triton = got["linear-marlin"], got["linear-triton"]
+    assert marlin.status == "ok" and marlin.part == "linear" and marlin.kernel_path == {"linear": "MarlinLinearKernel"}
+    assert marlin.source.startswith("vllm 0.24.0: ")
+    assert triton.status == "unchanged" and "did not change the linear kernels" in triton.reason
+    # without the logs the rows are kept as the lines say, their kernels unknown
+    bare = rebuild(lines, before)
+    assert bare is not None and all(r.kernel_path is None for r in bare.rows)
+    assert {r.status for r in bare.rows} == {"ok"}
