@@ -225,7 +225,8 @@ def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> Ru
     if a.model != b.model and not across_models:
         raise SuiteError(f"runs {a.run_id} and {b.run_id} are of different models ({a.model!r}, {b.model!r}): "
                          "compare runs of one model (or, for two cards of the same weights, --across-models)")
-    prompts = compare_gates(a.gate, b.gate)
+    (gate_a, from_a), (gate_b, from_b) = answers_of(a), answers_of(b)
+    prompts = compare_gates(gate_a, gate_b)
     fa, fb = flatten_signature(a.signature), flatten_signature(b.signature)
     diff = [SignatureDiff(key=k, a=fa.get(k, "—"), b=fb.get(k, "—"))
             for k in dict.fromkeys([*fa, *fb]) if k not in _NOT_CONFIGURATION and not k.startswith("machine")
@@ -247,6 +248,9 @@ def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> Ru
                       f"{', '.join(p.prompt_id for p in to_cap)}" if to_cap else "")
                    + (f"; no modal answer (tied) on {', '.join(p.prompt_id for p in tied)}" if tied else "")
                    + (f"; they part on {', '.join(p.prompt_id for p in parted)}" if parted else ""))
+        borrowed = [f"run {r} from {w}" for r, w in (("A", from_a), ("B", from_b)) if w != "gate"]
+        if borrowed:
+            verdict += f" ({'; '.join(borrowed)}: the same requests as the gate's, one at a time)"
         changed = [p.prompt_id for p in prompts if not p.same_prompt]
         if changed:
             verdict += f" (the prompt file changed between the runs: {', '.join(changed)})"
@@ -256,12 +260,29 @@ def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> Ru
                         + ", ".join(f"{p.prompt_id} ({'/'.join(map(str, p.a_prompt_tokens))} against "
                                     f"{'/'.join(map(str, p.b_prompt_tokens))})" for p in other_input)
                         + ": another tokenizer, template or BOS, so those answers are not to the same input")
-    same = (a.signature.digest == b.signature.digest) if a.signature is not None and b.signature is not None \
-        and a.signature.digest and b.signature.digest else None
+    # one configuration: the digests of the configuration, made again from the fields (a record
+    # written before the launch port was left out of the digest compares by it too)
+    same = (a.signature.configuration_digest() == b.signature.configuration_digest()) \
+        if a.signature is not None and b.signature is not None else None
     return RunComparison(a=_ref(a), b=_ref(b), prompts=prompts, signature_diff=diff, verdict=verdict,
                          machines=machine_note(a.signature, b.signature, same,
-                                               [p.prompt_id for p in prompts if p.modal_agree is False]),
+                                               [p.prompt_id for p in prompts if p.modal_agree is False],
+                                               compared=bool(prompts),
+                                               tied=[p.prompt_id for p in prompts if p.caveat == "tied"]),
                          same_configuration=same)
+
+
+def answers_of(s: Summary) -> tuple[GateResult | None, str]:
+    """The one-at-a-time answers a run holds, and where they come from: its gate; else, where only
+    a control matrix ran (a matrix run a few rows at a time), the matrix's default row, the gate's
+    requests sent by the matrix (its first launch)."""
+    if s.gate is not None:
+        return s.gate, "gate"
+    rows = s.controls.rows if s.controls is not None else []
+    default = next((r for r in rows if r.configuration == "default" and r.gate is not None), None)
+    if default is not None:
+        return default.gate, "the control matrix's default row"
+    return None, "gate"
 
 
 def _machine_words(m: Any) -> str:
@@ -269,9 +290,12 @@ def _machine_words(m: Any) -> str:
     return f"{m.host} ({gpus}{f', driver {m.gpu_driver}' if m.gpu_driver else ''})"
 
 
-def machine_note(sa: Any, sb: Any, same: bool | None, parted: list[str]) -> str | None:
+def machine_note(sa: Any, sb: Any, same: bool | None, parted: list[str], compared: bool = True,
+                 tied: list[str] | None = None) -> str | None:
     """Which machines ran the two runs and what it means: one machine; or two machines, of one GPU
-    model and driver or not, with the same configuration or not. None where a run does not say."""
+    model and driver or not, with the same configuration or not. None where a run does not say.
+    `compared`: whether any prompt was compared (nothing compared says nothing of agreement); `tied`:
+    the prompts without a modal answer in a run (not compared by modal: agreement not claimed there)."""
     ma, mb = getattr(sa, "machine", None), getattr(sb, "machine", None)
     if ma is None or mb is None:
         return None
@@ -282,10 +306,15 @@ def machine_note(sa: Any, sb: Any, same: bool | None, parted: list[str]) -> str 
             f"B {_machine_words(mb)}")
     if not same:
         return head + "; their configurations differ (see the fields that differ)"
+    if not compared:
+        return head + "; one configuration (the same digest); no answers compared"
     if parted:
         return (head + f"; one configuration (the same digest), and the answers part on {', '.join(parted)}: "
                 + ("a difference between machines of one GPU model and driver" if alike else
                    "a difference between these machines"))
+    if tied:
+        return (head + "; one configuration (the same digest), and the modal answers agree where compared; "
+                f"no modal answer to compare (tied) on {', '.join(tied)}")
     return head + "; one configuration (the same digest), and the answers agree"
 
 

@@ -98,16 +98,25 @@ class Signature(BaseModel):
         "so that one configuration run on two machines is one digest and the machines are told apart")
     digest: str = ""
 
-    def with_digest(self) -> Signature:
-        # Fields added later are hashed only when set, so an old record's digest still verifies.
+    def configuration_digest(self) -> str:
+        """The digest of the configuration: every field but the machine's state (compile caches),
+        the machine's identity and the port the launcher picked (a free port differs from launch
+        to launch: `{port}` stands for it), so that one configuration launched twice, on one
+        machine or two, is one digest. Computed again from the fields, so that records written
+        before the port was masked compare by it too. Fields added later are hashed only when set."""
         body = self.model_dump(mode="json", exclude={"digest", "compile_cache", "machine"})
         for key in ("model_commit", "model_revision_resolved", "runtime_stack", "sampling", "endpoint",
                     "server_reports", "node", "runtime_pin", "tokenizer", "runtime_features",
                     "model_random_weights", "tensor_parallel", "pipeline_parallel", "gpus", "kernel_path"):
             if body.get(key) is None:
                 body.pop(key, None)
+        if isinstance(body.get("command"), list):
+            body["command"] = port_masked_args(body["command"])
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        return self.model_copy(update={"digest": hashlib.sha256(canonical.encode()).hexdigest()})
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def with_digest(self) -> Signature:
+        return self.model_copy(update={"digest": self.configuration_digest()})
 
 
 _NODE: str | None = None  # set by suite.distributed while an arm runs on a cluster node
@@ -145,6 +154,11 @@ def _shown(v: Any) -> str:
 def _port_masked(args: list[Any]) -> str:
     """A command line with the port the launcher picked at start shown as `{port}`: a free port
     differs from launch to launch and is no difference of configuration."""
+    return " ".join(port_masked_args(args))
+
+
+def port_masked_args(args: list[Any]) -> list[str]:
+    """The arguments of a command line, the launch's port as `{port}` (`_port_masked`)."""
     out: list[str] = []
     hide = False
     for a in map(str, args):
@@ -157,7 +171,7 @@ def _port_masked(args: list[Any]) -> str:
         elif a.startswith("--port="):
             a = "--port={port}"
         out.append(a)
-    return " ".join(out)
+    return out
 
 
 KERNEL_PARTS = {"linear": "linear", "moe": "MoE", "attention": "attention"}

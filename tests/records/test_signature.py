@@ -201,3 +201,15 @@ def test_the_signature_table_shows_values_not_json_and_no_port_difference() -> N
     assert fa["hardware.cores"] == "2" and fa["hardware.gpu"] == "—"
     assert fa["env"] == "A=1\nB=2"
     assert not any(v.startswith(("{", "[")) for v in fa.values())
+
+
+def test_the_launch_port_is_no_part_of_the_configuration() -> None:
+    """A local launcher picks a free port each launch: one configuration launched twice (on one
+    machine or two) is one digest; another argument still makes another digest."""
+    a = _sig(command=["vllm", "serve", "--port", "51527", "--seed", "42"])
+    assert a.digest == _sig(command=["vllm", "serve", "--port", "49907", "--seed", "42"]).digest
+    assert a.digest == _sig(command=["vllm", "serve", "--port=1234", "--seed", "42"]).digest
+    assert a.digest != _sig(command=["vllm", "serve", "--port", "51527", "--seed", "43"]).digest
+    # a record written with the port in its digest compares by the digest made again from its fields
+    old = a.model_copy(update={"digest": "0" * 64})
+    assert old.configuration_digest() == a.digest

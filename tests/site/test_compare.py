@@ -210,3 +210,24 @@ def test_one_configuration_on_two_machines_is_told_apart_and_a_parting_is_a_find
     assert machine_note(a, b, True, []).endswith("one configuration (the same digest), and the answers agree")
     assert machine_note(a, a, True, []) == "one machine: gpu-a (NVIDIA H200 GPU-1111, driver 580.1)"
     assert machine_note(base, b, True, []) is None  # an older record does not say
+
+
+def test_one_arm_on_two_h100s_is_one_configuration_and_compared_by_its_matrix_default_rows():
+    """random-lightning's W4A16 arm on two lent H100s (two GPU UUIDs, one model and driver), each run
+    a control matrix only: their launch ports differ (a free port each), which is no difference of
+    configuration; with no gate in either run, the matrices' default rows (the gate's requests, one
+    at a time) are compared, and the machine note says what was compared and what was not."""
+    from pathlib import Path
+
+    from suite.compare import compare_runs
+
+    root = Path(__file__).resolve().parents[2] / "docs" / "examples" / "gpu-lightning-results"
+    c = compare_runs("20261206T044243596625Z-442868b2", "20261206T073618333390Z-533f3335", root)
+    assert c.same_configuration is True
+    assert [p.prompt_id for p in c.prompts] == ["document-4k", "long-open", "short-open"]
+    by = {p.prompt_id: p for p in c.prompts}
+    assert by["document-4k"].caveat == "tied" and (by["document-4k"].shared_answers or 0) >= 1
+    assert by["long-open"].caveat == "cap" and by["short-open"].caveat == "cap"  # alike up to the 64-token cap
+    assert "from the control matrix's default row" in c.verdict
+    assert c.machines is not None and "two machines of one GPU model and driver" in c.machines
+    assert "no modal answer to compare (tied) on document-4k" in c.machines
