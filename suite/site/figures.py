@@ -656,3 +656,42 @@ def arm_comparisons(runs: list[Run], arms: list[str]) -> list[dict[str, Any]]:
                         "agree": sum(1 for p in prompts if p.modal_agree and p.caveat is None), "n": len(prompts),
                         "caveats": sum(1 for p in prompts if p.caveat is not None), "degrees": degrees})
     return out
+
+
+def machine_rows(model: ModelRuns) -> list[dict[str, Any]]:
+    """Machines as a dimension of a model page: per arm, each machine that ran it (host, GPU model
+    and UUID, driver: beside the signature, not in its digest) with its runs; where one arm ran on
+    two machines or more, the newest run of each against the first machine's newest (`suite
+    compare`: the gate, else the matrix's default row), with the machine note saying whether the
+    configuration was one and whether the answers part. Records older than the machine field are
+    counted as "not recorded"."""
+    from suite.compare import compare_summaries
+
+    out: list[dict[str, Any]] = []
+    for arm, a in model.arms.items():
+        groups: dict[str, list[Run]] = {}
+        words: dict[str, str] = {}
+        for r in a.runs:
+            m = r.s.signature.machine if r.s.signature is not None else None
+            hardware = r.s.signature.hardware if r.s.signature is not None else None
+            gpu = getattr(hardware, "gpu", None) or ""
+            # an older record names its GPU model only: one group per model, its UUID unknown
+            key = (f"{m.host}|{','.join(m.gpu_uuids)}|{m.gpu_driver}" if m is not None else f"older|{gpu}")
+            groups.setdefault(key, []).append(r)
+            gpus = ", ".join(f"{n} ({u[:12]}…)" for n, u in zip(m.gpu_names, m.gpu_uuids, strict=False)) \
+                if m is not None else ""
+            words[key] = (f"{m.host}: {gpus or 'no NVIDIA GPU'}{f', driver {m.gpu_driver}' if m.gpu_driver else ''}"
+                          if m is not None else
+                          f"{gpu or 'no GPU named'} (which card not recorded: a record older than the machine field)")
+        known = [k for k in groups if not k.startswith("older|")]
+        if not known:
+            continue
+        first = groups[known[0]][-1]
+        for key, runs in groups.items():
+            row: dict[str, Any] = {"arm": arm, "machine": words[key], "runs": len(runs),
+                                   "run_ids": [r.s.run_id for r in runs], "compared": None}
+            if key != known[0]:
+                c = compare_summaries(first.s, runs[-1].s)
+                row["compared"] = {"against": first.s.run_id, "verdict": c.verdict, "machines": c.machines or ""}
+            out.append(row)
+    return out

@@ -62,6 +62,7 @@ from suite.site.figures import (
     gate_prompts,
     gate_settings_text,
     itl_gaps,
+    machine_rows,
     load_runs,
     memory_line,
     prompt_view,
@@ -341,7 +342,7 @@ PAGE_STAGES = {stage.name: stage.page_title for stage in STAGES.values() if stag
 # A model page's own parts (not a stage's), as (anchor, name in the table of contents): those after
 # each slot's stage sections, and those at its foot.
 OWN_PARTS: dict[str, list[tuple[str, str]]] = {
-    "answers": [("arms-compared", "arms compared"), ("determinism", "determinism mode")], "causes": [], "measures": []}
+    "answers": [("arms-compared", "arms compared"), ("machines", "machines"), ("determinism", "determinism mode")], "causes": [], "measures": []}
 FOOT_PARTS: list[tuple[str, str]] = [("watchdog", "watchdog"), ("signature", "configuration"), ("runs", "all runs")]
 
 
@@ -457,7 +458,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         signature_rows=signature_rows(runs),
         kernel_phrases=kernel_differences([r.s.signature for r in runs]),
         sweep_svg=drawn["sweep"].result(),
-        arm_comparisons=arm_comparisons(gate_runs, arms), toc=table_of_contents(templated, generic),
+        arm_comparisons=arm_comparisons(gate_runs, arms), machines=machine_rows(model), toc=table_of_contents(templated, generic),
         stage_sections=stage_sections, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),
     )
     # each stage section in its slot of the page

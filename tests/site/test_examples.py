@@ -446,5 +446,11 @@ def test_gpu_lightning_tree_tries_a_kernel_part_and_records_the_refusal_and_the_
     assert "the MoE layers&#39; kernels MARLIN (WNA16), with it Triton WNA16 fused MoE" in page
     assert "the linear layers&#39; kernels MarlinLinearKernel + MacheteLinearKernel, with it MarlinLinearKernel" in page
     assert "rows from 2 runs of this arm" in page
+    # machines, a dimension of their own: the two H100s of the W4A16 arm, compared
+    machines = page[page.index('<section id="machines">'):]
+    machines = machines[:machines.index("</section>")]
+    assert "GPU-71c33d2f…" in machines and "GPU-d8a925a9…" in machines
+    assert "two machines of one GPU model and driver" in machines and "one configuration (the same digest)" in machines
+    assert "NVIDIA H200 (which card not recorded" in machines
     assert "no batch-invariant mode for this model: RuntimeError: VLLM batch_invariant mode is not supported for " \
            "MAMBA2_ATTN." in page
