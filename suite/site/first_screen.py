@@ -93,13 +93,16 @@ def _answers_of(c: Claim) -> str:
     return f"one answer in {n}" + (f" over {launches} launches" if launches > 1 else "")
 
 
-def _cost_text(cost: dict[str, float]) -> str:
-    parts = []
-    if "tokens_per_s" in cost:
-        parts.append(f"{cost['tokens_per_s']:.2f}x the tokens/s")
-    if "j_per_token" in cost:
-        parts.append(f"{cost['j_per_token']:.2f}x the J/token")
-    return ", ".join(parts)
+def _cost_text(cost: dict[str, float], energy_gap: str = "not measured") -> str:
+    """The one phrase of a fix's cost, wherever the first screen gives one: its tokens/s and its
+    J/token against the configuration it fixes, each a ratio, and the one that is missing named as
+    missing (`energy_gap`: why the J/token is not there), never left out in silence. Empty where
+    neither was measured."""
+    if not cost:
+        return ""
+    speed = (f"{cost['tokens_per_s']:.2f}x the tokens/s" if "tokens_per_s" in cost else "tokens/s not measured")
+    energy = (f"{cost['j_per_token']:.2f}x the J/token" if "j_per_token" in cost else f"J/token {energy_gap}")
+    return f"{speed}, {energy}"
 
 
 def merged_controls(runs: list[Any]) -> list[Claim]:
@@ -115,6 +118,14 @@ def merged_controls(runs: list[Any]) -> list[Claim]:
             seen.add(c.configuration or "")
             out.append(c)
     return out
+
+
+def _energy_gap(c: Claim) -> str:
+    """Why a control row's cost has no J/token: requests with and without it alternate inside one
+    launch (the meter reads the launch, not a request), or no energy reading came."""
+    if "pair" in (c.evidence.unit or ""):
+        return "not separable (with and without alternate inside one launch)"
+    return "not measured (no energy reading)"
 
 
 def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None, restarts_run: Any | None,
@@ -159,10 +170,10 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
             causes.extend((f"{c.subject}: {_answers_of(c)}" if c.subject else f"{c.configuration} restores one answer")
                           + _fmt_p(c) for c in restoring)
             good = True
-            text = _cost_text(restoring[0].cost)
+            text = _cost_text(restoring[0].cost, _energy_gap(restoring[0]))
             cost = Answer(f"{restoring[0].configuration}: {text}" if text else
                           f"{restoring[0].configuration}: not measured on the same requests", None,
-                          [f"{c.configuration}: {_cost_text(c.cost) or 'no ratio'}" for c in restoring])
+                          [f"{c.configuration}: {_cost_text(c.cost, _energy_gap(c)) or 'no ratio'}" for c in restoring])
         else:
             near = [c for c in controls if c.verdict.startswith("passes alone")]
             # counts say what ran: a row refused, failed, skipped or unchanged tested nothing
@@ -182,7 +193,7 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
             if runs > 1:
                 causes.append(f"rows from {runs} runs of this arm")
             good = False
-            cost = Answer("no fix shown" + (f"; {near[0].configuration} would cost {_cost_text(near[0].cost)}"
+            cost = Answer("no fix shown" + (f"; {near[0].configuration} would cost {_cost_text(near[0].cost, _energy_gap(near[0]))}"
                                             if near and _cost_text(near[0].cost) else ""), None)
         details.append(elimination.text)
     elif same_answer.good is False:
@@ -196,7 +207,10 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
                 if their_batch is not None and their_batch.good is True and own_figures:
                     ratio = {k: figures[k] / own_figures[k] for k in ("tokens_per_s", "j_per_token")
                              if figures.get(k) and own_figures.get(k)}
-                    text = _cost_text(ratio)
+                    gap = ("not measured" if not figures.get("j_per_token") and not own_figures.get("j_per_token")
+                           else f"not measured for {name}'s gate" if not figures.get("j_per_token")
+                           else "not measured for this arm's gate")
+                    text = _cost_text(ratio, gap) + (" (the gate's requests, one at a time)" if ratio else "")
                     cost = Answer(f"{name}: {text}" if text else f"{name}: figures not measured", None,
                                   [f"{name} gives the same answer in every batch ({their_batch.phrase})"])
                     break

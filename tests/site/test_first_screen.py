@@ -95,3 +95,20 @@ def test_the_three_answers_of_every_arm_are_in_the_first_viewport(tree: str, tmp
             # each answer's first line is on the first screen, before any scrolling
             assert all(0 <= t and t + 16 <= VIEWPORT[1] for t in c["tops"]), (tree, path.name, c)
         assert not page.console_errors()
+
+
+def test_every_fix_cost_names_its_energy_or_why_it_has_none():
+    """One phrase for a fix's cost wherever the first screen gives one: tokens/s and J/token, each
+    a ratio, and the missing one named as missing with its reason, never dropped in silence."""
+    from suite.analysis.claims import Claim, Evidence
+    from suite.site.first_screen import _cost_text, _energy_gap
+
+    assert _cost_text({"tokens_per_s": 0.64, "j_per_token": 1.97}) == "0.64x the tokens/s, 1.97x the J/token"
+    assert _cost_text({"tokens_per_s": 0.5}) == "0.50x the tokens/s, J/token not measured"
+    assert _cost_text({"j_per_token": 2.0}) == "tokens/s not measured, 2.00x the J/token"
+    assert _cost_text({}) == ""
+    pair = Claim(stage="controls", kind="control", arm="a", verdict="restores one answer",
+                 evidence=Evidence(unit="pairs of requests in one launch"))
+    launch = pair.model_copy(update={"evidence": Evidence(unit="launches")})
+    assert "alternate inside one launch" in _cost_text({"tokens_per_s": 0.9}, _energy_gap(pair))
+    assert _cost_text({"tokens_per_s": 0.9}, _energy_gap(launch)).endswith("J/token not measured (no energy reading)")
