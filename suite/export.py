@@ -418,3 +418,28 @@ def export_tables(results_dir: Path, fmt: str, out_dir: Path) -> list[Path]:
         log.info("export: %s (%d rows)", path, df.height)
         written.append(path)
     return written
+
+
+# The tables a model page offers for download, as shown on it: its runs and its claims.
+PAGE_TABLES = ("runs", "claims")
+
+
+def page_downloads(runs: list[Run], out_dir: Path) -> dict[str, dict[str, str]]:
+    """A model page's tables as files beside it (`<table>.csv` with its `<table>.schema.json`, and
+    `<table>.json`, one object per row), from the same rows `suite export` writes, so the figures a
+    reader downloads are the page's. Returns table -> format -> file name (relative to `out_dir`)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ordered = sorted(runs, key=lambda r: (r.s.started_at, r.s.run_id))
+    out: dict[str, dict[str, str]] = {}
+    for name in PAGE_TABLES:
+        rows = TABLES[name](ordered)
+        columns = COLUMNS[name] or inferred_columns(rows)
+        df = frame(rows, columns, name)
+        _write_table(df, out_dir / f"{name}.csv", "csv")
+        _write_schema(out_dir / f"{name}.schema.json", csv_schema(columns))
+        _replace(out_dir / f"{name}.json", lambda tmp, d=df: Path(tmp).write_text(
+            json.dumps({"schema_version": 1, "table": name, "rows": d.to_dicts()}, indent=1, default=str)),
+            "the download")
+        out[name] = {"csv": f"{name}.csv", "json": f"{name}.json", "schema": f"{name}.schema.json"}
+    return out
+

@@ -23,6 +23,7 @@ import glob
 import logging
 import math
 import os
+import re
 import shutil
 import threading
 import time
@@ -46,6 +47,7 @@ from pydantic import BaseModel
 from suite.analysis.claims import Claim, Recomputed
 from suite.analysis.levels import ALPHA, CONFIDENCE, percent
 from suite.errors import SuiteError
+from suite.export import page_downloads
 from suite.paths import SITE_DIR, cache_dir, open_lock
 from suite.provenance import SuiteBuild
 from suite.records import read_requests
@@ -299,7 +301,7 @@ class _Site:
                              "prompts that give it")
         self._written.add(rel.lower())
         depth = rel.count("/")
-        html = self.env.get_template(template).render(root="../" * depth, **ctx)
+        html = with_permalinks(self.env.get_template(template).render(root="../" * depth, **ctx))
         path = self.out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(html, encoding="utf-8")
@@ -404,6 +406,17 @@ def _with_interrupted(site: _Site, model: ModelRuns, lines: dict[str, list[str]]
     return lines
 
 
+_SECTION_HEAD = re.compile(r'(<(?:section|div)\b[^>]*?\bid="([A-Za-z0-9_-]+)"[^>]*>\s*<h([23])>)(.*?)(</h\3>)', re.S)
+
+
+def with_permalinks(html: str) -> str:
+    """Every section and arm card of a page with a visible link to itself (`¶` under its heading),
+    so a reader can point at one part of a page. Only the page's own ids are linked: an id is the
+    template's, its heading's text is left as rendered (escaped already)."""
+    return _SECTION_HEAD.sub(lambda m: f'{m.group(1)}{m.group(4)}{m.group(5)}<a class="permalink" href="#{m.group(2)}" '
+                             f'title="link to this part of the page">¶ link here</a>', html)
+
+
 def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, Future[str | None]]) -> None:
     """One column per arm: its current run (`ArmRuns.current`) in the cards, and each stage from the
     newest run that ran it (`ArmRuns.for_stage`), named where that is another run."""
@@ -458,7 +471,10 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         signature_rows=signature_rows(runs),
         kernel_phrases=kernel_differences([r.s.signature for r in runs]),
         sweep_svg=drawn["sweep"].result(),
-        arm_comparisons=arm_comparisons(gate_runs, arms), machines=machine_rows(model), toc=table_of_contents(templated, generic),
+        arm_comparisons=arm_comparisons(gate_runs, arms), machines=machine_rows(model),
+        downloads={table: {k: f"{slug(model.name)}/data/{v}" for k, v in files.items()} for table, files in
+                   page_downloads(model.all_runs, site.out / Path(model.page).parent / slug(model.name) / "data").items()},
+        toc=table_of_contents(templated, generic),
         stage_sections=stage_sections, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),
     )
     # each stage section in its slot of the page
