@@ -5,8 +5,10 @@ study sessions, watch; `suite --version`.
 
 Conventions a script can rely on: a usage error (a bad number, a missing argument, an unknown
 option, choice or command) and any bad input the suite checks before it starts anything (an
-unknown control, a judge that does not answer, a card or file it cannot read) is one line on
-stderr naming the option and the value, exit status 2, nothing started and nothing written.
+unknown control, a judge that does not answer, a card or file it cannot read, a results folder
+a bench could not write to, a name that is empty or not one folder's) is one line on stderr
+naming the option and the value (a long one cut short), exit status 2, nothing started and
+nothing written.
 `--json` puts JSON alone on stdout (results, compare, doctor, the bench's final table; a run's
 latency percentiles in ms, tokens/s and J/token among it). `compare` exits 1 when a gate prompt's
 modal answers differ; `bench`/`gate --fail-on-variance` exit 1 when a gate prompt gave more than
@@ -101,6 +103,65 @@ def _tags(values: list[str] | None) -> dict[str, str]:
 
 
 
+def _shown(value: str, width: int = 48) -> str:
+    """A value as an error line quotes it: repr'd (control characters escaped), cut to `width`
+    characters with its length said, so a long value never floods the line."""
+    if len(value) <= width:
+        return repr(value)
+    return f"{value[:width]!r}... ({len(value)} characters)"
+
+
+def _check_name(option: str, value: str | None) -> None:
+    """A name given with `option` (a model, an arm, a runtime), checked before anything starts:
+    empty, too long, a control character, a path separator or ".." is one line naming the option."""
+    from suite.records import name_problem
+
+    problem = None if value is None else name_problem(value)
+    if problem is not None:
+        raise SuiteError(f"{option} {_shown(value or '')}: {problem}")
+
+
+def _names(option: str, value: str | None) -> list[str] | None:
+    """A comma-separated list of names (`--arms a,b`), each checked; given but naming none (`''`,
+    `,`) is one line, never every one."""
+    if value is None:
+        return None
+    names = _split(value)
+    if not names:
+        raise SuiteError(f"{option} {_shown(value)}: names nothing; give one or more names, comma-separated")
+    for name in names:
+        _check_name(option, name)
+    return names
+
+
+def _results_path(text: str) -> Path:
+    """The value of every `--results`, as typed: empty (the current folder), a NUL, or a name too
+    long for the file system is one line naming the option, before the command reads or starts
+    anything."""
+    from suite.paths import path_problem
+
+    problem = path_problem(text)
+    if problem is not None:
+        raise SuiteError(f"--results {_shown(text)}: {problem}")
+    return Path(text)
+
+
+def _writable_results(folder: Path | None) -> Path:
+    """The results folder a command writes to (--results, else $RESULTS, else ./results), checked
+    as `bench` checks it: a file there, or a folder this user cannot write to, is one line."""
+    from suite.bench.request import _check_results_folder
+    from suite.paths import results_dir
+
+    try:
+        path = folder.expanduser().resolve() if folder is not None else results_dir()
+        _check_results_folder(path)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a loop of symbolic links
+        path = folder if folder is not None else Path(os.environ.get("RESULTS") or "results")
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SuiteError(f"--results {_shown(str(path))}: {reason}") from None
+    return path
+
+
 def _show_version(value: bool) -> None:
     """`suite 0.1.0 (commit 1a2b..., tree modified)`: the version, and the git commit of the code
     with whether tracked files differ from it (every new run record keeps the same)."""
@@ -155,14 +216,21 @@ def runtimes() -> None:
 
 
 @app.command()
-def doctor(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-    """What this machine has: Docker, NVIDIA driver/NVML, disk, caches, installed runtimes."""
+def doctor(as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+           results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP + " Its state is "
+                                                      "reported: there or not yet, writable, free disk.",
+                                                      parser=_results_path)) -> None:
+    """What this machine has: Docker, NVIDIA driver/NVML, disk, caches, results folder, installed runtimes.
+
+    A --results that a bench could not write to (a file, a folder this user cannot write) is one
+    line and exit 2; the default results folder's state is a row of the table."""
     from suite.catalog import is_prepared, load_catalog
     from suite.definitions import load_definitions
     from suite.launchers.local import is_installed
-    from suite.paths import cache_dir, results_dir
+    from suite.paths import cache_dir
     from suite.probes import detect_hardware
 
+    results_row = _results_state(_writable_results(results_folder) if results_folder is not None else None)
     hw = detect_hardware()
     table = Table("check", "state")
     table.add_row("cpu", f"{hw.cpu} ({hw.cores} cores, {hw.memory_gb} GiB)")
@@ -180,7 +248,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> Non
     cache.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(cache).free / 2**30
     table.add_row("cache", f"{cache} ({free:.0f} GiB free)")
-    table.add_row("results", str(results_dir()))
+    table.add_row("results", results_row)
     for d in load_definitions().values():
         if d.local:
             table.add_row(f"runtime {d.name}", "installed" if is_installed(d) else "not installed")
@@ -207,6 +275,23 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> Non
         _print_json([{"check": check, "state": state} for check, state in zip(*(c.cells for c in table.columns), strict=True)])
         return
     console.print(table)
+
+
+def _results_state(checked: Path | None) -> str:
+    """The results folder's row of `suite doctor`: where it is, whether it is there yet, whether a
+    bench can write to it and the free disk. `checked`: a --results already checked (None: the
+    default, $RESULTS else ./results, whose problem is said in the row, not as an error)."""
+    if checked is None:
+        try:
+            checked = _writable_results(None)
+        except SuiteError as exc:
+            return f"not usable: {str(exc).removeprefix('--results ')}"
+    probe = checked
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free / 2**30
+    there = "there, writable" if checked.is_dir() else f"not there yet: a bench makes it in {probe}, writable"
+    return f"{checked} ({there}; {free:.0f} GiB free)"
 
 
 def python_way_line(definition: Any, version: str | None) -> str | None:
@@ -239,7 +324,8 @@ def setup(model: str = typer.Option("tiny", help="Model whose arms to prepare.")
     from suite.bench import plan_arms
     from suite.catalog import prepare_format, prepared_model
 
-    wanted = _split(runtime)
+    _check_name("--model", model)
+    wanted = _names("--runtime", runtime)
     every = plan_arms(model, None, launcher, "quick")
     known = list(dict.fromkeys(p.runtime.name for p in every))
     unknown = [w for w in wanted or [] if w not in known]
@@ -280,6 +366,8 @@ def up(runtime_or_arm: str = typer.Argument(..., metavar="ARM", help="Arm (or ru
     from suite.catalog import get_card, prepare_format, prepared_model
     from suite.paths import cache_dir
 
+    _check_name("--model", model)
+    _check_name("ARM", runtime_or_arm)
     card = get_card(model)
     arm = runtime_or_arm if runtime_or_arm in card.arms else next(
         (n for n, a in card.arms.items() if a.runtime == runtime_or_arm), None)
@@ -447,7 +535,7 @@ def bench(model: str | None = typer.Option(None, help="Model card to benchmark (
                                                "with --url: the name its records go under, default external)."),
           arms: str | None = typer.Option(None, "--arms", help="Only these arms (comma-separated)."),
           launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP),
-          results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP),
+          results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP, parser=_results_path),
           profile: ProfileName = typer.Option("standard", help="How many requests each stage makes."),
           stages: str | None = typer.Option(None, help=STAGES_HELP),
           resume: bool = typer.Option(False, help="Continue the newest incomplete run of each arm."),
@@ -475,6 +563,9 @@ def bench(model: str | None = typer.Option(None, help="Model card to benchmark (
     from suite.stages import ORDER, place
     from suite.stages.controls import STAGE as CONTROLS_STAGE
 
+    _check_name("--model", model)
+    arm_names = _names("--arms", arms)
+    out = _writable_results(results_folder)
     url, ray_address = options.get("url"), options.get("ray_address")
     if url is None:
         model = model or os.environ.get("MODEL") or "tiny"
@@ -490,11 +581,10 @@ def bench(model: str | None = typer.Option(None, help="Model card to benchmark (
     if controls:
         stage_list = place(list(stage_list or ORDER), CONTROLS_STAGE.name)
     request = BenchRequest.build(
-        model=model, arms=_split(arms), launcher=launcher, profile=profile, stages=stage_list,
+        model=model, arms=arm_names, launcher=launcher, profile=profile, stages=stage_list,
         gate_requests=gate_requests, stage_values=values, options=names, resume=resume, url=url,
         served_model=options.get("served_model"), tokenizer=options.get("tokenizer"), retry_refused=retry_refused,
-        tags=_tags(tags), command=command_line(), site=site,
-        results=results_folder.expanduser().resolve() if results_folder else None)
+        tags=_tags(tags), command=command_line(), site=site, results=out)
     if as_json:
         _stdout_for_json()
     if ray_address:
@@ -582,7 +672,7 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
          controls: str | None = typer.Option(None, help="'all' or control names: run the gate once per control set."),
          launcher: LauncherName = typer.Option("auto", help=LAUNCHER_HELP),
          profile: ProfileName = typer.Option("standard", help="How many requests each stage makes."),
-         results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP),
+         results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP, parser=_results_path),
          fail_on_variance: bool = typer.Option(False, "--fail-on-variance", help="Exit 1 when any gate prompt "
                                                "gave more than one distinct answer (for CI)."),
          tags: list[str] | None = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP)) -> None:
@@ -592,19 +682,20 @@ def gate(model: str = typer.Option("tiny", help="Model card."),
     Control names are checked against each arm's runtime before anything starts (one line, exit 2).
     """
     from suite.bench import BenchRequest, run_bench
-    from suite.paths import results_dir
     from suite.stages import controls as controls_stage
     from suite.stages import gate as gate_stage
     from suite.stages import place
 
+    _check_name("--model", model)
+    arm_names = _names("--arms", arms)
+    out = _writable_results(results_folder)
     stages = [gate_stage.STAGE.name]
     if controls:
         stages = place(stages, controls_stage.STAGE.name)
-    out = results_folder.expanduser().resolve() if results_folder else results_dir()
     run_tags = _tags(tags)
     names = _split(controls)
     summaries = run_bench(BenchRequest.build(
-        model=model, arms=_split(arms), launcher=launcher, profile=profile, stages=stages, results=out,
+        model=model, arms=arm_names, launcher=launcher, profile=profile, stages=stages, results=out,
         stage_values={controls_stage.STAGE.name: {"names": names}} if names else None, command=command_line(),
         tags=run_tags))
     if any(s.status != "skipped" for s in summaries):
@@ -671,7 +762,7 @@ def site_cmd(out: Path | None = typer.Option(None, help="Where the website is wr
                                               "else site/public in the suite's folder): emptied and rebuilt on "
                                               "every build, so it must be a folder this suite built (or a new "
                                               "one) apart from the results; open its index.html."),
-             results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP)) -> None:
+             results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP, parser=_results_path)) -> None:
     """Build the static website from the results folder (no server needed: the pages open from disk)."""
     _build_site(results=_results(results_folder), out=out)
 
@@ -680,10 +771,29 @@ def _results(folder: Path | None) -> Path:
     """--results, else $RESULTS, else ./results; a folder that is not there is one line (exit 2)."""
     from suite.paths import results_dir
 
-    path = folder.expanduser().resolve() if folder else results_dir()
-    if folder is not None and not path.is_dir():
+    try:
+        path = folder.expanduser().resolve() if folder else results_dir()
+        there = path.is_dir()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a loop of symbolic links
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SuiteError(f"--results {_shown(str(folder or os.environ.get('RESULTS') or 'results'))}: {reason}") from None
+    if folder is not None and not there:
         raise SuiteError(f"--results {folder}: no such folder")
     return path
+
+
+def _check_run_ref(label: str, ref: str) -> None:
+    """A run as `compare` is given it (an id, a prefix of one, a short id, or a run folder),
+    checked before any folder is read: empty (it would name the current folder), a NUL, or too
+    long for the file system is one line naming the argument."""
+    from suite.paths import path_problem
+
+    if not ref:
+        raise SuiteError(f"{label} '': empty; give a run id, a unique prefix of one, the 8-character id "
+                         "printed for a run, or a run folder")
+    problem = path_problem(ref)
+    if problem is not None:
+        raise SuiteError(f"{label} {_shown(ref)}: {problem}")
 
 
 def _print_json(data: Any) -> None:
@@ -695,7 +805,7 @@ def _print_json(data: Any) -> None:
 
 
 @app.command()
-def results(results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP),
+def results(results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP, parser=_results_path),
             fmt: ResultsFormat = typer.Option("table", "--format", help="table: one line per run in the "
                                               "terminal's width; md: a Markdown table to paste; csv; json: every "
                                               "field, in a versioned envelope."),
@@ -723,7 +833,7 @@ def results(results_folder: Path | None = typer.Option(None, "--results", help=R
 @app.command()
 def export(format: ExportFormat = typer.Option("parquet", "--format", help="The files' format."),
            out: Path = typer.Option(Path("export"), help="Output folder."),
-           results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP)) -> None:
+           results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP, parser=_results_path)) -> None:
     """Export the result tables (polars) as Parquet or CSV."""
     from suite.export import export_tables
 
@@ -743,19 +853,20 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
                    lora: bool = typer.Option(False, "--lora", help="Also the test LoRA adapter, in the same processes."),
                    launcher: Literal["local", "docker"] = typer.Option("local", help="Where the server processes run."),
                    profile: ProfileName = typer.Option("quick", help="Which gate prompts and token caps."),
-                   results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP),
+                   results_folder: Path | None = typer.Option(None, "--results", help=RESULTS_HELP, parser=_results_path),
                    tags: list[str] | None = typer.Option(None, "--tag", metavar="KEY=VALUE", help=TAG_HELP)) -> None:
     """Sessions x replicates (study 2): K server processes, R runs each, base and adapter compared.
 
     Exits 1, with one line per arm saying what it needs, when no arm could run here."""
     from suite.bench import BenchRequest, run_bench
-    from suite.paths import results_dir
 
     if sessions < 2 or replicates < 2:
         raise SuiteError(f"--sessions {sessions} --replicates {replicates}: each must be at least 2")
-    out = results_folder.expanduser().resolve() if results_folder else results_dir()
+    _check_name("--model", model)
+    arm_names = _names("--arms", arms)
+    out = _writable_results(results_folder)
     summaries = run_bench(BenchRequest.build(
-        model=model, arms=_split(arms), launcher=launcher, profile=profile, stages=[SESSIONS_STAGE.name],
+        model=model, arms=arm_names, launcher=launcher, profile=profile, stages=[SESSIONS_STAGE.name],
         results=out, stage_values={SESSIONS_STAGE.name: {"sessions": sessions, "replicates": replicates, "lora": lora}},
         options={SESSIONS_STAGE.name: {"sessions": "--sessions", "replicates": "--replicates", "lora": "--lora"}},
         command=command_line(), tags=_tags(tags)))
@@ -771,7 +882,7 @@ def study_sessions(model: str = typer.Option("tiny", help="Model card."),
 def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix of one), the 8-character id "
                                           "printed for a run, or a run folder."),
             run_b: str = typer.Argument(..., help="The run to compare it with (same model)."),
-            results: Path | None = typer.Option(None, help=RESULTS_HELP),
+            results: Path | None = typer.Option(None, "--results", help=RESULTS_HELP, parser=_results_path),
             across_models: bool = typer.Option(False, "--across-models", help="Two cards of the same weights "
                                                "(e.g. tiny on CPU arms, tiny-gpu on GPU vLLM)."),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
@@ -784,6 +895,8 @@ def compare(run_a: str = typer.Argument(..., help="A run id (or a unique prefix 
     """
     from suite.compare import compare_runs
 
+    for label, ref in (("RUN_A", run_a), ("RUN_B", run_b)):
+        _check_run_ref(label, ref)
     cmp = compare_runs(run_a, run_b, _results(results), across_models)
     differ = any(p.modal_agree is False for p in cmp.prompts)
     tied = any((p.a_tied or p.b_tied) and p.a_answered and p.b_answered for p in cmp.prompts)

@@ -63,6 +63,29 @@ def results_dir() -> Path:
     return Path(os.environ.get("RESULTS") or "results").resolve()
 
 
+# What the file system takes: a path of at most PATH_MAX bytes, each of its parts at most NAME_MAX
+# (Linux's limits; other systems' are no smaller for the paths the suite writes).
+NAME_MAX = 255
+PATH_MAX = 4095
+
+
+def path_problem(text: str) -> str | None:
+    """What keeps `text`, given on the command line, from being a path the suite can look at:
+    empty (it would name the current folder), a NUL, a part over NAME_MAX bytes or the whole over
+    PATH_MAX (the file system's "name too long"). None: it can be looked at."""
+    if not text:
+        return "empty; give a folder"
+    if "\0" in text:
+        return "holds a NUL character"
+    size = len(os.fsencode(text))
+    if size > PATH_MAX:
+        return f"{size} bytes; a path has at most {PATH_MAX}"
+    longest = max((len(os.fsencode(part)) for part in text.split(os.sep)), default=0)
+    if longest > NAME_MAX:
+        return f"a part of {longest} bytes; a file name has at most {NAME_MAX}"
+    return None
+
+
 def site_out_dir() -> Path:
     """Where `suite site` and `suite bench --site` write the website."""
     return Path(os.environ.get("SITE_OUT") or SITE_DIR / "public").resolve()

@@ -174,9 +174,13 @@ class RuntimeFailure(BaseModel):
 # A record's names (model, arm, runtime ...) show on every page, chart and table, and the chart
 # renderer aborts the whole process on a control character: a name holds none, and is 1 to 128
 # characters (pages name their files by the name's slug, never by the name).
+NAME_MAX_CHARS = 128
+
+
 def _check_record_name(name: str) -> str:
-    if not name or len(name) > 128 or has_control(name):
-        raise ValueError(f"{printable(repr(name))[:140]} is not a name (1 to 128 characters, no control character)")
+    if not name or len(name) > NAME_MAX_CHARS or has_control(name):
+        raise ValueError(f"{printable(repr(name))[:140]} is not a name (1 to {NAME_MAX_CHARS} characters, "
+                         "no control character)")
     return name
 
 
@@ -188,6 +192,23 @@ def _check_record_text(text: str) -> str:
 
 RecordName = Annotated[str, AfterValidator(_check_record_name)]
 RecordText = Annotated[str, AfterValidator(_check_record_text)]
+
+
+def name_problem(name: str) -> str | None:
+    """What keeps a name given on the command line (a model, an arm, a runtime) from naming a
+    record and a folder under the results: empty, over NAME_MAX_CHARS characters, a control
+    character (NUL among them), a path separator or "..". None: it is a name."""
+    if not name:
+        return "empty; give a name"
+    if len(name) > NAME_MAX_CHARS:
+        return f"too long; a name has at most {NAME_MAX_CHARS} characters"
+    if has_control(name) or "\t" in name or "\n" in name:
+        return "holds a control character"
+    if "/" in name or "\\" in name:
+        return "holds a path separator; a name is one folder's"
+    if ".." in name or name == ".":
+        return "holds '..' or is '.'; a name is one folder's"
+    return None
 
 
 def short_id_of(run_id: str) -> str:
