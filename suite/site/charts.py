@@ -238,3 +238,36 @@ def _memory_spec(layout: tuple[tuple[str, bool, bool], ...], width: int) -> str:
         text="Memory timeline per arm",
         subtitle="watchdog samples (GiB) of every launch of the arm (restarts, sessions and control rows after the main one, "
                  "on one time axis), one line per launch, never joined across launches; red: trip threshold and trip time")))
+
+
+def cost_scatter(points: dict[str, dict[str, float | None]]) -> str | None:
+    """Each arm's gate tokens/s against its J/token (the same requests, one at a time), one point per
+    arm, filled where the arm gave one answer per prompt: the speed and energy a reproducible
+    answer costs, across the arms of a model. None where fewer than two arms have both figures."""
+    rows = [{"arm": arm, "tokens_per_s": f["tokens_per_s"], "j_per_token": f["j_per_token"],
+             "same answer twice": {True: "yes", False: "no"}.get(f.get("one_answer"), "undetermined")}  # type: ignore[arg-type]
+            for arm, f in points.items() if f.get("tokens_per_s") and f.get("j_per_token")]
+    if len(rows) < 2:
+        return None
+    missing = tuple(arm for arm in points if arm not in {r["arm"] for r in rows})
+    return render(_cost_spec(tuple(r["arm"] for r in rows), missing), {"cost": rows})
+
+
+@lru_cache(maxsize=64)
+def _cost_spec(order: tuple[str, ...], missing: tuple[str, ...]) -> str:
+    base = alt.Chart(alt.Data(name="cost")).encode(
+        # the arms sit close together: the axes span their points (padded), not zero
+        x=alt.X("tokens_per_s:Q", title="tokens/s (the gate, one request at a time)",
+                scale=alt.Scale(zero=False, padding=24)),
+        y=alt.Y("j_per_token:Q", title="J/token", scale=alt.Scale(zero=False, padding=24)),
+        color=alt.Color("arm:N", sort=list(order), title="arm"))
+    dots = base.mark_point(size=120, strokeWidth=2).encode(
+        shape=alt.Shape("same answer twice:N", title="same answer twice?", scale=alt.Scale(
+            domain=["yes", "no", "undetermined"], range=["circle", "cross", "triangle"])))
+    subtitle = ("lower right is faster and cheaper; the axes do not start at zero; the shape: whether the arm "
+                "gave one answer per prompt")
+    if missing:
+        subtitle += f"; no energy reading: {', '.join(missing)}"
+    return spec_of(dots.properties(width=WIDTH, height=HEIGHT + 60, title=alt.TitleParams(
+        text="Speed against energy, per arm", subtitle=subtitle)))
+

@@ -440,23 +440,29 @@ class ModelRuns:
         return out
 
     @property
+    def gate_figures(self) -> dict[str, dict[str, float | None]]:
+        """Per arm, the gate's own figures (every arm runs it, one request at a time, the same
+        requests): its generated tokens per second of HTTP time and its J/token. The one source of
+        the first screen's cost ratios and of the cost chart."""
+        out: dict[str, dict[str, float | None]] = {}
+        for name, arm in self.arms.items():
+            s = arm.gate_run.s
+            tokens = sum((a.n_tokens or 0) * a.count for p in (s.gate.prompts if s.gate else []) for a in p.answers)
+            e = s.energy.get(VERDICT_STAGE)
+            out[name] = {"tokens_per_s": tokens / s.gate.http_s if s.gate and s.gate.http_s and tokens else None,
+                         "j_per_token": e.j_per_token if e else None,
+                         "one_answer": s.gate.reproducible if s.gate is not None else None}
+        return out
+
+    @property
     def first_screen(self) -> dict[str, Any]:
         """Per arm, its three answers (suite.site.first_screen): same answer twice, what changes it,
         what the fix costs; each from the run the page shows that stage from."""
         from suite.site.first_screen import claims_of_stage, three_answers
 
-        def figures(arm: ArmRuns) -> dict[str, float | None]:
-            """The gate's own figures (every arm runs it, one request at a time): its generated
-            tokens per second of HTTP time and its J/token."""
-            s = arm.gate_run.s
-            tokens = sum((a.n_tokens or 0) * a.count for p in (s.gate.prompts if s.gate else []) for a in p.answers)
-            e = s.energy.get(VERDICT_STAGE)
-            return {"tokens_per_s": tokens / s.gate.http_s if s.gate and s.gate.http_s and tokens else None,
-                    "j_per_token": e.j_per_token if e else None}
-
         batch_claims = {name: next(iter(claims_of_stage(a.for_stage("batch").s, "batch")), None)
                         for name, a in self.arms.items()}
-        own = {name: figures(a) for name, a in self.arms.items()}
+        own = self.gate_figures
         # the model's determinism mode, where an arm's start refused it: the engine's own line
         refused = next(((r.s.determinism.control or "determinism mode", r.s.determinism.error_line or "refused")
                         for a in self.arms.values() for r in a.runs

@@ -381,7 +381,8 @@ def _model_charts(site: _Site, model: ModelRuns) -> dict[str, Future[str | None]
     memory_svg = site.chart(charts.memory_timelines, series)
     sweep_svg = site.chart(charts.concurrency_sweep, {r.s.arm: latency_sweep(r.s.latency) for r in runs})
 
-    return {"ttft": ttft_svg, "itl": itl_svg, "memory": memory_svg, "sweep": sweep_svg}
+    cost_svg = site.chart(charts.cost_scatter, model.gate_figures)
+    return {"ttft": ttft_svg, "itl": itl_svg, "memory": memory_svg, "sweep": sweep_svg, "cost": cost_svg}
 
 
 def _with_interrupted(site: _Site, model: ModelRuns, lines: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -470,7 +471,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         watchdog=[watchdog_view(r.s.watchdog) for r in runs],
         signature_rows=signature_rows(runs),
         kernel_phrases=kernel_differences([r.s.signature for r in runs]),
-        sweep_svg=drawn["sweep"].result(),
+        sweep_svg=drawn["sweep"].result(), cost_svg=drawn["cost"].result(),
         arm_comparisons=arm_comparisons(gate_runs, arms), machines=machine_rows(model),
         downloads={table: {k: f"{slug(model.name)}/data/{v}" for k, v in files.items()} for table, files in
                    page_downloads(model.all_runs, site.out / Path(model.page).parent / slug(model.name) / "data").items()},

@@ -42,3 +42,15 @@ def test_every_section_and_arm_card_links_to_itself(tmp_path: Path) -> None:
     assert ids and all(f'href="#{i}"' in page for i in ids)
     cards = re.findall(r'<div class="card arm-card" id="([^"]+)">', page)
     assert cards and all(f'<a class="permalink" href="#{c}"' in page for c in cards)
+
+
+def test_the_speed_against_energy_chart_draws_only_arms_with_both_figures() -> None:
+    from suite.site.charts import cost_scatter
+
+    both = {"a": {"tokens_per_s": 200.0, "j_per_token": 0.7, "one_answer": True},
+            "b": {"tokens_per_s": 230.0, "j_per_token": 0.6, "one_answer": False},
+            "c": {"tokens_per_s": 100.0, "j_per_token": None, "one_answer": None}}
+    svg = cost_scatter(both)
+    assert svg is not None and svg.startswith("<svg") and "no energy reading: c" in svg
+    assert cost_scatter({k: both[k] for k in ("a", "c")}) is None  # one point is no comparison
+    assert cost_scatter({}) is None
