@@ -437,9 +437,12 @@ def page_downloads(runs: list[Run], out_dir: Path) -> dict[str, dict[str, str]]:
         df = frame(rows, columns, name)
         _write_table(df, out_dir / f"{name}.csv", "csv")
         _write_schema(out_dir / f"{name}.schema.json", csv_schema(columns))
-        _replace(out_dir / f"{name}.json", lambda tmp, d=df: Path(tmp).write_text(
-            json.dumps({"schema_version": 1, "table": name, "rows": d.to_dicts()}, indent=1, default=str)),
-            "the download")
+        doc = json.dumps({"schema_version": 1, "table": name, "rows": df.to_dicts()}, indent=1, default=str)
+
+        def write_json(tmp: str, text: str = doc) -> None:
+            Path(tmp).write_text(text)
+
+        _replace(out_dir / f"{name}.json", write_json, "the download")
         out[name] = {"csv": f"{name}.csv", "json": f"{name}.json", "schema": f"{name}.schema.json"}
     return out
 

@@ -244,8 +244,11 @@ def cost_scatter(points: dict[str, dict[str, float | None]]) -> str | None:
     """Each arm's gate tokens/s against its J/token (the same requests, one at a time), one point per
     arm, filled where the arm gave one answer per prompt: the speed and energy a reproducible
     answer costs, across the arms of a model. None where fewer than two arms have both figures."""
+    def word(one: float | bool | None) -> str:
+        return "undetermined" if one is None else ("yes" if one else "no")
+
     rows = [{"arm": arm, "tokens_per_s": f["tokens_per_s"], "j_per_token": f["j_per_token"],
-             "same answer twice": {True: "yes", False: "no"}.get(f.get("one_answer"), "undetermined")}  # type: ignore[arg-type]
+             "same answer twice": word(f.get("one_answer"))}
             for arm, f in points.items() if f.get("tokens_per_s") and f.get("j_per_token")]
     if len(rows) < 2:
         return None
