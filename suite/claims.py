@@ -134,3 +134,31 @@ def claims_of(summary: Any, only: str | None = None) -> list[Claim]:
             log.warning("%s: the %s claims could not be made: %s: %s", getattr(summary, "run_id", "?"), name,
                         type(exc).__name__, exc)
     return out
+
+
+# The longest a stage's console line may be: a line a terminal shows whole, its full reasoning on
+# the page and in `--json`.
+STAGE_LINE_LIMIT = 160
+
+
+def stage_line(summary: Any, stage: str, result: Any) -> str:
+    """A stage's verdict in one short console line, from its claims: the run-level claim's phrase
+    where the stage makes one (an elimination, a batch verdict), else each prompt's phrase named by
+    its prompt; cut at `STAGE_LINE_LIMIT` characters with an ellipsis. Empty where the stage makes
+    no claim."""
+    spec = STAGES.get(stage)
+    if spec is None or spec.claims is None or result is None:
+        return ""
+    try:
+        claims = spec.claims(result, summary)
+    except Exception as exc:  # noqa: BLE001 - a console line never stops a bench
+        log.debug("%s: no console line: %s: %s", stage, type(exc).__name__, exc)
+        return ""
+    def said(c: Claim) -> str:
+        label, phrase = c.configuration or c.prompt, c.phrase or c.verdict
+        return phrase if not label or phrase.startswith(label) else f"{label}: {phrase}"
+
+    whole = [c for c in claims if c.kind == "elimination" or (c.prompt is None and c.configuration is None)]
+    text = "; ".join(dict.fromkeys(said(c) for c in (whole or claims) if c.phrase or c.verdict))
+    text = " ".join(text.split())
+    return text if len(text) <= STAGE_LINE_LIMIT else text[:STAGE_LINE_LIMIT - 1].rstrip() + "…"

@@ -23,6 +23,7 @@ from suite.bench.failures import RuntimeDied, WatchdogTripped, failure_at_start,
 from suite.bench.launch import _watchdog_for, runtime_pids, start_with_determinism
 from suite.bench.plan import ArmPlan
 from suite.bench.provenance import carried_parts, configuration_differences, invocation_of, make_signature
+from suite.claims import stage_line
 from suite.client import GenerationParams, OpenAIClient
 from suite.client.budget import budget as client_budget
 from suite.client.budget import stage_budget_s
@@ -402,7 +403,9 @@ class BenchSession:
                     log.info("arm %s: stage %s used %.1f J (%s J/token)", plan.arm_name, name, energy.joules,
                              energy.j_per_token)
                 self.summary.stage_s[name] = round(time.monotonic() - t0, 1)
-                log.info("arm %s: stage %s done in %.1f s", plan.arm_name, name, time.monotonic() - t0)
+                said = stage_line(self.summary, name, result)
+                log.info("arm %s: stage %s done in %.1f s%s", plan.arm_name, name, time.monotonic() - t0,
+                         f": {said}" if said else "")
                 record.write_stage(name, result)
                 if on_result is not None:
                     on_result(name)

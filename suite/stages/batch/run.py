@@ -271,5 +271,5 @@ def run(ctx: StageContext) -> BatchResult:
         max_tokens_cap=ctx.profile.gate_max_tokens, logprobs=logprobs_for(ctx),
         reset_path=ctx.runtime.server.reset_cache_path, record=ctx.record_request, alive=ctx.running.alive,
         death_reason=death_reason_of(ctx.running), energy=gpu.energy_reader())
-    log.info("batch %s: %s", ctx.arm_name, result.verdict)
+    log.debug("batch %s: %s", ctx.arm_name, result.verdict)
     return result

@@ -509,7 +509,7 @@ def run(ctx: StageContext) -> ControlMatrixResult:
         result.interrupted = (f"resumed: {', '.join(taken_up)} finished before the run was interrupted and "
                               "were rebuilt from their request lines (no start-up time or energy for them)")
     eliminate(result, ctx.results.get("gate"))
-    log.info("controls %s: %s", ctx.arm_name, result.elimination)
+    log.debug("controls %s: %s", ctx.arm_name, result.elimination)
     return result
 
 

@@ -25,5 +25,5 @@ def run(ctx: StageContext) -> GateResult:
         label="+".join(ctx.controls) or "default", controls=list(ctx.controls),
     )
     ctx.reproducible = result.reproducible
-    log.info("gate %s: %s", ctx.arm_name, result.verdict)
+    log.debug("gate %s: %s", ctx.arm_name, result.verdict)
     return result

@@ -62,7 +62,7 @@ def run_launches(ctx: StageContext, mode: Literal["fresh", "kept"]) -> RestartsR
     result = summarise(outcomes, [p.id for p in prompts], k, n)
     result.cache_mode = mode
     result.controls = list(ctx.controls)
-    log.info("restarts %s (%s caches): %s", ctx.arm_name, mode, result.verdict)
+    log.debug("restarts %s (%s caches): %s", ctx.arm_name, mode, result.verdict)
     return result
 
 

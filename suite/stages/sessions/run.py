@@ -78,7 +78,7 @@ def run(ctx: StageContext) -> SessionsResult:
                             controls=list(ctx.controls))
     result.table = table_lines(result)
     result.verdict = "; ".join(result.table) or "no session answered"
-    log.info("sessions %s: %s", ctx.arm_name, result.verdict)
+    log.debug("sessions %s: %s", ctx.arm_name, result.verdict)
     return result
 
 
