@@ -779,9 +779,35 @@ def load_summary(path: Path, problems: list[str] | None = None) -> Summary:
         raise _invalid(where, exc) from None
     for key, result in stages.items():
         setattr(summary, key, result)
+    said = check_lines(summary, path.parent)
     recompute_verdicts(summary)
+    summary.recomputed.extend(said)
     refresh_failure(summary, path.parent)
     return summary
+
+
+def check_lines(summary: Summary, run_dir: Path) -> list[Any]:
+    """Each stage result that declares `Stage.from_lines` made from the run's request lines and
+    checked against what the summary kept (in place); one note per disagreement, for the page."""
+    from suite.claims import written_by
+
+    notes: list[Any] = []
+    for name, stage in STAGES.items():
+        result = getattr(summary, name, None)
+        if stage.from_lines is None or result is None:
+            continue
+        try:
+            lines = read_requests(run_dir, stage.exported_requests or (name,))
+        except SuiteError as exc:
+            notes.append(Recomputed(stage=name, field="request lines", then="", now=f"not read: {exc}",
+                                    written_by=written_by(summary), kept=True))
+            continue
+        again, said = stage.from_lines(result, lines)
+        if said:
+            setattr(summary, name, again)
+            notes.extend(Recomputed(stage=name, field="answers", then="as the summary kept them", now=text,
+                                    written_by=written_by(summary)) for text in said)
+    return notes
 
 
 def read_manifest(run_dir: Path) -> RunManifest:

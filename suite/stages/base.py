@@ -344,6 +344,11 @@ class Stage:
     # lines cannot say. Without it, a cut stage's page names the lines it kept, and no more. Its third
     # argument is the run's log folder (the runtime logs each launch left: which kernels a row ran).
     rebuild: Callable[[list[Any], Any, Path | None], BaseModel | None] | None = None
+    # Its result checked against the run's request lines (`exported_requests` kinds), the record of
+    # every request as sent and answered: the result as the lines make it, and one phrase per
+    # disagreement with what the summary kept (named on the page beside the verdict). None: the
+    # stage's result is read as stored.
+    from_lines: Callable[[Any, list[Any]], tuple[Any, list[str]]] | None = None
     # On `--resume`, whether a request line (as a dict) of the cut stage belongs to a part its
     # `rebuild` gave back: such lines stay in the record, the rest go aside with the interruption.
     # None: the stage is run again whole (all its lines go aside).

@@ -9,7 +9,7 @@ bench's process of elimination (the control matrix) runs where the profile asks 
 from __future__ import annotations
 
 from suite.stages.base import ExportTable, SectionTemplate, Stage
-from suite.stages.gate.result import COLUMNS, claims, export_rows, recompute
+from suite.stages.gate.result import COLUMNS, claims, export_rows, from_lines, recompute
 from suite.stages.gate.run import run
 from suite.stages.lines import AnswerLine
 from suite.stages.repeat import GatePromptResult, GateResult, select_prompts
@@ -23,5 +23,5 @@ STAGE = Stage(name="gate", result=GateResult, run=run, lines=(AnswerLine,), fres
               planned=lambda p: p.gate_requests * len(select_prompts(p.gate_prompts)),
               verdict=lambda result: getattr(result, "reproducible", None),
               tables=(ExportTable("gate", export_rows, COLUMNS),), exported_requests=("gate",),
-              page_title="gate", recompute=recompute, claims=claims,
+              page_title="gate", recompute=recompute, claims=claims, from_lines=from_lines,
               section=SectionTemplate("section.html", "suite.stages.gate.view:page", slot="answers", order=0))

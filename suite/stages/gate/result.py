@@ -66,6 +66,49 @@ def recompute(result: GateResult, summary: Any) -> GateResult:
     return result.model_copy(update={"prompts": prompts, "reproducible": reproducible, "verdict": verdict})
 
 
+def _groups(p: GatePromptResult) -> tuple[tuple[int, ...], ...]:
+    """A prompt's answers as the request indices of each distinct answer (what the lines decide)."""
+    return tuple(sorted(tuple(sorted(a.indices)) for a in p.answers))
+
+
+def from_lines(result: GateResult, lines: list[Any]) -> tuple[GateResult, list[str]]:
+    """The gate's answers made from its request lines, the record of every request as it was sent
+    and answered, and checked against the answers the summary kept: a prompt whose lines group
+    otherwise (an answer edited, a request added or dropped) is rebuilt from its lines, and the
+    disagreement named in one phrase each. A prompt with no line (a record written before the lines
+    were kept) keeps its stored answers."""
+    by_prompt: dict[str, list[Any]] = {}
+    for q in lines:
+        if getattr(q, "kind", None) == "gate" and getattr(q, "stage", "gate") in (None, "gate"):
+            by_prompt.setdefault(q.prompt_id, []).append(q)
+    if not by_prompt:
+        return result, []
+    prompts: list[GatePromptResult] = []
+    said: list[str] = []
+    for p in result.prompts:
+        qs = sorted(by_prompt.get(p.prompt_id, []), key=lambda q: q.index)
+        if not qs:
+            prompts.append(p)
+            continue
+        process_cold = p.cold_warm.process_cold if p.cold_warm is not None else True
+        a = analyse([Sample(index=q.index, text=q.text or "", token_ids=q.token_ids, logprobs=q.logprobs,
+                            top_logprobs=getattr(q, "top_logprobs", None), completion_tokens=q.completion_tokens,
+                            finish_reason=q.finish_reason, error=q.error) for q in qs], process_cold=process_cold)
+        again = GatePromptResult.from_analysis(
+            a, prompt_id=p.prompt_id, prompt_version=p.prompt_version, prompt_sha256=p.prompt_sha256, kind=p.kind,
+            max_tokens=p.max_tokens, error_messages=list(dict.fromkeys(q.error for q in qs if q.error))[:5],
+            prompt_tokens=sorted({q.prompt_tokens for q in qs if getattr(q, "prompt_tokens", None) is not None}))
+        if _groups(again) == _groups(p) and again.errors == p.errors:
+            prompts.append(p)  # the lines agree: the summary's richer prompt (divergences, margins) stays
+            continue
+        said.append(f"{p.prompt_id}: the summary kept {p.distinct_answers} distinct of {p.answered} answered, its "
+                    f"request lines say {again.distinct_answers} distinct of {again.answered}; the lines are used")
+        prompts.append(again)
+    if not said:
+        return result, []
+    return result.model_copy(update={"prompts": prompts}), said
+
+
 PATTERN_WORDS = {"stable": "one answer", "cold-transient": "cold-start transient", "switch": "one switch that stays",
                  "varies": "varies in random order", "undetermined": "undetermined"}
 

@@ -1,0 +1,53 @@
+"""The gate's answers come from the request lines: a summary whose kept answers disagree with its
+lines is read as the lines say, and the disagreement is named beside the verdict."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import shutil
+from pathlib import Path
+
+from suite.records import load_all
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+
+def _copy_with_edit(tmp_path: Path, edit) -> Path:
+    src = next((EXAMPLES / "cpu-results" / "tiny" / "llamacpp").iterdir())
+    dst = tmp_path / "results" / "tiny" / "llamacpp" / src.name
+    shutil.copytree(src, dst)
+    f = dst / "requests.jsonl.xz"
+    lines = [json.loads(x) for x in lzma.open(f).read().decode().splitlines()]
+    f.write_bytes(lzma.compress(("\n".join(json.dumps(d) for d in edit(lines)) + "\n").encode()))
+    return tmp_path / "results"
+
+
+def test_an_edited_answer_in_the_lines_changes_the_verdict_and_is_named(tmp_path: Path) -> None:
+    before = next(iter(load_all(_copy_with_edit(tmp_path / "a", lambda ls: ls))))
+    assert not [r for r in before.recomputed if r.field == "answers"]  # the lines agree: nothing named
+
+    def edit(lines):
+        for d in lines:
+            if d.get("kind") == "gate" and d.get("prompt_id") == "document-4k" and d.get("index") == 5:
+                d["text"], d["token_ids"] = "an answer no request gave", [1, 2, 3]
+        return lines
+
+    s = next(iter(load_all(_copy_with_edit(tmp_path / "b", edit))))
+    doc = next(p for p in s.gate.prompts if p.prompt_id == "document-4k")
+    was = next(p for p in before.gate.prompts if p.prompt_id == "document-4k")
+    assert doc.distinct_answers == was.distinct_answers + 1
+    notes = [r for r in s.recomputed if r.field == "answers"]
+    assert len(notes) == 1 and notes[0].now.startswith("document-4k: the summary kept")
+    assert "its request lines say" in notes[0].now
+
+
+def test_a_dropped_request_line_is_named_too(tmp_path: Path) -> None:
+    def drop(lines):
+        return [d for d in lines if not (d.get("kind") == "gate" and d.get("prompt_id") == "short-open"
+                                         and d.get("index") == 19)]
+
+    s = next(iter(load_all(_copy_with_edit(tmp_path, drop))))
+    short = next(p for p in s.gate.prompts if p.prompt_id == "short-open")
+    assert short.answered == 19
+    assert any(r.field == "answers" and r.now.startswith("short-open") for r in s.recomputed)
