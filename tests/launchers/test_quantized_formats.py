@@ -45,10 +45,11 @@ def test_random_lightning_keeps_the_release_s_layer_kinds_experts_and_top_k() ->
     assert in_proj == 10304 and in_proj % 64 == 0
     assert {n: (f.kind, f.source, f.scheme) for n, f in card.formats.items() if n != "hf-bf16"} == {
         "nvfp4": ("nvfp4", "quantize:hf-bf16", "NVFP4"), "w4a16": ("w4a16", "quantize:hf-bf16", "W4A16")}
-    assert set(card.arms) == {"vllm-gpu", "vllm-gpu-batch-invariant", "vllm-gpu-nvfp4", "vllm-gpu-w4a16",
-                              "vllm-gpu-humming-w4a16", "vllm-gpu-humming-w4a16-grouped",
-                              "vllm-gpu-w4a16-moe-triton"}
-    for arm in card.arms.values():
+    vllm_arms = {"vllm-gpu", "vllm-gpu-batch-invariant", "vllm-gpu-nvfp4", "vllm-gpu-w4a16",
+                 "vllm-gpu-humming-w4a16", "vllm-gpu-humming-w4a16-grouped", "vllm-gpu-w4a16-moe-triton"}
+    assert vllm_arms <= set(card.arms)  # these at least: an arm added beside them breaks nothing
+    for name in vllm_arms:
+        arm = card.arms[name]
         assert arm.runtime == "vllm" and arm.version == "0.24.0" and arm.env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
     grouped = card.arms["vllm-gpu-humming-w4a16-grouped"]
     assert grouped.env["VLLM_HUMMING_MOE_GEMM_TYPE"] == "grouped" and grouped.args == ["--quantization", "humming"]
