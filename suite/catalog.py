@@ -343,7 +343,8 @@ def load_catalog(cards_dir: Path | None = None) -> dict[str, ModelCard]:
         for path in sorted(root.glob("*.toml")):
             card = load_card(path)
             if card.name in found:
-                raise SuiteError(f"{path}: model card {card.name!r} is already defined by {found[card.name].file}; "
+                first = found[card.name]._file or found[card.name].file
+                raise SuiteError(f"{path}: model card {card.name!r} is already defined by {first}; "
                                  "rename the file (a card adds a model, it does not replace one)")
             found[card.name] = card
     return found

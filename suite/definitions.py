@@ -468,13 +468,13 @@ def version_spec(definition: RuntimeDefinition, images_dir: Path | None = None) 
 
 
 def base_definition(definition: RuntimeDefinition) -> RuntimeDefinition:
-    """The definition a variant's `base` names: beside it in its own folder, else among every
-    definition (a variant in a folder of `SUITE_IMAGES` may reuse a built-in runtime's image)."""
+    """The definition a variant's `base` names: among every definition where the variant is one of
+    them (a variant in a folder of `SUITE_IMAGES` may reuse a built-in runtime's image), else
+    beside it in its own folder."""
     assert definition.base is not None
-    beside = load_definitions(definition.folder.parent)
-    if definition.base in beside:
-        return beside[definition.base]
-    return get_definition(definition.base)
+    parent = definition.folder.parent.resolve()
+    known = any(parent == folder.resolve() for folder in definition_folders())
+    return get_definition(definition.base, None if known else definition.folder.parent)
 
 
 def with_version(definition: RuntimeDefinition, version: str | None) -> RuntimeDefinition:
