@@ -51,3 +51,25 @@ def test_a_dropped_request_line_is_named_too(tmp_path: Path) -> None:
     short = next(p for p in s.gate.prompts if p.prompt_id == "short-open")
     assert short.answered == 19
     assert any(r.field == "answers" and r.now.startswith("short-open") for r in s.recomputed)
+
+
+def test_a_matrix_row_is_counted_from_its_lines(tmp_path: Path) -> None:
+    """random-lightning's W4A16 matrix (two launches of the default row, the MoE kernel's row): a
+    default answer edited in the lines adds a distinct answer to that row, named beside the verdict."""
+    src = EXAMPLES / "gpu-lightning-results" / "random-lightning" / "vllm-gpu-w4a16" / "20261206T044243596625Z-442868b2"
+    dst = tmp_path / "r" / "random-lightning" / "vllm-gpu-w4a16" / src.name
+    shutil.copytree(src, dst)
+    before = next(iter(load_all(tmp_path / "r")))
+    row = next(r for r in before.controls.rows if r.configuration == "default")
+    f = dst / "requests.jsonl.xz"
+    lines = [json.loads(x) for x in lzma.open(f).read().decode().splitlines()]
+    edited = False
+    for d in lines:
+        if not edited and d.get("kind") == "controls" and d.get("label") == "default" and d.get("prompt_id") == "short-open":
+            d["text"], d["token_ids"], edited = "an answer no request gave", [7, 7, 7], True
+    f.write_bytes(lzma.compress(("\n".join(json.dumps(d) for d in lines) + "\n").encode()))
+    after = next(iter(load_all(tmp_path / "r")))
+    again = next(r for r in after.controls.rows if r.configuration == "default")
+    assert again.distinct["short-open"] == row.distinct["short-open"] + 1
+    assert any(r.stage == "controls" and r.now.startswith("default on short-open: the summary kept")
+               for r in after.recomputed)

@@ -22,7 +22,15 @@ launches of a cold-start transient, LoRA's rows, a cut run rebuilt from its requ
 from __future__ import annotations
 
 from suite.stages.base import ExportTable, SectionTemplate, Stage
-from suite.stages.controls.elimination import TRANSIENT_LAUNCHES, TRANSIENT_REQUESTS, claims, eliminate, launches_for, recompute
+from suite.stages.controls.elimination import (
+    TRANSIENT_LAUNCHES,
+    TRANSIENT_REQUESTS,
+    claims,
+    eliminate,
+    from_lines,
+    launches_for,
+    recompute,
+)
 from suite.stages.controls.result import ELIMINATION_ALPHA, ControlMatrixResult, LoraOutcome, MatrixRow, RowTest
 from suite.stages.controls.run import (
     ADAPTER_NAME,
@@ -60,6 +68,6 @@ STAGE = Stage(name="controls", result=ControlMatrixResult, run=run, lines=(Answe
               when=lambda p: settings(p).auto, on_verdict=False, after="gate",
               settings=ControlMatrixSettings, profiles=PROFILES, profile_keys=PROFILE_KEYS, options=OPTIONS, preflight=preflight,
               tables=(ExportTable("controls", export_rows, COLUMNS),), exported_requests=("controls",),
-              rebuild=rebuild, carries_line=carries_line,
+              rebuild=rebuild, carries_line=carries_line, from_lines=from_lines,
               page_title="control matrix", recompute=recompute, claims=claims,
               section=SectionTemplate("section.html", "suite.stages.controls.view:page", slot="causes", order=1))

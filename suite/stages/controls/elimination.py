@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from suite.analysis.claims import Claim, Evidence, Family, run_caveats
-from suite.analysis.repro import unseen_share_bound
+from suite.analysis.repro import Sample, group_answers, unseen_share_bound
 from suite.analysis.sequential import rule_out_share
 from suite.analysis.stats import fisher_fewer_others, holm, requests_needed
 from suite.stages.controls.result import ELIMINATION_ALPHA, ControlMatrixResult, MatrixRow, RowTest
@@ -432,3 +432,40 @@ def claims(result: ControlMatrixResult, summary: Any) -> list[Claim]:
                                                          default=None)),
                         family=family, caveats=list(extra), phrase=word, text=result.elimination))
     return out
+
+
+def from_lines(result: ControlMatrixResult, lines: list[Any]) -> tuple[ControlMatrixResult, list[str]]:
+    """The matrix's rows checked against the run's request lines: per row run as its own launches
+    (the default's and each control's) and prompt, its distinct answers, answered requests and
+    modal count made from the lines of that row (every launch of it pooled). A row whose lines say
+    otherwise takes the lines' counts (the elimination is then made again from them), and each
+    disagreement is named. Rows tried inside one launch (pairs), a cold-start transient's rows
+    (their counts are per launch: the first answer against the rest) and rows without lines keep
+    what the summary holds."""
+    by_row: dict[tuple[str, str], list[Any]] = {}
+    for q in lines:
+        if getattr(q, "kind", None) == "controls":
+            by_row.setdefault((q.label, q.prompt_id), []).append(q)
+    if not by_row:
+        return result, []
+    again = result.model_copy(deep=True)
+    said: list[str] = []
+    for row in again.rows:
+        if row.status != "ok" or row.in_launch or row.cold_odd:
+            continue  # pairs inside one launch, and a transient's launches (counted per launch), stay as kept
+        for pid in list(row.distinct):
+            qs = by_row.get((row.configuration, pid))
+            if not qs:
+                continue
+            groups = group_answers([Sample(index=i, text=q.text or "", token_ids=q.token_ids, error=q.error)
+                                    for i, q in enumerate(qs)])
+            d, n, modal = len(groups), sum(len(g) for g in groups), (len(groups[0]) if groups else 0)
+            if (d, n) == (row.distinct.get(pid), row.answered.get(pid)) and modal == row.modal_count.get(pid, modal):
+                continue
+            said.append(f"{row.configuration} on {pid}: the summary kept {row.distinct.get(pid)} distinct of "
+                        f"{row.answered.get(pid)} answered, its request lines say {d} distinct of {n}; the lines are used")
+            row.distinct[pid], row.answered[pid] = d, n
+            if pid in row.modal_count:
+                row.modal_count[pid] = modal
+    return (again, said) if said else (result, [])
+
