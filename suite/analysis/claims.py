@@ -21,8 +21,9 @@ from pydantic import BaseModel, Field
 
 from suite.analysis.levels import ALPHA
 
+# "package": a claim of a stage from a package of its own (suite.stages: entry points)
 ClaimKind = Literal["gate", "within-launches", "across-launches", "control", "elimination", "batch", "sessions",
-                    "paired", "extraction", "compare"]
+                    "paired", "extraction", "compare", "package"]
 Correction = Literal["none", "Holm", "Bonferroni", "intersection-union", "closed testing (Fisher)"]
 
 

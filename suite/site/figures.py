@@ -25,7 +25,7 @@ from suite.analysis.stats import mean_se_of
 from suite.errors import SuiteError
 from suite.records import Summary, load_all
 from suite.signature import flatten_signature
-from suite.stages import EXTRACTION_STAGE, LATENCY_STAGE, ORDER, VERDICT_STAGE
+from suite.stages import EXTRACTION_STAGE, LATENCY_STAGE, ORDER, STAGES, VERDICT_STAGE
 from suite.stages.controls import ControlMatrixResult
 from suite.stages.gate.view import gate_settings_text  # noqa: F401 - the index page's gate line, and tests
 from suite.stages.latency import LatencyLine
@@ -473,8 +473,12 @@ class ModelRuns:
             runs = {stage: (r.s if getattr(r.s, stage, None) is not None else None)
                     for stage in ("controls", "batch", "restarts") for r in [a.for_stage(stage)]}
             more = [r.s for r in a.runs if r.s.controls is not None and r.s is not runs["controls"]]
+            # the stages that join the first screen through the registry (a stage from a package too)
+            joined = [c for stage in STAGES.values() if stage.first_screen == "changes"
+                      for c in claims_of_stage(a.for_stage(stage.name).s, stage.name)]
             out[name] = three_answers(a.gate_run.s, runs["controls"], runs["batch"], runs["restarts"], siblings,
-                                      own[name], current=a.current.s, refused=refused, more_controls=more)
+                                      own[name], current=a.current.s, refused=refused, more_controls=more,
+                                      more_causes=joined)
         return out
 
     @property

@@ -131,7 +131,7 @@ def _energy_gap(c: Claim) -> str:
 def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None, restarts_run: Any | None,
                   siblings: dict[str, Any] | None = None, own_figures: dict[str, float | None] | None = None,
                   current: Any | None = None, refused: tuple[str, str] | None = None,
-                  more_controls: list[Any] | None = None) -> ThreeAnswers:
+                  more_controls: list[Any] | None = None, more_causes: list[Claim] | None = None) -> ThreeAnswers:
     """The three answers of one arm, each from the run the page shows that stage from.
 
     `siblings`: other arms of the model (name -> (their batch claim, their figures)), for the cost of
@@ -139,7 +139,9 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
     `more_controls`: the arm's other runs that hold a control matrix (a matrix is often run a few
     rows at a time, and a run cut by a time limit keeps the rows it finished): their kernel-part
     rows join "what changes it?" (each credit with its own matrix's family, each rule-out with its
-    own count), so that the parts ruled out in one run are not forgotten by the next."""
+    own count), so that the parts ruled out in one run are not forgotten by the next.
+    `more_causes`: the claims of the stages that join the first screen through the registry
+    (`Stage.first_screen`): each that says the answer varies is a cause, named by its stage."""
     same = strips(gate_run) if gate_run is not None else []
     if not same:
         same_answer = Answer("gate not run", None)
@@ -214,6 +216,11 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
                     cost = Answer(f"{name}: {text}" if text else f"{name}: figures not measured", None,
                                   [f"{name} gives the same answer in every batch ({their_batch.phrase})"])
                     break
+    for c in more_causes or []:
+        if c.good is False:
+            causes.append(f"{c.stage}: {c.phrase or c.verdict}")
+            details.append(c.text or c.verdict)
+            good = False
     differ = [c for c in across if c.verdict in ("differ", "differ or persist")]
     if differ:
         either = any(c.verdict == "differ or persist" for c in differ)

@@ -344,6 +344,11 @@ class Stage:
     # lines cannot say. Without it, a cut stage's page names the lines it kept, and no more. Its third
     # argument is the run's log folder (the runtime logs each launch left: which kernels a row ran).
     rebuild: Callable[[list[Any], Any, Path | None], BaseModel | None] | None = None
+    # Where its claims join a model page's first screen through the registry (a stage from a
+    # package included): "changes": each claim that says the answer varies (good False) is a cause
+    # in "what changes it?", named by the stage, its full text one click away. None: the first
+    # screen does not show it (the built-in stages' answers are drawn from their own claims there).
+    first_screen: Literal["changes"] | None = None
     # Its result checked against the run's request lines (`exported_requests` kinds), the record of
     # every request as sent and answered: the result as the lines make it, and one phrase per
     # disagreement with what the summary kept (named on the page beside the verdict). None: the

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from suite.analysis.claims import Claim
 from suite.stages.base import ExportTable, Stage
 from suite.stages.repeat import select_prompts
 from suite.stages.lines import RequestLineBase
@@ -66,10 +67,16 @@ def rows(r: ProbeResult) -> list[dict[str, Any]]:
     return [{"request": i, "answer_chars": len(a)} for i, a in enumerate(r.answers)]
 
 
+def claims(r: ProbeResult, summary: Any) -> list[Claim]:
+    # a claim that the answer varies, whatever the probe saw: the first screen must show it
+    return [Claim(stage="probe", kind="package", arm=getattr(summary, "arm", ""), verdict="asked twice",
+                  good=False, phrase=f"probe claim: {r.distinct} distinct of {len(r.answers)}", text=r.verdict)]
+
+
 STAGE = Stage(name="probe", result=ProbeResult, run=run, fresh_runtimes=False, in_bench=False,
               summary="the first gate prompt twice, from a package of its own", lines=(ProbeLine,),
               tables=(ExportTable("probe", rows),), exported_requests=("probe",),
-              page_title="probe", section="tables",
+              page_title="probe", section="tables", claims=claims, first_screen="changes",
               settings=ProbeSettings, profiles={"quick": {"requests": 2}})
 '''
 
@@ -151,6 +158,10 @@ def test_a_stage_from_another_package_reaches_record_resume_export_and_page(tmp_
     page = (site / "models" / "tiny.html").read_text()
     assert '<section id="stage-probe"' in page and "the first gate prompt twice, from a package of its own" in page
     assert "probe verdict:" in page and "answer_chars" in page
+    # its claim reaches the first screen through the registry: "what changes it?" names it
+    card = page[page.index('<div class="card arm-card" id="arm-llamacpp">'):]
+    card = card[:card.index("</div>\n{% endfor %}") if "{% endfor %}" in card else len(card)]
+    assert "probe: probe claim: " in card[:20000]
 
 
 def test_a_stage_package_that_cannot_load_is_one_line_and_exit_2(tmp_path: Path) -> None:
