@@ -320,9 +320,17 @@ def partial_credits(tried: list[MatrixRow], alpha: float, prompts: int) -> str:
 
 
 def recompute(result: ControlMatrixResult, summary: Any = None) -> ControlMatrixResult:
-    """The elimination made again from the rows' answers with today's test and correction."""
+    """The elimination made again from the rows' answers with today's test and correction; each
+    in-launch series' stop made again from its pairs (a credit or a rule-out is the sequential
+    test's decision over the pairs the record keeps, not the stop it stored); a stop the pairs do
+    not hold (a second answer with the control, a failed request) stays."""
     again = result.model_copy(deep=True)
     again.alpha = ELIMINATION_ALPHA  # today's level, not the one the record was written with
+    for row in again.rows:
+        for series in row.in_launch.values():
+            if series.stop in ("credit", "rule-out", "undecided"):
+                decision = series.result().decision
+                series.stop = decision if decision in ("credit", "rule-out") else "undecided"
     eliminate(again, getattr(summary, "gate", None))
     return again
 

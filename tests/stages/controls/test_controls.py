@@ -734,3 +734,28 @@ def test_a_rebuilt_rows_kernels_come_from_its_own_start_up_log(tmp_path):
     bare = rebuild(lines, before)
     assert bare is not None and all(r.kernel_path is None for r in bare.rows)
     assert {r.status for r in bare.rows} == {"ok"}
+
+
+def test_an_in_launch_rows_stop_is_made_again_from_its_pairs():
+    """random-qwen3's prefix-caching-off row, tried inside one launch (11 pairs, all favourable: a
+    credit): the same row with its pairs made concordant reads as the pairs say, whatever the stop
+    the record stored; a stop the pairs cannot hold (a second answer with the control) stays."""
+    from pathlib import Path
+
+    from suite.records import load_all
+    from suite.stages.controls import recompute
+
+    root = Path(__file__).resolve().parents[3] / "docs" / "examples" / "gpu-vllm-results"
+    s = next(x for x in load_all(root) if x.run_id.endswith("-37d705a9"))
+    row = next(r for r in s.controls.rows if r.in_launch)
+    series = row.in_launch["document-4k"]
+    assert series.stop == "credit" and row.configuration in s.controls.restoring
+    edited = s.controls.model_copy(deep=True)
+    edited_row = next(r for r in edited.rows if r.in_launch)
+    edited_row.in_launch["document-4k"].outcomes = ["C"] * len(series.outcomes)  # the pairs alike: no evidence
+    again = recompute(edited, s)
+    stop = next(r for r in again.rows if r.in_launch).in_launch["document-4k"].stop
+    assert stop != "credit" and row.configuration not in again.restoring
+    kept = s.controls.model_copy(deep=True)
+    next(r for r in kept.rows if r.in_launch).in_launch["document-4k"].stop = "second-answer"
+    assert next(r for r in recompute(kept, s).rows if r.in_launch).in_launch["document-4k"].stop == "second-answer"
