@@ -204,7 +204,7 @@ def models() -> None:
 
 @app.command()
 def runtimes() -> None:
-    """List the runtime definitions under images/, with their controls and install state."""
+    """List the runtime definitions (images/, and the folders SUITE_IMAGES adds), with their controls and install state."""
     from suite.definitions import load_definitions
     from suite.launchers.local import is_installed
 
