@@ -464,6 +464,7 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         for stage in generic]
     # the sections stages draw with templates of their own, in the page's order
     templated = [s for s in page_sections() if s.name in by]
+    machines = machine_rows(model)
     context: dict[str, Any] = dict(
         model=model, runs=runs, arms=arms, prompt_ids=prompt_ids,
         gate=gate, generated=generated, ttft_svg=drawn["ttft"].result(), itl_svg=drawn["itl"].result(),
@@ -472,10 +473,11 @@ def _model_page(site: _Site, model: ModelRuns, generated: str, drawn: dict[str, 
         signature_rows=signature_rows(runs),
         kernel_phrases=kernel_differences([r.s.signature for r in runs]),
         sweep_svg=drawn["sweep"].result(), cost_svg=drawn["cost"].result(),
-        arm_comparisons=arm_comparisons(gate_runs, arms), machines=machine_rows(model),
+        arm_comparisons=arm_comparisons(gate_runs, arms), machines=machines,
         downloads={table: {k: f"{slug(model.name)}/data/{v}" for k, v in files.items()} for table, files in
                    page_downloads(model.all_runs, site.out / Path(model.page).parent / slug(model.name) / "data").items()},
-        toc=table_of_contents(templated, generic),
+        # the machines section only where a record names its machine (no link to a section not shown)
+        toc=[(a, n) for a, n in table_of_contents(templated, generic) if a != "machines" or machines],
         stage_sections=stage_sections, stage_runs=by, borrowed=_with_interrupted(site, model, model.borrowed(PAGE_STAGES)),
     )
     # each stage section in its slot of the page
