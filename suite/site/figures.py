@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from memwatch.report import WatchdogReport
-from suite.analysis.repro import PromptAnalysis, Sample, analyse, first_diff
+from suite.analysis.repro import PromptAnalysis, analyse, first_diff
 from suite.analysis.stats import mean_se_of
 from suite.errors import SuiteError
 from suite.records import Summary, load_all
@@ -520,8 +520,7 @@ def load_runs(results: Path, problems: list[str] | None = None,
 
 def analyse_requests(requests: list[AnswerLine]) -> PromptAnalysis:
     """A gate prompt's analysis rebuilt from its request lines (for a run whose gate never finished)."""
-    return analyse([Sample(index=q.index, text=q.text or "", token_ids=q.token_ids, logprobs=q.logprobs,
-                           completion_tokens=q.completion_tokens, error=q.error) for q in requests])
+    return analyse([q.sample() for q in requests])
 
 
 def itl_gaps(q: LatencyLine) -> list[float]:

@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from suite.analysis.repro import Sample
+
 
 class LineBase(BaseModel):
     """What every line has."""
@@ -47,3 +49,9 @@ class AnswerLine(RequestLineBase):
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     ttft_s: float | None = None
+
+    def sample(self) -> Sample:
+        """The request as the analysis reads it (its answer, logprobs, how it ended), at its index."""
+        return Sample(index=self.index, text=self.text or "", token_ids=self.token_ids, logprobs=self.logprobs,
+                      top_logprobs=getattr(self, "top_logprobs", None), completion_tokens=self.completion_tokens,
+                      finish_reason=self.finish_reason, error=self.error)

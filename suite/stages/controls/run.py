@@ -187,8 +187,14 @@ def unchanged_part(ctx: StageContext, name: str, path: dict[str, str] | None) ->
     after = path.get(part)
     if before is None or after != before:
         return None
-    return (f"the switch did not change the {part} kernels: this launch's start-up named {after}, as the "
-            "arm's own did, so the row tests nothing and is neither credited nor ruled out")
+    return unchanged_text(part, before, "the arm's own")
+
+
+def unchanged_text(part: str, kernels: str, whose: str) -> str:
+    """Why a kernel-part row tested nothing: its launch named the same kernels for its part as
+    `whose` start-up did (the arm's, or the default row's)."""
+    return (f"the switch did not change the {part} kernels: this launch's start-up named {kernels}, as "
+            f"{whose} did, so the row tests nothing and is neither credited nor ruled out")
 
 
 def one_answer_each(row: MatrixRow, prompts: list[str] | None) -> bool:
@@ -609,10 +615,7 @@ def rebuild(lines: list[Any], before: Any, logs: Path | None = None) -> ControlM
     for label, qs in by_label.items():
         series: dict[str, list[Sample]] = {}
         for q in qs:
-            series.setdefault(q.prompt_id, []).append(Sample(
-                index=q.index, text=q.text or "", token_ids=q.token_ids, logprobs=q.logprobs,
-                top_logprobs=getattr(q, "top_logprobs", None), completion_tokens=q.completion_tokens,
-                finish_reason=q.finish_reason, error=q.error))
+            series.setdefault(q.prompt_id, []).append(q.sample())
         stop = None if label == "default" else CONTROL_STOP_AFTER_DISTINCT
         finished = n > 0 and all(
             pid in series and (len(series[pid]) >= n or (stop is not None and len(group_answers(series[pid])) >= stop))
@@ -699,10 +702,7 @@ def annotate_rows(rows: list[MatrixRow], runtime: str, logs: Path | None,
             continue
         before, after = before_path.get(row.part), row.kernel_path.get(row.part)
         if before is not None and after == before:
-            row.status = "unchanged"
-            row.reason = (f"the switch did not change the {row.part} kernels: this launch's start-up named "
-                          f"{after}, as the default's did, so the row tests nothing and is neither credited "
-                          "nor ruled out")
+            row.status, row.reason = "unchanged", unchanged_text(row.part, after, "the default's")
 
 
 def carries_line(part: ControlMatrixResult, line: dict[str, Any]) -> bool:

@@ -91,9 +91,7 @@ def from_lines(result: GateResult, lines: list[Any]) -> tuple[GateResult, list[s
             prompts.append(p)
             continue
         process_cold = p.cold_warm.process_cold if p.cold_warm is not None else True
-        a = analyse([Sample(index=q.index, text=q.text or "", token_ids=q.token_ids, logprobs=q.logprobs,
-                            top_logprobs=getattr(q, "top_logprobs", None), completion_tokens=q.completion_tokens,
-                            finish_reason=q.finish_reason, error=q.error) for q in qs], process_cold=process_cold)
+        a = analyse([q.sample() for q in qs], process_cold=process_cold)
         again = GatePromptResult.from_analysis(
             a, prompt_id=p.prompt_id, prompt_version=p.prompt_version, prompt_sha256=p.prompt_sha256, kind=p.kind,
             max_tokens=p.max_tokens, error_messages=list(dict.fromkeys(q.error for q in qs if q.error))[:5],
