@@ -88,7 +88,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "watchdog")]
 from suite.analysis.repro import Sample, analyse  # noqa: E402
 from suite.analysis.stats import paired_difference  # noqa: E402
 from suite.stages.controls import MatrixRow, ControlMatrixResult, row_from_gate, eliminate  # noqa: E402
-from suite.stages.repeat import GatePromptResult, GateResult  # noqa: E402
+from suite.stages.gate_models import GatePromptResult, GateResult  # noqa: E402
 from suite.stages.restarts import LaunchOutcome, summarise  # noqa: E402
 from suite.stages.sessions import summarise_prompt  # noqa: E402
 from suite.stages.extraction.view import paired_text  # noqa: E402

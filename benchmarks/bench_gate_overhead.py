@@ -25,7 +25,8 @@ from suite.definitions import get_definition  # noqa: E402
 from suite.launchers.base import LaunchSpec  # noqa: E402
 from suite.launchers.local import LocalLauncher, is_installed  # noqa: E402
 from suite.records import RunManifest, RunRecord, utcnow  # noqa: E402
-from suite.stages.repeat import load_gate_prompts, run_gate  # noqa: E402
+from suite.stages.gate_models import load_gate_prompts  # noqa: E402
+from suite.stages.repeat import run_gate  # noqa: E402
 
 
 def main() -> int:

@@ -213,7 +213,7 @@ def in_launch_series(truth: Truth, rng: random.Random, level: float) -> tuple[st
 
     from suite.definitions import InLaunch
     from suite.stages.controls.inlaunch import run_series
-    from suite.stages.repeat import GatePrompt
+    from suite.stages.gate_models import GatePrompt
 
     _LAUNCH[0] += 1
     client = _ScriptedClient(truth, rng, _LAUNCH[0])

@@ -26,7 +26,7 @@ from suite.analysis.repro import Sample, answer_key, first_diff, prefix_logprob_
 from suite.errors import SuiteError
 from suite.records import Summary, has_record, incomplete_summary, iter_run_dirs, load_summary, short_id_of
 from suite.signature import flatten_signature
-from suite.stages.repeat import GatePromptResult, GateResult
+from suite.stages.gate_models import GatePromptResult, GateResult
 
 log = logging.getLogger(__name__)
 

@@ -59,8 +59,8 @@ if TYPE_CHECKING:
     from suite.stages.controls import ControlMatrixResult
     from suite.stages.extraction import ExtractionResult
     from suite.stages.extraction.reloads import ReloadsResult
+    from suite.stages.gate_models import GateResult
     from suite.stages.latency import LatencyResult
-    from suite.stages.repeat import GateResult
     from suite.stages.restarts import RestartsResult
     from suite.stages.sessions import SessionsResult
 

@@ -20,7 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from suite.client import GenerationParams, OpenAIClient  # noqa: E402
-from suite.stages.repeat import run_gate, select_prompts  # noqa: E402
+from suite.stages.gate_models import select_prompts  # noqa: E402
+from suite.stages.repeat import run_gate  # noqa: E402
 
 
 def main() -> int:

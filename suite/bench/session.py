@@ -391,7 +391,7 @@ class BenchSession:
                 with progress.stage(f"{name} {plan.arm_name}", total=planned), \
                         gpu.EnergyMeter() as meter, ContentionMeter(own_runtime=plan.launcher.runs_children) as cpu, \
                         client_budget(stage_budget_s(planned), f"stage {name}"):
-                    result = stage.run(ctx)
+                    result = stage.runner()(ctx)
                 contention = cpu.result()
                 if contention is not None:
                     self.summary.contention[name] = contention

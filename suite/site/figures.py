@@ -28,10 +28,10 @@ from suite.signature import flatten_signature
 from suite.stages import EXTRACTION_STAGE, LATENCY_STAGE, ORDER, STAGES, VERDICT_STAGE
 from suite.stages.controls import ControlMatrixResult
 from suite.stages.gate.view import gate_settings_text  # noqa: F401 - the index page's gate line, and tests
+from suite.stages.gate_models import GateResult
 from suite.stages.latency import LatencyLine
 from suite.stages.latency.view import latency_level
 from suite.stages.lines import AnswerLine
-from suite.stages.repeat import GateResult
 
 log = logging.getLogger(__name__)
 

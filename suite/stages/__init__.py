@@ -12,7 +12,8 @@ the gate where `--controls` asks for it and at the end where the gate found more
 command line; no other module names a stage to place it.
 
 A stage from another package joins with one line in that package's metadata, an entry point of
-the group `suite.stages` naming its `Stage` (`probe = "mypackage.probe:STAGE"`): its result in
+the group `suite.stages` naming its `Stage` (`probe = "mypackage.probe:STAGE"`; its `run` the
+function, or "module:function" for one imported only when a bench runs it): its result in
 the run record and summary, its request lines (`Stage.lines`), its export tables, its place in
 the schedule, `--resume` and its section of the model page and of a run's page (`Stage.section`,
 listed in the model page's table of contents in `page_sections` order) all come from that record.
@@ -37,6 +38,20 @@ ENTRY_POINT_GROUP = "suite.stages"
 # Why an installed stage could not be added (one line each): the command line says them and exits
 # 2 before anything runs (suite.cli.main).
 LOAD_ERRORS: list[str] = []
+
+
+def run_problem(stage: Stage) -> str | None:
+    """What is wrong with a stage's `run` given as a name (not "module:function", or no such
+    module), or None; the function itself is imported only when a bench runs the stage."""
+    if not isinstance(stage.run, str):
+        return None
+    if not all(stage.run_parts):
+        return f"its run {stage.run!r} is not \"module:function\""
+    try:
+        folder = stage.folder
+    except SuiteError as exc:
+        return str(exc)
+    return None if folder.is_dir() else f"its run's module is not in a folder ({folder})"
 
 
 def section_problem(stage: Stage) -> str | None:
@@ -69,7 +84,7 @@ def _installed(taken: set[str]) -> list[Stage]:
             LOAD_ERRORS.append(f"{where}: not a suite.stages.base.Stage but a {type(obj).__name__}")
         elif obj.name in taken:
             LOAD_ERRORS.append(f"{where}: a stage named {obj.name!r} exists already")
-        elif (problem := section_problem(obj)) is not None:
+        elif (problem := run_problem(obj) or section_problem(obj)) is not None:
             LOAD_ERRORS.append(f"{where}: {problem}")
         else:
             taken.add(obj.name)

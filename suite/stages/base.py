@@ -1,10 +1,14 @@
 """What every stage is built from: the `Stage` record, the context it runs with, a fresh launch.
 
 A stage is one `Stage` object (name, result model, whether it needs fresh runtimes, `run`),
-defined in its package's short `__init__.py` and registered in `suite.stages.STAGES`; the package
-keeps its settings (and command-line options) in `settings.py`, its records and the pure functions
-over them in `result.py`, the code that executes it in `run.py`, its page part in `view.py` and
-`section.html`. `run(ctx)` gets a
+defined in its package's short `__init__.py` and registered in `suite.stages.STAGES`. The package
+is in two halves. The record half, which `__init__.py` imports: its settings (and command-line
+options) in `settings.py`, its records and the pure functions over them in `result.py` (and any
+other module that sends no request), its page part in `view.py` and `section.html`. The run half:
+the code that executes it in `run.py`, which alone imports the client and the launchers, named by
+the record as `run="suite.stages.NAME.run:run"` and imported only when a bench runs the stage
+(`Stage.runner()`), so that reading records, building the site or exporting loads none of it.
+`run(ctx)` gets a
 `StageContext` (the arm, its running runtime and client, the record, the earlier results) and
 returns its result model, which the bench writes to `stages/<name>.json` and, at the end, under
 the stage's name in `summary.json`. Its place in the schedule (`when`, `after`, `needs`,
@@ -17,13 +21,14 @@ a stage records passes through `StageContext.record_request`, which also advance
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -285,7 +290,10 @@ class Stage:
 
     name: str
     result: type[BaseModel]
-    run: Callable[[StageContext], BaseModel]
+    # The function that runs it, `run(ctx)`: named as "module:function" (imported only when a bench
+    # runs the stage, so that reading a record loads none of the code that sends requests), or the
+    # function itself (a stage from another package may give either). `runner()` gives the function.
+    run: Callable[[StageContext], BaseModel] | str
     fresh_runtimes: bool  # True: it stops the arm's runtime and starts its own
     in_bench: bool  # run by every bench (else on request: a flag, a profile or the gate's verdict)
     summary: str  # one line for `suite bench --help` and the architecture notes
@@ -394,9 +402,41 @@ class Stage:
         return self.section(result)
 
     @property
+    def run_parts(self) -> tuple[str, str]:
+        """(module, function) of a `run` given as "module:function"; ("", "") for a function."""
+        if not isinstance(self.run, str):
+            return "", ""
+        module, _, function = self.run.partition(":")
+        return module, function
+
+    def runner(self) -> Callable[[StageContext], BaseModel]:
+        """The function that runs the stage: `run` itself, or the function its "module:function"
+        names, imported now (a bench calls this just before the stage runs)."""
+        if not isinstance(self.run, str):
+            return self.run
+        module, function = self.run_parts
+        try:
+            found = getattr(importlib.import_module(module), function)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise SuiteError(f"stage {self.name!r}: run {self.run!r}: cannot load it: {type(exc).__name__}: {exc}") from None
+        if not callable(found):
+            raise SuiteError(f"stage {self.name!r}: run {self.run!r} is not a function")
+        return cast(Callable[[StageContext], BaseModel], found)
+
+    @property
     def folder(self) -> Path:
-        """The folder of the module that defines the stage (its package, for a stage that is one)."""
-        return Path(inspect.getfile(self.run)).parent
+        """The folder of the module that runs the stage (its package, for a stage that is one): for a
+        `run` given as "module:function", found without importing that module."""
+        if not isinstance(self.run, str):
+            return Path(inspect.getfile(self.run)).parent
+        module, _ = self.run_parts
+        try:
+            spec = importlib.util.find_spec(module) if module else None
+        except (ImportError, ValueError) as exc:
+            raise SuiteError(f"stage {self.name!r}: run {self.run!r}: cannot find its module: {exc}") from None
+        if spec is None or spec.origin is None:
+            raise SuiteError(f"stage {self.name!r}: run {self.run!r}: no module {module!r}")
+        return Path(spec.origin).parent
 
     def requests_for(self, profile: Profile) -> int | None:
         """`planned(profile)`, or None when the stage cannot say (or the profile is one it refuses:

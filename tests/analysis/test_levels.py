@@ -37,7 +37,7 @@ L.ALPHA, L.CONFIDENCE = {alpha}, 1 - {alpha}
 from suite.analysis.claims import Family
 from suite.analysis.repro import Sample, analyse, unseen_share_bound
 from suite.stages.controls import MatrixRow, ControlMatrixResult, eliminate, row_from_gate
-from suite.stages.repeat import GatePromptResult, GateResult
+from suite.stages.gate_models import GatePromptResult, GateResult
 def gate(others, label):
     s = [Sample(index=i, text="b" if 0 < i <= others else "a", token_ids=[2] if 0 < i <= others else [1]) for i in range(20)]
     p = GatePromptResult.from_analysis(analyse(s), prompt_id="p", max_tokens=8)

@@ -182,9 +182,9 @@ BROKEN_GATE = """\
 import pathlib
 import sys
 
-from suite.stages import repeat
+from suite.stages import gate_models
 
-repeat.GATE_DIR = pathlib.Path(sys.argv.pop(1))  # the gate prompts this process reads
+gate_models.GATE_DIR = pathlib.Path(sys.argv.pop(1))  # the gate prompts this process reads
 from suite.cli import main
 
 sys.argv[0] = "suite"

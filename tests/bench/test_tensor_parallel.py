@@ -86,7 +86,7 @@ def test_the_arms_compared_name_a_comparison_across_tensor_parallel_degrees() ->
     from types import SimpleNamespace
 
     from suite.site.figures import arm_comparisons
-    from suite.stages.repeat import GatePromptResult, GateResult
+    from suite.stages.gate_models import GatePromptResult, GateResult
     from suite.analysis.repro import Sample, analyse
 
     def gate(ids: list[int]) -> GateResult:

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from suite.client import ClientError, OpenAIClient, event_loop_factory, wire
-from suite.stages.repeat import run_gate, select_prompts
+from suite.stages.gate_models import select_prompts
+from suite.stages.repeat import run_gate
 from tests.faults.test_faults_inputs import CHUNKED_SSE_HEAD, SYNC_PATHS, _call, _Counting, endless, raw_server
 
 __all__ = ["raw_server"]  # the fixture, used by name below

@@ -28,7 +28,7 @@ from suite.definitions import load_definition
 from suite.errors import SuiteError
 from suite.records import load_all, load_summary
 from suite.stages.extraction import load_document, load_prompt
-from suite.stages.repeat import load_gate_prompt
+from suite.stages.gate_models import load_gate_prompt
 from suite.stages.extraction.judge import load_rubric
 
 REPO = Path(__file__).resolve().parents[2]

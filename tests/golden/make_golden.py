@@ -35,7 +35,7 @@ from suite.stages.controls import MatrixRow, ControlMatrixResult, LoraOutcome, e
 from suite.stages.extraction.reloads import ReloadOutcome, ReloadsResult  # noqa: E402
 from suite.stages.sessions import SessionsResult, summarise_configuration, table_lines  # noqa: E402
 from suite.stages.extraction import ExtractionResult, RepeatScore, SectionSummary, TypeScore  # noqa: E402
-from suite.stages.repeat import GatePromptResult, GateResult, verdict_of  # noqa: E402
+from suite.stages.gate_models import GatePromptResult, GateResult, verdict_of  # noqa: E402
 from suite.stages.extraction.judge import JudgeGate, JudgeResult  # noqa: E402
 from suite.stages.latency import LatencyLevel, LatencyResult  # noqa: E402
 from suite.stages.restarts import LaunchOutcome, RestartsResult, summarise  # noqa: E402

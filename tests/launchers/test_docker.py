@@ -29,7 +29,8 @@ from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.launchers.base import LaunchSpec
 from suite.launchers.docker import LABEL_SESSION, SESSION, DockerLauncher, nvidia_runtime_present
 from suite.paths import REPO_ROOT
-from suite.stages.repeat import run_gate, select_prompts
+from suite.stages.gate_models import select_prompts
+from suite.stages.repeat import run_gate
 
 pytestmark = pytest.mark.docker
 

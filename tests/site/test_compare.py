@@ -13,7 +13,7 @@ from suite.analysis.repro import Sample, analyse
 from suite.compare import compare_gates, compare_prompt, compare_runs, resolve_run
 from suite.errors import SuiteError
 from suite.records import iter_run_dirs
-from suite.stages.repeat import GatePromptResult, GateResult
+from suite.stages.gate_models import GatePromptResult, GateResult
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "results"
 

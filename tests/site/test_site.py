@@ -80,7 +80,7 @@ def test_golden_tree_matches_the_stage_models() -> None:
     from memwatch.report import WatchdogReport
     from suite.stages.controls import ControlMatrixResult
     from suite.stages.extraction import ExtractionResult
-    from suite.stages.repeat import GateResult
+    from suite.stages.gate_models import GateResult
     from suite.stages.latency import LatencyResult
     from suite.stages.restarts import RestartsResult
 

@@ -18,7 +18,7 @@ import pytest
 from suite.analysis.repro import Sample, analyse
 from suite.site import figures
 from suite.site.publish import build_site, make_env
-from suite.stages.repeat import GatePromptResult, GateResult
+from suite.stages.gate_models import GatePromptResult, GateResult
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "results"
 

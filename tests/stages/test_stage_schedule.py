@@ -70,7 +70,7 @@ def _scheduled(monkeypatch: pytest.MonkeyPatch, profile_name: str, stages: list[
             ran.append(name)
             return SimpleNamespace(reproducible=reproducible)
 
-        return SimpleNamespace(name=name, fresh_runtimes=real.fresh_runtimes, run=run,
+        return SimpleNamespace(name=name, fresh_runtimes=real.fresh_runtimes, run=run, runner=lambda: run,
                                requests_for=lambda p: None)
 
     monkeypatch.setattr(bench.session, "get_stage", fake)

@@ -18,7 +18,8 @@ from suite.client import ClientError, Completion, OpenAIClient, event_loop_facto
 from suite.errors import SuiteError
 from suite.stages.batch.result import MODES, BatchMode, BatchResult, CacheReset, Mode, verdict_of
 from suite.stages.batch.settings import BatchSettings, batch_prompt, settings
-from suite.stages.repeat import TOP_LOGPROBS, GatePrompt, death_reason_of, logprobs_for
+from suite.stages.gate_models import GatePrompt
+from suite.stages.repeat import TOP_LOGPROBS, death_reason_of, logprobs_for
 
 if TYPE_CHECKING:
     from suite.profiles import Profile

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from suite.errors import SuiteError
 from suite.stages.base import StageOption
-from suite.stages.repeat import GatePrompt, load_gate_prompts, select_prompts
+from suite.stages.gate_models import GatePrompt, load_gate_prompts, select_prompts
 
 if TYPE_CHECKING:
     from suite.profiles import Profile

@@ -48,8 +48,8 @@ from suite.stages.controls.run import (
 )
 from suite.stages.controls.settings import OPTIONS, PROFILE_KEYS, PROFILES, ControlMatrixSettings, preflight, settings
 from suite.stages.controls.view import COLUMNS, export_rows, format_controls_table
+from suite.stages.gate_models import select_prompts
 from suite.stages.lines import AnswerLine
-from suite.stages.repeat import select_prompts
 
 # The names other code imports from the package (each defined in the module that imports it here).
 __all__ = ["ADAPTER_NAME", "CONTROL_STOP_AFTER_DISTINCT", "ELIMINATION_ALPHA", "STAGE", "TRANSIENT_LAUNCHES", "TRANSIENT_REQUESTS",

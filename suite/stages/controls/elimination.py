@@ -17,7 +17,7 @@ from suite.analysis.repro import Sample, group_answers, unseen_share_bound
 from suite.analysis.sequential import rule_out_share
 from suite.analysis.stats import fisher_fewer_others, holm, requests_needed
 from suite.stages.controls.result import ELIMINATION_ALPHA, ControlMatrixResult, MatrixRow, RowTest
-from suite.stages.repeat import GateResult, truncation_by_prompt
+from suite.stages.gate_models import GateResult, truncation_by_prompt
 
 # Where the gate's variance is a cold-start transient (once per launch), each row is this many
 # launches of a short gate: the transient in 3 of 3 default launches against 0 of 3 under a control

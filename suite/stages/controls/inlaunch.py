@@ -30,7 +30,8 @@ from suite.client import OpenAIClient
 from suite.definitions import InLaunch
 from suite.gpu import Energy, EnergyMeter
 from suite.stages.batch import reset_cache
-from suite.stages.repeat import GatePrompt, _one_request, logprobs_for
+from suite.stages.gate_models import GatePrompt
+from suite.stages.repeat import _one_request, logprobs_for
 
 if TYPE_CHECKING:
     from suite.client.replies import Completion

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from suite.analysis.levels import ALPHA
 from suite.gpu import Energy
 from suite.stages.controls.inlaunch import InLaunchSeries
-from suite.stages.repeat import GateResult
+from suite.stages.gate_models import GateResult
 
 # The level of the elimination's test (one-sided Fisher's exact test, per control and prompt).
 ELIMINATION_ALPHA = ALPHA

@@ -29,16 +29,8 @@ from suite.stages.controls.elimination import TRANSIENT_LAUNCHES, TRANSIENT_REQU
 from suite.stages.controls.inlaunch import run_controls
 from suite.stages.controls.result import ControlMatrixResult, LoraOutcome, MatrixRow
 from suite.stages.controls.settings import LORA, ControlMatrixSettings, settings
-from suite.stages.repeat import (
-    GatePromptResult,
-    GateResult,
-    concurrency_of,
-    death_reason_of,
-    logprobs_for,
-    run_gate,
-    select_prompts,
-    verdict_of,
-)
+from suite.stages.gate_models import GatePromptResult, GateResult, select_prompts, verdict_of
+from suite.stages.repeat import concurrency_of, death_reason_of, logprobs_for, run_gate
 
 if TYPE_CHECKING:
     from suite.catalog import ModelCard

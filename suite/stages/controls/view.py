@@ -15,7 +15,7 @@ from suite.signature import kernel_phrase
 from suite.stages.base import ColumnType, PageInputs, length_lists
 from suite.stages.controls.elimination import same_mix as proportional_mix
 from suite.stages.controls.result import ControlMatrixResult
-from suite.stages.repeat import truncation_by_prompt
+from suite.stages.gate_models import truncation_by_prompt
 
 
 def control_row_line(row: dict[str, Any]) -> str:

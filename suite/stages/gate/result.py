@@ -1,8 +1,9 @@
 """The gate's verdicts and what is computed from its result alone: the export's gate table (one row
 per gate prompt), each prompt's pattern, test and bound made again from its answers with today's
 rules (`recompute`), and the claims the first screen shows (per prompt, the cold-start transients
-tested as one family over the prompts that varied). The result itself (`GateResult`) and the
-machinery that fills it are `suite.stages.repeat`'s; nothing here sends a request."""
+tested as one family over the prompts that varied). The result itself (`GateResult`) is
+`suite.stages.gate_models`'s, the machinery that fills it `suite.stages.repeat`'s; nothing here
+sends a request."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from suite.analysis.levels import CONFIDENCE, percent
 from suite.analysis.repro import ALPHA, Sample, analyse, unseen_share_bound
 from suite.analysis.stats import closed_fisher
 from suite.stages.base import ColumnType
-from suite.stages.repeat import GatePromptResult, GateResult, verdict_of
+from suite.stages.gate_models import GatePromptResult, GateResult, verdict_of
 
 
 def export_rows(result: GateResult) -> list[dict[str, Any]]:

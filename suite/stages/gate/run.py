@@ -1,13 +1,15 @@
 """The gate's run: the same request N times per gate prompt on the arm's own running runtime
 (`suite.stages.repeat.run_gate`), its verdict passed on to the later stages through
-`ctx.reproducible`. The package takes `run` from here for its `STAGE`."""
+`ctx.reproducible`. The run half of the package: its `STAGE` names `run` here as
+"suite.stages.gate.run:run", imported only when a bench runs the gate."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
 
-from suite.stages.repeat import GateResult, concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts
+from suite.stages.gate_models import GateResult, select_prompts
+from suite.stages.repeat import concurrency_of, death_reason_of, logprobs_for, run_gate
 
 if TYPE_CHECKING:
     from suite.stages.base import StageContext

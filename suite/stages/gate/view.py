@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from suite.stages.base import PageInputs
-from suite.stages.repeat import GateResult
+from suite.stages.gate_models import GateResult
 
 
 def gate_settings_text(gates: list[GateResult | None], arms: list[str] | None = None) -> str | None:

@@ -28,8 +28,8 @@ a promise.
 from __future__ import annotations
 
 from suite.stages.base import ExportTable, SectionTemplate, Stage
+from suite.stages.gate_models import select_prompts
 from suite.stages.lines import AnswerLine
-from suite.stages.repeat import select_prompts
 from suite.stages.restarts.result import COLUMNS, LaunchOutcome, RestartPromptResult, RestartsResult, claims, export_rows, recompute, summarise
 from suite.stages.restarts.run import cache_counts, cache_env, cache_not_loaded, files_in, planned, run
 from suite.stages.restarts.settings import OPTIONS, PROFILE_KEYS, PROFILES, RestartsSettings, settings

@@ -17,7 +17,7 @@ from suite.analysis.levels import CONFIDENCE
 from suite.analysis.repro import ALPHA, LaunchFigures, LaunchPair, Pattern, across_of, analyse_launches, joint_p, requests_for_transient
 from suite.analysis.stats import holm
 from suite.stages.base import ColumnType, FreshLaunch, length_lists
-from suite.stages.repeat import GateResult, samples_of
+from suite.stages.gate_models import GateResult, samples_of
 
 
 class LaunchOutcome(FreshLaunch):

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Literal
 
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.secrets import scrub
-from suite.stages.repeat import concurrency_of, death_reason_of, logprobs_for, run_gate, select_prompts
+from suite.stages.gate_models import select_prompts
+from suite.stages.repeat import concurrency_of, death_reason_of, logprobs_for, run_gate
 from suite.stages.restarts.result import LaunchOutcome, RestartsResult, summarise
 from suite.stages.restarts.settings import RestartsSettings, settings
 

@@ -24,8 +24,8 @@ between sessions.
 from __future__ import annotations
 
 from suite.stages.base import ExportTable, SectionTemplate, Stage
+from suite.stages.gate_models import select_prompts
 from suite.stages.lines import AnswerLine
-from suite.stages.repeat import select_prompts
 from suite.stages.sessions.result import (
     COLUMNS,
     SessionOutcome,

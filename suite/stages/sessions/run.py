@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Literal
 from suite.analysis.repro import Sample
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.launchers.base import LoraAdapter
-from suite.stages.repeat import GateResult, death_reason_of, logprobs_for, run_gate, samples_of, select_prompts
+from suite.stages.gate_models import GateResult, samples_of, select_prompts
+from suite.stages.repeat import death_reason_of, logprobs_for, run_gate
 from suite.stages.sessions.result import SessionOutcome, SessionsConfiguration, SessionsResult, summarise_configuration, table_lines
 from suite.stages.sessions.settings import SessionsSettings, settings
 

@@ -23,7 +23,7 @@ import pytest
 from suite.client import GenerationParams, OpenAIClient
 from suite.records import REQUEST_LINE
 from suite.stages import batch as bt
-from suite.stages.repeat import GatePrompt
+from suite.stages.gate_models import GatePrompt
 
 TARGET = "The lighthouse keeper opened the logbook on the morning after the storm and wrote:"
 PROMPT = GatePrompt(id="short-open", version=1, max_tokens=8, prompt=TARGET, sha256="x")

@@ -161,7 +161,7 @@ def test_lora_base_and_adapter_in_one_llama_server(controls_run):
 def _gate_with(others: int, n: int, label: str = "default"):
     """n requests on one prompt, `others` of them (after the first) a second answer."""
     from suite.analysis.repro import Sample, analyse
-    from suite.stages.repeat import GatePromptResult, GateResult
+    from suite.stages.gate_models import GatePromptResult, GateResult
 
     samples = [Sample(index=i, text="b" if 0 < i <= others else "a", token_ids=[2] if 0 < i <= others else [1])
                for i in range(n)]
@@ -203,7 +203,7 @@ def test_a_cold_start_transient_is_tested_over_launches_not_requests():
     # That difference comes once per launch: more requests per row could never tell, launches can.
     from suite.analysis.repro import Sample, analyse
     from suite.stages.controls import row_from_gate, eliminate
-    from suite.stages.repeat import GatePromptResult, GateResult
+    from suite.stages.gate_models import GatePromptResult, GateResult
 
     def gate(first_odd: bool, label: str) -> GateResult:
         samples = [Sample(index=i, text="b" if first_odd and i == 0 else "a",
@@ -297,7 +297,8 @@ def test_a_second_launch_pools_its_answers_and_a_different_one_counts_as_a_secon
 def test_a_control_row_stops_at_its_second_answer_and_the_table_says_so():
     from suite.analysis.repro import Sample  # noqa: F401
     from suite.client import Completion
-    from suite.stages.repeat import load_gate_prompts, run_gate
+    from suite.stages.gate_models import load_gate_prompts
+    from suite.stages.repeat import run_gate
 
     prompt = next(iter(load_gate_prompts().values()))
     answers = iter(["a", "a", "b", "a", "a", "a"])
@@ -321,7 +322,7 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
     from contextlib import contextmanager
 
     import suite.stages.controls as controls
-    from suite.stages.repeat import load_gate_prompts
+    from suite.stages.gate_models import load_gate_prompts
 
     # the package's `run` is the function; the module whose globals it reads
     controls_run = importlib.import_module("suite.stages.controls.run")
@@ -368,7 +369,7 @@ def test_a_transient_is_eliminated_launch_by_launch(monkeypatch):
 
     import suite.stages.controls as controls
     from suite.analysis.repro import Sample, analyse
-    from suite.stages.repeat import GatePromptResult, GateResult, load_gate_prompts
+    from suite.stages.gate_models import GatePromptResult, GateResult, load_gate_prompts
 
     # the package's `run` is the function; the module whose globals it reads
     controls_run = importlib.import_module("suite.stages.controls.run")
@@ -459,7 +460,7 @@ def test_a_transient_rows_speed_and_energy_cover_all_its_launches():
     import suite.stages.controls as controls
     from suite.analysis.repro import Sample, analyse
     from suite.gpu import Energy
-    from suite.stages.repeat import GatePromptResult, GateResult
+    from suite.stages.gate_models import GatePromptResult, GateResult
 
     def launch(n_tokens: int, http_s: float, joules: float | None) -> controls.MatrixRow:
         samples = [Sample(index=i, text="a", token_ids=[1] * n_tokens) for i in range(3)]
@@ -491,7 +492,8 @@ def _scripted_rows(script: dict[str, list[list[str]]], n: int, stop: dict[str, i
     from suite.client import Completion
     from suite.stages.controls import MatrixRow, row_from_gate
     from suite.stages.lines import AnswerLine
-    from suite.stages.repeat import load_gate_prompts, run_gate
+    from suite.stages.gate_models import load_gate_prompts
+    from suite.stages.repeat import run_gate
 
     prompts = [p.model_copy(update={"kind": "completion"}) for p in list(load_gate_prompts().values())[:2]]
     lines: list[AnswerLine] = []
@@ -524,7 +526,7 @@ def _scripted_rows(script: dict[str, list[list[str]]], n: int, stop: dict[str, i
 
 
 def _gate_for(prompt_ids, default_row):
-    from suite.stages.repeat import GateResult
+    from suite.stages.gate_models import GateResult
 
     return default_row.gate.model_copy(update={"label": "default"}) if default_row.gate else GateResult(
         n_requests=0, seed=None, temperature=0.0, logprobs=False, prompts=[], reproducible=None, verdict="",
@@ -595,7 +597,7 @@ def test_what_the_lines_cannot_rebuild_is_left_to_the_one_line():
 def _gate_of(series: dict[str, tuple[int, int]], label: str = "default"):
     """Prompt id -> (others, n): n requests, `others` of them (after the first) a second answer."""
     from suite.analysis.repro import Sample, analyse
-    from suite.stages.repeat import GatePromptResult, GateResult
+    from suite.stages.gate_models import GatePromptResult, GateResult
 
     prompts = []
     for pid, (others, n) in series.items():
@@ -670,7 +672,7 @@ def test_a_control_row_whose_requests_all_failed_shows_failed_with_its_error():
     from suite.analysis.repro import Sample, analyse
     from suite.stages.controls import claims, eliminate, row_from_gate
     from suite.stages.controls.view import controls_view
-    from suite.stages.repeat import GatePromptResult, GateResult
+    from suite.stages.gate_models import GatePromptResult, GateResult
 
     failed = [Sample(index=i, error="HTTP 500: context size exceeded") for i in range(20)]
     p = GatePromptResult.from_analysis(analyse(failed), prompt_id="long-open", max_tokens=8,

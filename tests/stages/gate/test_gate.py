@@ -10,7 +10,8 @@ import pytest
 
 from suite.client import GenerationParams, OpenAIClient
 from suite.errors import SuiteError
-from suite.stages.repeat import MAX_CONSECUTIVE_ERRORS, GatePrompt, load_gate_prompt, load_gate_prompts, run_gate, select_prompts
+from suite.stages.gate_models import GatePrompt, load_gate_prompt, load_gate_prompts, select_prompts
+from suite.stages.repeat import MAX_CONSECUTIVE_ERRORS, run_gate
 from tests.conftest import start_local
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from suite.analysis.repro import Sample, analyse, analyse_launches, jackknife_pair_sums, unseen_share_bound
-from suite.stages.repeat import GatePromptResult, GateResult, verdict_of
+from suite.stages.gate_models import GatePromptResult, GateResult, verdict_of
 from suite.stages.restarts import LaunchOutcome, summarise
 
 
@@ -157,7 +157,7 @@ def test_answers_that_ended_on_their_own_are_not_truncated():
 
 def test_full_profile_takes_each_prompt_files_cap_and_standard_caps_them():
     from suite.profiles import get_profile
-    from suite.stages.repeat import select_prompts
+    from suite.stages.gate_models import select_prompts
 
     assert get_profile("full").gate_max_tokens is None
     caps = {p.id: p.max_tokens for p in select_prompts(None)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from suite.analysis.repro import Sample, analyse
-from suite.stages.repeat import GatePromptResult, GateResult
+from suite.stages.gate_models import GatePromptResult, GateResult
 from suite.stages.restarts import LaunchOutcome, RestartsResult, summarise
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from suite.stages.controls import MatrixRow, ControlMatrixResult, eliminate
-from suite.stages.repeat import GateResult
+from suite.stages.gate_models import GateResult
 
 
 def _gate(others: dict[str, int], n: int = 20, label: str = "default", stop_at_second: bool = False) -> GateResult:
     """A gate of n requests per prompt, `others[pid]` of them a second answer (after the first)."""
     from suite.analysis.repro import Sample, analyse
-    from suite.stages.repeat import GatePromptResult
+    from suite.stages.gate_models import GatePromptResult
 
     prompts = []
     for pid, k in others.items():
