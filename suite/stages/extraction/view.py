@@ -142,7 +142,8 @@ def paired_text(d: PairedDifference) -> str:
         return f"{_points(d.mean)} points ({sections}: too few for an interval)"
     se = f", SE {d.se * 100:.1f}" if d.se is not None else ""
     level_text = percent(d.confidence)
-    return (f"{_points(d.mean)} points{se}, {level_text} t-interval "
+    kind = "interval (t, widened for skew)" if d.method == "t+hall" else "t-interval"
+    return (f"{_points(d.mean)} points{se}, {level_text} {kind} "
             f"[{_points(d.ci_low)}, {_points(d.ci_high)}] ({sections}): {word}")
 
 
