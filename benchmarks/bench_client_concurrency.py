@@ -73,7 +73,7 @@ def suite_child(args: argparse.Namespace) -> int:
     pin(args.cpu)
     from client_transports import BACKENDS
     from suite.client import ClientError, GenerationParams, OpenAIClient
-    from suite.stages import latency as lat
+    import suite.stages.latency.run as lat  # the run half: the requests it sends, timed
 
     extra = {"ignore_eos": True} if args.ignore_eos else {}
     client = OpenAIClient(args.url, args.model, timeout_s=600, params=GenerationParams(extra_body=extra))

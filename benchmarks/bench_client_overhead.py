@@ -24,7 +24,7 @@ from suite.errors import SuiteError
 from suite.profiles import get_profile
 from suite.records import RunManifest, RunRecord, new_run_id, utcnow
 from suite.stages import StageContext
-from suite.stages import latency as lat
+import suite.stages.latency.run as lat  # the run half: the requests it sends, timed
 from suite.analysis.stats import summarize
 
 

@@ -24,7 +24,7 @@ from suite.client.aio import _SSEProtocol
 from suite.client.wire import _Response
 from suite.stages.latency.view import latency_sweep
 from suite.definitions import RuntimeDefinition
-from suite.stages import latency as lat
+import suite.stages.latency.run as lat  # the run half: the requests it sends, timed
 
 SERVER = Path(__file__).resolve().parents[2] / "benchmarks" / "sse_truth_server.py"
 TTFT_S, GAP_S, TOKENS, STREAMS = 0.02, 0.02, 24, 32

@@ -28,7 +28,7 @@ import pytest
 from conftest import send_body
 from suite.client import ClientError, OpenAIClient
 from suite.definitions import RuntimeDefinition
-from suite.stages import latency as lat
+import suite.stages.latency.run as lat  # the run half: the requests it sends, timed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from client_transports import BACKENDS  # noqa: E402  (the transports only the benchmarks compare)

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import pytest
 
 from suite.client import OpenAIClient, is_token_choice
-from suite.stages.latency import run_concurrent
+from suite.stages.latency.run import run_concurrent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from client_transports import BACKENDS  # noqa: E402  (the transports only the benchmarks compare)

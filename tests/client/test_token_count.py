@@ -5,7 +5,7 @@ from __future__ import annotations
 from suite.analysis.repro import Sample
 from suite.analysis.tokens import token_count
 from suite.client import Completion
-from suite.stages import latency as lat
+import suite.stages.latency.run as lat  # the run half: the requests it sends, timed
 
 
 def test_the_order_of_what_counts() -> None:

@@ -24,7 +24,7 @@ import pytest
 from suite.client import (MAX_BODY_BYTES, MAX_HEAD_BYTES, MAX_LINE_BYTES, ClientError, OpenAIClient,
                           event_loop_factory)
 from suite.profiles import get_profile
-from suite.stages import latency as lat
+import suite.stages.latency.run as lat  # the run half: the requests it sends, timed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from client_transports import BACKENDS  # noqa: E402  (the transports only the benchmarks compare)

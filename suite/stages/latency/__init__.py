@@ -38,40 +38,26 @@ names per-request Prometheus histograms on `/metrics` (vLLM's `vllm:time_to_firs
 requests; n is the count of a per-request histogram (e2e, TTFT), and TPOT a per-request histogram,
 not a per-token one. A runtime that declares neither gets no runtime timings.
 Every request goes to `requests.jsonl` (kind `latency`); the summary holds numbers only.
+
+The package in two halves: the record half, imported here (`result`: its records and export;
+`settings`: its settings, options and planned requests; `view`: its page section), and the run
+half, `run`, which sends and times the requests and is named by `STAGE` as
+"suite.stages.latency.run:run", imported only when a bench runs the stage.
 """
 
 from __future__ import annotations
 
 from suite.stages.base import ExportTable, SectionTemplate, Stage
 from suite.stages.latency.result import COLUMNS, ClientLoad, LatencyLevel, LatencyLine, LatencyResult, RuntimeTimings, export_rows
-from suite.stages.latency.run import (
-    MAX_REQUESTS,
-    PROMPT,
-    PROMPT_PREFIX,
-    ConcurrentRun,
-    _n_tokens,
-    _one_request,
-    _runtime_timings,
-    _tpot,
-    histogram_means,
-    level_requests,
-    parse_prometheus,
-    planned,
-    prompt_for,
-    reported_timings,
-    run,
-    run_concurrent,
-    run_level,
-    scrape_metrics,
-)
-from suite.stages.latency.settings import OPTIONS, PROFILE_KEYS, PROFILES, LatencySettings, settings
+from suite.stages.latency.settings import OPTIONS, PROFILE_KEYS, PROFILES, LatencySettings, level_requests, planned, settings
 
 # The names other code imports from the package (each defined in the module that imports it here).
-__all__ = ["COLUMNS", "MAX_REQUESTS", "PROMPT", "PROMPT_PREFIX", "STAGE", "ClientLoad", "ConcurrentRun", "LatencyLevel", "LatencyLine", "LatencyResult",
-           "LatencySettings", "RuntimeTimings", "_n_tokens", "_one_request", "_runtime_timings", "_tpot", "export_rows", "histogram_means", "level_requests",
-           "parse_prometheus", "planned", "prompt_for", "reported_timings", "run", "run_concurrent", "run_level", "scrape_metrics", "settings"]
+# The run half (`run`, `run_level`, `run_concurrent`, `prompt_for`, the runtime's timings and
+# /metrics read as requests are sent) is `suite.stages.latency.run`'s, imported from there.
+__all__ = ["COLUMNS", "STAGE", "ClientLoad", "LatencyLevel", "LatencyLine", "LatencyResult", "LatencySettings", "RuntimeTimings", "export_rows",
+           "level_requests", "planned", "settings"]
 
-STAGE = Stage(name="latency", result=LatencyResult, run=run, lines=(LatencyLine,), fresh_runtimes=False, in_bench=True,
+STAGE = Stage(name="latency", result=LatencyResult, run="suite.stages.latency.run:run", lines=(LatencyLine,), fresh_runtimes=False, in_bench=True,
               summary="streamed requests timed by the suite and the runtime, at each concurrency level",
               planned=planned, settings=LatencySettings, options=OPTIONS, profiles=PROFILES, profile_keys=PROFILE_KEYS,
               tables=(ExportTable("latency", export_rows, COLUMNS),), exported_requests=("latency",),

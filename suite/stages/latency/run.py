@@ -2,7 +2,8 @@
 another, timed per token chunk, with the runtime's own timings and /metrics beside ours where its
 definition declares them; each request's prompt starts with its own nonce (`prompt_for`). Its
 records and export are `suite.stages.latency.result`'s, its settings `suite.stages.latency.settings`';
-the package takes `run` and `planned` from here for its `STAGE`."""
+the run half of the package: its `STAGE` names `run` here as "suite.stages.latency.run:run",
+imported only when a bench runs the stage."""
 
 from __future__ import annotations
 
@@ -34,10 +35,9 @@ from suite.stages.latency.result import (
     LatencyResult,
     RuntimeTimings,
 )
-from suite.stages.latency.settings import MAX_CONCURRENCY, LatencySettings, settings
+from suite.stages.latency.settings import MAX_CONCURRENCY, LatencySettings, level_requests, planned, settings
 
 if TYPE_CHECKING:
-    from suite.profiles import Profile
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
@@ -65,17 +65,6 @@ def prompt_for(index: int) -> str:
 
 # The quantities whose observation count is the number of requests, in order of preference.
 REQUEST_COUNT = ("e2e", "ttft", "tpot")
-
-
-def level_requests(requests: int, concurrency: int) -> int:
-    """Measured requests of a level: the profile's count, and at least one per stream in flight."""
-    return max(requests, concurrency)
-
-
-def planned(profile: Profile) -> int:
-    """Its requests for a profile: the warm-up, then each level's."""
-    own = settings(profile)
-    return own.warmup + sum(level_requests(own.requests, c) for c in own.concurrency)
 
 
 def _n_tokens(c: Completion) -> int:

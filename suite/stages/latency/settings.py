@@ -48,3 +48,14 @@ PROFILES: dict[str, dict[str, Any]] = {"quick": {"requests": 4, "warmup": 1, "ma
 # The profile fields these settings were before they moved into the package (`Stage.profile_keys`).
 PROFILE_KEYS: dict[str, str] = {"latency_requests": "requests", "latency_warmup": "warmup", "latency_max_tokens": "max_tokens",
                                 "concurrency": "concurrency"}
+
+
+def level_requests(requests: int, concurrency: int) -> int:
+    """Measured requests of a level: the profile's count, and at least one per stream in flight."""
+    return max(requests, concurrency)
+
+
+def planned(profile: Profile) -> int:
+    """Its requests for a profile: the warm-up, then each level's."""
+    own = settings(profile)
+    return own.warmup + sum(level_requests(own.requests, c) for c in own.concurrency)

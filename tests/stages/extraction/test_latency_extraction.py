@@ -23,7 +23,7 @@ from suite.records import RunManifest, RunRecord, new_run_id, utcnow
 from suite.stages import StageContext, with_stage_settings
 from suite.stages import extraction as ex
 from suite.stages.extraction import judge as judge_stage
-from suite.stages import latency as lat
+import suite.stages.latency.run as lat  # the run half: the requests it sends, timed
 
 pytestmark = pytest.mark.live
 

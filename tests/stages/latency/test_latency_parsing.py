@@ -1,6 +1,5 @@
 """The latency stage's pure parts: runtime-reported timings and Prometheus histogram deltas."""
 
-import sys
 import threading
 from types import SimpleNamespace
 
@@ -10,10 +9,9 @@ from suite.client import Completion, GenerationParams
 from suite.definitions import MetricsSpec, RuntimeDefinition, TimingsSpec, get_definition
 from suite.errors import SuiteError
 from suite.profiles import get_profile
-from suite.stages import latency as lat
-from suite.stages.latency import run as _stage_run  # noqa: F401 - the package's `run` is the function; its module:
+import suite.stages.latency.run as lat  # the run half: the requests it sends, timed
 
-LAT_RUN = sys.modules["suite.stages.latency.run"]
+LAT_RUN = lat
 from suite.analysis.stats import summarize
 
 # What the shipped definitions declare: vLLM's histograms, llama-server's `timings` fields.

@@ -17,7 +17,7 @@ from suite.launchers.base import RunningRuntime
 from suite.profiles import get_profile
 from suite.records import RunManifest, RunRecord, new_run_id, utcnow
 from suite.stages import StageContext
-from suite.stages import latency as lat
+import suite.stages.latency.run as lat  # the run half: the requests it sends, timed
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
