@@ -25,6 +25,12 @@ top-1/top-2 margin where top logprobs came back, and the largest logprob differe
 tokens shared before the split), the largest logprob difference of answers with the reference's
 very tokens (drift without a changed token), and the mode's output tokens per second.
 
+The package in two halves: the record half, imported here (`result`: its records and verdict;
+`settings`: its settings and options; `trials`: the trials' prompts, the comparison with the
+reference and the planned requests; `view`: its page section), and the run half, `run`, which
+sends the batches and is named by `STAGE` as "suite.stages.batch.run:run", imported only when a
+bench runs the stage.
+
 Its settings are its own (`BatchSettings`, per profile in `STAGE.profiles`, per run from the
 command line's `--batch-*` options): whether the bench runs it after the gate (`composition`; the
 full profile does), the trials per mode, the batch sizes and the target.
@@ -34,14 +40,15 @@ from __future__ import annotations
 
 from suite.stages.base import ExportTable, SectionTemplate, Stage
 from suite.stages.batch.result import COLUMNS, BatchLine, BatchMode, BatchResult, claims, export_rows, recompute, verdict_of
-from suite.stages.batch.run import _inputs, compare_to_reference, other_texts, planned, reset_cache, run, run_batch, trial_prompts
 from suite.stages.batch.settings import OPTIONS, PROFILE_KEYS, PROFILES, BatchSettings, _preflight, batch_prompt, settings
+from suite.stages.batch.trials import _inputs, compare_to_reference, other_texts, planned, trial_prompts
 
 # The names other code imports from the package (each defined in the module that imports it here).
+# The run half (`run`, `run_batch`, `reset_cache`) is `suite.stages.batch.run`'s, imported from there.
 __all__ = ["COLUMNS", "STAGE", "BatchLine", "BatchMode", "BatchResult", "BatchSettings", "batch_prompt", "claims", "compare_to_reference", "export_rows",
-           "other_texts", "planned", "recompute", "reset_cache", "run", "run_batch", "settings", "trial_prompts", "verdict_of"]
+           "other_texts", "planned", "recompute", "settings", "trial_prompts", "verdict_of"]
 
-STAGE = Stage(name="batch", result=BatchResult, run=run, lines=(BatchLine,), fresh_runtimes=False, in_bench=False,
+STAGE = Stage(name="batch", result=BatchResult, run="suite.stages.batch.run:run", lines=(BatchLine,), fresh_runtimes=False, in_bench=False,
               summary="the target prompt alone, then inside batches of other prompts and of shared prefixes: "
                       "does its answer depend on its batch",
               planned=planned, inputs=_inputs,

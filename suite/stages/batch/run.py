@@ -1,69 +1,33 @@
 """The batch-composition stage's run: the target prompt alone, then among other prompts sent at once,
 then among prompts that share a prefix with it, the prefix cache emptied between trials where the
 runtime offers a way. Its records and verdict are `suite.stages.batch.result`'s, its settings
-`suite.stages.batch.settings`'; the package takes `run`, `planned` and `_inputs` from here for its
-`STAGE`."""
+`suite.stages.batch.settings`', its trials' prompts and the comparison with the reference
+`suite.stages.batch.trials`'. The run half of the package: its `STAGE` names `run` here as
+"suite.stages.batch.run:run", imported only when a bench runs the stage."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from suite.analysis.repro import Divergence, Sample, analyse, answer_key, divergence, prefix_logprob_diff
+from suite.analysis.repro import Sample, analyse
 from suite.client import ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.errors import SuiteError
 from suite.stages.batch.result import MODES, BatchMode, BatchResult, CacheReset, Mode, verdict_of
 from suite.stages.batch.settings import BatchSettings, batch_prompt, settings
+from suite.stages.batch.trials import compare_to_reference, other_texts, trial_prompts
 from suite.stages.gate_models import GatePrompt
 from suite.stages.repeat import TOP_LOGPROBS, death_reason_of, logprobs_for
 
 if TYPE_CHECKING:
-    from suite.profiles import Profile
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
 
-# The other prompts' lengths in characters, from a few words to a few pages: a batch mixes
-# prefill-heavy and decode-heavy requests (cycled, then shuffled per trial).
-OTHER_LENGTHS = (40, 160, 600, 1400, 2400)
 MAX_CONSECUTIVE_FAILED_TRIALS = 3
-
-
-def other_texts() -> str:
-    """The text the other prompts are cut from: the shipped extraction documents, joined."""
-    from suite.stages.extraction import load_documents
-
-    return "\n\n".join(s.text.strip() for d in load_documents() for s in d.sections)
-
-
-def trial_prompts(mode: Mode, trial: int, target: str, size: int, corpus: str,
-                  seed: int = 0) -> tuple[list[str], int, int | None]:
-    """The prompts of one trial in sending order, the target's place, and (prefix mode) the
-    longest shared prefix. Deterministic in (mode, trial, seed): a rerun sends the same batches."""
-    if mode == "single" or size <= 1:
-        return [target], 0, None
-    rng = random.Random(f"{seed}:{mode}:{trial}")
-    n_other = size - 1
-    others: list[str] = []
-    shared: list[int] = []
-    for k in range(n_other):
-        length = OTHER_LENGTHS[(trial + k) % len(OTHER_LENGTHS)]
-        start = rng.randrange(0, max(1, len(corpus) - length))
-        piece = corpus[start:start + length]
-        if mode == "prefix":
-            # a shared prefix from the first word to the whole target, then other text
-            cut = max(1, round(len(target) * (k + 1) / n_other))
-            cut = min(len(target), cut)
-            shared.append(cut)
-            piece = target[:cut] + (" " if cut < len(target) else "\n") + piece
-        others.append(piece)
-    position = (trial * 7 + 3) % size if size > 1 else 0
-    prompts = others[:position] + [target] + others[position:]
-    return prompts, position, max(shared) if shared else None
 
 
 async def _send_batch(client: OpenAIClient, prompts: list[str], max_tokens: int,
@@ -103,34 +67,6 @@ def _sample(index: int, c: Completion) -> Sample:
     return Sample(index=index, text=c.text, token_ids=c.token_ids, logprobs=c.logprobs,
                   top_logprobs=c.top_logprobs, completion_tokens=c.completion_tokens,
                   finish_reason=c.finish_reason, error=c.error)
-
-
-def compare_to_reference(mode: BatchMode, samples: list[Sample], reference: Sample | None,
-                         alone: list[Sample] | None = None) -> BatchMode:
-    """Fill the mode's comparison with the single-mode reference (and every answer given alone)."""
-    ok = [s for s in samples if s.ok]
-    if reference is None or not ok:
-        return mode
-    by = mode.target.compared_by
-    ref_key = answer_key(reference, by)
-    same = [s for s in ok if answer_key(s, by) == ref_key]
-    mode.same_as_single, mode.differ_from_single = len(same), len(ok) - len(same)
-    alone_keys = {answer_key(s, by) for s in (alone or [reference]) if s.ok}
-    mode.unseen_alone = sum(1 for s in ok if answer_key(s, by) not in alone_keys)
-    diffs = [d for s in same if (d := prefix_logprob_diff(reference, s)) is not None]
-    mode.same_tokens_logprob_diff = max(diffs) if diffs else None
-    seen: dict[Any, Divergence] = {}
-    for s in ok:
-        key = answer_key(s, by)
-        if key == ref_key or key in seen:
-            continue
-        rank = next((a.rank for a in mode.target.answers if s.index in a.indices), 0)
-        count = sum(1 for x in ok if answer_key(x, by) == key)
-        seen[key] = divergence(reference, s, rank, count, by)
-    mode.divergences = sorted(seen.values(), key=lambda d: (d.token_index if d.token_index is not None
-                                                            else d.char_index, d.rank))
-    mode.first_divergence = mode.divergences[0] if mode.divergences else None
-    return mode
 
 
 def run_batch(client: OpenAIClient, prompt: GatePrompt, *, trials: int, batch_sizes: list[int],
@@ -248,18 +184,6 @@ def run_batch(client: OpenAIClient, prompt: GatePrompt, *, trials: int, batch_si
         out_tokens = sum(m.output_tokens for m in results)
         result.j_per_token = round(result.energy_j / out_tokens, 6) if out_tokens else None
     return result
-
-
-def planned(profile: Profile) -> int:
-    own = settings(profile)
-    sizes = own.sizes or [2]
-    per_mode = sum(sizes[t % len(sizes)] for t in range(own.trials))
-    return own.trials + 2 * per_mode
-
-
-def _inputs(profile: Profile) -> object:
-    other_texts()
-    return batch_prompt(profile)
 
 
 def run(ctx: StageContext) -> BatchResult:

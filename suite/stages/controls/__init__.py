@@ -11,12 +11,16 @@ adapter, as two rows. Run automatically by the bench after a gate that varied, t
 only the prompts that varied, and its process of elimination is a test corrected over the
 matrix's controls (Holm), not a glance.
 
-The package's modules: `settings` (the stage's settings, its options and `preflight`), `result`
-(the records), `elimination` (the statistics: each control row against the default row, the
-correction over the matrix, the stage's claims), `run` (the matrix run: rows on fresh runtimes,
-launches of a cold-start transient, LoRA's rows, a cut run rebuilt from its request lines),
-`inlaunch` (a control tried inside one launch, in pairs of requests with and without it) and
-`view` (its page section, drawn by `section.html`, the table the CLI prints and the export's rows).
+The package in two halves. The record half, imported here: `settings` (the stage's settings, its
+options and `preflight`), `result` (the records), `series` (a control's pairs inside one launch, as
+kept), `elimination` (the statistics: each control row against the default row, the correction
+over the matrix, the stage's claims), `rows` (the configurations asked for, a row from its gate,
+the test adapter's place, a cut run rebuilt from its request lines) and `view` (its page section,
+drawn by `section.html`, the table the CLI prints and the export's rows). The run half, imported
+only when a bench runs the matrix (`STAGE` names it as "suite.stages.controls.run:run"): `run`
+(the matrix run: rows on fresh runtimes, launches of a cold-start transient, LoRA's rows, the test
+adapter made where missing) and `inlaunch` (a control tried inside one launch, in pairs of
+requests with and without it).
 """
 
 from __future__ import annotations
@@ -32,33 +36,34 @@ from suite.stages.controls.elimination import (
     recompute,
 )
 from suite.stages.controls.result import ELIMINATION_ALPHA, ControlMatrixResult, LoraOutcome, MatrixRow, RowTest
-from suite.stages.controls.run import (
+from suite.stages.controls.rows import (
     ADAPTER_NAME,
     CONTROL_STOP_AFTER_DISTINCT,
     adapter_path,
     carries_line,
     cold_odd_of,
-    ensure_adapter,
     lora_request_fields,
     pool_launches,
     rebuild,
     resolve_requested,
     row_from_gate,
-    run,
 )
+from suite.stages.controls.series import InLaunchSeries
 from suite.stages.controls.settings import OPTIONS, PROFILE_KEYS, PROFILES, ControlMatrixSettings, preflight, settings
 from suite.stages.controls.view import COLUMNS, export_rows, format_controls_table
 from suite.stages.gate_models import select_prompts
 from suite.stages.lines import AnswerLine
 
 # The names other code imports from the package (each defined in the module that imports it here).
+# The run half (`run`, `ensure_adapter`, the launches and the pairs inside one launch) is
+# `suite.stages.controls.run`'s and `suite.stages.controls.inlaunch`'s, imported from there.
 __all__ = ["ADAPTER_NAME", "CONTROL_STOP_AFTER_DISTINCT", "ELIMINATION_ALPHA", "STAGE", "TRANSIENT_LAUNCHES", "TRANSIENT_REQUESTS",
-           "MatrixRow", "ControlMatrixResult", "ControlMatrixSettings", "LoraOutcome", "RowTest", "adapter_path", "claims", "cold_odd_of",
-           "eliminate", "ensure_adapter", "format_controls_table", "launches_for", "lora_request_fields", "pool_launches", "preflight",
-           "rebuild", "resolve_requested", "row_from_gate", "run", "settings"]
+           "InLaunchSeries", "MatrixRow", "ControlMatrixResult", "ControlMatrixSettings", "LoraOutcome", "RowTest", "adapter_path", "carries_line",
+           "claims", "cold_odd_of", "eliminate", "format_controls_table", "launches_for", "lora_request_fields", "pool_launches", "preflight",
+           "rebuild", "resolve_requested", "row_from_gate", "settings"]
 
 
-STAGE = Stage(name="controls", result=ControlMatrixResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
+STAGE = Stage(name="controls", result=ControlMatrixResult, run="suite.stages.controls.run:run", lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
               summary="the gate once per determinism control, each on a fresh runtime",
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=None,  # its rows depend on the runtime's controls: a count and a rate, no total

@@ -12,8 +12,9 @@ stated size is ruled out), a request with the control gives a second answer (it 
 credited), or `max_pairs` pass. Every request is a request line (`label` "NAME:with" or
 "NAME:without", kind `controls`).
 
-The series is kept in the record as the pairs' outcomes, so that the test and its verdict are made
-again from them whenever a page is built.
+The series is kept in the record as the pairs' outcomes (`InLaunchSeries`, in
+`suite.stages.controls.series`, which the record half reads without this module), so that the test
+and its verdict are made again from them whenever a page is built.
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from suite.analysis.sequential import EFFECT, MAX_PAIRS, Outcome, SequentialResult, decide
+from suite.analysis.sequential import EFFECT, MAX_PAIRS, Outcome
 from suite.client import OpenAIClient
 from suite.definitions import InLaunch
 from suite.gpu import Energy, EnergyMeter
-from suite.stages.batch import reset_cache
+from suite.stages.batch.run import reset_cache
+from suite.stages.controls.series import InLaunchSeries
 from suite.stages.gate_models import GatePrompt
 from suite.stages.repeat import _one_request, logprobs_for
 
@@ -38,36 +40,6 @@ if TYPE_CHECKING:
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
-
-Stop = Literal["credit", "rule-out", "second-answer", "undecided", "failed"]
-
-
-class InLaunchSeries(BaseModel):
-    """One control on one prompt inside one launch: the pairs and how the series ended."""
-
-    prompt_id: str
-    seed: int  # the pairs' order was drawn from random.Random(seed)
-    level: float  # the series' level (the matrix's alpha over its controls), its boundaries' level
-    max_pairs: int = MAX_PAIRS
-    effect: float = EFFECT
-    outcomes: list[Outcome] = Field(default_factory=list)  # per pair: F, U or C (sequential's meaning)
-    with_first: list[bool] = Field(default_factory=list)  # per pair: the request with the control went first
-    with_answers: int = 0  # requests with the control answered (the first one included)
-    with_distinct: int = 0  # distinct answers among them
-    without_answers: int = 0
-    without_distinct: int = 0
-    stop: Stop = "undecided"
-    reason: str | None = None  # a failed request's error
-    cut: int = 0  # answers (with and without) cut at max_tokens
-
-    def result(self, level: float | None = None) -> SequentialResult:
-        """The sequential test over the kept pairs, at the series' level or another one."""
-        return decide(list(self.outcomes), self.level if level is None else level, self.max_pairs, self.effect)
-
-    @property
-    def requests(self) -> int:
-        """Requests the series sent, its opening request without the control included."""
-        return self.with_answers + self.without_answers + 1
 
 
 def _key(c: Completion) -> tuple[Any, ...]:

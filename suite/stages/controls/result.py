@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from suite.analysis.levels import ALPHA
 from suite.gpu import Energy
-from suite.stages.controls.inlaunch import InLaunchSeries
+from suite.stages.controls.series import InLaunchSeries
 from suite.stages.gate_models import GateResult
 
 # The level of the elimination's test (one-sided Fisher's exact test, per control and prompt).

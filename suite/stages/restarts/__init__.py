@@ -23,6 +23,12 @@ but not the configuration autotuning chose). A runtime that declares none gets n
 lets every launch after the first reuse the first's, `both` runs the two passes. Each launch
 records how many cache files it found before it started, so "kept" is a count on the page, not
 a promise.
+
+The package in two halves: the record half, imported here (`result`: its records, verdicts and
+export; `settings`: its settings, options and planned requests; `caches`: the compile caches'
+environment and counts; `view`: its page section), and the run half, `run`, which makes the
+launches and is named by `STAGE` as "suite.stages.restarts.run:run", imported only when a bench
+runs the stage.
 """
 
 from __future__ import annotations
@@ -30,15 +36,15 @@ from __future__ import annotations
 from suite.stages.base import ExportTable, SectionTemplate, Stage
 from suite.stages.gate_models import select_prompts
 from suite.stages.lines import AnswerLine
+from suite.stages.restarts.caches import cache_counts, cache_env, cache_not_loaded, files_in
 from suite.stages.restarts.result import COLUMNS, LaunchOutcome, RestartPromptResult, RestartsResult, claims, export_rows, recompute, summarise
-from suite.stages.restarts.run import cache_counts, cache_env, cache_not_loaded, files_in, planned, run
-from suite.stages.restarts.settings import OPTIONS, PROFILE_KEYS, PROFILES, RestartsSettings, settings
+from suite.stages.restarts.settings import OPTIONS, PROFILE_KEYS, PROFILES, RestartsSettings, planned, settings
 
 # The names other code imports from the package (each defined in the module that imports it here).
 __all__ = ["COLUMNS", "STAGE", "LaunchOutcome", "RestartPromptResult", "RestartsResult", "RestartsSettings", "cache_counts", "cache_env", "cache_not_loaded",
-           "claims", "export_rows", "files_in", "planned", "recompute", "run", "settings", "summarise"]
+           "claims", "export_rows", "files_in", "planned", "recompute", "settings", "summarise"]
 
-STAGE = Stage(name="restarts", result=RestartsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=True,
+STAGE = Stage(name="restarts", result=RestartsResult, run="suite.stages.restarts.run:run", lines=(AnswerLine,), fresh_runtimes=True, in_bench=True,
               summary="K fresh launches of the same configuration, a short gate on each",
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=planned,

@@ -1,45 +1,29 @@
 """The restarts stage's run: the arm's configuration stopped and started K times, a short gate on
 each launch, with fresh compile caches and, where the runtime declares its caches, with kept ones.
 Its records, verdicts and export are `suite.stages.restarts.result`'s, its settings
-`suite.stages.restarts.settings`'; the package takes `run` and `planned` from here for its `STAGE`."""
+`suite.stages.restarts.settings`', its caches' environment and counts `suite.stages.restarts.caches`'.
+The run half of the package: its `STAGE` names `run` here as "suite.stages.restarts.run:run",
+imported only when a bench runs the stage."""
 
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from suite.errors import EnvironmentUnavailable, RuntimeStartError
-from suite.secrets import scrub
 from suite.stages.gate_models import select_prompts
 from suite.stages.repeat import concurrency_of, death_reason_of, logprobs_for, run_gate
+from suite.stages.restarts.caches import cache_counts, cache_env, cache_not_loaded, files_in
 from suite.stages.restarts.result import LaunchOutcome, RestartsResult, summarise
 from suite.stages.restarts.settings import RestartsSettings, settings
 
 if TYPE_CHECKING:
-    from suite.definitions import CompileCacheSpec
-    from suite.profiles import Profile
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
-
-
-def cache_env(root: Path, caches: CompileCacheSpec) -> dict[str, str]:
-    """The env that points every compile/autotune cache the runtime declares under `root`, with
-    its settings (vLLM's: Triton keeps its autotuning choices with its kernels)."""
-    return caches.env_under(root)
-
-
-def files_in(root: Path) -> int:
-    return sum(1 for p in root.rglob("*") if p.is_file()) if root.exists() else 0
-
-
-def cache_counts(root: Path, caches: CompileCacheSpec) -> dict[str, int]:
-    """Files in each declared compile cache under `root` (triton, inductor, ...), before a launch starts."""
-    return {d.folder: files_in(root / d.folder) for d in caches.dirs}
 
 
 def run_launches(ctx: StageContext, mode: Literal["fresh", "kept"]) -> RestartsResult:
@@ -67,22 +51,6 @@ def run_launches(ctx: StageContext, mode: Literal["fresh", "kept"]) -> RestartsR
     return result
 
 
-def cache_not_loaded(log_path: Path | None, patterns: list[str]) -> str | None:
-    """The first line of a launch's log by which the runtime says it found a compile cache and did not
-    use it (one of `patterns`), cut to 300 characters and scrubbed of secrets; None when none says so."""
-    if not patterns or log_path is None or not Path(log_path).is_file():
-        return None
-    compiled = [re.compile(p) for p in patterns]
-    with Path(log_path).open(errors="replace") as fh:
-        for line in fh:
-            found = next((m for m in (c.search(line) for c in compiled) if m), None)
-            if found is not None:
-                said = scrub(line[found.start():].strip())  # from the runtime's words on, not its log prefix
-                # its start and its end (where the reason is), a long path between them cut
-                return said if len(said) <= 300 else f"{said[:80]} … {said[-200:]}"
-    return None
-
-
 def _one_launch(ctx: StageContext, i: int, mode: Literal["fresh", "kept"], caches: Path,
                 prompts: list, n: int) -> LaunchOutcome:
     """Launch i of the restarts: a fresh runtime, its short gate, stopped."""
@@ -107,12 +75,6 @@ def _one_launch(ctx: StageContext, i: int, mode: Literal["fresh", "kept"], cache
         outcome.did_not_start(exc, refused=isinstance(exc, RuntimeStartError))
         log.warning("restart %d of %s failed to start: %s", i, ctx.arm_name, outcome.reason)
     return outcome
-
-
-def planned(profile: Profile) -> int:
-    """Its requests for a profile: K launches x the short gate, twice where both cache modes run."""
-    own = settings(profile)
-    return own.launches * own.requests * len(select_prompts(profile.gate_prompts)) * (2 if own.caches == "both" else 1)
 
 
 def run(ctx: StageContext) -> RestartsResult:

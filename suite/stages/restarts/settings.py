@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field
 
 from suite.stages.base import StageOption
+from suite.stages.gate_models import select_prompts
 
 if TYPE_CHECKING:
     from suite.profiles import Profile
@@ -44,3 +45,9 @@ OPTIONS: tuple[StageOption, ...] = (
 PROFILES: dict[str, dict[str, Any]] = {"quick": {"launches": 2, "requests": 3}, "standard": {"caches": "kept"}, "full": {"caches": "both"}}
 # The profile fields these settings were before they moved into the package (`Stage.profile_keys`).
 PROFILE_KEYS: dict[str, str] = {"restarts": "launches", "restart_requests": "requests", "restart_caches": "caches"}
+
+
+def planned(profile: Profile) -> int:
+    """Its requests for a profile: K launches x the short gate, twice where both cache modes run."""
+    own = settings(profile)
+    return own.launches * own.requests * len(select_prompts(profile.gate_prompts)) * (2 if own.caches == "both" else 1)

@@ -19,6 +19,11 @@ difference: leaving it out leaves one output hash. Per prompt the same figures f
 answers cut at max_tokens counted. The three mechanisms the study separates show as three
 figures: a transient confined to the first run, disagreement within sessions, disagreement
 between sessions.
+
+The package in two halves: the record half, imported here (`result`: its records, summaries and
+export; `settings`: its settings and planned requests; `view`: its page section), and the run
+half, `run`, which starts the processes and is named by `STAGE` as "suite.stages.sessions.run:run",
+imported only when a bench runs the stage.
 """
 
 from __future__ import annotations
@@ -38,14 +43,13 @@ from suite.stages.sessions.result import (
     summarise_prompt,
     table_lines,
 )
-from suite.stages.sessions.run import planned, run
-from suite.stages.sessions.settings import PROFILE_KEYS, PROFILES, SessionsSettings, settings
+from suite.stages.sessions.settings import PROFILE_KEYS, PROFILES, SessionsSettings, planned, settings
 
 # The names other code imports from the package (each defined in the module that imports it here).
 __all__ = ["COLUMNS", "STAGE", "SessionOutcome", "SessionsConfiguration", "SessionsPromptResult", "SessionsResult", "SessionsSettings", "claims",
-           "export_rows", "planned", "run", "settings", "summarise_configuration", "summarise_prompt", "table_lines"]
+           "export_rows", "planned", "settings", "summarise_configuration", "summarise_prompt", "table_lines"]
 
-STAGE = Stage(name="sessions", result=SessionsResult, run=run, lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
+STAGE = Stage(name="sessions", result=SessionsResult, run="suite.stages.sessions.run:run", lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
               summary="K server processes x R replicates (study 2), base and adapter",
               inputs=lambda p: select_prompts(p.gate_prompts),
               planned=planned,

@@ -1,7 +1,8 @@
 """The sessions x replicates stage's run (study 2): K independent server processes, R runs of the
 prompt set in each, base and adapter requests sharing each process where an adapter is given. Its
 records, summaries and export are `suite.stages.sessions.result`'s, its settings
-`suite.stages.sessions.settings`'; the package takes `run` and `planned` from here for its `STAGE`."""
+`suite.stages.sessions.settings`'. The run half of the package: its `STAGE` names `run` here as
+"suite.stages.sessions.run:run", imported only when a bench runs the stage."""
 
 from __future__ import annotations
 
@@ -17,17 +18,9 @@ from suite.stages.sessions.result import SessionOutcome, SessionsConfiguration, 
 from suite.stages.sessions.settings import SessionsSettings, settings
 
 if TYPE_CHECKING:
-    from suite.profiles import Profile
     from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
-
-
-def planned(profile: Profile) -> int:
-    """Its requests for a profile: K x R passes over the gate prompts; with an adapter not known
-    (0: the runtime may not serve one)."""
-    own = settings(profile)
-    return 0 if own.lora else own.sessions * own.replicates * len(select_prompts(profile.gate_prompts))
 
 
 def _replicate_sample(gate: GateResult, prompt_id: str, replicate: int) -> Sample | None:
@@ -36,7 +29,8 @@ def _replicate_sample(gate: GateResult, prompt_id: str, replicate: int) -> Sampl
 
 
 def run(ctx: StageContext) -> SessionsResult:
-    from suite.stages.controls import ADAPTER_NAME, ensure_adapter
+    from suite.stages.controls import ADAPTER_NAME
+    from suite.stages.controls.run import ensure_adapter
 
     own = ctx.own(SessionsSettings) or settings(ctx.profile)
     k, r = own.sessions, own.replicates

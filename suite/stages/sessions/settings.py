@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from suite.stages.gate_models import select_prompts
+
 if TYPE_CHECKING:
     from suite.profiles import Profile
 
@@ -34,3 +36,10 @@ def settings(profile: Profile) -> SessionsSettings:
 PROFILES: dict[str, dict[str, Any]] = {"quick": {"sessions": 2}}
 # The profile fields these settings were before they moved into the package (`Stage.profile_keys`).
 PROFILE_KEYS: dict[str, str] = {"sessions": "sessions", "replicates": "replicates", "sessions_lora": "lora"}
+
+
+def planned(profile: Profile) -> int:
+    """Its requests for a profile: K x R passes over the gate prompts; with an adapter not known
+    (0: the runtime may not serve one)."""
+    own = settings(profile)
+    return 0 if own.lora else own.sessions * own.replicates * len(select_prompts(profile.gate_prompts))

@@ -23,6 +23,7 @@ import pytest
 from suite.client import GenerationParams, OpenAIClient
 from suite.records import REQUEST_LINE
 from suite.stages import batch as bt
+from suite.stages.batch.run import run_batch
 from suite.stages.gate_models import GatePrompt
 
 TARGET = "The lighthouse keeper opened the logbook on the morning after the storm and wrote:"
@@ -131,7 +132,7 @@ def _client(url: str) -> OpenAIClient:
 def _run(s: StandIn, **kw: Any) -> tuple[bt.BatchResult, list[dict[str, Any]]]:
     lines: list[dict[str, Any]] = []
     with _client(s.url) as c:
-        r = bt.run_batch(c, PROMPT, trials=kw.pop("trials", 3), batch_sizes=kw.pop("batch_sizes", [3, 4]),
+        r = run_batch(c, PROMPT, trials=kw.pop("trials", 3), batch_sizes=kw.pop("batch_sizes", [3, 4]),
                          record=lambda kind, **f: lines.append({"kind": kind, "at": "t", **f}), **kw)
     return r, lines
 
@@ -222,9 +223,9 @@ def test_bad_trials_or_sizes_are_one_line() -> None:
 
     with OpenAIClient("http://127.0.0.1:9", "m") as c:
         with pytest.raises(SuiteError, match="batch sizes \\[1\\]: each at least 2"):
-            bt.run_batch(c, PROMPT, trials=2, batch_sizes=[1])
+            run_batch(c, PROMPT, trials=2, batch_sizes=[1])
         with pytest.raises(SuiteError, match="trials 0"):
-            bt.run_batch(c, PROMPT, trials=0, batch_sizes=[2])
+            run_batch(c, PROMPT, trials=0, batch_sizes=[2])
 
 
 def test_profiles_and_the_flag() -> None:
@@ -273,7 +274,7 @@ def test_llamacpp_batches(llamacpp_server: Any, tmp_path: Path) -> None:
     client = OpenAIClient(rt.base_url, "tiny", params=GenerationParams(
         seed=42, temperature=0.0, extra_body=dict(get_definition("llamacpp").request.extra_body)))
     with client:
-        r = bt.run_batch(client, PROMPT.model_copy(update={"max_tokens": 16}), trials=2, batch_sizes=[3, 4],
+        r = run_batch(client, PROMPT.model_copy(update={"max_tokens": 16}), trials=2, batch_sizes=[3, 4],
                          reset_path=None, record=lambda kind, **f: lines.append({"kind": kind, "at": "t", **f}))
     assert r.stopped_reason is None
     assert all(m.target.answered == 2 for m in r.modes)

@@ -324,7 +324,7 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
     import suite.stages.controls as controls
     from suite.stages.gate_models import load_gate_prompts
 
-    # the package's `run` is the function; the module whose globals it reads
+    # the run half: the module whose globals `run` reads
     controls_run = importlib.import_module("suite.stages.controls.run")
 
     ids = list(load_gate_prompts())
@@ -347,7 +347,7 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
                           profile=SimpleNamespace(gate_prompts=None, gate_requests=4), results={"gate": gate},
                           automatic_controls=True, launch=launch, carried={},
                           own=lambda model: controls.ControlMatrixSettings(in_launch=False))  # rows of their own launches
-    result = controls.run(ctx)
+    result = controls_run.run(ctx)
     assert [a[0] for a in asked] == ["default", "prompt-cache-off"]  # the default row is always in the matrix
     assert all(a[1] == [ids[0]] for a in asked) and result.prompts == [ids[0]] and result.automatic
     assert asked[0][2] is None and asked[1][2] == 2  # the default row runs in full, the control stops early
@@ -355,7 +355,7 @@ def test_the_automatic_elimination_sends_only_the_prompts_that_varied(monkeypatc
     # eliminate nothing; a named `--controls lora` or `all` outside the bench's own elimination runs them
     asked.clear()
     monkeypatch.setattr(controls_run, "run_lora", lambda ctx: (_ for _ in ()).throw(AssertionError("LoRA ran")))
-    result = controls.run(SimpleNamespace(**{**vars(ctx), "controls_request": ["all"]}))
+    result = controls_run.run(SimpleNamespace(**{**vars(ctx), "controls_request": ["all"]}))
     assert "default" in [a[0] for a in asked] and len(asked) == 1 + len(get_definition("llamacpp").controls)
     assert result.lora is None
 
@@ -371,7 +371,7 @@ def test_a_transient_is_eliminated_launch_by_launch(monkeypatch):
     from suite.analysis.repro import Sample, analyse
     from suite.stages.gate_models import GatePromptResult, GateResult, load_gate_prompts
 
-    # the package's `run` is the function; the module whose globals it reads
+    # the run half: the module whose globals `run` reads
     controls_run = importlib.import_module("suite.stages.controls.run")
 
     pid = list(load_gate_prompts())[0]
@@ -406,7 +406,7 @@ def test_a_transient_is_eliminated_launch_by_launch(monkeypatch):
                           profile=SimpleNamespace(gate_prompts=None, gate_requests=20), results={"gate": gate},
                           automatic_controls=True, launch=launch, carried={},
                           own=lambda model: controls.ControlMatrixSettings(in_launch=False))  # the launch design
-    result = controls.run(ctx)
+    result = controls_run.run(ctx)
     # a control row stops at its first launch that shows the transient: it cannot be credited then
     assert [a[0] for a in asked] == ["default"] * 4 + [cache_off] * 4 + ["slots-off"] * 2
     assert all(a[1] == controls.TRANSIENT_REQUESTS and a[2] is None for a in asked)
@@ -758,6 +758,10 @@ def test_an_in_launch_rows_stop_is_made_again_from_its_pairs():
     again = recompute(edited, s)
     stop = next(r for r in again.rows if r.in_launch).in_launch["document-4k"].stop
     assert stop != "credit" and row.configuration not in again.restoring
+    # the rows the run did not start because of that credit now say it no longer stands
+    skipped = [r for r in again.rows if r.status == "skipped"]
+    assert skipped and all("today's test does not credit it, so nothing was tested here" in r.reason for r in skipped)
+    assert all("already brings every prompt back" in r.reason for r in s.controls.rows if r.status == "skipped")
     kept = s.controls.model_copy(deep=True)
     next(r for r in kept.rows if r.in_launch).in_launch["document-4k"].stop = "second-answer"
     assert next(r for r in recompute(kept, s).rows if r.in_launch).in_launch["document-4k"].stop == "second-answer"

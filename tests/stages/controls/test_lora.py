@@ -9,7 +9,8 @@ import pytest
 
 from suite.client import OpenAIClient
 from suite.launchers.base import LoraAdapter
-from suite.stages.controls import ADAPTER_NAME, adapter_path, ensure_adapter, lora_request_fields
+from suite.stages.controls import ADAPTER_NAME, adapter_path, lora_request_fields
+from suite.stages.controls.run import ensure_adapter
 from suite.stages.gate_models import select_prompts
 from suite.stages.repeat import run_gate
 from tests.conftest import installed_definition, start_local
