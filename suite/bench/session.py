@@ -144,7 +144,7 @@ class BenchSession:
                                 settings=self.settings)
         self._stack.callback(self.ctx.client.close)
         if self.judge is not None:
-            from suite.stages.extraction.judge import client_for_url
+            from suite.stages.extraction.judge_run import client_for_url
 
             sampling = plan.card.sampling
             self.ctx.judge = client_for_url(self.judge.url, self.judge.model, GenerationParams(

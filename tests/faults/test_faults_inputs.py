@@ -392,7 +392,7 @@ def test_judge_credentials_never_reach_requests_jsonl(raw_server: Any, fault_rep
     """A judge URL with `user:pass@` whose endpoint fails: the recorded errors name it without them."""
     from types import SimpleNamespace
 
-    from suite.stages.extraction import judge
+    from suite.stages.extraction import judge, judge_run
     from suite.analysis.scoring import score_part
     from suite.records import RunManifest, RunRecord
     from suite.stages import extraction as ex
@@ -404,7 +404,7 @@ def test_judge_credentials_never_reach_requests_jsonl(raw_server: Any, fault_rep
     srv = raw_server(script)
     record = RunRecord.create(tmp_path, RunManifest(run_id="r", model="m", arm="a", runtime="x", launcher="local",
                                                     profile="quick", started_at="now"))
-    client = judge.client_for_url(srv.url.replace("http://", "http://judge-user:s3cret-pw@") + "/v1", "j")
+    client = judge_run.client_for_url(srv.url.replace("http://", "http://judge-user:s3cret-pw@") + "/v1", "j")
     section = ex.select_parts(1)[0]
     obj = {f.key: None for f in section.facts}
     answer = ex.Answer(section=section.uid, repeat=0, text="{}", extracted=obj, json_status="ok",
@@ -412,7 +412,7 @@ def test_judge_credentials_never_reach_requests_jsonl(raw_server: Any, fault_rep
     ctx = SimpleNamespace(judge=client, record_request=record.record_request, reproducible=True,
                           profile=get_profile("quick").model_copy(
                               update={"stage_settings": {"extraction": {"judge_repeats": 2}}}))
-    result = judge.grade(ctx, [section], {section.uid: [answer]})
+    result = judge_run.grade(ctx, [section], {section.uid: [answer]})
     client.close()
     text = record.requests_path.read_text()
     lines = [json.loads(x) for x in text.splitlines()]
@@ -431,7 +431,7 @@ def test_a_hostile_answer_stays_inside_its_block_and_reaches_only_the_judges_sco
     judge's score for that answer, never the gold-based figures beside it."""
     from types import SimpleNamespace
 
-    from suite.stages.extraction import judge
+    from suite.stages.extraction import judge, judge_run
     from suite.analysis.scoring import score_part
     from suite.records import RunManifest, RunRecord
     from suite.stages import extraction as ex
@@ -452,14 +452,14 @@ def test_a_hostile_answer_stays_inside_its_block_and_reaches_only_the_judges_sco
     srv = raw_server(obedient_judge)
     record = RunRecord.create(tmp_path, RunManifest(run_id="r", model="m", arm="a", runtime="x", launcher="local",
                                                     profile="quick", started_at="now"))
-    client = judge.client_for_url(srv.url + "/v1", "j")
+    client = judge_run.client_for_url(srv.url + "/v1", "j")
     answer = ex.Answer(section=section.uid, repeat=0, text=hostile, extracted=None, json_status="invalid",
                        score=score_part(section.facts, None))
     ctx = SimpleNamespace(judge=client, record_request=record.record_request, reproducible=True,
                           profile=get_profile("quick").model_copy(
                               update={"stage_settings": {"extraction": {"judge_repeats": 0}}}))
     try:
-        result = judge.grade(ctx, [section], {section.uid: [answer]})
+        result = judge_run.grade(ctx, [section], {section.uid: [answer]})
     finally:
         client.close()
     (prompt,) = prompts

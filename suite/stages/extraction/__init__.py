@@ -20,12 +20,32 @@ error over sections; the spread over repeats; figures by fact type. Every fact g
 (kind `extraction-fact`) with the arm's full configuration signature, so any fact can be traced
 to the exact configuration that produced it. An optional LLM judge (`suite.stages.extraction.judge`) grades
 the answers too, when the context has one.
+
+The package in two halves. The record half, imported here: `documents` (a document's parts and the
+answers to them), `inputs` (the documents loaded, the sections a profile asks for, the request's
+wording), `result` (the records and figures), `judge` (the judge's rubric, records and choice),
+`settings` and `view`, and the reloads stage's record, `reloads`. The run half, imported only when
+a bench runs the stage: `run` (named by `STAGE` as "suite.stages.extraction.run:run"), `chat` (the
+JSON requests), `judge_run` (the judge's grading) and `reloads_run` (the reloads' launches).
 """
 
 from __future__ import annotations
 
 from suite.stages.base import ExportTable, SectionTemplate, Stage
 from suite.stages.extraction.documents import Answer, DocumentPart, changed_parts
+from suite.stages.extraction.inputs import (
+    ANSWERS_KEY,
+    SECTION_SETS,
+    Document,
+    PromptTemplate,
+    _fact_signature,
+    build_prompt,
+    json_schema_for,
+    load_document,
+    load_documents,
+    load_prompt,
+    select_parts,
+)
 from suite.stages.extraction.judge import preflight as judge_preflight
 from suite.stages.extraction.result import (
     COLUMNS,
@@ -41,30 +61,18 @@ from suite.stages.extraction.result import (
     no_facts,
     summarise,
 )
-from suite.stages.extraction.run import (
-    ANSWERS_KEY,
-    SECTION_SETS,
-    Document,
-    PromptTemplate,
-    _fact_signature,
-    ask_part,
-    build_prompt,
-    json_schema_for,
-    load_document,
-    load_documents,
-    load_prompt,
-    run,
-    select_parts,
-)
 from suite.stages.extraction.settings import OPTIONS, PROFILE_KEYS, PROFILES, ExtractionSettings, settings
 
 # The names other code imports from the package (each defined in the module that imports it here).
+# The run half (`run`, `ask_part`, `JsonChat`, the judge's `grade`) is `suite.stages.extraction.run`'s,
+# `chat`'s and `judge_run`'s, imported from there.
 __all__ = ["ANSWERS_KEY", "COLUMNS", "SECTION_SETS", "STAGE", "Answer", "Document", "DocumentPart", "ExtractionLine", "ExtractionResult", "ExtractionSettings",
-           "FactLine", "JudgeLine", "PromptTemplate", "RepeatScore", "SectionSummary", "TypeScore", "_fact_signature", "ask_part", "build_prompt",
-           "changed_parts", "claims", "export_rows", "json_schema_for", "load_document", "load_documents", "load_prompt", "no_facts", "run", "select_parts",
+           "FactLine", "JudgeLine", "PromptTemplate", "RepeatScore", "SectionSummary", "TypeScore", "_fact_signature", "build_prompt",
+           "changed_parts", "claims", "export_rows", "json_schema_for", "load_document", "load_documents", "load_prompt", "no_facts", "select_parts",
            "settings", "summarise"]
 
-STAGE = Stage(name="extraction", result=ExtractionResult, run=run, lines=(ExtractionLine, FactLine, JudgeLine,), fresh_runtimes=False, in_bench=True,
+STAGE = Stage(name="extraction", result=ExtractionResult, run="suite.stages.extraction.run:run", lines=(ExtractionLine, FactLine, JudgeLine,),
+              fresh_runtimes=False, in_bench=True,
               summary="facts extracted as JSON, repeated, scored against gold (and a judge)",
               inputs=lambda p: (select_parts(settings(p).sections), load_prompt()),
               planned=lambda p: len(select_parts(settings(p).sections)) * settings(p).repeats,

@@ -23,6 +23,11 @@ hostile answer can do; it cannot stop a judge model that obeys text it was told 
 such an answer can reach is the judge's score and reasoning for that answer (the gold-based recall
 beside it, and the agreement and kappa between the two, are out of its reach), never the suite:
 the judge's reply is read as data, only verdict words for the asked keys count.
+
+Nothing here sends a request to the judge: the rubric, the prompt and schema built for it, the
+verdicts read from its reply, the agreement with gold, the records (`JudgeResult`) and the judge a
+bench uses (`preflight`, which asks its endpoint for its models before any runtime starts) are
+here; its client and the grading (`client_for_url`, `grade`) are `suite.stages.extraction.judge_run`'s.
 """
 
 from __future__ import annotations
@@ -31,25 +36,20 @@ import json
 import logging
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import fmean
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.analysis.jsonextract import extract_json_object
-from suite.analysis.stats import MeanSE, cohen_kappa, mean_se
-from suite.client import ClientError, GenerationParams, OpenAIClient
+from suite.analysis.stats import MeanSE, cohen_kappa
 from suite.errors import SuiteError
 from suite.paths import PROMPTS_DIR
-from suite.stages.extraction.documents import Answer, DocumentPart, JsonChat, changed_parts
+from suite.stages.extraction.documents import Answer, DocumentPart, changed_parts
 
 if TYPE_CHECKING:
     from suite.catalog import ModelCard
-    from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
 
@@ -86,15 +86,6 @@ def public_url(url: str) -> str:
     if parts.port:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def client_for_url(url: str, model: str, params: GenerationParams | None = None) -> OpenAIClient:
-    """A judge client for any OpenAI-compatible URL (sampling: `params`); the API key, if any,
-    comes from the environment."""
-    if not url.startswith(("http://", "https://")):
-        raise SuiteError(f"judge url {url!r}: must start with http:// or https://")
-    return OpenAIClient(url.rstrip("/").removesuffix("/v1"), model, params=params,
-                        api_key=os.environ.get(JUDGE_API_KEY_ENV))
 
 
 class JudgeGate(BaseModel):
@@ -185,95 +176,6 @@ def parse_verdicts(section: DocumentPart, obj: dict[str, Any] | None) -> tuple[d
     return verdicts, reasoning if isinstance(reasoning, str) else None
 
 
-def grade(ctx: StageContext, sections: list[DocumentPart], answers: dict[str, list[Answer]],
-          max_tokens: int | None = None) -> JudgeResult:
-    """Grade the extraction answers with ctx.judge, gate the judge, and compare with gold.
-
-    `max_tokens` caps the rubric's own limit (tests keep answers short).
-    """
-    assert ctx.judge is not None
-    t0 = time.monotonic()
-    judge = ctx.judge
-    rubric = load_rubric()
-    chat = JsonChat(judge, supports_schema=True)
-    limit = min(rubric.max_tokens, max_tokens) if max_tokens else rubric.max_tokens
-    everything, reason = graded_repeats_for(sections, answers, ctx.reproducible)
-    failed = invalid = graded = 0
-    judge_by_part: dict[str, list[float]] = {}
-    gold_by_part: dict[str, list[float]] = {}
-    judge_labels: list[bool] = []
-    gold_labels: list[bool] = []
-
-    def ask(section: DocumentPart, answer: Answer) -> tuple[str | None, dict[str, str] | None, str | None, str | None]:
-        prompt = build_judge_prompt(rubric, section, answer)
-        try:
-            c = chat.ask(prompt, judge_schema(section), max_tokens=limit)
-        except ClientError as exc:
-            return None, None, None, str(exc)
-        parsed = extract_json_object(c.text)
-        verdicts, reasoning = parse_verdicts(section, parsed.value)
-        return c.text, verdicts, reasoning, None
-
-    for section in sections:
-        for answer in answers[section.uid] if everything else answers[section.uid][:1]:
-            graded += 1
-            text, verdicts, reasoning, error = ask(section, answer)
-            failed += error is not None
-            invalid += error is None and verdicts is None
-            score = None
-            if verdicts is not None:
-                score = sum(v == "correct" for v in verdicts.values()) / len(section.facts)
-                judge_by_part.setdefault(section.uid, []).append(score)
-                gold_by_part.setdefault(section.uid, []).append(answer.score.recall)
-                for fs in answer.score.facts:
-                    judge_labels.append(verdicts.get(fs.key) == "correct")
-                    gold_labels.append(fs.verdict == "correct")
-            ctx.record_request(
-                "judge", section=section.uid, repeat=answer.repeat, judge_model=judge.model,
-                judge_endpoint=public_url(judge.base_url), rubric_version=rubric.version, mode=chat.mode,
-                text=text, reasoning=reasoning, verdicts=verdicts, score=score, gold_recall=answer.score.recall,
-                error=error,
-            )
-
-    gate = None
-    from suite.stages.extraction import settings
-
-    repeats = settings(ctx.profile).judge_repeats
-    if repeats and sections:
-        section = sections[0]
-        answer = answers[section.uid][0]
-        texts: list[str] = []
-        verdict_sets: list[str] = []
-        gate_failed = 0
-        for i in range(repeats):
-            text, verdicts, reasoning, error = ask(section, answer)
-            if text is None or verdicts is None:
-                gate_failed += 1
-            if text is not None:
-                texts.append(text)
-            if verdicts is not None:
-                verdict_sets.append(json.dumps(verdicts, sort_keys=True))
-            ctx.record_request("judge-gate", section=section.uid, index=i, judge_model=judge.model,
-                               judge_endpoint=public_url(judge.base_url), text=text, verdicts=verdicts,
-                               reasoning=reasoning, error=error)
-        gate = JudgeGate(section=section.uid, repeats=repeats, distinct_answers=len(set(texts)),
-                         distinct_verdicts=len(set(verdict_sets)), failed=gate_failed)
-
-    uids = [s.uid for s in sections if s.uid in judge_by_part]
-    # each graded section has at least one score (judge and gold are appended together)
-    per_section = {u: fmean(judge_by_part[u]) for u in uids}
-    agreement, kappa = fact_agreement(judge_labels, gold_labels)
-    return JudgeResult(
-        rubric_version=rubric.version, endpoint=public_url(judge.base_url), model=judge.model, mode=chat.mode,
-        graded_repeats="all" if everything else "first", graded=graded, invalid=invalid, failed=failed,
-        score=mean_se([per_section[u] for u in uids]),
-        gold_score=mean_se([fmean(gold_by_part[u]) for u in uids]),
-        agreement=agreement, kappa=kappa, compared_facts=len(judge_labels), graded_reason=reason,
-        per_section=per_section,
-        gate=gate, wall_s=round(time.monotonic() - t0, 2),
-    )
-
-
 def graded_repeats_for(sections: list[DocumentPart], answers: dict[str, list[Answer]],
                        reproducible: bool | None) -> tuple[bool, str]:
     """(grade every repeat?, why): every repeat when the extraction's own repeats changed on some
@@ -332,7 +234,6 @@ def resolve_judge(card: ModelCard, url: str | None, model: str | None) -> JudgeC
     return None
 
 
-
 def probe_judge(judge: JudgeChoice, explicit_model: bool = True, timeout_s: float = 10.0) -> JudgeChoice:
     """The judge's endpoint asked for its models before any runtime starts: one that does not answer,
     refuses the key, is not an OpenAI-compatible API or does not serve the named model is one line.
@@ -360,7 +261,6 @@ def probe_judge(judge: JudgeChoice, explicit_model: bool = True, timeout_s: floa
         return JudgeChoice(judge.url, models[0])
     raise SuiteError(f"--judge-url {shown} serves {len(models)} models ({', '.join(models) or 'none'}): "
                      "name one with --judge-model")
-
 
 
 def judge_model_needs_a_url(card: ModelCard, judge_model: str) -> None:

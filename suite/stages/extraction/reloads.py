@@ -8,6 +8,10 @@ of those with valid JSON in every repeat; then, over those stable sections only 
 already varied within the launch cannot say what the reload changed), the sections whose facts
 after the reload equal every repeat's, of those answered with valid JSON after it. An answer that
 gives no fact (all null) is never "identical" nor "the same after the reload".
+
+Here: the stage's record half (its settings, records, the comparison and `STAGE`); its run half,
+the launches that ask the sections again, is `suite.stages.extraction.reloads_run`'s, named by
+`STAGE` as "suite.stages.extraction.reloads_run:run" and imported only when a bench runs it.
 """
 
 from __future__ import annotations
@@ -17,15 +21,13 @@ from typing import TYPE_CHECKING, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.errors import EnvironmentUnavailable, RuntimeStartError, SuiteError
 from suite.stages.base import FreshLaunch, Stage, StageOption
-from suite.stages.extraction import ANSWERS_KEY, _fact_signature, ask_part, load_prompt, no_facts, select_parts
+from suite.stages.extraction import load_prompt, no_facts, select_parts
 from suite.stages.extraction import settings as extraction_settings
-from suite.stages.extraction.documents import Answer, DocumentPart, JsonChat, _answered_facts
+from suite.stages.extraction.documents import Answer, DocumentPart, _answered_facts
 
 if TYPE_CHECKING:
     from suite.profiles import Profile
-    from suite.stages.base import StageContext
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,6 @@ class ReloadsSettings(BaseModel):
 def settings(profile: Profile) -> ReloadsSettings:
     """This stage's settings for a profile (its values, then the run's own)."""
     return cast(ReloadsSettings, STAGE.settings_for(profile))
-
 
 
 class ReloadOutcome(FreshLaunch):
@@ -105,41 +106,7 @@ def reloads_line(within_identical: int, within_comparable: int, outcomes: list[R
     return f"{within}, {'; '.join(parts)}" if parts else within
 
 
-def run(ctx: StageContext) -> ReloadsResult:
-    answers = ctx.results.get(ANSWERS_KEY)
-    if answers is None:
-        raise SuiteError("the reloads stage compares with the extraction stage's answers: run extraction first, "
-                         "in the same bench (not resumed past it)")
-    sections = [s for s in select_parts(extraction_settings(ctx.profile).sections) if s.uid in answers]
-    prompt = load_prompt()
-    signature = _fact_signature(ctx)
-    comparable, identical = stable_sections(sections, answers)
-    outcomes: list[ReloadOutcome] = []
-    launches = (ctx.own(ReloadsSettings) or settings(ctx.profile)).launches
-    for i in range(launches):
-        outcome = ReloadOutcome(index=i, status="ok")
-        try:
-            with ctx.launch() as (running, client):
-                outcome.startup_s = running.startup_s
-                caps = ctx.runtime.capabilities
-                chat = JsonChat(client, supports_schema=bool(caps.json_schema), chat=bool(caps.chat))
-                stable = {s.uid for s in identical}
-                for section in sections:  # every section is asked again (the record keeps them all) ...
-                    after = ask_part(ctx, chat, section, prompt, 0, signature, reload=i)
-                    if section.uid in stable:  # ... and the stable ones are compared
-                        compare_after(outcome, section, answers[section.uid], after)
-        except (RuntimeStartError, EnvironmentUnavailable) as exc:
-            outcome.did_not_start(exc, refused=isinstance(exc, RuntimeStartError))
-        outcomes.append(outcome)
-    line = reloads_line(len(identical), len(comparable), outcomes)
-    log.info("reloads %s: %s", ctx.arm_name, line)
-    return ReloadsResult(reloads=launches, sections=len(sections), within_identical=len(identical),
-                         within_comparable=len(comparable), outcomes=outcomes, line=line,
-                         within_no_facts=sum(1 for s in comparable if all(no_facts(s, a.extracted)
-                                                                          for a in answers[s.uid])))
-
-
-STAGE = Stage(name="reloads", result=ReloadsResult, run=run, fresh_runtimes=True, in_bench=False,
+STAGE = Stage(name="reloads", result=ReloadsResult, run="suite.stages.extraction.reloads_run:run", fresh_runtimes=True, in_bench=False,
               summary="the extraction asked again in a fresh launch (the profile's or --reloads N)",
               inputs=lambda p: (select_parts(extraction_settings(p).sections), load_prompt()),
               planned=lambda p: settings(p).launches * len(select_parts(extraction_settings(p).sections)),

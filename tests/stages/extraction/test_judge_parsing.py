@@ -7,7 +7,7 @@ import pytest
 from suite.errors import SuiteError
 from suite.analysis.scoring import score_part
 from suite.stages import extraction as ex
-from suite.stages.extraction import judge
+from suite.stages.extraction import judge, judge_run
 
 
 def test_rubric_and_prompt():
@@ -52,7 +52,7 @@ def test_public_url_drops_credentials():
     assert judge.public_url("https://user:s3cret@judge.example:8443/v1") == "https://judge.example:8443/v1"
     assert judge.public_url("http://127.0.0.1:9000") == "http://127.0.0.1:9000"
     with pytest.raises(SuiteError, match="http"):
-        judge.client_for_url("ftp://x", "m")
+        judge_run.client_for_url("ftp://x", "m")
 
 
 def _answers(section, objs):

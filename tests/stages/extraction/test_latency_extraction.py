@@ -22,7 +22,8 @@ from suite.profiles import Profile, get_profile
 from suite.records import RunManifest, RunRecord, new_run_id, utcnow
 from suite.stages import StageContext, with_stage_settings
 from suite.stages import extraction as ex
-from suite.stages.extraction import judge as judge_stage
+from suite.stages.extraction import judge_run as judge_stage  # the judge's run half: its grading
+from suite.stages.extraction import run as extraction_run  # the run half: the requests it sends
 import suite.stages.latency.run as lat  # the run half: the requests it sends, timed
 
 pytestmark = pytest.mark.live
@@ -96,7 +97,7 @@ def test_latency_stage(tiny_runtime, tmp_path: Path):
 def test_extraction_stage_signs_every_fact(tiny_runtime, tmp_path: Path):
     arm, rt = tiny_runtime
     ctx = make_ctx(arm, rt, tmp_path, extraction_sections=1, extraction_repeats=2, extraction_max_tokens=64)
-    result = ex.run(ctx)
+    result = extraction_run.run(ctx)
     section = ex.select_parts(1)[0]
     assert result.sections == 1 and result.repeats == 2 and result.requests == 2
     assert result.failed_requests == 0
