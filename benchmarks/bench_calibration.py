@@ -641,31 +641,33 @@ def _runs_measures(a: dict[str, list[int]], b: dict[str, list[int]]) -> dict[str
 _RUNS_TRUTH: dict[str, dict[str, float]] = {}
 
 
-def runs_truth(kind: str) -> dict[str, float]:
-    """Each measure between runs of two independent sessions, by simulation (200,000 pairs, fixed seed)."""
-    if kind not in _RUNS_TRUTH:
-        rng = random.Random(f"truth:{kind}")
+def runs_truth(kind: str, pk: float = 0.5) -> dict[str, float]:
+    """Each measure between runs of two independent sessions, by simulation (200,000 pairs, fixed
+    seed); `pk`: the share of sessions that take the other kernel (kind "session")."""
+    key = f"{kind}:{pk}"
+    if key not in _RUNS_TRUTH:
+        rng = random.Random(f"truth:{kind}" if pk == 0.5 else f"truth:{key}")
         acc: dict[str, float] = defaultdict(float)
         n = 200_000
         for _ in range(n):
-            a = _run_pass(rng, kind, rng.randrange(2))
-            b = _run_pass(rng, kind, rng.randrange(2))
+            a = _run_pass(rng, kind, rng.randrange(2) if pk == 0.5 else int(rng.random() < pk))
+            b = _run_pass(rng, kind, rng.randrange(2) if pk == 0.5 else int(rng.random() < pk))
             for m, v in _runs_measures(a, b).items():
                 acc[m] += v
-        _RUNS_TRUTH[kind] = {m: v / n for m, v in acc.items()}
-    return _RUNS_TRUTH[kind]
+        _RUNS_TRUTH[key] = {m: v / n for m, v in acc.items()}
+    return _RUNS_TRUTH[key]
 
 
 def run_runs(rng: random.Random, p: dict[str, Any]) -> Outcome:
     from suite.analysis.repro import analyse_runs
 
-    kind, k, r = p["kind"], p["K"], p["R"]
+    kind, k, r, pk = p["kind"], p["K"], p["R"], p.get("pk", 0.5)
     sessions = []
     for _ in range(k):
-        kernel = rng.randrange(2)
+        kernel = rng.randrange(2) if pk == 0.5 else int(rng.random() < pk)
         sessions.append([{pid: sample(i, ids) for pid, ids in _run_pass(rng, kind, kernel).items()} for i in range(r)])
     res = analyse_runs(sessions, resamples=400, seed=rng.randrange(1 << 30))
-    truth = runs_truth(kind)
+    truth = runs_truth(kind, pk)
     o = Outcome()
     for a in res.agreements:
         ci = a.across_ci95
@@ -676,7 +678,10 @@ def run_runs(rng: random.Random, p: dict[str, Any]) -> Outcome:
 def runs_scenarios(quick: bool) -> list[dict[str, Any]]:
     if quick:
         return [dict(kind="session", K=8, R=3), dict(kind="rare", K=12, R=3)]
-    return [dict(kind=kd, K=k, R=3) for kd in ("iid", "session", "rare") for k in (6, 8, 12, 24)]
+    # and a session-level choice that only some sessions take (pk = 0.1, 0.2): at K = 6 it is often
+    # in no session at all, which no interval over the sessions seen can know of
+    return [dict(kind=kd, K=k, R=3) for kd in ("iid", "session", "rare") for k in (6, 8, 12, 24)] + [
+        dict(kind="session", K=k, R=r, pk=pk) for k in (6, 12, 24) for r in (3, 5) for pk in (0.1, 0.2)]
 
 
 # -- batch composition (the batch stage's verdict) --------------------------------------------------
@@ -912,6 +917,66 @@ def controls_matrix_scenarios(quick: bool) -> list[dict[str, Any]]:
     return out
 
 
+def run_controls_launches_apart(rng: random.Random, p: dict[str, Any]) -> Outcome:
+    """A matrix of C controls on one prompt whose answers vary one request at a time (the default's
+    minority at q inside a launch) while each launch also picks its modal answer at start-up (B
+    instead of A in a share r of launches: an autotuner's choice). Rows as the stage runs them
+    (`add_launch`, `one_answer_each`): a control row stops at its second answer and is launched again
+    where its first launch gave one. `effect`: control 0 removes the variation inside a launch and
+    leaves the start-up choice. Crediting it "inside each launch" is true; crediting any other
+    control is false. Before the requests were counted inside their own launch, the true cause's two
+    launches, answering A and B, read as a second answer and the cause was never credited."""
+    import suite.stages.controls as controls
+    from suite.stages.controls.run import add_launch, one_answer_each
+
+    k, n, q, r, effect = p["C"], p["n"], p["q"], p["r"], p["effect"]
+    stop_after = controls.CONTROL_STOP_AFTER_DISTINCT
+    others = iter(range(100, 10 ** 9))
+
+    def launch(name: str, rate: float, stop: int | None) -> MatrixRow:
+        modal = B if rng.random() < r else A
+        out: list[Sample] = []
+        seen: set[tuple[int, ...]] = set()
+        for i in range(n):
+            ids = [9, next(others)] if rng.random() < rate else modal
+            out.append(sample(i, ids))
+            seen.add(tuple(ids))
+            if stop is not None and len(seen) >= stop:
+                break
+        return row_from_gate(MatrixRow(configuration=name, controls=[] if name == "default" else [name], status="ok"),
+                             gate_of(out, label=name))
+
+    main = launch("default", q, None)
+    if main.distinct.get(PID, 0) < 2:
+        return Outcome()  # the elimination runs only after a gate that varied
+    rows = [launch("default", q, None)]
+    for c in range(k):
+        name = f"c{c}"
+        rate = 0.0 if effect and c == 0 else q
+        row = launch(name, rate, stop_after)
+        if one_answer_each(row, None):
+            row = add_launch(row, launch(name, rate, stop_after))
+        rows.append(row)
+    result = ControlMatrixResult(runtime="r", arm="a", requested=["all"], n_requests=n, prompts=[PID], rows=rows)
+    eliminate(result, main.gate)
+    wrong = [x for x in result.restoring if x != "c0" or not effect]
+    o = Outcome()
+    o.claims["credits a control without an effect"] = (bool(wrong), True, True)
+    if effect:
+        o.claims["credits the control with the effect"] = ("c0" in result.restoring, False, False)
+        # the first screen's "ruled out, a second answer came with it" (the claim's "still varies")
+        from suite.stages.controls.elimination import varies_inside
+        o.claims["rules out the control with the effect"] = (varies_inside(rows[1], PID), True, True)
+    return o
+
+
+def controls_launches_apart_scenarios(quick: bool) -> list[dict[str, Any]]:
+    if quick:
+        return [dict(C=3, n=20, q=0.3, r=0.5, effect=False), dict(C=3, n=20, q=0.3, r=0.5, effect=True)]
+    return [dict(C=c, n=20, q=q, r=r, effect=e) for c in (1, 3, 6) for q in (0.05, 0.1, 0.3, 0.5)
+            for r in (0.0, 0.2, 0.5) for e in (False, True)]
+
+
 # -- paired differences at the floor and the ceiling ----------------------------------------------
 
 def _page_confidence(m: int) -> tuple[float, dict[str, Any]]:
@@ -959,8 +1024,11 @@ def paired_edges_scenarios(quick: bool) -> list[dict[str, Any]]:
     if quick:
         return [dict(n=3, delta=0.1, edge="floor", F=10, R=1, family=1),
                 dict(n=8, delta=0.1, edge="ceiling", F=10, R=3, family=3)]
+    # and skewed per-part differences: few facts per part near the edge, 24-40 parts
     return [dict(n=n, delta=d, edge=e, F=10, R=r, family=f) for e in ("floor", "ceiling") for d in (0.0, 0.1)
-            for n in (3, 6, 8, 24) for r in (1, 3) for f in (1, 3)]
+            for n in (3, 6, 8, 24) for r in (1, 3) for f in (1, 3)] + [
+        dict(n=n, delta=d, edge=e, F=f, R=1, family=1) for e in ("floor", "ceiling") for d in (0.0, 0.05, 0.1)
+        for n in (24, 32, 40) for f in (1, 3, 5)]
 
 
 FAMILIES: dict[str, tuple[Callable[[bool], list[dict[str, Any]]], Callable[[random.Random, dict[str, Any]], Outcome]]] = {
@@ -979,6 +1047,7 @@ FAMILIES: dict[str, tuple[Callable[[bool], list[dict[str, Any]]], Callable[[rand
     "launches-sticky": (launches_sticky_scenarios, run_launches_sticky),
     "launches-unequal": (launches_unequal_scenarios, run_launches_unequal),
     "controls-matrix": (controls_matrix_scenarios, run_controls_matrix),
+    "controls-launches-apart": (controls_launches_apart_scenarios, run_controls_launches_apart),
     "paired-edges": (paired_edges_scenarios, run_paired_edges),
 }
 

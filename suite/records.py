@@ -803,7 +803,7 @@ def check_lines(summary: Summary, run_dir: Path) -> list[Any]:
                                     written_by=written_by(summary), kept=True))
             continue
         again, said = stage.from_lines(result, lines)
-        if said:
+        if again is not result:  # made from the lines: what they hold beyond the summary's counts too
             setattr(summary, name, again)
             notes.extend(Recomputed(stage=name, field="answers", then="as the summary kept them", now=text,
                                     written_by=written_by(summary)) for text in said)

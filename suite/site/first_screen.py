@@ -88,8 +88,12 @@ def _fmt_p(c: Claim) -> str:
 
 
 def _answers_of(c: Claim) -> str:
-    """A credited control's answers in a phrase: 'one answer in 40 over 2 launches'."""
+    """A credited control's answers in a phrase: 'one answer in 40 over 2 launches', or, where its
+    launches answered differently, one answer inside each and the launches apart."""
     n, launches = c.counts.get("answered", 0), c.counts.get("launches", 1)
+    if c.counts.get("launch_answers", 1) > 1:
+        return (f"one answer inside each of {launches} launches ({n} requests); the launches differ, "
+                "so what is left is chosen at start-up")
     return f"one answer in {n}" + (f" over {launches} launches" if launches > 1 else "")
 
 
@@ -167,9 +171,9 @@ def three_answers(gate_run: Any, controls_run: Any | None, batch_run: Any | None
         elimination = next((c for c in claims_of_stage(controls_run, "controls") if c.kind == "elimination"), None)
     if elimination is not None and elimination.verdict != "nothing to eliminate":
         controls = merged_controls([controls_run, *(more_controls or [])])
-        restoring = [c for c in controls if c.verdict == "restores one answer"]
+        restoring = [c for c in controls if c.good is True]  # a control row is good only where it restores
         if restoring:
-            causes.extend((f"{c.subject}: {_answers_of(c)}" if c.subject else f"{c.configuration} restores one answer")
+            causes.extend((f"{c.subject}: {_answers_of(c)}" if c.subject else f"{c.configuration} {c.verdict}")
                           + _fmt_p(c) for c in restoring)
             good = True
             text = _cost_text(restoring[0].cost, _energy_gap(restoring[0]))

@@ -44,7 +44,9 @@ def test_a_changed_threshold_reaches_an_old_records_page_and_export(old_record: 
 
     page, claims = _page_and_claims(old_record, tmp_path / "today")
     elimination = claims.filter(pl.col("kind") == "elimination").row(0, named=True)
-    assert elimination["verdict"] == "prefix-caching-off restores one answer" and not elimination["recomputed"]
+    # a closed verdict; the restoring control is the claim's configuration, named in its phrase
+    assert (elimination["verdict"], elimination["configuration"]) == ("restores one answer", "prefix-caching-off")
+    assert not elimination["recomputed"]
     assert "prefix-caching-off restores one answer" in page and "read otherwise when the run ended" not in page
 
     # the same record, read by code whose elimination asks for a stronger test (the level `recompute`
@@ -106,3 +108,28 @@ def test_a_crash_is_named_by_the_engines_error_line_read_again_from_its_log() ->
     assert "raise RuntimeError(" not in s.reason
     (note,) = [n for n in s.recomputed if n.stage == "failure"]
     assert note.then.endswith("raise RuntimeError(") and "no signature" in note.written_by
+
+
+def test_control_and_elimination_verdicts_come_from_their_closed_vocabularies() -> None:
+    """Every control and elimination claim of the example records: a verdict of its kind's closed
+    vocabulary (names of controls go to the claim's configuration and phrase, numbers to its
+    counts), and the evidence's test is the one that decided."""
+    from typing import get_args
+
+    from suite.claims import claims_of
+    from suite.records import load_all
+    from suite.stages.controls.result import ControlVerdict, EliminationVerdict
+
+    examples = Path(__file__).resolve().parents[2] / "docs" / "examples"
+    seen = {"control": 0, "elimination": 0}
+    for tree in ("gpu-vllm-results", "gpu-lightning-results", "cpu-results"):
+        for s in load_all(examples / tree):
+            for c in claims_of(s, only="controls"):
+                vocabulary = get_args(ControlVerdict if c.kind == "control" else EliminationVerdict)
+                assert c.verdict in vocabulary, (s.run_id, c.kind, c.verdict)
+                seen[c.kind] = seen.get(c.kind, 0) + 1
+                if c.kind == "elimination" and c.good:
+                    assert c.configuration and c.phrase.startswith(c.configuration)
+                if c.kind == "control" and c.verdict.startswith("restores"):
+                    assert c.evidence.p_adjusted is not None and c.evidence.p_adjusted <= 0.05
+    assert seen["control"] >= 10 and seen["elimination"] >= 5

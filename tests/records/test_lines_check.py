@@ -73,3 +73,32 @@ def test_a_matrix_row_is_counted_from_its_lines(tmp_path: Path) -> None:
     assert again.distinct["short-open"] == row.distinct["short-open"] + 1
     assert any(r.stage == "controls" and r.now.startswith("default on short-open: the summary kept")
                for r in after.recomputed)
+
+
+def test_a_row_of_two_launches_is_counted_inside_each_launch_from_its_lines(tmp_path: Path) -> None:
+    """random-lightning's NVFP4 matrix on the H100: the MoE emulation row's two launches gave one
+    answer each on document-4k, different from each other. Its lines are cut into launches where the
+    request numbers start again; one answer edited inside the second launch is a second answer
+    inside a launch, and the credit goes."""
+    src = EXAMPLES / "gpu-lightning-results" / "random-lightning" / "vllm-gpu-nvfp4" / "20261206T102852649047Z-9b81e573"
+    dst = tmp_path / "r" / "random-lightning" / "vllm-gpu-nvfp4" / src.name
+    shutil.copytree(src, dst)
+    before = next(iter(load_all(tmp_path / "r")))
+    row = next(r for r in before.controls.rows if r.configuration == "moe-nvfp4-emulation")
+    assert [(c.answered, c.modal_count) for c in row.per_launch["document-4k"]] == [(20, 20), (20, 20)]
+    assert len({c.modal for c in row.per_launch["document-4k"]}) == 2
+    assert before.controls.restoring == ["moe-nvfp4-emulation"]
+    f = dst / "requests.jsonl.xz"
+    lines = [json.loads(x) for x in lzma.open(f).read().decode().splitlines()]
+    seen = 0
+    for d in lines:
+        if d.get("label") == "moe-nvfp4-emulation" and d.get("prompt_id") == "document-4k" and d.get("index") == 7:
+            seen += 1
+            if seen == 2:  # the second launch's eighth request
+                d["text"], d["token_ids"] = "an answer no request gave", [7, 7, 7]
+    f.write_bytes(lzma.compress(("\n".join(json.dumps(d) for d in lines) + "\n").encode()))
+    after = next(iter(load_all(tmp_path / "r")))
+    again = next(r for r in after.controls.rows if r.configuration == "moe-nvfp4-emulation")
+    assert [(c.answered, c.modal_count) for c in again.per_launch["document-4k"]] == [(20, 20), (20, 19)]
+    assert after.controls.restoring == []
+    assert any(r.stage == "controls" and r.now.startswith("moe-nvfp4-emulation on document-4k") for r in after.recomputed)

@@ -63,3 +63,27 @@ def test_prefix_caching_credited_inside_one_launch_with_a_stronger_test_than_lau
     (claim,) = [c for c in claims_of(runs[0], only="controls") if c.kind == "control"
                 and c.configuration == "prefix-caching-off"]
     assert claim.good is True and claim.evidence.unit == "pairs inside one launch"
+
+
+def test_nvfp4_moe_marlin_credited_inside_each_launch_and_the_start_up_choice_named():
+    """The H100 matrix of 2026-12-06 on NVFP4: with the MoE layers' Marlin NvFp4 kernel replaced by
+    vLLM's emulation, each of two launches gave one answer on every prompt, while on document-4k
+    the two launches answered differently. Counted inside their own launch, the requests credit the
+    MoE kernel; the launches' difference is named as a choice made at start-up, not as a second
+    answer that would rule the kernel out."""
+    (run,) = [s for s in load_all(LIGHTNING) if s.run_id.endswith("9b81e573")]
+    controls = run.controls
+    assert controls is not None and controls.restoring == ["moe-nvfp4-emulation"]
+    row = next(r for r in controls.rows if r.configuration == "moe-nvfp4-emulation")
+    assert row.kernel_path["moe"] == "EMULATION (NvFp4)" and row.launches == 2
+    doc = next(t for t in row.tests if t.prompt_id == "document-4k")
+    assert (doc.n, doc.others, doc.launch_answers, doc.credited) == (40, 0, 2, True)
+    assert doc.default_others == 12 and doc.p_value is not None and doc.p_value < 1e-5
+    assert row.starts_differ and controls.restores_word == "restores one answer inside each launch"
+    # the rows that still varied inside a launch are ruled out, each from its own start-up log
+    for name, part in (("linear-nvfp4-emulation", "linear"), ("attention-triton", "attention")):
+        other = next(r for r in controls.rows if r.configuration == name)
+        assert other.kernel_path[part] != row.kernel_path[part] and not other.tests[0].credited
+    verdicts = {c.configuration: c.verdict for c in claims_of(run) if c.kind == "control"}
+    assert verdicts == {"moe-nvfp4-emulation": "restores one answer inside each launch",
+                        "linear-nvfp4-emulation": "still varies", "attention-triton": "still varies"}

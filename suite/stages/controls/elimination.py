@@ -9,14 +9,25 @@ with today's level, and `claims` (with each row's cost, `row_costs`) says what t
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import re
 from typing import Any
 
 from suite.analysis.claims import Claim, Evidence, Family, run_caveats
 from suite.analysis.repro import Sample, group_answers, unseen_share_bound
 from suite.analysis.sequential import rule_out_share
 from suite.analysis.stats import fisher_fewer_others, holm, requests_needed
-from suite.stages.controls.result import ELIMINATION_ALPHA, ControlMatrixResult, MatrixRow, RowTest
+from suite.stages.controls.result import (
+    ELIMINATION_ALPHA,
+    ControlMatrixResult,
+    ControlVerdict,
+    EliminationVerdict,
+    LaunchCount,
+    MatrixRow,
+    RowTest,
+)
 from suite.stages.gate_models import GateResult, truncation_by_prompt
 
 # Where the gate's variance is a cold-start transient (once per launch), each row is this many
@@ -80,17 +91,61 @@ def _in_launch_test(t: RowTest, row: MatrixRow, pid: str, alpha: float) -> RowTe
     return t
 
 
+def answer_key(token_ids: list[int] | None, text: str) -> str:
+    """A launch's modal answer as a short key: its token ids where it has them, else its text."""
+    raw = json.dumps(token_ids) if token_ids is not None else "text:" + text
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+# The tests a control's claim rests on, by name.
+TEST_FISHER = "one-sided Fisher's exact test against the default row"
+TEST_PAIRS = "exact sequential sign test of pairs with and without it inside one launch"
+
+
+def launch_counts(row: MatrixRow, pid: str) -> list[LaunchCount]:
+    """Each launch of a row on one prompt: what its request lines gave (`per_launch`, set where the
+    record is read with its lines), else what its gates kept (the first launch's and the next)."""
+    if row.per_launch.get(pid):
+        return row.per_launch[pid]
+    out = []
+    for gate in [row.gate, *row.more_gates]:
+        prompt = next((p for p in (gate.prompts if gate else []) if p.prompt_id == pid), None)
+        if prompt is None or not prompt.answers:
+            continue
+        top = prompt.answers[0]
+        ids = top.token_ids if prompt.compared_by == "token_ids" else None
+        out.append(LaunchCount(answered=prompt.answered, modal_count=top.count, modal=answer_key(ids, top.text)))
+    return out
+
+
+def _counts(row: MatrixRow, pid: str) -> tuple[int, int, int]:
+    """A row's answered requests, its answers other than their own launch's modal one, and how many
+    different modal answers its launches gave. One launch: the answers other than the modal one. A
+    row of several launches counts each request inside its launch, so that launches that differ from
+    one another (a choice made at start-up) are not counted as variation one request at a time."""
+    counts = launch_counts(row, pid)
+    n = row.answered.get(pid, 0)
+    if len(counts) < 2 or sum(c.answered for c in counts) != n:
+        return n, n - row.modal_count.get(pid, n), 1
+    return n, sum(c.answered - c.modal_count for c in counts), len({c.modal for c in counts})
+
+
+def varies_inside(row: MatrixRow, pid: str) -> bool:
+    """Whether a row gave a second answer inside one of its launches on this prompt."""
+    return _counts(row, pid)[1] > 0
+
+
 def row_test(row: MatrixRow, default: MatrixRow | None, pid: str, alpha: float = ELIMINATION_ALPHA) -> RowTest:
     """The control row against the default row on one prompt: Fisher's exact test of their
-    other-than-modal answers, one-sided (the control has fewer), with the n of each row."""
+    other-than-modal answers, each counted inside its own launch, one-sided (the control has fewer),
+    with the n of each row."""
     if pid in row.in_launch:
         return _in_launch_test(RowTest(prompt_id=pid, n=0, others=0, default_n=0, default_others=0),
                                row, pid, alpha)
     assert default is not None
-    n, d_n = row.answered.get(pid, 0), default.answered.get(pid, 0)
-    others = n - row.modal_count.get(pid, n)
-    d_others = d_n - default.modal_count.get(pid, d_n)
-    t = RowTest(prompt_id=pid, n=n, others=others, default_n=d_n, default_others=d_others,
+    n, others, modes = _counts(row, pid)
+    d_n, d_others, _ = _counts(default, pid)
+    t = RowTest(prompt_id=pid, n=n, others=others, default_n=d_n, default_others=d_others, launch_answers=modes,
                 stopped_early=row.sent.get(pid, n) < (row.gate.n_requests if row.gate else n))
     if n == 0 or d_n == 0:
         t.text = f"{row.configuration} on {pid}: no answer in {'the row' if n == 0 else 'the default row'}"
@@ -100,14 +155,18 @@ def row_test(row: MatrixRow, default: MatrixRow | None, pid: str, alpha: float =
     if row.distinct.get(pid, 0) <= 1 and _pattern(default, pid) == "cold-transient":
         return _launch_test(t, row, default, alpha)
     t.p_value = fisher_fewer_others(others, n, d_others, d_n)
-    if row.distinct.get(pid, 0) > 1:
+    if others > 0:
         t.text = (f"{row.configuration} on {pid}: a second answer after {row.sent.get(pid, n)} requests"
-                  + (" (the row stopped there)" if t.stopped_early else f" ({row.distinct[pid]} distinct in {n})"))
+                  + (" (the row stopped there)" if t.stopped_early else
+                     f" ({row.distinct.get(pid, 0)} distinct in {n}, {others} other than their launch's modal one)"))
         return t
     assert t.p_value is not None
     t.credited = t.p_value <= alpha and row.launches >= MIN_CREDIT_LAUNCHES
     over = f" over {row.launches} launches" if row.launches > 1 else " in one launch"
-    versus = (f"one answer in {n}{over} against {d_others} other answer{'s' if d_others != 1 else ''} in {d_n} at "
+    one = (f"one answer inside each of {row.launches} launches ({n} requests), the launches answering {modes} "
+           f"different ways (a choice made at start-up, not one request at a time)" if modes > 1 else
+           f"one answer in {n}{over}")
+    versus = (f"{one} against {d_others} other answer{'s' if d_others != 1 else ''} in {d_n} at "
               f"default (one-sided Fisher's exact test p = {t.p_value:.2g}")
     if t.p_value <= alpha and not t.credited:
         t.text = (f"{row.configuration} on {pid}: {versus} <= {alpha:g}), but a credit rests on "
@@ -287,8 +346,11 @@ def eliminate(result: ControlMatrixResult, gate: GateResult | None) -> None:
                         f"{cut[capped[0]][1]} tokens, answers may differ past it") + tail
         adj = ", ".join(f"{r.configuration} p = {r.p_adjusted:.2g}" for r in tried
                         if r.configuration in result.restoring and r.p_adjusted is not None)
-        result.elimination = (f"{', '.join(result.restoring)} bring(s) {', '.join(spread)} back to one answer "
-                              f"({lines}; {how}: adjusted {adj}){tail}")
+        inside = [r.configuration for r in tried if r.configuration in result.restoring and r.starts_differ]
+        left = (f"; under {', '.join(inside)} the launches answered differently from one another: what is left is "
+                "chosen at start-up (the restarts stage tells launches apart)") if inside else ""
+        result.elimination = (f"{', '.join(result.restoring)} bring(s) {', '.join(spread)} back to one answer"
+                              f"{' inside each launch' if inside else ''} ({lines}; {how}: adjusted {adj}){left}{tail}")
     else:
         near = [r for r in tried if len(r.tests) == len(spread) and all(t.credited for t in r.tests)]
         held = ("; " + ", ".join(f"{r.configuration} passes on its own (p = {r.p_value:.2g}) but not over the "
@@ -332,6 +394,16 @@ def recompute(result: ControlMatrixResult, summary: Any = None) -> ControlMatrix
                 decision = series.result().decision
                 series.stop = decision if decision in ("credit", "rule-out") else "undecided"
     eliminate(again, getattr(summary, "gate", None))
+    for row in again.rows:
+        # a row the run did not start because a control was credited inside one launch: where
+        # today's test no longer credits that control, the reason says so (the row tested nothing)
+        said = re.match(r"not started: (.+?) already brings every prompt back inside one launch", row.reason or "")
+        if row.status == "skipped" and said:
+            gone = [name for name in said.group(1).split(", ") if name not in again.restoring]
+            if gone:
+                row.reason = (f"not started: when the run ended, {', '.join(gone)} was credited inside one launch; "
+                              f"today's test does not credit it, so nothing was tested here "
+                              f"(`--controls {row.configuration}` tries it)")
     return again
 
 
@@ -391,29 +463,32 @@ def claims(result: ControlMatrixResult, summary: Any) -> list[Claim]:
     unit = "launches" if result.launches_per_row > 1 else "requests"
     out: list[Claim] = []
     for r in tried:
-        verdict: str
+        verdict: ControlVerdict
         if r.status != "ok":
             verdict, good = r.status, None
         elif r.answered and not any(r.answered.values()):
             verdict, good = "every request failed", None
         elif r.configuration in result.restoring:
-            verdict, good = "restores one answer", True
+            verdict, good = (("restores one answer inside each launch" if r.starts_differ else "restores one answer"),
+                             True)
         elif r.tests and all(t.credited for t in r.tests):
             verdict, good = "passes alone, not over the matrix", None
-        elif any(r.distinct.get(pid, 0) > 1 for pid in result.spread_prompts):
+        elif any(varies_inside(r, pid) for pid in result.spread_prompts if pid in r.answered):
             verdict, good = "still varies", False
         elif r.in_launch and all(s.stop == "rule-out" for s in r.in_launch.values()):
             verdict, good = "no effect of the stated size", False
         else:
             verdict, good = "not shown", None
         cut = sum(t.n for t in r.tests)
-        row_unit = "pairs inside one launch" if r.in_launch else unit
-        test = ("exact sequential sign test of pairs with and without it inside one launch" if r.in_launch
-                else "one-sided Fisher's exact test against the default row")
+        row_unit = ("pairs inside one launch" if r.in_launch else
+                    "launches" if any(t.unit == "launch" for t in r.tests) else
+                    "requests, each against its own launch's answer" if r.launches > 1 else "requests")
+        test = TEST_PAIRS if r.in_launch else TEST_FISHER
         out.append(Claim(stage="controls", kind="control", arm=arm, run_id=run_id, configuration=r.configuration,
                          prompt=", ".join(result.spread_prompts) or None, verdict=verdict, good=good,
                          counts={"answered": sum(r.answered.values()), "launches": r.launches,
-                                 "requests": sum(r.sent.values())},
+                                 "requests": sum(r.sent.values()),
+                                 "launch_answers": max((t.launch_answers for t in r.tests), default=1)},
                          evidence=Evidence(test=test, n=cut or None, unit=row_unit, p=r.p_value,
                                            p_adjusted=r.p_adjusted),
                          family=family, cost=row_costs(r, default), subject=subject_of(r, default, summary),
@@ -423,22 +498,33 @@ def claims(result: ControlMatrixResult, summary: Any) -> list[Claim]:
                          + list(extra),
                          phrase=f"{r.configuration}: {verdict}",
                          text="; ".join(t.text for t in r.tests) or (r.reason or verdict)))
+    word: EliminationVerdict
+    phrase = ""
     if not result.spread_prompts:
         word, good = "nothing to eliminate", None
     elif result.restoring:
-        word, good = f"{', '.join(result.restoring)} restores one answer", True
+        word, good = ("restores one answer inside each launch" if result.restores_word.endswith("each launch")
+                      else "restores one answer"), True
+        phrase = f"{', '.join(result.restoring)} {word}"
     elif default is None:
         word, good = "no default row", None
     else:
         word, good = "nothing tested restores one answer", False
+    # the evidence is the test that decided: the restoring rows' (pairs inside one launch, or the
+    # Fisher test against the default row), else every row that was tested; its p is theirs
+    deciding = [r for r in tried if r.configuration in result.restoring] or [r for r in tried if r.tests]
+    pairs, rows = any(r.in_launch for r in deciding), any(not r.in_launch for r in deciding)
+    test = " and ".join(([TEST_FISHER] if rows or not pairs else []) + ([TEST_PAIRS] if pairs else []))
     out.insert(0, Claim(stage="controls", kind="elimination", arm=arm, run_id=run_id,
                         prompt=", ".join(result.spread_prompts) or None, verdict=word, good=good,
+                        configuration=", ".join(result.restoring) or None,
                         counts={"controls": sum(1 for r in tried if r.status == "ok"), "planned": len(tried),
                                 "launches_per_row": result.launches_per_row},
-                        evidence=Evidence(test="one-sided Fisher's exact test against the default row", unit=unit,
-                                          p_adjusted=min((r.p_adjusted for r in tried if r.p_adjusted is not None),
+                        evidence=Evidence(test=test, unit=("pairs inside one launch" if pairs and not rows else unit),
+                                          n=sum(t.n for r in deciding for t in r.tests) or None,
+                                          p_adjusted=min((r.p_adjusted for r in deciding if r.p_adjusted is not None),
                                                          default=None)),
-                        family=family, caveats=list(extra), phrase=word, text=result.elimination))
+                        family=family, caveats=list(extra), phrase=phrase or word, text=result.elimination))
     return out
 
 
@@ -465,6 +551,7 @@ def from_lines(result: ControlMatrixResult, lines: list[Any]) -> tuple[ControlMa
             qs = by_row.get((row.configuration, pid))
             if not qs:
                 continue
+            row.per_launch[pid] = [_launch_count(launch) for launch in split_launches(qs)]
             groups = group_answers([Sample(index=i, text=q.text or "", token_ids=q.token_ids, error=q.error)
                                     for i, q in enumerate(qs)])
             d, n, modal = len(groups), sum(len(g) for g in groups), (len(groups[0]) if groups else 0)
@@ -475,5 +562,30 @@ def from_lines(result: ControlMatrixResult, lines: list[Any]) -> tuple[ControlMa
             row.distinct[pid], row.answered[pid] = d, n
             if pid in row.modal_count:
                 row.modal_count[pid] = modal
-    return (again, said) if said else (result, [])
+    return again, said
+
+
+def split_launches(lines: list[Any]) -> list[list[Any]]:
+    """One row's request lines on one prompt, in the order written, cut into its launches: each
+    launch numbers its requests from 0, so a launch begins where the number does not grow."""
+    out: list[list[Any]] = []
+    last: int | None = None
+    for q in lines:
+        index = getattr(q, "index", None)
+        if not out or (index is not None and last is not None and index <= last):
+            out.append([])
+        out[-1].append(q)
+        last = index
+    return out
+
+
+def _launch_count(lines: list[Any]) -> LaunchCount:
+    """One launch's answered requests, its modal answer's count and key, from its request lines."""
+    groups = group_answers([Sample(index=i, text=q.text or "", token_ids=q.token_ids, error=q.error)
+                            for i, q in enumerate(lines)])
+    if not groups:
+        return LaunchCount(answered=0, modal_count=0, modal="")
+    top = groups[0][0]
+    ids = top.token_ids if all(s.token_ids is not None for g in groups for s in g) else None
+    return LaunchCount(answered=sum(len(g) for g in groups), modal_count=len(groups[0]), modal=answer_key(ids, top.text))
 

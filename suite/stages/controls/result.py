@@ -19,6 +19,24 @@ from suite.stages.gate_models import GateResult
 ELIMINATION_ALPHA = ALPHA
 
 
+# The closed vocabularies of the stage's claims: a control row's verdict, and the matrix's (the
+# elimination's; the restoring controls are named in its phrase, not in its verdict).
+ControlVerdict = Literal["restores one answer", "restores one answer inside each launch",
+                         "passes alone, not over the matrix", "still varies", "no effect of the stated size",
+                         "not shown", "every request failed", "refused", "failed", "skipped", "unchanged"]
+EliminationVerdict = Literal["restores one answer", "restores one answer inside each launch",
+                             "nothing tested restores one answer", "no default row", "nothing to eliminate"]
+
+
+class LaunchCount(BaseModel):
+    """One launch of a row on one prompt: its answered requests, how many gave its modal answer,
+    and that answer's key (a digest of its token ids, or of its text where ids are missing)."""
+
+    answered: int
+    modal_count: int
+    modal: str
+
+
 class RowTest(BaseModel):
     """One control row against the default row on one prompt that varied."""
 
@@ -36,6 +54,11 @@ class RowTest(BaseModel):
     unit: Literal["request", "launch", "pair"] = "request"
     stopped_early: bool = False  # the row stopped at its second answer
     text: str = ""
+    # Over a row of several launches, the requests are counted inside their own launch (the answers
+    # other than that launch's modal one): a control that leaves one answer inside each launch while
+    # the launches answer differently removes the variation one request at a time, and what is left
+    # is chosen at start-up. How many different answers the launches' modal answers were (1: alike).
+    launch_answers: int = 1
 
 
 class MatrixRow(BaseModel):
@@ -95,6 +118,16 @@ class MatrixRow(BaseModel):
     in_launch: dict[str, InLaunchSeries] = Field(default_factory=dict)
     paired_tokens_per_s: float | None = None
     why: str = ""  # why the row used its unit (the per-request form it stands for)
+    # Per prompt, each launch's answered requests, its modal answer's count and that answer's key,
+    # as the request lines give them (split where a launch starts again at request 0); empty: the
+    # counts come from the row's gates (`gate`, `more_gates`).
+    per_launch: dict[str, list[LaunchCount]] = Field(default_factory=dict)
+
+    @property
+    def starts_differ(self) -> bool:
+        """Whether the row's launches gave different answers on a prompt it was tested on, each
+        launch giving one: what is left after the control is chosen at start-up."""
+        return any(t.launch_answers > 1 for t in self.tests)
 
     @property
     def unit(self) -> str:
@@ -133,3 +166,10 @@ class ControlMatrixResult(BaseModel):
     # Set where the run stopped before the stage's end and its finished rows were rebuilt from the
     # request lines it kept (`rebuild`): what was rebuilt, what was cut and what the lines do not keep.
     interrupted: str | None = None
+
+    @property
+    def restores_word(self) -> str:
+        """What the restoring controls do, in the words of their claims: "restores one answer", or
+        "... inside each launch" where the launches of a restoring row answered differently."""
+        inside = any(r.starts_differ for r in self.rows if r.configuration in self.restoring)
+        return "restores one answer" + (" inside each launch" if inside else "")

@@ -13,8 +13,9 @@ from rich.text import Text
 
 from suite.signature import kernel_phrase
 from suite.stages.base import ColumnType, PageInputs, length_lists
+from suite.stages.controls.elimination import launch_counts
 from suite.stages.controls.elimination import same_mix as proportional_mix
-from suite.stages.controls.result import ControlMatrixResult
+from suite.stages.controls.result import ControlMatrixResult, MatrixRow
 from suite.stages.gate_models import truncation_by_prompt
 
 
@@ -51,6 +52,16 @@ def _pairs(r: Any, pid: str) -> dict[str, Any] | None:
             "concordant": res.concordant, "stop": series.stop, "p": res.p_value, "level": series.level}
 
 
+def _per_launch(r: MatrixRow, pid: str) -> dict[str, int] | None:
+    """A row of several launches on one prompt: its launches, the answers other than their own
+    launch's modal one, and how many different answers the launches' modal answers were."""
+    counts = launch_counts(r, pid)
+    if len(counts) < 2:
+        return None
+    return {"launches": len(counts), "inside": sum(c.answered - c.modal_count for c in counts),
+            "apart": len({c.modal for c in counts})}
+
+
 def controls_view(c: ControlMatrixResult | None, prompt_ids: list[str]) -> dict[str, Any] | None:
     """The control matrix: one row per configuration, distinct answers per gate prompt."""
     if c is None:
@@ -69,7 +80,10 @@ def controls_view(c: ControlMatrixResult | None, prompt_ids: list[str]) -> dict[
             # a transient's row: launches whose first answer alone differed, of the launches run
             "cold_odd": (sum(1 for x in r.cold_odd[pid] if x), len(r.cold_odd[pid])) if pid in r.cold_odd else None,
             # a row tried inside one launch: its pairs, how they fell and how the series stopped
-            "pairs": _pairs(r, pid)}
+            "pairs": _pairs(r, pid),
+            # a row of several launches: how many launches, and how many different answers their
+            # modal answers were where each launch gave one answer (launches apart, not requests)
+            "per_launch": _per_launch(r, pid)}
             for pid in prompts]
         rows.append({
             "configuration": r.configuration, "description": r.description, "status": r.status,
@@ -100,7 +114,8 @@ def controls_view(c: ControlMatrixResult | None, prompt_ids: list[str]) -> dict[
         row["line"] = control_row_line(row)
     return {"prompts": prompts, "rows": rows, "n": c.n_requests, "launches": c.launches_per_row,
             "elimination": c.elimination, "interrupted": c.interrupted,
-            "automatic": c.automatic, "restoring": c.restoring, "spread_prompts": c.spread_prompts, "family": c.family,
+            "automatic": c.automatic, "restoring": c.restoring, "restores_word": c.restores_word,
+            "spread_prompts": c.spread_prompts, "family": c.family,
             "by_conf": {row["configuration"]: row for row in rows}, "lora": c.lora}
 
 

@@ -686,7 +686,7 @@ def test_a_control_row_whose_requests_all_failed_shows_failed_with_its_error():
     view = controls_view(result, ["long-open"])
     (cell,) = view["by_conf"]["enforce-eager"]["cells"]
     assert cell["answered"] == 0 and cell["errors"] == 20 and "context size exceeded" in cell["error"]
-    (claim,) = [c for c in claims(result, None) if c.configuration == "enforce-eager"]
+    (claim,) = [c for c in claims(result, None) if c.kind == "control" and c.configuration == "enforce-eager"]
     assert claim.verdict == "every request failed" and claim.good is None
 
 
@@ -700,7 +700,7 @@ def test_a_credit_whose_answers_were_all_cut_at_the_cap_says_so():
     eliminate(result, _gate_with(7, 20))
     assert result.restoring == ["enforce-eager"]
     assert "up to the cap: every answer of enforce-eager on long-open was cut at 64 tokens" in result.elimination
-    (claim,) = [c for c in claims(result, None) if c.configuration == "enforce-eager"]
+    (claim,) = [c for c in claims(result, None) if c.kind == "control" and c.configuration == "enforce-eager"]
     assert any("cut at 64 tokens" in x for x in claim.caveats)
 
 
