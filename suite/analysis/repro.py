@@ -330,7 +330,8 @@ def series_pattern(ordered_ok: Sequence[Sample], by: str, cold_indices: Sequence
                               f"and it stayed ({at} before, {len(keys) - at} after)")
         return "varies", (f"only the last request ({ordered_ok[at].index + 1}) differs: too few requests after "
                           "it to say whether the change stays")
-    return "varies", f"answers vary in random order ({len(set(keys))} distinct, {changes} changes in {len(keys)})"
+    return "varies", (f"answers vary from request to request ({len(set(keys))} distinct, {changes} changes in "
+                      f"{len(keys)}; their order is not tested)")
 
 
 def joint_p(ps: Sequence[float | None]) -> float | None:

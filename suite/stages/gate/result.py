@@ -7,7 +7,7 @@ sends a request."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, caveat_failed, run_caveats
 from suite.analysis.levels import CONFIDENCE, percent
@@ -108,8 +108,28 @@ def from_lines(result: GateResult, lines: list[Any]) -> tuple[GateResult, list[s
     return result.model_copy(update={"prompts": prompts}), said
 
 
-PATTERN_WORDS = {"stable": "one answer", "cold-transient": "cold-start transient", "switch": "one switch that stays",
-                 "varies": "varies in random order", "undetermined": "undetermined"}
+# The gate claim's closed vocabulary: a word per pattern of the series, "undetermined" where too
+# few answered, and "first request differs" where a transient does not hold over the varying prompts.
+GateVerdict = Literal["one answer", "cold-start transient", "one switch that stays", "varies from request to request",
+                      "undetermined", "first request differs"]
+PATTERN_WORDS: dict[str, GateVerdict] = {
+    "stable": "one answer", "cold-transient": "cold-start transient", "switch": "one switch that stays",
+    "varies": "varies from request to request", "undetermined": "undetermined"}
+
+
+def _pattern_text(p: GatePromptResult) -> str:
+    """How the series varied, from its answers (not the sentence a record kept): for answers that
+    vary, how many distinct and how many changes from one request to the next. No test of their
+    order ran, so none is claimed."""
+    if p.pattern != "varies":
+        return p.pattern_text
+    rank = {i: a.rank for a in p.answers for i in a.indices}
+    order = [rank[i] for i in sorted(rank)]
+    changes = sum(1 for a, b in zip(order, order[1:], strict=False) if a != b)
+    if changes == 1 and order and order[-1] != order[-2]:
+        return p.pattern_text  # only the last request differs: the analysis says so
+    return (f"answers vary from request to request ({len(set(order))} distinct, {changes} changes in "
+            f"{len(order)}; their order is not tested)")
 
 
 def prompt_claim(p: GatePromptResult, arm: str, stage: str = "gate", configuration: str | None = None,
@@ -118,7 +138,7 @@ def prompt_claim(p: GatePromptResult, arm: str, stage: str = "gate", configurati
     `needed`: the answers the series needed (the gate's requests per prompt): one answer in fewer
     is undetermined ("k of n answered"), never "the same answer"."""
     n, d = p.answered, p.distinct_answers
-    word = PATTERN_WORDS.get(p.pattern, p.pattern)
+    word: GateVerdict = PATTERN_WORDS[p.pattern]
     short = d <= 1 and needed is not None and n < needed
     if n < 2 or short:
         word = "undetermined"
@@ -141,7 +161,7 @@ def prompt_claim(p: GatePromptResult, arm: str, stage: str = "gate", configurati
         text = (f"one answer in {n}" + (f": an answer more common than {bound:.0%} would likely have shown"
                                         if bound is not None else ": too few to bound another answer's share"))
     else:
-        text = f"{d} distinct answers in {n} (lengths {p.lengths_text}; {p.pattern_text or word})"
+        text = f"{d} distinct answers in {n} (lengths {p.lengths_text}; {_pattern_text(p) or word})"
     return Claim(stage=stage, kind="gate", arm=arm, prompt=p.prompt_id, configuration=configuration, verdict=word,
                  good=good, counts={"distinct": d, "answered": n, "requests": p.requests, "errors": p.errors,
                                     "truncated": p.truncated},
@@ -170,6 +190,10 @@ def claims(result: GateResult, summary: Any) -> list[Claim]:
             if p.pattern == "cold-transient" and not ok:
                 c.verdict = "first request differs"
                 c.phrase = f"{p.distinct_answers} distinct of {p.answered}, first request differs"
+                c.text = (f"{p.distinct_answers} distinct answers in {p.answered} (lengths {p.lengths_text}); "
+                          f"only the first request differs, but over the {len(varied)} varying prompts too few to "
+                          f"call it a cold-start transient (closed testing, Fisher's combination)")
+                c.evidence.p = None  # the sentence gives no p: the family's test, not this prompt's, decided
                 c.caveats.append(f"too few to call it a cold-start transient over the {len(varied)} varying prompts")
     for c in out:
         c.run_id, c.caveats = getattr(summary, "run_id", ""), c.caveats + extra
