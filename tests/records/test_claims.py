@@ -133,3 +133,24 @@ def test_control_and_elimination_verdicts_come_from_their_closed_vocabularies() 
                 if c.kind == "control" and c.verdict.startswith("restores"):
                     assert c.evidence.p_adjusted is not None and c.evidence.p_adjusted <= 0.05
     assert seen["control"] >= 10 and seen["elimination"] >= 5
+
+
+def test_a_claim_whose_sentence_prints_a_p_carries_one_in_its_evidence() -> None:
+    """Batch, restarts and control claims used to print a p their evidence lacked (null): every
+    claim of the example records that prints "p = ..." now has the test's p (or its family's
+    adjusted p) in its evidence."""
+    import re
+
+    from suite.claims import claims_of
+    from suite.records import load_all
+
+    examples = Path(__file__).resolve().parents[2] / "docs" / "examples"
+    checked, missing = 0, []
+    for tree in ("gpu-vllm-results", "gpu-lightning-results", "cpu-results", "gpu-results"):
+        for s in load_all(examples / tree):
+            for c in claims_of(s):
+                if re.search(r"\bp = [0-9]", f"{c.text} {c.phrase}"):
+                    checked += 1
+                    if c.evidence.p is None and c.evidence.p_adjusted is None:
+                        missing.append((s.run_id, c.stage, c.kind, c.verdict))
+    assert checked >= 10 and missing == []

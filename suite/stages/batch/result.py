@@ -120,6 +120,19 @@ def gap_text(d: Divergence) -> str:
     return where + (f", {'; '.join(parts)}" if parts else "")
 
 
+def batch_test(modes: list[BatchMode]) -> tuple[int, int, int, int, float | None]:
+    """The batch verdict's test: answers other than the one-at-a-time answer alone (of those given
+    alone) against batched (of the batched answers), and the one-sided Fisher's exact p that the
+    batched answers depart from it more often."""
+    single = next((m for m in modes if m.mode == "single"), None)
+    answered = [m for m in modes if m.mode != "single" and m.target.answered]
+    n_alone, others_alone = (single.target.answered, single.differ_from_single or 0) if single else (0, 0)
+    n_batched = sum(m.target.answered for m in answered)
+    differ = sum(m.differ_from_single or 0 for m in answered)
+    p = fisher_fewer_others(others_alone, n_alone, differ, n_batched) if n_alone and n_batched else None
+    return others_alone, n_alone, differ, n_batched, p
+
+
 def verdict_of(modes: list[BatchMode], reference_tied: bool, stopped: str | None,
                max_tokens: int | None = None) -> tuple[bool | None, str]:
     """Whether the target's answer depended on its batch, each figure with its n."""
@@ -138,10 +151,7 @@ def verdict_of(modes: list[BatchMode], reference_tied: bool, stopped: str | None
         # A test, not a glance: the batched answers must depart from the one-at-a-time answer more
         # often than the answers given alone do (an answer that varies by itself shows new answers
         # in batches too, by chance).
-        n_alone, others_alone = single.target.answered, single.differ_from_single or 0
-        n_batched = sum(m.target.answered for m in answered)
-        differ = sum(m.differ_from_single or 0 for m in answered)
-        p = fisher_fewer_others(others_alone, n_alone, differ, n_batched)
+        others_alone, n_alone, differ, n_batched, p = batch_test(modes)
         test = (f"{differ} of {n_batched} batched answers differ from the one-at-a-time answer against "
                 f"{others_alone} of {n_alone} alone; one-sided Fisher's exact test p = {p:.2g}")
         if p is not None and p <= ALPHA:
@@ -242,6 +252,8 @@ def claims(result: BatchResult, summary: Any) -> list[Claim]:
                   counts={"batched": n_batched, "differ": differ, "alone": single.target.answered if single else 0},
                   evidence=Evidence(test="one-sided Fisher's exact test, batched against alone", n=n_batched,
                                     unit="batched answers",
+                                    # the test's p where the verdict rests on it (batched answers never given alone)
+                                    p=batch_test(result.modes)[4] if any(m.unseen_alone for m in batched) else None,
                                     bound=unseen_share_bound(n_batched) if result.varies_with_batch is False else None),
                   caveats=caveat_cut(cut, answered) + run_caveats(summary, "batch"),
                   phrase=f"{differ} of {n_batched} batched answers differ from the one-at-a-time answer",

@@ -489,7 +489,11 @@ def claims(result: ControlMatrixResult, summary: Any) -> list[Claim]:
                          counts={"answered": sum(r.answered.values()), "launches": r.launches,
                                  "requests": sum(r.sent.values()),
                                  "launch_answers": max((t.launch_answers for t in r.tests), default=1)},
-                         evidence=Evidence(test=test, n=cut or None, unit=row_unit, p=r.p_value,
+                         # the control's p: the largest of its prompts' (where a prompt's test gave
+                         # none, the largest of those that did: the p its sentence can print)
+                         evidence=Evidence(test=test, n=cut or None, unit=row_unit,
+                                           p=r.p_value if r.p_value is not None else
+                                           max((t.p_value for t in r.tests if t.p_value is not None), default=None),
                                            p_adjusted=r.p_adjusted),
                          family=family, cost=row_costs(r, default), subject=subject_of(r, default, summary),
                          caveats=[f"every answer on {pid} cut at {cap} tokens: answers may differ past the cap"

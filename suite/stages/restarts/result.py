@@ -120,6 +120,21 @@ class RestartsResult(BaseModel):
                 "nothing was kept")
 
 
+def transient_p(prompts: list[RestartPromptResult]) -> tuple[float | None, str]:
+    """How often chance would put the odd answers of the launch-prompt series that changed only at
+    their first request there, and which chance: random order, and where two or more series show
+    that shape, also one switch placed at random in each (a little more often). None where no series
+    has that shape. The within-launch verdict's test, and its claim's p."""
+    shaped = [p for p in prompts if any(x == "cold-transient" for x in p.within_patterns)]
+    joint = joint_p([p.cold_transient_p for p in shaped]) if shaped else None
+    series = sum(1 for p in prompts for x in p.within_patterns if x not in ("stable", "undetermined"))
+    if joint is not None and series >= 2:
+        switch_joint = joint_p([p.cold_switch_p for p in shaped])
+        return (max(joint, switch_joint) if switch_joint is not None else None,
+                "random order, or one switch placed at random in each,")
+    return joint, "random order"
+
+
 def within_verdict_of(prompts: list[RestartPromptResult]) -> str:
     """Stability inside each launch, named by its pattern (a cold-start transient is one).
 
@@ -158,18 +173,8 @@ def within_verdict_of(prompts: list[RestartPromptResult]) -> str:
         whats = {("only the first request after the start differs" if cold.get(pid, True) else
                   "only the prompt's first request differs (the runtime had served other prompts before it)")
                  for pid, _ in unstable}
-        shaped = [p for p in prompts if any(x == "cold-transient" for x in p.within_patterns)]
-        ps = [p.cold_transient_p for p in shaped]
-        joint = joint_p(ps)
-        # two or more series that changed right after their first request: a switch placed at
-        # random in each does that too, a little more often than random order
         series = len(unstable)
-        chance = "random order"
-        if joint is not None and series >= 2:
-            switch = [p.cold_switch_p for p in shaped]
-            switch_joint = joint_p(switch)
-            joint = max(joint, switch_joint) if switch_joint is not None else None
-            chance = "random order, or one switch placed at random in each,"
+        joint, chance = transient_p(prompts)
         if joint is not None and joint <= ALPHA:
             return (f"cold-start transient within launches ({where}: in {len(unstable)} launch-prompt series of "
                     f"{len(patterns)}, {'; '.join(sorted(whats))}; the rest agree; {chance} "
@@ -339,6 +344,11 @@ def claims(result: RestartsResult, summary: Any) -> list[Claim]:
                          counts={"launches": r.launched, "requests_per_launch": r.requests_per_launch,
                                  "answered": answered, "truncated": cut},
                          evidence=Evidence(n=r.launched, unit="launches",
+                                           test=("how often chance puts the odd answers on the first requests"
+                                                 if word in ("cold-start transient", "undetermined")
+                                                 and transient_p(r.prompts)[0] is not None else None),
+                                           p=(transient_p(r.prompts)[0] if word in ("cold-start transient", "undetermined")
+                                              else None),
                                            bound=max((p.unseen_bound for p in r.prompts if p.unseen_bound is not None),
                                                      default=None)),
                          caveats=caveat_cut(cut, answered) + extra, phrase=f"{word} within {r.launched} launches",
