@@ -1192,6 +1192,24 @@ def unlike_answers(sessions: Sequence[Sequence[dict[str, Sample]]], items: Seque
     return unlike, total
 
 
+def unlike_sessions(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequence[str], by: str) -> tuple[int, int]:
+    """Sessions whose answer to some prompt, in most of their runs, is unlike the prompt's modal
+    answer over every session; and the sessions."""
+    modal: dict[str, Hashable] = {}
+    for pid in items:
+        keys = Counter(answer_key(run[pid], by) for s in sessions for run in s if pid in run and run[pid].ok)
+        if keys:
+            modal[pid] = keys.most_common(1)[0][0]
+    unlike = 0
+    for s in sessions:
+        for pid in items:
+            own = [answer_key(run[pid], by) for run in s if pid in run and run[pid].ok]
+            if own and 2 * sum(1 for k in own if k != modal.get(pid)) > len(own):
+                unlike += 1
+                break
+    return unlike, len(sessions)
+
+
 def analyse_runs(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequence[str] | None = None,
                  resamples: int = 2000, seed: int = 0) -> RunsAnalysis:
     """Study 2's unit: a run is one pass over the prompt set; its output hash covers every answer.
@@ -1238,6 +1256,7 @@ def analyse_runs(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequenc
                             counts[m][j][i] += 1
     agreements: list[RunAgreement] = []
     unlike = unlike_answers(answering, items, by)
+    sessions_unlike = unlike_sessions(answering, items, by)
     for m in measures:
         total = sum(counts[m][i][j] for i in range(k) for j in range(i + 1, k))
         across = (sum(sums[m][i][j] for i in range(k) for j in range(i + 1, k)) / total) if total else None
@@ -1261,9 +1280,12 @@ def analyse_runs(sessions: Sequence[Sequence[dict[str, Sample]]], items: Sequenc
                 ci = agreement_interval([[h for h in hs if h is not None] for hs in hashes])
             else:
                 ci = jackknife_pair_sums(sums[m], counts[m])
-                proj = count_projection(across, *unlike)
-                if ci is not None and proj is not None:
-                    ci = (min(ci[0], proj[0]), max(ci[1], proj[1]))
+                # the count of unlike answers, and of sessions unlike the rest: a session-level
+                # difference is one event per session, not one per answer, so its count is the
+                # sessions' (family runs: items and tokens covered 0.71-0.88 with the answers' alone)
+                for proj in (count_projection(across, *unlike), count_projection(across, *sessions_unlike)):
+                    if ci is not None and proj is not None:
+                        ci = (min(ci[0], proj[0]), max(ci[1], proj[1]))
         agreements.append(RunAgreement(
             measure=m, label=RUN_MEASURE_LABELS[m], across=across, across_ci95=ci, ci_note=note,
             across_pairs=total, within=(within_sum[m] / within_n[m]) if within_n[m] else None,
