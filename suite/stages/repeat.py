@@ -34,9 +34,10 @@ from suite.analysis.repro import Sample, analyse, group_answers
 from suite.client import ClientError, Completion, OpenAIClient
 
 # The gate's records live in `suite.stages.gate_models` (read without this engine); they are named
-# here too, for code that imported them from the engine.
+# here too, for code that imported them from the engine. The prompts' folder is not: it is read
+# where it is defined (`gate_models.GATE_DIR`), and a second name for it here would be one that
+# setting changes nothing.
 from suite.stages.gate_models import (
-    GATE_DIR,
     GatePrompt,
     GatePromptResult,
     GateResult,
@@ -52,7 +53,7 @@ from suite.stages.gate_models import (
 if TYPE_CHECKING:
     from suite.stages.base import StageContext
 
-__all__ = ["GATE_DIR", "MAX_CONSECUTIVE_ERRORS", "TOP_LOGPROBS", "GatePrompt", "GatePromptResult", "GateResult", "RecordFn",
+__all__ = ["MAX_CONSECUTIVE_ERRORS", "TOP_LOGPROBS", "GatePrompt", "GatePromptResult", "GateResult", "RecordFn",
            "concurrency_of", "death_reason_of", "died_text", "load_gate_prompt", "load_gate_prompts", "logprobs_for", "refused",
            "run_gate", "samples_of", "select_prompts", "truncation_by_prompt", "truncation_note", "verdict_of"]
 

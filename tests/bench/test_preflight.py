@@ -10,7 +10,7 @@ import pytest
 from suite import bench
 from suite.errors import SuiteError
 from suite.paths import PROMPTS_DIR
-from suite.stages import STAGES, repeat
+from suite.stages import STAGES, gate_models
 
 
 def _broken_gate_dir(tmp_path: Path) -> Path:
@@ -21,7 +21,7 @@ def _broken_gate_dir(tmp_path: Path) -> Path:
 
 
 def test_a_broken_gate_prompt_stops_the_bench_before_any_runtime_starts(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(repeat, "GATE_DIR", _broken_gate_dir(tmp_path))
+    monkeypatch.setattr(gate_models, "GATE_DIR", _broken_gate_dir(tmp_path))
     started: list[str] = []
     monkeypatch.setattr(bench.session, "start_with_determinism", lambda *a, **k: started.append("start") or 1 / 0)
     with pytest.raises(SuiteError) as err:
@@ -31,7 +31,7 @@ def test_a_broken_gate_prompt_stops_the_bench_before_any_runtime_starts(tmp_path
 
 
 def test_the_restarts_stage_checks_the_same_prompt_files(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(repeat, "GATE_DIR", _broken_gate_dir(tmp_path))
+    monkeypatch.setattr(gate_models, "GATE_DIR", _broken_gate_dir(tmp_path))
     profile = bench.plan_arms_profile("quick")
     with pytest.raises(SuiteError, match="short-open.toml"):
         bench.preflight(["latency", "restarts"], profile)
