@@ -34,6 +34,11 @@ BOOTSTRAP_SEED = 42
 # Fewer paired sections than this never say "higher" or "lower" (the benchmark's paired scenarios:
 # at n = 2 two equal differences of a few discrete scores give a zero-width interval away from 0).
 MIN_PAIRED_FOR_VERDICT = 3
+# From this many paired units on, the interval's ends also reach Hall's skewness-corrected interval's
+# (`hall_interval`): below it the sample's skewness says little and the t-interval alone covered
+# (0.93-0.95 at 3-8 sections, benchmarks/results/calibration-paired-skew-before.txt), while the
+# widening cost power (0.43 -> 0.37); at 24-40 sections the t-interval alone covered 0.90.
+MIN_PAIRED_FOR_SKEW = 10
 
 
 # -- exact distributions ----------------------------------------------------------------------------
@@ -450,8 +455,9 @@ def paired_difference(
 ) -> PairedDifference:
     """The paired difference b - a over the keys both map to a number (per-section scores).
 
-    Student's t-interval over the per-key differences (in sorted key order), each end widened to
-    Hall's skewness-corrected interval's where that reaches further (`hall_interval`), clipped to `bounds`
+    Student's t-interval over the per-key differences (in sorted key order), from
+    `MIN_PAIRED_FOR_SKEW` keys on each end widened to Hall's skewness-corrected interval's where that
+    reaches further (`hall_interval`), clipped to `bounds`
     (a difference of two shares lies within -1..1). "higher"/"lower" only where the interval
     excludes 0; an interval that covers 0 is "no detectable difference" (the data do not tell the
     arms apart; it does not show them equal). Below `min_n` pairs neither an interval nor a
@@ -486,10 +492,11 @@ def paired_difference(
     # there the t-interval alone covered 0.87-0.92 at 24-40 units. Each end reaches as far as the
     # t-interval's or Hall's skewness-corrected interval's, whichever is further
     # (benchmarks/bench_calibration.py, family paired-edges).
-    skew = hall_interval(diffs, confidence)
+    skew = hall_interval(diffs, confidence) if len(diffs) >= MIN_PAIRED_FOR_SKEW else None
     if skew is not None:
         ci = (min(ci[0], skew[0]), max(ci[1], skew[1]))
     lo, hi = max(bounds[0], ci[0]), min(bounds[1], ci[1])
     verdict = "no detectable difference" if lo <= 0.0 <= hi else ("higher" if lo > 0.0 else "lower")
-    return PairedDifference(n=len(diffs), mean=m, se=se, ci_low=lo, ci_high=hi, method="t+hall",
+    return PairedDifference(n=len(diffs), mean=m, se=se, ci_low=lo, ci_high=hi,
+                            method="t+hall" if skew is not None else "t",
                             confidence=confidence, min_n=min_n, family=family, verdict=verdict)
