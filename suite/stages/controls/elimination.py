@@ -12,11 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from typing import Any
 
 from suite.analysis.claims import Claim, Evidence, Family, run_caveats
-from suite.analysis.repro import Sample, group_answers, unseen_share_bound
+from suite.analysis.repro import group_answers, unseen_share_bound
 from suite.analysis.sequential import rule_out_share
 from suite.analysis.stats import fisher_fewer_others, holm, requests_needed
 from suite.stages.controls.result import (
@@ -91,8 +90,8 @@ def _in_launch_test(t: RowTest, row: MatrixRow, pid: str, alpha: float) -> RowTe
     return t
 
 
-def answer_key(token_ids: list[int] | None, text: str) -> str:
-    """A launch's modal answer as a short key: its token ids where it has them, else its text."""
+def modal_digest(token_ids: list[int] | None, text: str) -> str:
+    """A launch's modal answer as a short digest: its token ids where it has them, else its text."""
     raw = json.dumps(token_ids) if token_ids is not None else "text:" + text
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
@@ -114,7 +113,7 @@ def launch_counts(row: MatrixRow, pid: str) -> list[LaunchCount]:
             continue
         top = prompt.answers[0]
         ids = top.token_ids if prompt.compared_by == "token_ids" else None
-        out.append(LaunchCount(answered=prompt.answered, modal_count=top.count, modal=answer_key(ids, top.text)))
+        out.append(LaunchCount(answered=prompt.answered, modal_count=top.count, modal=modal_digest(ids, top.text)))
     return out
 
 
@@ -388,22 +387,23 @@ def recompute(result: ControlMatrixResult, summary: Any = None) -> ControlMatrix
     not hold (a second answer with the control, a failed request) stays."""
     again = result.model_copy(deep=True)
     again.alpha = ELIMINATION_ALPHA  # today's level, not the one the record was written with
+    # the controls whose in-launch credit stopped the matrix when the run ended (the stops it stored)
+    stopped_by = [r.configuration for r in result.rows
+                  if r.in_launch and all(x.stop == "credit" for x in r.in_launch.values())]
     for row in again.rows:
         for series in row.in_launch.values():
             if series.stop in ("credit", "rule-out", "undecided"):
                 decision = series.result().decision
                 series.stop = decision if decision in ("credit", "rule-out") else "undecided"
     eliminate(again, getattr(summary, "gate", None))
+    gone = [name for name in stopped_by if name not in again.restoring]
     for row in again.rows:
         # a row the run did not start because a control was credited inside one launch: where
         # today's test no longer credits that control, the reason says so (the row tested nothing)
-        said = re.match(r"not started: (.+?) already brings every prompt back inside one launch", row.reason or "")
-        if row.status == "skipped" and said:
-            gone = [name for name in said.group(1).split(", ") if name not in again.restoring]
-            if gone:
-                row.reason = (f"not started: when the run ended, {', '.join(gone)} was credited inside one launch; "
-                              f"today's test does not credit it, so nothing was tested here "
-                              f"(`--controls {row.configuration}` tries it)")
+        if row.status == "skipped" and (row.reason or "").startswith("not started") and gone:
+            row.reason = (f"not started: when the run ended, {', '.join(gone)} was credited inside one launch; "
+                          f"today's test does not credit it, so nothing was tested here "
+                          f"(`--controls {row.configuration}` tries it)")
     return again
 
 
@@ -507,8 +507,7 @@ def claims(result: ControlMatrixResult, summary: Any) -> list[Claim]:
     if not result.spread_prompts:
         word, good = "nothing to eliminate", None
     elif result.restoring:
-        word, good = ("restores one answer inside each launch" if result.restores_word.endswith("each launch")
-                      else "restores one answer"), True
+        word, good = result.restores_word, True
         phrase = f"{', '.join(result.restoring)} {word}"
     elif default is None:
         word, good = "no default row", None
@@ -556,8 +555,7 @@ def from_lines(result: ControlMatrixResult, lines: list[Any]) -> tuple[ControlMa
             if not qs:
                 continue
             row.per_launch[pid] = [_launch_count(launch) for launch in split_launches(qs)]
-            groups = group_answers([Sample(index=i, text=q.text or "", token_ids=q.token_ids, error=q.error)
-                                    for i, q in enumerate(qs)])
+            groups = group_answers([q.sample() for q in qs])
             d, n, modal = len(groups), sum(len(g) for g in groups), (len(groups[0]) if groups else 0)
             if (d, n) == (row.distinct.get(pid), row.answered.get(pid)) and modal == row.modal_count.get(pid, modal):
                 continue
@@ -585,11 +583,10 @@ def split_launches(lines: list[Any]) -> list[list[Any]]:
 
 def _launch_count(lines: list[Any]) -> LaunchCount:
     """One launch's answered requests, its modal answer's count and key, from its request lines."""
-    groups = group_answers([Sample(index=i, text=q.text or "", token_ids=q.token_ids, error=q.error)
-                            for i, q in enumerate(lines)])
+    groups = group_answers([q.sample() for q in lines])
     if not groups:
         return LaunchCount(answered=0, modal_count=0, modal="")
     top = groups[0][0]
     ids = top.token_ids if all(s.token_ids is not None for g in groups for s in g) else None
-    return LaunchCount(answered=sum(len(g) for g in groups), modal_count=len(groups[0]), modal=answer_key(ids, top.text))
+    return LaunchCount(answered=sum(len(g) for g in groups), modal_count=len(groups[0]), modal=modal_digest(ids, top.text))
 

@@ -168,8 +168,8 @@ class ControlMatrixResult(BaseModel):
     interrupted: str | None = None
 
     @property
-    def restores_word(self) -> str:
+    def restores_word(self) -> Literal["restores one answer", "restores one answer inside each launch"]:
         """What the restoring controls do, in the words of their claims: "restores one answer", or
         "... inside each launch" where the launches of a restoring row answered differently."""
         inside = any(r.starts_differ for r in self.rows if r.configuration in self.restoring)
-        return "restores one answer" + (" inside each launch" if inside else "")
+        return "restores one answer inside each launch" if inside else "restores one answer"

@@ -339,16 +339,15 @@ def claims(result: RestartsResult, summary: Any) -> list[Claim]:
         head = r.within_verdict.split(" (")[0].split(";")[0]
         word = ("stable" if r.stable_within else "cold-start transient" if head.startswith("cold-start") else
                 "undetermined" if head.startswith("undetermined") or r.stable_within is None else "varies")
+        # the transient's test, where the verdict rests on it (named, or undetermined by it)
+        chance_p = transient_p(r.prompts)[0] if word in ("cold-start transient", "undetermined") else None
         out.append(Claim(stage="restarts", kind="within-launches", arm=arm, run_id=run_id, configuration=conf,
                          verdict=f"{word} within launches", good=word == "stable" if word != "undetermined" else None,
                          counts={"launches": r.launched, "requests_per_launch": r.requests_per_launch,
                                  "answered": answered, "truncated": cut},
                          evidence=Evidence(n=r.launched, unit="launches",
-                                           test=("how often chance puts the odd answers on the first requests"
-                                                 if word in ("cold-start transient", "undetermined")
-                                                 and transient_p(r.prompts)[0] is not None else None),
-                                           p=(transient_p(r.prompts)[0] if word in ("cold-start transient", "undetermined")
-                                              else None),
+                                           test="how often chance puts the odd answers on the first requests"
+                                           if chance_p is not None else None, p=chance_p,
                                            bound=max((p.unseen_bound for p in r.prompts if p.unseen_bound is not None),
                                                      default=None)),
                          caveats=caveat_cut(cut, answered) + extra, phrase=f"{word} within {r.launched} launches",
