@@ -102,3 +102,29 @@ def test_a_row_of_two_launches_is_counted_inside_each_launch_from_its_lines(tmp_
     assert [(c.answered, c.modal_count) for c in again.per_launch["document-4k"]] == [(20, 20), (20, 19)]
     assert after.controls.restoring == []
     assert any(r.stage == "controls" and r.now.startswith("moe-nvfp4-emulation on document-4k") for r in after.recomputed)
+
+
+def test_a_restart_launch_is_counted_from_its_lines(tmp_path: Path) -> None:
+    """The restarts' short gates come from their lines too: llama.cpp's launches each gave two
+    answers per prompt (the prompt cache's first answer, then the rest); one later answer edited
+    inside the second launch (kept caches) is a third answer in that launch, and the disagreement is
+    named with its launch."""
+    before = next(iter(load_all(_copy_with_edit(tmp_path / "a", lambda ls: ls))))
+    assert before.restarts is not None
+    assert next(p for p in before.restarts.prompts if p.prompt_id == "short-open").within_distinct == [2, 2, 2]
+    assert not [r for r in before.recomputed if r.stage == "restarts" and r.field == "answers"]
+
+    def edit(lines):
+        for d in lines:
+            if d.get("kind") == "restarts" and d.get("label") == "launch-1-kept" and d.get("prompt_id") == "short-open" \
+                    and d.get("index") == 3:
+                d["text"], d["token_ids"] = "an answer no request gave", [1, 2, 3]
+        return lines
+
+    s = next(iter(load_all(_copy_with_edit(tmp_path / "b", edit))))
+    short = next(p for p in s.restarts.prompts if p.prompt_id == "short-open")
+    assert short.within_distinct == [2, 3, 2]
+    assert "cold-start transient" in before.restarts.within_verdict
+    assert s.restarts.within_verdict != before.restarts.within_verdict
+    notes = [r for r in s.recomputed if r.stage == "restarts" and r.field == "answers"]
+    assert len(notes) == 1 and notes[0].now.startswith("kept caches, launch 1: short-open: the summary kept")

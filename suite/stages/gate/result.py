@@ -82,6 +82,12 @@ def from_lines(result: GateResult, lines: list[Any]) -> tuple[GateResult, list[s
     for q in lines:
         if getattr(q, "kind", None) == "gate" and getattr(q, "stage", "gate") in (None, "gate"):
             by_prompt.setdefault(q.prompt_id, []).append(q)
+    return gate_from_prompt_lines(result, by_prompt)
+
+
+def gate_from_prompt_lines(result: GateResult, by_prompt: dict[str, list[Any]]) -> tuple[GateResult, list[str]]:
+    """`from_lines` for the lines of one series, already grouped by prompt: the gate's own, or one
+    launch's short gate of the restarts (the launch's label picks its lines)."""
     if not by_prompt:
         return result, []
     prompts: list[GatePromptResult] = []

@@ -37,12 +37,12 @@ from suite.stages.base import ExportTable, SectionTemplate, Stage
 from suite.stages.gate_models import select_prompts
 from suite.stages.lines import AnswerLine
 from suite.stages.restarts.caches import cache_counts, cache_env, cache_not_loaded, files_in
-from suite.stages.restarts.result import COLUMNS, LaunchOutcome, RestartPromptResult, RestartsResult, claims, export_rows, recompute, summarise
+from suite.stages.restarts.result import COLUMNS, LaunchOutcome, RestartPromptResult, RestartsResult, claims, export_rows, from_lines, recompute, summarise
 from suite.stages.restarts.settings import OPTIONS, PROFILE_KEYS, PROFILES, RestartsSettings, planned, settings
 
 # The names other code imports from the package (each defined in the module that imports it here).
 __all__ = ["COLUMNS", "STAGE", "LaunchOutcome", "RestartPromptResult", "RestartsResult", "RestartsSettings", "cache_counts", "cache_env", "cache_not_loaded",
-           "claims", "export_rows", "files_in", "planned", "recompute", "settings", "summarise"]
+           "claims", "export_rows", "files_in", "from_lines", "planned", "recompute", "settings", "summarise"]
 
 STAGE = Stage(name="restarts", result=RestartsResult, run="suite.stages.restarts.run:run", lines=(AnswerLine,), fresh_runtimes=True, in_bench=True,
               summary="K fresh launches of the same configuration, a short gate on each",
@@ -50,5 +50,5 @@ STAGE = Stage(name="restarts", result=RestartsResult, run="suite.stages.restarts
               planned=planned,
               settings=RestartsSettings, options=OPTIONS, profiles=PROFILES, profile_keys=PROFILE_KEYS,
               tables=(ExportTable("restarts", export_rows, COLUMNS),), exported_requests=("restarts",),
-              page_title="restarts", recompute=recompute, claims=claims,
+              page_title="restarts", recompute=recompute, claims=claims, from_lines=from_lines,
               section=SectionTemplate("section.html", "suite.stages.restarts.view:page", slot="causes", order=2))

@@ -17,6 +17,7 @@ from suite.analysis.levels import CONFIDENCE
 from suite.analysis.repro import ALPHA, LaunchFigures, LaunchPair, Pattern, across_of, analyse_launches, joint_p, requests_for_transient
 from suite.analysis.stats import holm
 from suite.stages.base import ColumnType, FreshLaunch, length_lists
+from suite.stages.gate.result import gate_from_prompt_lines
 from suite.stages.gate_models import GateResult, samples_of
 
 
@@ -320,6 +321,46 @@ def recompute(result: RestartsResult, summary: Any = None) -> RestartsResult:
     if result.with_kept_caches is not None:
         again.with_kept_caches = recompute(result.with_kept_caches, summary)
     return again
+
+
+def from_lines(result: RestartsResult, lines: list[Any]) -> tuple[RestartsResult, list[str]]:
+    """Each launch's short gate made from its request lines (the line's label names the launch and
+    its cache pass, `launch-<i>-<fresh|kept>`) and checked against the answers the summary kept: a
+    launch whose lines group otherwise is rebuilt from them, and the within- and across-launch
+    verdicts are made again from every launch (`summarise`). A launch with no line keeps its stored
+    answers."""
+    by_label: dict[str, dict[str, list[Any]]] = {}
+    for q in lines:
+        if getattr(q, "kind", None) == "restarts" and getattr(q, "label", None):
+            by_label.setdefault(q.label, {}).setdefault(q.prompt_id, []).append(q)
+    if not by_label:
+        return result, []
+    said: list[str] = []
+
+    def one(r: RestartsResult) -> RestartsResult:
+        outcomes: list[LaunchOutcome] = []
+        changed = False
+        for o in r.launch_outcomes:
+            own = by_label.get(f"launch-{o.index}-{r.cache_mode}")
+            if o.gate is None or not own:
+                outcomes.append(o)
+                continue
+            gate, notes = gate_from_prompt_lines(o.gate, own)
+            if notes:
+                changed = True
+                said.extend(f"{r.cache_mode} caches, launch {o.index}: {n}" for n in notes)
+                o = o.model_copy(update={"gate": gate})
+            outcomes.append(o)
+        kept = one(r.with_kept_caches) if r.with_kept_caches is not None else None
+        if not changed:
+            return r if kept is r.with_kept_caches else r.model_copy(update={"with_kept_caches": kept})
+        ids = list(dict.fromkeys(p.prompt_id for o in outcomes if o.gate is not None for p in o.gate.prompts))
+        again = summarise(outcomes, ids, r.launches, r.requests_per_launch)
+        again.cache_mode, again.controls, again.with_kept_caches = r.cache_mode, list(r.controls), kept
+        return again
+
+    again = one(result)
+    return (again, said) if said else (result, [])
 
 
 ACROSS_GOOD = {"alike": True, "differ": False, "differ or persist": False}
