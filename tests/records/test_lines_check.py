@@ -8,6 +8,7 @@ import lzma
 import shutil
 from pathlib import Path
 
+from suite.claims import claims_of
 from suite.records import load_all
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
@@ -128,3 +129,31 @@ def test_a_restart_launch_is_counted_from_its_lines(tmp_path: Path) -> None:
     assert s.restarts.within_verdict != before.restarts.within_verdict
     notes = [r for r in s.recomputed if r.stage == "restarts" and r.field == "answers"]
     assert len(notes) == 1 and notes[0].now.startswith("kept caches, launch 1: short-open: the summary kept")
+
+
+def test_sessions_are_made_from_their_lines(tmp_path: Path) -> None:
+    """Study 2's sessions on random-llama-1b (6 sessions x 3 runs, base and adapter): the table and
+    claims are made from the lines; one base answer edited in session 2's second run is a second
+    output hash, named beside the verdict."""
+    src = EXAMPLES / "gpu-vllm-results" / "random-llama-1b" / "vllm-gpu" / "20261202T191455954723Z-76fa8cd1"
+    dst = tmp_path / "r" / "random-llama-1b" / "vllm-gpu" / src.name
+    shutil.copytree(src, dst)
+    before = next(iter(load_all(tmp_path / "r")))
+    base = next(c for c in before.sessions.configurations if c.label == "base")
+    assert base.runs is not None and (base.runs.runs, base.runs.distinct_runs) == (18, 1)
+    assert not [r for r in before.recomputed if r.stage == "sessions"]
+    f = dst / "requests.jsonl.xz"
+    lines = [json.loads(x) for x in lzma.open(f).read().decode().splitlines()]
+    for d in lines:
+        if d.get("label") == "session-2-run-1-base":
+            d["text"], d["token_ids"] = "an answer no request gave", [7, 7, 7]
+    f.write_bytes(lzma.compress(("\n".join(json.dumps(d) for d in lines) + "\n").encode()))
+    after = next(iter(load_all(tmp_path / "r")))
+    again = next(c for c in after.sessions.configurations if c.label == "base")
+    assert again.runs is not None and (again.runs.runs, again.runs.distinct_runs) == (18, 2)
+    assert after.sessions.table[0].startswith("base: 2 distinct output hashes in 18 runs")
+    notes = [r for r in after.recomputed if r.stage == "sessions"]
+    assert len(notes) == 1 and notes[0].now.startswith("base: the summary kept 1 distinct output hashes in 18 runs")
+    claim = next(c for c in claims_of(after, only="sessions")
+                 if c.configuration == "base")
+    assert claim.verdict == "2 output hashes" and claim.good is False

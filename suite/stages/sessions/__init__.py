@@ -39,6 +39,7 @@ from suite.stages.sessions.result import (
     SessionsResult,
     claims,
     export_rows,
+    from_lines,
     summarise_configuration,
     summarise_prompt,
     table_lines,
@@ -47,7 +48,7 @@ from suite.stages.sessions.settings import PROFILE_KEYS, PROFILES, SessionsSetti
 
 # The names other code imports from the package (each defined in the module that imports it here).
 __all__ = ["COLUMNS", "STAGE", "SessionOutcome", "SessionsConfiguration", "SessionsPromptResult", "SessionsResult", "SessionsSettings", "claims",
-           "export_rows", "planned", "settings", "summarise_configuration", "summarise_prompt", "table_lines"]
+           "export_rows", "from_lines", "planned", "settings", "summarise_configuration", "summarise_prompt", "table_lines"]
 
 STAGE = Stage(name="sessions", result=SessionsResult, run="suite.stages.sessions.run:run", lines=(AnswerLine,), fresh_runtimes=True, in_bench=False,
               summary="K server processes x R replicates (study 2), base and adapter",
@@ -56,5 +57,5 @@ STAGE = Stage(name="sessions", result=SessionsResult, run="suite.stages.sessions
               settings=SessionsSettings, profiles=PROFILES, profile_keys=PROFILE_KEYS,
               # its request lines are many (K x R passes over the prompt set): not in the requests table
               tables=(ExportTable("sessions", export_rows, COLUMNS),),
-              page_title="sessions", claims=claims,
+              page_title="sessions", claims=claims, from_lines=from_lines,
               section=SectionTemplate("section.html", "suite.stages.sessions.view:page", slot="causes", order=3))

@@ -8,6 +8,7 @@ records."""
 
 from __future__ import annotations
 
+import re
 from itertools import combinations
 from typing import Any, Literal
 
@@ -187,6 +188,61 @@ def table_lines(result: SessionsResult) -> list[str]:
                              f"sessions and is the only difference: {p.distinct_after_first} distinct without it")
             lines.append(f"{c.label} {p.prompt_id}: {p.line}{transient}")
     return lines
+
+
+_SESSION_LABEL = re.compile(r"session-(\d+)-run-(\d+)-(base|adapter)$")
+
+
+def _counts(c: SessionsConfiguration) -> tuple[Any, ...]:
+    """What the lines decide of a configuration: per prompt its answered, failed and distinct runs,
+    and the distinct output hashes over the runs."""
+    return (tuple((p.prompt_id, p.runs, p.failed, p.distinct) for p in c.prompts),
+            (c.runs.runs, c.runs.distinct_runs) if c.runs is not None else None)
+
+
+def _counts_text(c: SessionsConfiguration) -> str:
+    r = c.runs
+    return (f"{r.distinct_runs} distinct output hashes in {r.runs} runs" if r is not None else "no run") + " (" + ", ".join(
+        f"{p.prompt_id} {p.distinct} distinct of {p.runs}" for p in c.prompts) + ")"
+
+
+def from_lines(result: SessionsResult, lines: list[Any]) -> tuple[SessionsResult, list[str]]:
+    """Every configuration's figures made from the request lines (the line's label names its session,
+    run and configuration: `session-<i>-run-<r>-<base|adapter>`) with today's statistics, so the
+    table and the claims never rest on what the run computed when it ended; where the lines count
+    otherwise than the summary kept (an answer edited, a request added or dropped), the
+    disagreement is named. A configuration with no line keeps what the summary kept."""
+    per: dict[str, dict[int, dict[int, dict[str, Sample]]]] = {}
+    for q in lines:
+        m = _SESSION_LABEL.match(getattr(q, "label", "") or "") if getattr(q, "kind", None) == "sessions" else None
+        if m is None:
+            continue
+        session, run, label = int(m.group(1)), int(m.group(2)), m.group(3)
+        per.setdefault(label, {}).setdefault(session, {}).setdefault(run, {})[q.prompt_id] = \
+            q.sample().model_copy(update={"index": run})
+    if not per:
+        return result, []
+    said: list[str] = []
+    configs: list[SessionsConfiguration] = []
+    for c in result.configurations:
+        own = per.get(c.label)
+        if c.status != "ok" or not own:
+            configs.append(c)
+            continue
+        ids = [p.prompt_id for p in c.prompts] or sorted({pid for s in own.values() for r in s.values() for pid in r})
+        # a run that sent its prompts answers each of them: one with no line did not answer (the
+        # session's process died during that run), as the run itself counted it
+        sessions = [{pid: [runs[r].get(pid) or Sample(index=r, error="no answer") for r in sorted(runs)] for pid in ids}
+                    for _, runs in sorted(own.items())]
+        again = summarise_configuration(c.label, ids, sessions)
+        if _counts(again) != _counts(c):
+            said.append(f"{c.label}: the summary kept {_counts_text(c)}, its request lines say {_counts_text(again)}; "
+                        "the lines are used")
+        configs.append(again)
+    again_result = result.model_copy(update={"configurations": configs})
+    again_result.table = table_lines(again_result)
+    again_result.verdict = "; ".join(again_result.table) or "no session answered"
+    return again_result, said
 
 
 def export_rows(result: SessionsResult) -> list[dict[str, Any]]:
