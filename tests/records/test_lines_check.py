@@ -157,3 +157,27 @@ def test_sessions_are_made_from_their_lines(tmp_path: Path) -> None:
     claim = next(c for c in claims_of(after, only="sessions")
                  if c.configuration == "base")
     assert claim.verdict == "2 output hashes" and claim.good is False
+
+
+def test_a_batch_target_is_counted_from_its_lines(tmp_path: Path) -> None:
+    """The batch-invariant arm on random-llama-1b gave the one-at-a-time answer in every batch; one
+    batched target answer edited in the lines is an answer never given alone: the verdict is no
+    longer "the same in every batch", and the mode's disagreement is named."""
+    src = EXAMPLES / "gpu-vllm-results" / "random-llama-1b" / "vllm-gpu-batch-invariant" / "20261201T220425746226Z-60b0249b"
+    dst = tmp_path / "r" / "random-llama-1b" / "vllm-gpu-batch-invariant" / src.name
+    shutil.copytree(src, dst)
+    before = next(iter(load_all(tmp_path / "r")))
+    assert before.batch is not None and before.batch.varies_with_batch is False
+    assert not [r for r in before.recomputed if r.stage == "batch"]
+    f = dst / "requests.jsonl.xz"
+    lines = [json.loads(x) for x in lzma.open(f).read().decode().splitlines()]
+    for d in lines:
+        if d.get("kind") == "batch" and d.get("mode") == "mixed" and d.get("role") == "target" and d.get("trial") == 2:
+            d["text"], d["token_ids"] = "an answer no request gave", [7, 7, 7]
+    f.write_bytes(lzma.compress(("\n".join(json.dumps(d) for d in lines) + "\n").encode()))
+    after = next(iter(load_all(tmp_path / "r")))
+    mixed = after.batch.mode("mixed")
+    assert mixed is not None and (mixed.target.distinct_answers, mixed.unseen_alone, mixed.differ_from_single) == (2, 1, 1)
+    assert after.batch.varies_with_batch is None and after.batch.verdict.startswith("undetermined")
+    notes = [r for r in after.recomputed if r.stage == "batch"]
+    assert len(notes) == 1 and notes[0].now.startswith("mixed: the summary kept 1 distinct of 6 target answers")

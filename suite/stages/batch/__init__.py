@@ -39,14 +39,14 @@ full profile does), the trials per mode, the batch sizes and the target.
 from __future__ import annotations
 
 from suite.stages.base import ExportTable, SectionTemplate, Stage
-from suite.stages.batch.result import COLUMNS, BatchLine, BatchMode, BatchResult, claims, export_rows, recompute, verdict_of
+from suite.stages.batch.result import COLUMNS, BatchLine, BatchMode, BatchResult, claims, compare_to_reference, export_rows, from_lines, recompute, verdict_of
 from suite.stages.batch.settings import OPTIONS, PROFILE_KEYS, PROFILES, BatchSettings, _preflight, batch_prompt, settings
-from suite.stages.batch.trials import _inputs, compare_to_reference, other_texts, planned, trial_prompts
+from suite.stages.batch.trials import _inputs, other_texts, planned, trial_prompts
 
 # The names other code imports from the package (each defined in the module that imports it here).
 # The run half (`run`, `run_batch`, `reset_cache`) is `suite.stages.batch.run`'s, imported from there.
 __all__ = ["COLUMNS", "STAGE", "BatchLine", "BatchMode", "BatchResult", "BatchSettings", "batch_prompt", "claims", "compare_to_reference", "export_rows",
-           "other_texts", "planned", "recompute", "settings", "trial_prompts", "verdict_of"]
+           "from_lines", "other_texts", "planned", "recompute", "settings", "trial_prompts", "verdict_of"]
 
 STAGE = Stage(name="batch", result=BatchResult, run="suite.stages.batch.run:run", lines=(BatchLine,), fresh_runtimes=False, in_bench=False,
               summary="the target prompt alone, then inside batches of other prompts and of shared prefixes: "
@@ -55,5 +55,5 @@ STAGE = Stage(name="batch", result=BatchResult, run="suite.stages.batch.run:run"
               when=lambda p: settings(p).composition, after="gate",  # the profile's or --batch-composition
               settings=BatchSettings, options=OPTIONS, preflight=_preflight, profiles=PROFILES, profile_keys=PROFILE_KEYS,
               tables=(ExportTable("batch", export_rows, COLUMNS),), exported_requests=("batch",),
-              page_title="batch composition", recompute=recompute, claims=claims,
+              page_title="batch composition", recompute=recompute, claims=claims, from_lines=from_lines,
               section=SectionTemplate("section.html", "suite.stages.batch.view:page", slot="answers", order=0))

@@ -1,8 +1,9 @@
 """The batch-composition stage's records and what is computed from them alone: per mode the
 target's answers against the one-at-a-time reference (`BatchMode`), the stage's result
-(`BatchResult`), its verdict (`verdict_of`, made again from the modes' answers by `recompute`), its
-claims, the export's batch table and the stage's request line (`BatchLine`). Nothing here runs a
-request; `suite.stages.batch.run` fills these records."""
+(`BatchResult`), its verdict (`verdict_of`, made again from the modes' answers by `recompute`, and
+from the request lines by `from_lines`), a mode's answers compared with the single-mode reference
+(`compare_to_reference`), its claims, the export's batch table and the stage's request line
+(`BatchLine`). Nothing here runs a request; `suite.stages.batch.run` fills these records."""
 
 from __future__ import annotations
 
@@ -17,7 +18,12 @@ from suite.analysis.repro import (
     DistinctAnswer,
     Divergence,
     PromptAnalysis,
+    Sample,
+    analyse,
+    answer_key,
+    divergence,
     launches_for_bound,
+    prefix_logprob_diff,
     unseen_share_bound,
 )
 from suite.analysis.stats import fisher_fewer_others, requests_needed
@@ -184,6 +190,34 @@ def verdict_of(modes: list[BatchMode], reference_tied: bool, stopped: str | None
                       f"could still be missed ({percent(CONFIDENCE)})" if bound is not None else "") + tail)
 
 
+def compare_to_reference(mode: BatchMode, samples: list[Sample], reference: Sample | None,
+                         alone: list[Sample] | None = None) -> BatchMode:
+    """Fill the mode's comparison with the single-mode reference (and every answer given alone)."""
+    ok = [s for s in samples if s.ok]
+    if reference is None or not ok:
+        return mode
+    by = mode.target.compared_by
+    ref_key = answer_key(reference, by)
+    same = [s for s in ok if answer_key(s, by) == ref_key]
+    mode.same_as_single, mode.differ_from_single = len(same), len(ok) - len(same)
+    alone_keys = {answer_key(s, by) for s in (alone or [reference]) if s.ok}
+    mode.unseen_alone = sum(1 for s in ok if answer_key(s, by) not in alone_keys)
+    diffs = [d for s in same if (d := prefix_logprob_diff(reference, s)) is not None]
+    mode.same_tokens_logprob_diff = max(diffs) if diffs else None
+    seen: dict[Any, Divergence] = {}
+    for s in ok:
+        key = answer_key(s, by)
+        if key == ref_key or key in seen:
+            continue
+        rank = next((a.rank for a in mode.target.answers if s.index in a.indices), 0)
+        count = sum(1 for x in ok if answer_key(x, by) == key)
+        seen[key] = divergence(reference, s, rank, count, by)
+    mode.divergences = sorted(seen.values(), key=lambda d: (d.token_index if d.token_index is not None
+                                                            else d.char_index, d.rank))
+    mode.first_divergence = mode.divergences[0] if mode.divergences else None
+    return mode
+
+
 def export_rows(result: BatchResult) -> list[dict[str, Any]]:
     """`suite export`'s batch table: one row per mode: the target's distinct answers with n, how many
     differ from its one-at-a-time answer, the first departure and the logprob gap there, tokens/s, energy."""
@@ -227,6 +261,70 @@ class BatchLine(RequestLineBase):
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     ttft_s: float | None = None
+
+
+def _line_sample(q: Any) -> Sample:
+    """A batch line as the analysis reads it, at its trial."""
+    return Sample(index=q.index, text=q.text or "", token_ids=q.token_ids, logprobs=q.logprobs,
+                  top_logprobs=getattr(q, "top_logprobs", None), completion_tokens=q.completion_tokens,
+                  finish_reason=q.finish_reason, error=q.error)
+
+
+def _groups(a: PromptAnalysis) -> tuple[tuple[int, ...], ...]:
+    return tuple(sorted(tuple(sorted(x.indices)) for x in a.answers))
+
+
+def from_lines(result: BatchResult, lines: list[Any]) -> tuple[BatchResult, list[str]]:
+    """The target's answers in every mode made from the request lines (the target's line of each
+    trial) and checked against what the summary kept: where a mode's lines group otherwise (an
+    answer edited, a trial added or dropped), every mode is analysed again from its lines, compared
+    with the single mode's reference again and the verdict made again; each disagreement named."""
+    by_mode: dict[str, list[Sample]] = {}
+    for q in lines:
+        if getattr(q, "kind", None) == "batch" and getattr(q, "role", None) == "target":
+            by_mode.setdefault(q.mode, []).append(_line_sample(q))
+    if not by_mode:
+        return result, []
+    said: list[str] = []
+    for m in result.modes:
+        own = by_mode.get(m.mode)
+        if not own:
+            continue
+        a = analyse(sorted(own, key=lambda s: s.index), process_cold=m.mode == result.modes[0].mode)
+        if _groups(a) != _groups(m.target) or a.errors != m.target.errors:
+            said.append(f"{m.mode}: the summary kept {m.target.distinct_answers} distinct of {m.target.answered} "
+                        f"target answers, its request lines say {a.distinct_answers} distinct of {a.answered}; "
+                        "the lines are used")
+    if not said:
+        return result, []
+    modes: list[BatchMode] = []
+    reference: Sample | None = None
+    alone: list[Sample] = []
+    tied = False
+    everything: list[Sample] = []
+    for m in result.modes:
+        samples = sorted(by_mode.get(m.mode, []), key=lambda s: s.index)
+        if not samples:
+            modes.append(m)
+            continue
+        a = analyse(samples, process_cold=not modes)
+        again = m.model_copy(update={"target": a, "same_as_single": None, "differ_from_single": None,
+                                     "unseen_alone": None, "first_divergence": None, "divergences": [],
+                                     "same_tokens_logprob_diff": None})
+        if m.mode == "single" and a.answers:
+            tied = a.modal_tied
+            reference = next(s for s in samples if s.index == a.answers[0].first_index)
+            alone = samples
+        modes.append(compare_to_reference(again, samples, reference, alone))
+        everything.extend(s.model_copy(update={"index": len(everything) + i}) for i, s in enumerate(samples))
+    varies, verdict = verdict_of(modes, tied, result.stopped_reason, result.max_tokens)
+    overall = analyse(everything) if everything else None
+    single = next((m for m in modes if m.mode == "single"), None)
+    return result.model_copy(update={
+        "modes": modes, "reference_tied": tied, "varies_with_batch": varies, "verdict": verdict,
+        "reference": single.target.answers[0] if single is not None and single.target.answers else None,
+        "distinct_overall": overall.distinct_answers if overall else 0,
+        "answered_overall": overall.answered if overall else 0}), said
 
 
 def recompute(result: BatchResult, summary: Any = None) -> BatchResult:

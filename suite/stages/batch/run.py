@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from suite.analysis.repro import Sample, analyse
 from suite.client import ClientError, Completion, OpenAIClient, event_loop_factory
 from suite.errors import SuiteError
-from suite.stages.batch.result import MODES, BatchMode, BatchResult, CacheReset, Mode, verdict_of
+from suite.stages.batch.result import MODES, BatchMode, BatchResult, CacheReset, Mode, compare_to_reference, verdict_of
 from suite.stages.batch.settings import BatchSettings, batch_prompt, settings
-from suite.stages.batch.trials import compare_to_reference, other_texts, trial_prompts
+from suite.stages.batch.trials import other_texts, trial_prompts
 from suite.stages.gate_models import GatePrompt
 from suite.stages.repeat import TOP_LOGPROBS, death_reason_of, logprobs_for
 

@@ -1,16 +1,15 @@
 """The batch-composition stage's trials as the record half knows them, none of it sending a request:
 the text the other prompts are cut from (`other_texts`), the prompts of one trial (`trial_prompts`,
-deterministic: a rerun sends the same batches), a mode's answers compared with the single-mode
-reference (`compare_to_reference`), the requests a profile plans (`planned`) and the stage's inputs
-checked before a bench starts (`_inputs`). `suite.stages.batch.run` sends the trials."""
+deterministic: a rerun sends the same batches), the requests a profile plans (`planned`) and the
+stage's inputs checked before a bench starts (`_inputs`). `suite.stages.batch.run` sends the trials;
+a mode's answers are compared with the reference by `suite.stages.batch.result`."""
 
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from suite.analysis.repro import Divergence, Sample, answer_key, divergence, prefix_logprob_diff
-from suite.stages.batch.result import BatchMode, Mode
+from suite.stages.batch.result import Mode
 from suite.stages.batch.settings import batch_prompt, settings
 
 if TYPE_CHECKING:
@@ -52,34 +51,6 @@ def trial_prompts(mode: Mode, trial: int, target: str, size: int, corpus: str,
     position = (trial * 7 + 3) % size if size > 1 else 0
     prompts = others[:position] + [target] + others[position:]
     return prompts, position, max(shared) if shared else None
-
-
-def compare_to_reference(mode: BatchMode, samples: list[Sample], reference: Sample | None,
-                         alone: list[Sample] | None = None) -> BatchMode:
-    """Fill the mode's comparison with the single-mode reference (and every answer given alone)."""
-    ok = [s for s in samples if s.ok]
-    if reference is None or not ok:
-        return mode
-    by = mode.target.compared_by
-    ref_key = answer_key(reference, by)
-    same = [s for s in ok if answer_key(s, by) == ref_key]
-    mode.same_as_single, mode.differ_from_single = len(same), len(ok) - len(same)
-    alone_keys = {answer_key(s, by) for s in (alone or [reference]) if s.ok}
-    mode.unseen_alone = sum(1 for s in ok if answer_key(s, by) not in alone_keys)
-    diffs = [d for s in same if (d := prefix_logprob_diff(reference, s)) is not None]
-    mode.same_tokens_logprob_diff = max(diffs) if diffs else None
-    seen: dict[Any, Divergence] = {}
-    for s in ok:
-        key = answer_key(s, by)
-        if key == ref_key or key in seen:
-            continue
-        rank = next((a.rank for a in mode.target.answers if s.index in a.indices), 0)
-        count = sum(1 for x in ok if answer_key(x, by) == key)
-        seen[key] = divergence(reference, s, rank, count, by)
-    mode.divergences = sorted(seen.values(), key=lambda d: (d.token_index if d.token_index is not None
-                                                            else d.char_index, d.rank))
-    mode.first_divergence = mode.divergences[0] if mode.divergences else None
-    return mode
 
 
 def planned(profile: Profile) -> int:
