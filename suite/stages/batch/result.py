@@ -7,7 +7,7 @@ from the request lines by `from_lines`), a mode's answers compared with the sing
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -333,6 +333,11 @@ def recompute(result: BatchResult, summary: Any = None) -> BatchResult:
     return result.model_copy(update={"varies_with_batch": varies, "verdict": verdict})
 
 
+# The batch claim's closed vocabulary (`Stage.verdicts`).
+BatchVerdict = Literal["varies with its batch", "the same in every batch", "undetermined"]
+VERDICTS: dict[str, tuple[str, ...]] = {"batch": get_args(BatchVerdict)}
+
+
 def claims(result: BatchResult, summary: Any) -> list[Claim]:
     """Whether the target's answer depends on its batch, with the batched and alone counts, and
     the cost of the batched modes (tokens/s, J/token) beside the single mode's."""
@@ -340,8 +345,8 @@ def claims(result: BatchResult, summary: Any) -> list[Claim]:
     batched = [m for m in result.modes if m.mode != "single"]
     n_batched = sum(m.target.answered for m in batched)
     differ = sum(m.differ_from_single or 0 for m in batched)
-    word = ("varies with its batch" if result.varies_with_batch else
-            "the same in every batch" if result.varies_with_batch is False else "undetermined")
+    word: BatchVerdict = ("varies with its batch" if result.varies_with_batch else
+                          "the same in every batch" if result.varies_with_batch is False else "undetermined")
     cut = sum(m.target.truncated for m in result.modes)
     answered = sum(m.target.answered for m in result.modes)
     return [Claim(stage="batch", kind="batch", arm=getattr(summary, "arm", ""), run_id=getattr(summary, "run_id", ""),

@@ -6,7 +6,7 @@ default to (`ELIMINATION_ALPHA`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +26,8 @@ ControlVerdict = Literal["restores one answer", "restores one answer inside each
                          "not shown", "every request failed", "refused", "failed", "skipped", "unchanged"]
 EliminationVerdict = Literal["restores one answer", "restores one answer inside each launch",
                              "nothing tested restores one answer", "no default row", "nothing to eliminate"]
+# Per claim kind, the verdicts it may print (`Stage.verdicts`).
+VERDICTS: dict[str, tuple[str, ...]] = {"control": get_args(ControlVerdict), "elimination": get_args(EliminationVerdict)}
 
 
 class LaunchCount(BaseModel):

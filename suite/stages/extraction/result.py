@@ -7,7 +7,7 @@ these records."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -212,6 +212,13 @@ class JudgeLine(RequestLineBase):
     judge_model: str | None = None
 
 
+# The extraction claims' closed vocabulary (`Stage.verdicts`): whether the document parts gave the
+# same facts in every repeat, and the share measured (the figures are in counts and phrase).
+ExtractionVerdict = Literal["identical in every part", "differ in some parts", "nothing comparable",
+                            "share clean and complete", "share clean"]
+VERDICTS: dict[str, tuple[str, ...]] = {"extraction": get_args(ExtractionVerdict)}
+
+
 def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
     """Sections whose facts were identical across repeats (of those with valid JSON in every repeat),
     with the exact 95 % interval of that share; the share clean and complete with its SE over sections."""
@@ -223,7 +230,8 @@ def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
     same = result.identical_sections
     interval = clopper_pearson(same, base) if base else None
     out = [Claim(stage="extraction", kind="extraction", arm=arm, run_id=run_id, configuration="identical facts",
-                 verdict=f"{same} of {base} document parts identical", good=(same == base) if base else None,
+                 verdict=("nothing comparable" if not base else "identical in every part" if same == base
+                          else "differ in some parts"), good=(same == base) if base else None,
                  counts={"identical": same, "comparable": base, "sections": result.sections,
                          "repeats": result.repeats, "failed_requests": result.failed_requests},
                  evidence=Evidence(test="exact (Clopper-Pearson) interval of the share", n=base, unit="document parts",
@@ -235,7 +243,7 @@ def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
                       f"JSON in every repeat; {result.sections} document parts asked)")]
     share = result.complete_share or result.clean_share
     if share.mean is not None:
-        what = "clean and complete" if result.complete_share is not None else "clean"
+        what: Literal["clean and complete", "clean"] = "clean and complete" if result.complete_share is not None else "clean"
         se = f" ± {share.se * 100:.1f}" if share.se else ""
         phrase = f"{share.mean * 100:.1f}{se} % {what} (n = {share.n})"
         if share.se == 0 and share.n and share.mean in (0.0, 1.0):
@@ -245,7 +253,7 @@ def claims(result: ExtractionResult, summary: Any) -> list[Claim]:
                       + (f"up to {edge * 100:.0f} %" if share.mean == 0.0 else f"down to {100 - edge * 100:.0f} %")
                       + f" is not ruled out ({percent(CONFIDENCE, space=True)})")
         out.append(Claim(stage="extraction", kind="extraction", arm=arm, run_id=run_id, configuration=what,
-                         verdict=f"{share.mean * 100:.1f} % {what}", counts={"sections": share.n},
+                         verdict=f"share {what}", counts={"sections": share.n},
                          evidence=Evidence(test="mean and standard error over document parts", n=share.n, unit="document parts"),
                          caveats=list(extra), phrase=phrase,
                          text=f"{share.mean * 100:.1f}{se} % of document parts {what} (mean over {share.n} parts)"))

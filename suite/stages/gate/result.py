@@ -7,7 +7,7 @@ sends a request."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, caveat_failed, run_caveats
 from suite.analysis.levels import CONFIDENCE, percent
@@ -118,6 +118,7 @@ def gate_from_prompt_lines(result: GateResult, by_prompt: dict[str, list[Any]]) 
 # few answered, and "first request differs" where a transient does not hold over the varying prompts.
 GateVerdict = Literal["one answer", "cold-start transient", "one switch that stays", "varies from request to request",
                       "undetermined", "first request differs"]
+VERDICTS: dict[str, tuple[str, ...]] = {"gate": get_args(GateVerdict)}  # per claim kind (`Stage.verdicts`)
 PATTERN_WORDS: dict[str, GateVerdict] = {
     "stable": "one answer", "cold-transient": "cold-start transient", "switch": "one switch that stays",
     "varies": "varies from request to request", "undetermined": "undetermined"}

@@ -8,13 +8,13 @@ here starts a runtime; `suite.stages.restarts.run` fills these records."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
 from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, run_caveats
 from suite.analysis.levels import CONFIDENCE
-from suite.analysis.repro import ALPHA, LaunchFigures, LaunchPair, Pattern, across_of, analyse_launches, joint_p, requests_for_transient
+from suite.analysis.repro import ALPHA, AcrossWord, LaunchFigures, LaunchPair, Pattern, across_of, analyse_launches, joint_p, requests_for_transient
 from suite.analysis.stats import holm
 from suite.stages.base import ColumnType, FreshLaunch, length_lists
 from suite.stages.gate.result import gate_from_prompt_lines
@@ -45,7 +45,7 @@ class RestartPromptResult(BaseModel):
     within_agreement: float | None = None  # share of identical answer pairs inside one launch
     # alike | alike up to the cap | differ | no detectable difference | too few | undetermined |
     # order inside launches (the launch test rejects, but answers persist inside launches)
-    across: str = "undetermined"
+    across: AcrossWord = "undetermined"
     across_text: str = ""
     alike_bound: float | None = None  # all launches alike: a launch differing more often would have shown
     permutation_p: float | None = None  # the launches' answers differ (small p), by launch labels
@@ -363,7 +363,18 @@ def from_lines(result: RestartsResult, lines: list[Any]) -> tuple[RestartsResult
     return (again, said) if said else (result, [])
 
 
-ACROSS_GOOD = {"alike": True, "differ": False, "differ or persist": False}
+ACROSS_GOOD: dict[AcrossWord, bool] = {"alike": True, "differ": False, "differ or persist": False}
+
+# The within-launch claim's closed vocabulary: its word, and the verdict it prints.
+WithinWord = Literal["stable", "cold-start transient", "varies", "undetermined"]
+WithinVerdict = Literal["stable within launches", "cold-start transient within launches", "varies within launches",
+                        "undetermined within launches"]
+WITHIN_VERDICTS: dict[WithinWord, WithinVerdict] = {
+    "stable": "stable within launches", "cold-start transient": "cold-start transient within launches",
+    "varies": "varies within launches", "undetermined": "undetermined within launches"}
+# Per claim kind, the verdicts it may print (`Stage.verdicts`): the across-launch claim's are the
+# analysis's words (`AcrossWord`).
+VERDICTS: dict[str, tuple[str, ...]] = {"within-launches": get_args(WithinVerdict), "across-launches": get_args(AcrossWord)}
 
 
 def claims(result: RestartsResult, summary: Any) -> list[Claim]:
@@ -378,12 +389,12 @@ def claims(result: RestartsResult, summary: Any) -> list[Claim]:
         cut = sum(p.truncated for p in r.prompts)
         answered = sum(p.answered for p in r.prompts)
         head = r.within_verdict.split(" (")[0].split(";")[0]
-        word = ("stable" if r.stable_within else "cold-start transient" if head.startswith("cold-start") else
-                "undetermined" if head.startswith("undetermined") or r.stable_within is None else "varies")
+        word: WithinWord = ("stable" if r.stable_within else "cold-start transient" if head.startswith("cold-start") else
+                            "undetermined" if head.startswith("undetermined") or r.stable_within is None else "varies")
         # the transient's test, where the verdict rests on it (named, or undetermined by it)
         chance_p = transient_p(r.prompts)[0] if word in ("cold-start transient", "undetermined") else None
         out.append(Claim(stage="restarts", kind="within-launches", arm=arm, run_id=run_id, configuration=conf,
-                         verdict=f"{word} within launches", good=word == "stable" if word != "undetermined" else None,
+                         verdict=WITHIN_VERDICTS[word], good=word == "stable" if word != "undetermined" else None,
                          counts={"launches": r.launched, "requests_per_launch": r.requests_per_launch,
                                  "answered": answered, "truncated": cut},
                          evidence=Evidence(n=r.launched, unit="launches",

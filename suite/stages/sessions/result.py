@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from itertools import combinations
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -281,6 +281,17 @@ def unseen_sessions_caveat(sessions: int) -> list[str]:
             "the intervals over sessions do not allow for it"]
 
 
+# The sessions claim's closed vocabulary (`Stage.verdicts`): the number of output hashes is in the
+# claim's counts and phrase, never in its verdict.
+SessionsVerdict = Literal["one output hash", "output hashes differ", "undetermined"]
+VERDICTS: dict[str, tuple[str, ...]] = {"sessions": get_args(SessionsVerdict)}
+
+
+def _sessions_verdict(r: RunsAnalysis) -> SessionsVerdict:
+    """One output hash over every run, several, or none to tell (no run answered whole)."""
+    return "undetermined" if not r.runs else "one output hash" if r.distinct_runs == 1 else "output hashes differ"
+
+
 def claims(result: SessionsResult, summary: Any) -> list[Claim]:
     """Per configuration (base, adapter): distinct output hashes over the runs, resampled over sessions
     (the study's unit): the identical-runs agreement across sessions with its interval, or what alike
@@ -294,7 +305,7 @@ def claims(result: SessionsResult, summary: Any) -> list[Claim]:
         same = r.agreement("identical runs")
         alike = r.distinct_runs == 1 and r.runs > 0
         out.append(Claim(stage="sessions", kind="sessions", arm=arm, run_id=run_id, configuration=c.label,
-                         verdict="one output hash" if alike else f"{r.distinct_runs} output hashes",
+                         verdict=_sessions_verdict(r),
                          good=alike if r.runs else None,
                          counts={"sessions": r.sessions, "runs": r.runs, "distinct_runs": r.distinct_runs,
                                  "truncated": r.truncated, "incomplete_runs": r.incomplete_runs},
