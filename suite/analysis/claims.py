@@ -51,6 +51,8 @@ class Evidence(BaseModel):
     unit: str | None = Field(default=None, description="what n counts")
     p: float | None = Field(default=None, description="the test's own p-value")
     p_adjusted: float | None = Field(default=None, description="the p-value corrected for the family")
+    parts: dict[str, float] = Field(default_factory=dict, description=(
+        "the p of each test the claim's sentence prints beside its own (per prompt, per control), by what it tested"))
     interval: tuple[float, float] | None = Field(default=None, description="an interval, where one is printed")
     level: float | None = Field(default=None, description="the interval's coverage")
     bound: float | None = Field(default=None, description="what an all-alike result bounds (a share)")

@@ -452,6 +452,18 @@ def subject_of(row: MatrixRow, default: MatrixRow | None, summary: Any = None) -
     return (f"{words}{f' {before}' if before else ''}" + (f", with it {after}" if after else f", switched ({row.configuration})"))
 
 
+def _row_parts(r: MatrixRow, named: bool = False) -> dict[str, float]:
+    """A row's p's as its sentences print them: each prompt's test, the row's own (the largest over
+    its prompts) and its Holm-adjusted p over the matrix (`named`: each keyed by the row too)."""
+    at = f"{r.configuration} " if named else ""
+    parts = {f"{at}on {t.prompt_id}": t.p_value for t in r.tests if t.p_value is not None}
+    if r.p_value is not None:
+        parts[f"{at}over its prompts".strip()] = r.p_value
+    if r.p_adjusted is not None:
+        parts[f"{at}Holm over the controls".strip()] = r.p_adjusted
+    return parts
+
+
 def claims(result: ControlMatrixResult, summary: Any) -> list[Claim]:
     """The elimination (what restores one answer, if anything) and one claim per control row
     tested, each with its p, its Holm-adjusted p over the matrix's controls and its cost."""
@@ -494,7 +506,7 @@ def claims(result: ControlMatrixResult, summary: Any) -> list[Claim]:
                          evidence=Evidence(test=test, n=cut or None, unit=row_unit,
                                            p=r.p_value if r.p_value is not None else
                                            max((t.p_value for t in r.tests if t.p_value is not None), default=None),
-                                           p_adjusted=r.p_adjusted),
+                                           p_adjusted=r.p_adjusted, parts=_row_parts(r)),
                          family=family, cost=row_costs(r, default), subject=subject_of(r, default, summary),
                          caveats=[f"every answer on {pid} cut at {cap} tokens: answers may differ past the cap"
                                   for pid, (n_cut, cap) in truncation_by_prompt(r.gate).items()
@@ -526,7 +538,9 @@ def claims(result: ControlMatrixResult, summary: Any) -> list[Claim]:
                         evidence=Evidence(test=test, unit=("pairs inside one launch" if pairs and not rows else unit),
                                           n=sum(t.n for r in deciding for t in r.tests) or None,
                                           p_adjusted=min((r.p_adjusted for r in deciding if r.p_adjusted is not None),
-                                                         default=None)),
+                                                         default=None),
+                                          # the sentence gives every row's tests: their p's by row and prompt
+                                          parts={k: v for r in tried for k, v in _row_parts(r, named=True).items()}),
                         family=family, caveats=list(extra), phrase=phrase or word, text=result.elimination))
     return out
 
