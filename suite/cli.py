@@ -435,7 +435,7 @@ def _unmeasured(summaries: list[Any]) -> list[str]:
     for s in summaries:
         if s.status == "skipped":
             continue
-        gate = getattr(s, "gate", None)
+        gate = getattr(s, VERDICT_STAGE, None)
         if s.status in ("failed", "stopped-by-watchdog"):
             out.append(f"{s.model}/{s.arm}: {s.status}" + (f": {s.reason}" if s.reason else ""))
         elif gate is not None and gate.reproducible is None:

@@ -26,6 +26,7 @@ from suite.analysis.repro import Sample, answer_key, first_diff, prefix_logprob_
 from suite.errors import SuiteError
 from suite.records import Summary, has_record, incomplete_summary, iter_run_dirs, load_summary, short_id_of
 from suite.signature import flatten_signature
+from suite.stages import VERDICT_STAGE
 from suite.stages.gate_models import GatePromptResult, GateResult
 
 log = logging.getLogger(__name__)
@@ -248,7 +249,7 @@ def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> Ru
                       f"{', '.join(p.prompt_id for p in to_cap)}" if to_cap else "")
                    + (f"; no modal answer (tied) on {', '.join(p.prompt_id for p in tied)}" if tied else "")
                    + (f"; they part on {', '.join(p.prompt_id for p in parted)}" if parted else ""))
-        borrowed = [f"run {r} from {w}" for r, w in (("A", from_a), ("B", from_b)) if w != "gate"]
+        borrowed = [f"run {r} from {w}" for r, w in (("A", from_a), ("B", from_b)) if w != VERDICT_STAGE]
         if borrowed:
             verdict += f" ({'; '.join(borrowed)}: the same requests as the gate's, one at a time)"
         changed = [p.prompt_id for p in prompts if not p.same_prompt]
@@ -277,12 +278,12 @@ def answers_of(s: Summary) -> tuple[GateResult | None, str]:
     a control matrix ran (a matrix run a few rows at a time), the matrix's default row, the gate's
     requests sent by the matrix (its first launch)."""
     if s.gate is not None:
-        return s.gate, "gate"
+        return s.gate, VERDICT_STAGE
     rows = s.controls.rows if s.controls is not None else []
     default = next((r for r in rows if r.configuration == "default" and r.gate is not None), None)
     if default is not None:
         return default.gate, "the control matrix's default row"
-    return None, "gate"
+    return None, VERDICT_STAGE
 
 
 def _machine_words(m: Any) -> str:

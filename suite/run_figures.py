@@ -59,9 +59,11 @@ def _percentiles(dist: Any, scale: float = 1.0) -> Percentiles:
 def j_per_token(summary: Any) -> float | None:
     """The run's joules per output token: its latency stage's where it has one (the suite's own
     throughput measurement), else over every stage with an energy figure; None without one."""
+    from suite.stages import LATENCY_STAGE
+
     energy = getattr(summary, "energy", None) or {}
-    if "latency" in energy and energy["latency"].j_per_token is not None:
-        return energy["latency"].j_per_token
+    if LATENCY_STAGE in energy and energy[LATENCY_STAGE].j_per_token is not None:
+        return energy[LATENCY_STAGE].j_per_token
     joules = sum(e.joules for e in energy.values() if e.output_tokens)
     tokens = sum(e.output_tokens or 0 for e in energy.values())
     return round(joules / tokens, 6) if tokens else None
@@ -69,9 +71,10 @@ def j_per_token(summary: Any) -> float | None:
 
 def run_figures(summary: Any) -> RunFigures:
     """A run summary's figures for `--json`."""
+    from suite.stages import LATENCY_STAGE
     from suite.stages.latency.view import latency_level
 
-    level = latency_level(getattr(summary, "latency", None))
+    level = latency_level(getattr(summary, LATENCY_STAGE, None))
     latency = None if level is None else LatencyFigures(
         concurrency=level.concurrency, ttft_ms=_percentiles(level.ttft_s, 1000), itl_ms=_percentiles(level.itl_s, 1000),
         tpot_ms=_percentiles(level.tpot_s, 1000), e2e_ms=_percentiles(level.e2e_s, 1000),

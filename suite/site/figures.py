@@ -25,7 +25,7 @@ from suite.analysis.stats import mean_se_of
 from suite.errors import SuiteError
 from suite.records import Summary, load_all
 from suite.signature import flatten_signature
-from suite.stages import EXTRACTION_STAGE, LATENCY_STAGE, ORDER, STAGES, VERDICT_STAGE
+from suite.stages import EXTRACTION_STAGE, LATENCY_STAGE, ORDER, VERDICT_STAGE
 from suite.stages.controls import ControlMatrixResult
 from suite.stages.gate.view import gate_settings_text  # noqa: F401 - the index page's gate line, and tests
 from suite.stages.gate_models import GateResult
@@ -457,29 +457,14 @@ class ModelRuns:
     @property
     def first_screen(self) -> dict[str, Any]:
         """Per arm, its three answers (suite.site.first_screen): same answer twice, what changes it,
-        what the fix costs; each from the run the page shows that stage from."""
-        from suite.site.first_screen import claims_of_stage, three_answers
+        what the fix costs; each stage's part from the run the page shows that stage from."""
+        from suite.site.first_screen import model_answers
 
-        batch_claims = {name: next(iter(claims_of_stage(a.for_stage("batch").s, "batch")), None)
-                        for name, a in self.arms.items()}
-        own = self.gate_figures
         # the model's determinism mode, where an arm's start refused it: the engine's own line
         refused = next(((r.s.determinism.control or "determinism mode", r.s.determinism.error_line or "refused")
                         for a in self.arms.values() for r in a.runs
                         if r.s.determinism.outcome == "refused"), None)
-        out: dict[str, Any] = {}
-        for name, a in self.arms.items():
-            siblings = {other: (batch_claims[other], own[other]) for other in self.arms if other != name}
-            runs = {stage: (r.s if getattr(r.s, stage, None) is not None else None)
-                    for stage in ("controls", "batch", "restarts") for r in [a.for_stage(stage)]}
-            more = [r.s for r in a.runs if r.s.controls is not None and r.s is not runs["controls"]]
-            # the stages that join the first screen through the registry (a stage from a package too)
-            joined = [c for stage in STAGES.values() if stage.first_screen == "changes"
-                      for c in claims_of_stage(a.for_stage(stage.name).s, stage.name)]
-            out[name] = three_answers(a.gate_run.s, runs["controls"], runs["batch"], runs["restarts"], siblings,
-                                      own[name], current=a.current.s, refused=refused, more_controls=more,
-                                      more_causes=joined)
-        return out
+        return dict(model_answers(self.arms, self.gate_figures, refused))
 
     @property
     def random_weights(self) -> bool:

@@ -15,8 +15,9 @@ A stage from another package joins with one line in that package's metadata, an 
 the group `suite.stages` naming its `Stage` (`probe = "mypackage.probe:STAGE"`; its `run` the
 function, or "module:function" for one imported only when a bench runs it): its result in
 the run record and summary, its request lines (`Stage.lines`), its export tables, its place in
-the schedule, `--resume` and its section of the model page and of a run's page (`Stage.section`,
-listed in the model page's table of contents in `page_sections` order) all come from that record.
+the schedule, `--resume`, its section of the model page and of a run's page (`Stage.section`,
+listed in the model page's table of contents in `page_sections` order) and its part of the first
+screen (`Stage.first_screen`, as the built-in stages give theirs) all come from that record.
 """
 
 from __future__ import annotations
@@ -67,6 +68,14 @@ def section_problem(stage: Stage) -> str | None:
     return None
 
 
+def screen_problem(stage: Stage) -> str | None:
+    """What is wrong with a stage's first-screen part (its function is not "module:function"), or None."""
+    part = stage.screen_part
+    if part is not None and not all(part.part_parts):
+        return f"its first-screen part {part.part!r} is not \"module:function\""
+    return None
+
+
 def _installed(taken: set[str]) -> list[Stage]:
     """Stages from installed packages: each entry point of the group `suite.stages` names a
     `Stage` ("package.module:STAGE"), added after the built-in ones in the order found."""
@@ -84,7 +93,7 @@ def _installed(taken: set[str]) -> list[Stage]:
             LOAD_ERRORS.append(f"{where}: not a suite.stages.base.Stage but a {type(obj).__name__}")
         elif obj.name in taken:
             LOAD_ERRORS.append(f"{where}: a stage named {obj.name!r} exists already")
-        elif (problem := run_problem(obj) or section_problem(obj)) is not None:
+        elif (problem := run_problem(obj) or section_problem(obj) or screen_problem(obj)) is not None:
             LOAD_ERRORS.append(f"{where}: {problem}")
         else:
             taken.add(obj.name)

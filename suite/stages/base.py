@@ -234,6 +234,41 @@ class SectionTemplate:
 
 
 @dataclass(frozen=True)
+class FirstScreen:
+    """A stage's part of a model page's first screen ("what changes it?", "what does the fix
+    cost?"), the one way every stage joins it, built in or from a package.
+
+    `part` names, as "module:function" and imported only when a page is built, the function that
+    turns one arm's `suite.stages.screen.FirstScreenInput` into its `FirstScreenPart` (or None);
+    `order` is the part's place among the parts (the registry's order among equals): its causes
+    are listed, its colour and cost weighed, in that order (suite.site.first_screen)."""
+
+    part: str
+    order: int = 0
+
+    @property
+    def part_parts(self) -> tuple[str, str]:
+        """(module, function) of `part`; either is "" where it is not "module:function"."""
+        module, _, function = self.part.partition(":")
+        return module, function
+
+    def function(self) -> Callable[[Any], Any]:
+        """The part's function, imported now."""
+        module, function = self.part_parts
+        try:
+            found = getattr(importlib.import_module(module), function)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise SuiteError(f"first-screen part {self.part!r}: cannot load it: {type(exc).__name__}: {exc}") from None
+        if not callable(found):
+            raise SuiteError(f"first-screen part {self.part!r} is not a function")
+        return cast(Callable[[Any], Any], found)
+
+
+# What `Stage.first_screen = "changes"` stands for: each claim that says the answer varies is a cause.
+FAILING_CLAIMS = FirstScreen("suite.stages.screen:failing_claims")
+
+
+@dataclass(frozen=True)
 class StageOption:
     """One option of `suite bench` a stage brings with its settings: `flag` ("--batch-trials", or
     "--auto-controls/--no-auto-controls" for a switch) sets the stage's setting `setting`. `kind`
@@ -352,11 +387,12 @@ class Stage:
     # lines cannot say. Without it, a cut stage's page names the lines it kept, and no more. Its third
     # argument is the run's log folder (the runtime logs each launch left: which kernels a row ran).
     rebuild: Callable[[list[Any], Any, Path | None], BaseModel | None] | None = None
-    # Where its claims join a model page's first screen through the registry (a stage from a
-    # package included): "changes": each claim that says the answer varies (good False) is a cause
-    # in "what changes it?", named by the stage, its full text one click away. None: the first
-    # screen does not show it (the built-in stages' answers are drawn from their own claims there).
-    first_screen: Literal["changes"] | None = None
+    # Its part of a model page's first screen ("what changes it?", "what does the fix cost?"):
+    # a `FirstScreen` naming the function that makes it from the arm's runs and claims (the one
+    # hook of every stage, built in or from a package); "changes", the plainest such part: each
+    # claim that says the answer varies (good False) is a cause, named by the stage, its full text
+    # one click away (`screen_part`). None: the first screen does not show it.
+    first_screen: FirstScreen | Literal["changes"] | None = None
     # Its result checked against the run's request lines (`exported_requests` kinds), the record of
     # every request as sent and answered: the result as the lines make it, and one phrase per
     # disagreement with what the summary kept (named on the page beside the verdict). None: the
@@ -400,6 +436,13 @@ class Stage:
         if self.section == "tables":
             return section_from_tables(self.tables, result, str(getattr(result, "verdict", "") or ""))
         return self.section(result)
+
+    @property
+    def screen_part(self) -> FirstScreen | None:
+        """Its first-screen part's declaration ("changes" read as `FAILING_CLAIMS`), or None."""
+        if isinstance(self.first_screen, FirstScreen):
+            return self.first_screen
+        return FAILING_CLAIMS if self.first_screen == "changes" else None
 
     @property
     def run_parts(self) -> tuple[str, str]:

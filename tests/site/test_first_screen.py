@@ -101,7 +101,8 @@ def test_every_fix_cost_names_its_energy_or_why_it_has_none():
     """One phrase for a fix's cost wherever the first screen gives one: tokens/s and J/token, each
     a ratio, and the missing one named as missing with its reason, never dropped in silence."""
     from suite.analysis.claims import Claim, Evidence
-    from suite.site.first_screen import _cost_text, _energy_gap
+    from suite.stages.controls.screen import energy_gap as _energy_gap
+    from suite.stages.screen import cost_text as _cost_text
 
     assert _cost_text({"tokens_per_s": 0.64, "j_per_token": 1.97}) == "0.64x the tokens/s, 1.97x the J/token"
     assert _cost_text({"tokens_per_s": 0.5}) == "0.50x the tokens/s, J/token not measured"
@@ -112,3 +113,18 @@ def test_every_fix_cost_names_its_energy_or_why_it_has_none():
     launch = pair.model_copy(update={"evidence": Evidence(unit="launches")})
     assert "alternate inside one launch" in _cost_text({"tokens_per_s": 0.9}, _energy_gap(pair))
     assert _cost_text({"tokens_per_s": 0.9}, _energy_gap(launch)).endswith("J/token not measured (no energy reading)")
+
+
+def test_the_site_quotes_no_stage_name() -> None:
+    """The first screen and every page learn of the stages through the registry alone: no module of
+    suite/site names a built-in stage in quotes (the verdict stage is `VERDICT_STAGE`, the others'
+    first-screen parts come through `Stage.first_screen`). The exceptions are listed with why."""
+    from suite.stages import BUILT_IN
+
+    site = Path(__file__).resolve().parents[2] / "suite" / "site"
+    # a name that is not a stage's here: the template variable holding the page's gate prompts
+    allowed = {("publish.py", '"gate": [{p.prompt_id: p for p in gate}]}')}
+    names = "|".join(re.escape(s.name) for s in BUILT_IN)
+    found = [(path.name, line.strip()) for path in sorted(site.glob("*.py"))
+             for line in path.read_text().splitlines() if re.search(rf"""(["'])({names})\1""", line)]
+    assert [f for f in found if f not in allowed] == []

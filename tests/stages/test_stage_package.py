@@ -330,3 +330,89 @@ def test_a_run_recorded_when_batch_settings_were_profile_fields_reads_them_as_th
     assert not any(d.startswith("profile settings") for d in configuration_differences(m, None, profile))
     (run / "run.json").write_text(json.dumps(manifest | {"profile_settings": old | {"batch_trials": 3}}))
     assert "profile settings batch.trials" in configuration_differences(read_manifest(run), None, profile)
+
+
+SCREEN_STAGE = '''"""A stage from outside the suite with a first-screen part of its own."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from suite.analysis.claims import Claim
+from suite.stages.base import FirstScreen, Stage
+from suite.stages.screen import Answer, FirstScreenPart
+
+
+class ProbeResult(BaseModel):
+    verdict: str
+
+
+def run(ctx):
+    raise NotImplementedError  # the page is built from a record: the stage never runs here
+
+
+def claims(r, summary):
+    return [Claim(stage="probe", kind="package", arm=summary.arm, verdict="varies", good=False,
+                  phrase=r.verdict, text=f"the probe's sentence: {r.verdict}")]
+
+
+def part(ctx):
+    failing = [c for c in ctx.claims if c.good is False]
+    if not failing:
+        return None
+    return FirstScreenPart(causes=[f"the probe: {c.phrase}" for c in failing], details=[c.text for c in failing],
+                           good=False, cost=Answer("probe-fix: 0.50x the tokens/s", None, ["the probe's fix"]),
+                           cost_priority=9, keeps_colour=True)  # it found what the gate did not: red
+
+
+STAGE = Stage(name="probe", result=ProbeResult, run=run, fresh_runtimes=False, in_bench=False,
+              summary="a stage with a first-screen part", claims=claims,
+              first_screen=FirstScreen("suite_probe_screen:part", order=0))
+'''
+
+
+def test_a_stage_package_joins_the_first_screen_through_the_same_hook(tmp_path: Path) -> None:
+    """A stage from a package declares its first-screen part as the built-in stages do theirs
+    (`Stage.first_screen = FirstScreen(...)`): its cause joins "what changes it?" (red, since it says
+    it found what the gate did not), its cost answers "what does the fix cost?" (its priority the
+    highest), on the model page and the index; an arm without its result is as before."""
+    from suite.stages.base import FirstScreen
+
+    # the built-in stages the first screen draws causes from join by the very same field
+    assert all(isinstance(STAGES[name].first_screen, FirstScreen) for name in ("controls", "batch", "restarts"))
+    where = tmp_path / "plugin"
+    where.mkdir()
+    (where / "suite_probe_screen.py").write_text(SCREEN_STAGE)
+    meta = where / "suite_probe_screen-1.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: suite-probe-screen\nVersion: 1.0\n")
+    (meta / "entry_points.txt").write_text("[suite.stages]\nprobe = suite_probe_screen:STAGE\n")
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "tests" / "golden" / "results" / "tiny", results / "tiny")
+    (run,) = (results / "tiny" / "vllm-cpu").iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    summary["probe"] = {"verdict": "2 <b>distinct</b> after a probe"}
+    (run / "summary.json").write_text(json.dumps(summary))
+    before = tmp_path / "before"
+    assert _suite(["site", "--results", str(results), "--out", str(before)], tmp_path / "none", tmp_path,
+                  timeout=300).returncode == 0
+    site = tmp_path / "site"
+    built = _suite(["site", "--results", str(results), "--out", str(site)], where, tmp_path, timeout=300)
+    assert built.returncode == 0 and "could not be made" not in built.stderr, built.stderr[-2000:]
+
+    def card(root: Path, arm: str) -> str:
+        page = (root / "models" / "tiny.html").read_text()
+        start = page.index(f'<div class="card arm-card" id="arm-{arm}">')
+        return page[start:page.index('<div class="three">', start) + 6000]
+
+    mine = card(site, "vllm-cpu")
+    three = mine[mine.index('<div class="three">'):]
+    three = three[:three.index('<details class="why">') if '<details class="why">' in three else len(three)]
+    assert ('<span class="qh">What changes it?</span> <span class="bad">the probe: 2 &lt;b&gt;distinct&lt;/b&gt; '
+            'after a probe</span>') in three
+    assert '<span class="qh">What does the fix cost?</span> <span>probe-fix: 0.50x the tokens/s</span>' in three
+    assert "the probe&#39;s sentence: 2 &lt;b&gt;distinct&lt;/b&gt; after a probe" in mine
+    index = (site / "index.html").read_text()
+    assert "the probe: 2 &lt;b&gt;distinct&lt;/b&gt; after a probe" in index and "probe-fix: 0.50x" in index
+    # the arm without the probe's result: its first screen as it was without the package
+    assert card(site, "llamacpp") == card(before, "llamacpp")

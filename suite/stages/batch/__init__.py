@@ -38,7 +38,7 @@ full profile does), the trials per mode, the batch sizes and the target.
 
 from __future__ import annotations
 
-from suite.stages.base import ExportTable, SectionTemplate, Stage
+from suite.stages.base import ExportTable, FirstScreen, SectionTemplate, Stage
 from suite.stages.batch.result import COLUMNS, BatchLine, BatchMode, BatchResult, claims, compare_to_reference, export_rows, from_lines, recompute, verdict_of
 from suite.stages.batch.settings import OPTIONS, PROFILE_KEYS, PROFILES, BatchSettings, _preflight, batch_prompt, settings
 from suite.stages.batch.trials import _inputs, other_texts, planned, trial_prompts
@@ -56,4 +56,5 @@ STAGE = Stage(name="batch", result=BatchResult, run="suite.stages.batch.run:run"
               settings=BatchSettings, options=OPTIONS, preflight=_preflight, profiles=PROFILES, profile_keys=PROFILE_KEYS,
               tables=(ExportTable("batch", export_rows, COLUMNS),), exported_requests=("batch",),
               page_title="batch composition", recompute=recompute, claims=claims, from_lines=from_lines,
+              first_screen=FirstScreen("suite.stages.batch.screen:part", order=-1),
               section=SectionTemplate("section.html", "suite.stages.batch.view:page", slot="answers", order=0))

@@ -25,7 +25,7 @@ requests with and without it).
 
 from __future__ import annotations
 
-from suite.stages.base import ExportTable, SectionTemplate, Stage
+from suite.stages.base import ExportTable, FirstScreen, SectionTemplate, Stage
 from suite.stages.controls.elimination import (
     TRANSIENT_LAUNCHES,
     TRANSIENT_REQUESTS,
@@ -75,4 +75,5 @@ STAGE = Stage(name="controls", result=ControlMatrixResult, run="suite.stages.con
               tables=(ExportTable("controls", export_rows, COLUMNS),), exported_requests=("controls",),
               rebuild=rebuild, carries_line=carries_line, from_lines=from_lines,
               page_title="control matrix", recompute=recompute, claims=claims,
+              first_screen=FirstScreen("suite.stages.controls.screen:part", order=-2),
               section=SectionTemplate("section.html", "suite.stages.controls.view:page", slot="causes", order=1))

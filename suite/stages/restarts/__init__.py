@@ -33,7 +33,7 @@ runs the stage.
 
 from __future__ import annotations
 
-from suite.stages.base import ExportTable, SectionTemplate, Stage
+from suite.stages.base import ExportTable, FirstScreen, SectionTemplate, Stage
 from suite.stages.gate_models import select_prompts
 from suite.stages.lines import AnswerLine
 from suite.stages.restarts.caches import cache_counts, cache_env, cache_not_loaded, files_in
@@ -51,4 +51,5 @@ STAGE = Stage(name="restarts", result=RestartsResult, run="suite.stages.restarts
               settings=RestartsSettings, options=OPTIONS, profiles=PROFILES, profile_keys=PROFILE_KEYS,
               tables=(ExportTable("restarts", export_rows, COLUMNS),), exported_requests=("restarts",),
               page_title="restarts", recompute=recompute, claims=claims, from_lines=from_lines,
+              first_screen=FirstScreen("suite.stages.restarts.screen:part", order=1),
               section=SectionTemplate("section.html", "suite.stages.restarts.view:page", slot="causes", order=2))
