@@ -116,11 +116,17 @@ class SignatureDiff(BaseModel):
     b: str
 
 
+# The comparison's closed vocabulary: its word, beside the sentence (`RunComparison.verdict`).
+CompareWord = Literal["nothing compared", "the same modal answers", "the same up to the cap", "they part",
+                      "undetermined"]
+
+
 class RunComparison(BaseModel):
     a: RunRef
     b: RunRef
     prompts: list[PromptComparison]
     signature_diff: list[SignatureDiff] = Field(default_factory=list)
+    word: CompareWord = "undetermined"  # nothing compared, alike, alike up to a cap, parted, or tied
     verdict: str
     # Which machines ran the two (host, GPUs, driver: beside the signature, not in its digest), and
     # what that means for the verdict: one configuration on two machines that parts is a finding.
@@ -237,6 +243,7 @@ def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> Ru
         va, vb = (str(getattr(x.suite, field)) if x.suite is not None else "—" for x in (a, b))
         if va != vb:
             diff.append(SignatureDiff(key=f"suite.{field} (beside the signature)", a=va, b=vb))
+    word: CompareWord = "nothing compared"
     if not prompts:
         verdict = "no gate prompt answered in both runs"
     else:
@@ -244,6 +251,10 @@ def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> Ru
         parted = [p for p in prompts if p.modal_agree is False]
         to_cap = [p for p in prompts if p.caveat == "cap"]
         tied = [p for p in prompts if p.caveat == "tied"]
+        both = [p for p in prompts if p.a_answered and p.b_answered]
+        word = ("nothing compared" if not both else "they part" if parted else
+                "undetermined" if tied or len(agree) + len(to_cap) < len(prompts) else
+                "the same up to the cap" if to_cap else "the same modal answers")
         verdict = (f"the same modal answer on {len(agree)} of {len(prompts)} prompts"
                    + (f"; the same up to the token cap (cut there, may differ past it) on "
                       f"{', '.join(p.prompt_id for p in to_cap)}" if to_cap else "")
@@ -265,7 +276,7 @@ def compare_summaries(a: Summary, b: Summary, across_models: bool = False) -> Ru
     # written before the launch port was left out of the digest compares by it too)
     same = (a.signature.configuration_digest() == b.signature.configuration_digest()) \
         if a.signature is not None and b.signature is not None else None
-    return RunComparison(a=_ref(a), b=_ref(b), prompts=prompts, signature_diff=diff, verdict=verdict,
+    return RunComparison(a=_ref(a), b=_ref(b), prompts=prompts, signature_diff=diff, word=word, verdict=verdict,
                          machines=machine_note(a.signature, b.signature, same,
                                                [p.prompt_id for p in prompts if p.modal_agree is False],
                                                compared=bool(prompts),

@@ -381,3 +381,16 @@ def test_a_port_taken_between_its_pick_and_the_runtimes_bind_is_picked_again(tmp
             assert not rt.base_url.endswith(f":{busy}") and rt.alive()
     finally:
         taken.close()
+
+
+def test_compare_of_a_crashed_run_with_a_complete_one_compares_nothing(crashed: dict) -> None:
+    """The arm that crashed at start answered nothing: compared with the arm that served, no prompt
+    was answered in both, so `compare` exits 3 (nothing measured), its word is "nothing compared",
+    and nothing reads as alike."""
+    runs = {p.parent.parent.name: p.parent for p in crashed["results"].glob("crashy/*/*/run.json")}
+    out = run_suite(["compare", str(runs["segv-start"]), str(runs["same"]), "--results", str(crashed["results"]),
+                     "--json"], crashed["env"])
+    assert out.returncode == 3, out.stdout + out.stderr
+    data = json.loads(out.stdout)
+    assert data["word"] == "nothing compared" and data["prompts_compared"] == 0
+    assert data["modal_answers_differ"] is None and "Traceback" not in out.stderr

@@ -88,6 +88,7 @@ def test_compare_two_golden_runs_of_one_arm_names_what_differs():
     cmp = compare_runs(str(runs[0]), runs[1].name, GOLDEN)
     assert cmp.prompts and all(p.modal_agree is not None for p in cmp.prompts)
     assert "modal answer on" in cmp.verdict
+    assert cmp.word in ("the same modal answers", "the same up to the cap", "they part", "undetermined")
 
 
 def test_runs_of_different_models_are_refused_in_one_line():
@@ -229,5 +230,6 @@ def test_one_arm_on_two_h100s_is_one_configuration_and_compared_by_its_matrix_de
     assert by["document-4k"].caveat == "tied" and (by["document-4k"].shared_answers or 0) >= 1
     assert by["long-open"].caveat == "cap" and by["short-open"].caveat == "cap"  # alike up to the 64-token cap
     assert "from the control matrix's default row" in c.verdict
+    assert c.word == "undetermined"  # document-4k tied: neither alike nor parted
     assert c.machines is not None and "two machines of one GPU model and driver" in c.machines
     assert "no modal answer to compare (tied) on document-4k" in c.machines
