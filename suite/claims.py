@@ -129,11 +129,23 @@ def claims_of(summary: Any, only: str | None = None) -> list[Claim]:
         if stage.claims is None or result is None or (only is not None and name != only):
             continue
         try:
-            out.extend(stage.claims(result, summary))
+            made = stage.claims(result, summary)
         except Exception as exc:  # noqa: BLE001 - one stage's claims never hide the others'
             log.warning("%s: the %s claims could not be made: %s: %s", getattr(summary, "run_id", "?"), name,
                         type(exc).__name__, exc)
+            continue
+        for c in made:
+            if unspoken(stage.verdicts, c):
+                log.error("%s: a %s claim says %r, not a verdict of its kind %r (%s): a defect of the suite",
+                          getattr(summary, "run_id", "?"), name, c.verdict, c.kind, ", ".join(stage.verdicts.get(c.kind, ())))
+        out.extend(made)
     return out
+
+
+def unspoken(verdicts: Any, c: Claim) -> bool:
+    """Whether a claim's verdict is outside the closed vocabulary its stage declares for its kind
+    (`Stage.verdicts`); a stage that declares none for that kind is not checked."""
+    return bool(verdicts) and c.verdict not in verdicts.get(c.kind, ())
 
 
 # The longest a stage's console line may be: a line a terminal shows whole, its full reasoning on

@@ -24,7 +24,7 @@ import importlib
 import importlib.util
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -410,6 +410,10 @@ class Stage:
     # Its claims (suite.analysis.claims.Claim), computed from its (recomputed) result and the run's
     # summary: what the first screen, `--json` and the export's claims table render.
     claims: Callable[[Any, Any], list[Claim]] | None = None
+    # Per kind of claim it makes, the closed vocabulary of its verdicts (each stage's `VERDICTS`,
+    # made from its Literal types): a claim whose verdict is not among its kind's is a defect, named
+    # by suite.claims. A stage that declares none (a package's own) is not checked.
+    verdicts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def may_run(self, profile: Profile) -> bool:
         """Whether a stage not in every bench may be added to one with this profile."""

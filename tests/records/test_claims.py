@@ -110,29 +110,43 @@ def test_a_crash_is_named_by_the_engines_error_line_read_again_from_its_log() ->
     assert note.then.endswith("raise RuntimeError(") and "no signature" in note.written_by
 
 
-def test_control_and_elimination_verdicts_come_from_their_closed_vocabularies() -> None:
-    """Every control and elimination claim of the example records: a verdict of its kind's closed
-    vocabulary (names of controls go to the claim's configuration and phrase, numbers to its
-    counts), and the evidence's test is the one that decided."""
-    from typing import get_args
-
-    from suite.claims import claims_of
+def test_every_verdict_comes_from_its_kinds_closed_vocabulary() -> None:
+    """Every claim of the example and golden records: a verdict of the closed vocabulary its stage
+    declares for its kind (`Stage.verdicts`, made from each stage's Literal types; names of
+    controls go to the claim's configuration and phrase, numbers to its counts), and the evidence's
+    test is the one that decided."""
+    from suite.claims import claims_of, unspoken
     from suite.records import load_all
-    from suite.stages.controls.result import ControlVerdict, EliminationVerdict
+    from suite.stages import STAGES
 
-    examples = Path(__file__).resolve().parents[2] / "docs" / "examples"
-    seen = {"control": 0, "elimination": 0}
-    for tree in ("gpu-vllm-results", "gpu-lightning-results", "cpu-results"):
-        for s in load_all(examples / tree):
-            for c in claims_of(s, only="controls"):
-                vocabulary = get_args(ControlVerdict if c.kind == "control" else EliminationVerdict)
-                assert c.verdict in vocabulary, (s.run_id, c.kind, c.verdict)
+    root = Path(__file__).resolve().parents[2]
+    seen: dict[str, int] = {}
+    for tree in ("docs/examples/gpu-vllm-results", "docs/examples/gpu-lightning-results", "docs/examples/cpu-results",
+                 "docs/examples/gpu-results", "tests/golden/results"):
+        for s in load_all(root / tree):
+            for c in claims_of(s):
+                assert STAGES[c.stage].verdicts, c.stage  # every built-in stage that makes claims declares them
+                assert not unspoken(STAGES[c.stage].verdicts, c), (s.run_id, c.stage, c.kind, c.verdict)
                 seen[c.kind] = seen.get(c.kind, 0) + 1
                 if c.kind == "elimination" and c.good:
                     assert c.configuration and c.phrase.startswith(c.configuration)
                 if c.kind == "control" and c.verdict.startswith("restores"):
                     assert c.evidence.p_adjusted is not None and c.evidence.p_adjusted <= 0.05
+    assert {"gate", "control", "elimination", "within-launches", "across-launches", "batch", "sessions",
+            "extraction"} <= set(seen)
     assert seen["control"] >= 10 and seen["elimination"] >= 5
+
+
+def test_a_verdict_outside_its_vocabulary_is_told_apart() -> None:
+    """The check `claims_of` names a defect by: a verdict its kind does not have is outside the
+    vocabulary, one it has is not, and a stage that declares none is not checked."""
+    from suite.analysis.claims import Claim
+    from suite.claims import unspoken
+
+    vocabulary = {"batch": ("varies with its batch", "the same in every batch", "undetermined")}
+    odd = Claim(stage="batch", kind="batch", arm="a", verdict="probably fine")
+    assert unspoken(vocabulary, odd) and not unspoken(vocabulary, odd.model_copy(update={"verdict": "undetermined"}))
+    assert not unspoken({}, odd)  # a package's stage that declares none is not checked
 
 
 def test_every_p_a_claim_prints_is_a_p_of_its_evidence() -> None:

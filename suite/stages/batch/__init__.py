@@ -39,7 +39,19 @@ full profile does), the trials per mode, the batch sizes and the target.
 from __future__ import annotations
 
 from suite.stages.base import ExportTable, FirstScreen, SectionTemplate, Stage
-from suite.stages.batch.result import COLUMNS, BatchLine, BatchMode, BatchResult, claims, compare_to_reference, export_rows, from_lines, recompute, verdict_of
+from suite.stages.batch.result import (
+           COLUMNS,
+           VERDICTS,
+           BatchLine,
+           BatchMode,
+           BatchResult,
+           claims,
+           compare_to_reference,
+           export_rows,
+           from_lines,
+           recompute,
+           verdict_of,
+)
 from suite.stages.batch.settings import OPTIONS, PROFILE_KEYS, PROFILES, BatchSettings, _preflight, batch_prompt, settings
 from suite.stages.batch.trials import _inputs, other_texts, planned, trial_prompts
 
@@ -55,6 +67,6 @@ STAGE = Stage(name="batch", result=BatchResult, run="suite.stages.batch.run:run"
               when=lambda p: settings(p).composition, after="gate",  # the profile's or --batch-composition
               settings=BatchSettings, options=OPTIONS, preflight=_preflight, profiles=PROFILES, profile_keys=PROFILE_KEYS,
               tables=(ExportTable("batch", export_rows, COLUMNS),), exported_requests=("batch",),
-              page_title="batch composition", recompute=recompute, claims=claims, from_lines=from_lines,
+              page_title="batch composition", recompute=recompute, claims=claims, verdicts=VERDICTS, from_lines=from_lines,
               first_screen=FirstScreen("suite.stages.batch.screen:part", order=-1),
               section=SectionTemplate("section.html", "suite.stages.batch.view:page", slot="answers", order=0))

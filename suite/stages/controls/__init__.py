@@ -35,7 +35,7 @@ from suite.stages.controls.elimination import (
     launches_for,
     recompute,
 )
-from suite.stages.controls.result import ELIMINATION_ALPHA, ControlMatrixResult, LoraOutcome, MatrixRow, RowTest
+from suite.stages.controls.result import ELIMINATION_ALPHA, VERDICTS, ControlMatrixResult, LoraOutcome, MatrixRow, RowTest
 from suite.stages.controls.rows import (
     ADAPTER_NAME,
     CONTROL_STOP_AFTER_DISTINCT,
@@ -74,6 +74,6 @@ STAGE = Stage(name="controls", result=ControlMatrixResult, run="suite.stages.con
               settings=ControlMatrixSettings, profiles=PROFILES, profile_keys=PROFILE_KEYS, options=OPTIONS, preflight=preflight,
               tables=(ExportTable("controls", export_rows, COLUMNS),), exported_requests=("controls",),
               rebuild=rebuild, carries_line=carries_line, from_lines=from_lines,
-              page_title="control matrix", recompute=recompute, claims=claims,
+              page_title="control matrix", recompute=recompute, claims=claims, verdicts=VERDICTS,
               first_screen=FirstScreen("suite.stages.controls.screen:part", order=-2),
               section=SectionTemplate("section.html", "suite.stages.controls.view:page", slot="causes", order=1))

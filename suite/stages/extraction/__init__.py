@@ -49,6 +49,7 @@ from suite.stages.extraction.inputs import (
 from suite.stages.extraction.judge import preflight as judge_preflight
 from suite.stages.extraction.result import (
     COLUMNS,
+    VERDICTS,
     ExtractionLine,
     ExtractionResult,
     FactLine,
@@ -80,5 +81,5 @@ STAGE = Stage(name="extraction", result=ExtractionResult, run="suite.stages.extr
               tables=(ExportTable("extraction_sections", export_rows, COLUMNS),),
               # its answers, each answer's facts and the judge's grading (the reloads' answers are extraction lines too)
               exported_requests=("extraction", "extraction-fact", "judge"),
-              page_title="extraction", claims=claims,
+              page_title="extraction", claims=claims, verdicts=VERDICTS,
               section=SectionTemplate("section.html", "suite.stages.extraction.view:page", slot="measures", order=1))

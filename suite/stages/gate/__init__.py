@@ -14,7 +14,7 @@ bench's process of elimination (the control matrix) runs where the profile asks 
 from __future__ import annotations
 
 from suite.stages.base import ExportTable, SectionTemplate, Stage
-from suite.stages.gate.result import COLUMNS, claims, export_rows, from_lines, recompute
+from suite.stages.gate.result import COLUMNS, VERDICTS, claims, export_rows, from_lines, recompute
 from suite.stages.gate_models import GatePromptResult, GateResult, select_prompts
 from suite.stages.lines import AnswerLine
 
@@ -27,5 +27,5 @@ STAGE = Stage(name="gate", result=GateResult, run="suite.stages.gate.run:run", l
               planned=lambda p: p.gate_requests * len(select_prompts(p.gate_prompts)),
               verdict=lambda result: getattr(result, "reproducible", None),
               tables=(ExportTable("gate", export_rows, COLUMNS),), exported_requests=("gate",),
-              page_title="gate", recompute=recompute, claims=claims, from_lines=from_lines,
+              page_title="gate", recompute=recompute, claims=claims, verdicts=VERDICTS, from_lines=from_lines,
               section=SectionTemplate("section.html", "suite.stages.gate.view:page", slot="answers", order=0))

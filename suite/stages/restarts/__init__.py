@@ -37,7 +37,18 @@ from suite.stages.base import ExportTable, FirstScreen, SectionTemplate, Stage
 from suite.stages.gate_models import select_prompts
 from suite.stages.lines import AnswerLine
 from suite.stages.restarts.caches import cache_counts, cache_env, cache_not_loaded, files_in
-from suite.stages.restarts.result import COLUMNS, LaunchOutcome, RestartPromptResult, RestartsResult, claims, export_rows, from_lines, recompute, summarise
+from suite.stages.restarts.result import (
+           COLUMNS,
+           VERDICTS,
+           LaunchOutcome,
+           RestartPromptResult,
+           RestartsResult,
+           claims,
+           export_rows,
+           from_lines,
+           recompute,
+           summarise,
+)
 from suite.stages.restarts.settings import OPTIONS, PROFILE_KEYS, PROFILES, RestartsSettings, planned, settings
 
 # The names other code imports from the package (each defined in the module that imports it here).
@@ -50,6 +61,6 @@ STAGE = Stage(name="restarts", result=RestartsResult, run="suite.stages.restarts
               planned=planned,
               settings=RestartsSettings, options=OPTIONS, profiles=PROFILES, profile_keys=PROFILE_KEYS,
               tables=(ExportTable("restarts", export_rows, COLUMNS),), exported_requests=("restarts",),
-              page_title="restarts", recompute=recompute, claims=claims, from_lines=from_lines,
+              page_title="restarts", recompute=recompute, claims=claims, verdicts=VERDICTS, from_lines=from_lines,
               first_screen=FirstScreen("suite.stages.restarts.screen:part", order=1),
               section=SectionTemplate("section.html", "suite.stages.restarts.view:page", slot="causes", order=2))

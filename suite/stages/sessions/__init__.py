@@ -33,6 +33,7 @@ from suite.stages.gate_models import select_prompts
 from suite.stages.lines import AnswerLine
 from suite.stages.sessions.result import (
     COLUMNS,
+    VERDICTS,
     SessionOutcome,
     SessionsConfiguration,
     SessionsPromptResult,
@@ -57,5 +58,5 @@ STAGE = Stage(name="sessions", result=SessionsResult, run="suite.stages.sessions
               settings=SessionsSettings, profiles=PROFILES, profile_keys=PROFILE_KEYS,
               # its request lines are many (K x R passes over the prompt set): not in the requests table
               tables=(ExportTable("sessions", export_rows, COLUMNS),),
-              page_title="sessions", claims=claims, from_lines=from_lines,
+              page_title="sessions", claims=claims, verdicts=VERDICTS, from_lines=from_lines,
               section=SectionTemplate("section.html", "suite.stages.sessions.view:page", slot="causes", order=3))
