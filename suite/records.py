@@ -792,16 +792,19 @@ def check_lines(summary: Summary, run_dir: Path) -> list[Any]:
     from suite.claims import written_by
 
     notes: list[Any] = []
-    for name, stage in STAGES.items():
-        result = getattr(summary, name, None)
-        if stage.from_lines is None or result is None:
-            continue
-        try:
-            lines = read_requests(run_dir, stage.exported_requests or (name,))
-        except SuiteError as exc:
-            notes.append(Recomputed(stage=name, field="request lines", then="", now=f"not read: {exc}",
-                                    written_by=written_by(summary), kept=True))
-            continue
+    checked = {name: (stage, getattr(summary, name, None)) for name, stage in STAGES.items()
+               if stage.from_lines is not None and getattr(summary, name, None) is not None}
+    kinds = {name: set(stage.exported_requests or (name,)) for name, (stage, _) in checked.items()}
+    if not checked:
+        return notes
+    try:  # the file is read once for every stage that checks its lines
+        every = read_requests(run_dir, set().union(*kinds.values()))
+    except SuiteError as exc:
+        return [Recomputed(stage=name, field="request lines", then="", now=f"not read: {exc}",
+                           written_by=written_by(summary), kept=True) for name in checked]
+    for name, (stage, result) in checked.items():
+        assert stage.from_lines is not None
+        lines = [q for q in every if getattr(q, "kind", None) in kinds[name]]
         again, said = stage.from_lines(result, lines)
         if again is not result:  # made from the lines: what they hold beyond the summary's counts too
             setattr(summary, name, again)
