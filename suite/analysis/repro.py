@@ -130,6 +130,12 @@ class DistinctAnswer(BaseModel):
     truncated: int = 0  # of its occurrences, how many stopped at max_tokens
 
 
+def answer_groups(answers: Sequence[DistinctAnswer]) -> tuple[tuple[int, ...], ...]:
+    """A series' answers as the request indices of each distinct answer: what its request lines
+    decide, compared when a summary's kept answers are checked against them."""
+    return tuple(sorted(tuple(sorted(a.indices)) for a in answers))
+
+
 class Divergence(BaseModel):
     """Where a non-modal answer first departs from the modal one."""
 

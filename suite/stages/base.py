@@ -194,6 +194,20 @@ class PageInputs:
     prompt_ids: list[str]
 
 
+def load_function(ref: str, what: str) -> Callable[..., Any]:
+    """The function a "module:function" reference names, imported now: a stage's run, its page
+    view, its first-screen part. One line naming `what` and the reference where it cannot load or
+    is no function."""
+    module, _, function = ref.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise SuiteError(f"{what} {ref!r}: cannot load it: {type(exc).__name__}: {exc}") from None
+    if not callable(found):
+        raise SuiteError(f"{what} {ref!r} is not a function")
+    return cast(Callable[..., Any], found)
+
+
 @dataclass(frozen=True)
 class SectionTemplate:
     """A stage's own section of a model page, drawn by a template in the stage's folder.
@@ -225,12 +239,7 @@ class SectionTemplate:
 
     def variables(self, results: list[Any], page: PageInputs) -> dict[str, Any]:
         """The template's variables for these results (the view imported on first use)."""
-        module, function = self.view_parts
-        try:
-            view = getattr(importlib.import_module(module), function)
-        except (ImportError, AttributeError) as exc:
-            raise SuiteError(f"page view {self.view!r}: cannot load it: {type(exc).__name__}: {exc}") from None
-        return dict(view(results, page))
+        return dict(load_function(self.view, "page view")(results, page))
 
 
 @dataclass(frozen=True)
@@ -254,14 +263,7 @@ class FirstScreen:
 
     def function(self) -> Callable[[Any], Any]:
         """The part's function, imported now."""
-        module, function = self.part_parts
-        try:
-            found = getattr(importlib.import_module(module), function)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise SuiteError(f"first-screen part {self.part!r}: cannot load it: {type(exc).__name__}: {exc}") from None
-        if not callable(found):
-            raise SuiteError(f"first-screen part {self.part!r} is not a function")
-        return cast(Callable[[Any], Any], found)
+        return load_function(self.part, "first-screen part")
 
 
 # What `Stage.first_screen = "changes"` stands for: each claim that says the answer varies is a cause.
@@ -461,14 +463,7 @@ class Stage:
         names, imported now (a bench calls this just before the stage runs)."""
         if not isinstance(self.run, str):
             return self.run
-        module, function = self.run_parts
-        try:
-            found = getattr(importlib.import_module(module), function)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise SuiteError(f"stage {self.name!r}: run {self.run!r}: cannot load it: {type(exc).__name__}: {exc}") from None
-        if not callable(found):
-            raise SuiteError(f"stage {self.name!r}: run {self.run!r} is not a function")
-        return cast(Callable[[StageContext], BaseModel], found)
+        return cast(Callable[["StageContext"], BaseModel], load_function(self.run, f"stage {self.name!r}: run"))
 
     @property
     def folder(self) -> Path:

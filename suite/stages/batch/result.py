@@ -20,6 +20,7 @@ from suite.analysis.repro import (
     PromptAnalysis,
     Sample,
     analyse,
+    answer_groups,
     answer_key,
     divergence,
     launches_for_bound,
@@ -270,10 +271,6 @@ def _line_sample(q: Any) -> Sample:
                   finish_reason=q.finish_reason, error=q.error)
 
 
-def _groups(a: PromptAnalysis) -> tuple[tuple[int, ...], ...]:
-    return tuple(sorted(tuple(sorted(x.indices)) for x in a.answers))
-
-
 def from_lines(result: BatchResult, lines: list[Any]) -> tuple[BatchResult, list[str]]:
     """The target's answers in every mode made from the request lines (the target's line of each
     trial) and checked against what the summary kept: where a mode's lines group otherwise (an
@@ -291,7 +288,7 @@ def from_lines(result: BatchResult, lines: list[Any]) -> tuple[BatchResult, list
         if not own:
             continue
         a = analyse(sorted(own, key=lambda s: s.index), process_cold=m.mode == result.modes[0].mode)
-        if _groups(a) != _groups(m.target) or a.errors != m.target.errors:
+        if answer_groups(a.answers) != answer_groups(m.target.answers) or a.errors != m.target.errors:
             said.append(f"{m.mode}: the summary kept {m.target.distinct_answers} distinct of {m.target.answered} "
                         f"target answers, its request lines say {a.distinct_answers} distinct of {a.answered}; "
                         "the lines are used")

@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args
 
 from suite.analysis.claims import Claim, Evidence, Family, caveat_cut, caveat_failed, run_caveats
 from suite.analysis.levels import CONFIDENCE, percent
-from suite.analysis.repro import ALPHA, Sample, analyse, unseen_share_bound
+from suite.analysis.repro import ALPHA, Sample, analyse, answer_groups, unseen_share_bound
 from suite.analysis.stats import closed_fisher
 from suite.stages.base import ColumnType
 from suite.stages.gate_models import GatePromptResult, GateResult, verdict_of
@@ -67,11 +67,6 @@ def recompute(result: GateResult, summary: Any) -> GateResult:
     return result.model_copy(update={"prompts": prompts, "reproducible": reproducible, "verdict": verdict})
 
 
-def _groups(p: GatePromptResult) -> tuple[tuple[int, ...], ...]:
-    """A prompt's answers as the request indices of each distinct answer (what the lines decide)."""
-    return tuple(sorted(tuple(sorted(a.indices)) for a in p.answers))
-
-
 def from_lines(result: GateResult, lines: list[Any]) -> tuple[GateResult, list[str]]:
     """The gate's answers made from its request lines, the record of every request as it was sent
     and answered, and checked against the answers the summary kept: a prompt whose lines group
@@ -103,7 +98,7 @@ def gate_from_prompt_lines(result: GateResult, by_prompt: dict[str, list[Any]]) 
             a, prompt_id=p.prompt_id, prompt_version=p.prompt_version, prompt_sha256=p.prompt_sha256, kind=p.kind,
             max_tokens=p.max_tokens, error_messages=list(dict.fromkeys(q.error for q in qs if q.error))[:5],
             prompt_tokens=sorted({q.prompt_tokens for q in qs if getattr(q, "prompt_tokens", None) is not None}))
-        if _groups(again) == _groups(p) and again.errors == p.errors:
+        if answer_groups(again.answers) == answer_groups(p.answers) and again.errors == p.errors:
             prompts.append(p)  # the lines agree: the summary's richer prompt (divergences, margins) stays
             continue
         said.append(f"{p.prompt_id}: the summary kept {p.distinct_answers} distinct of {p.answered} answered, its "
