@@ -11,13 +11,14 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from suite.analysis.repro import Sample, analyse, group_answers
+from suite.analysis.repro import Sample, group_answers
 from suite.errors import SuiteError
 from suite.gpu import Energy
 from suite.stages.controls.elimination import eliminate
 from suite.stages.controls.result import ControlMatrixResult, MatrixRow
 from suite.stages.controls.settings import LORA
-from suite.stages.gate_models import GatePromptResult, GateResult, select_prompts, verdict_of
+from suite.stages.gate.result import gate_of_lines
+from suite.stages.gate_models import GateResult
 
 if TYPE_CHECKING:
     from suite.catalog import ModelCard
@@ -172,7 +173,6 @@ def rebuild(lines: list[Any], before: Any, logs: Path | None = None) -> ControlM
     default_lines = by_label.get("default", [])
     n = gate.n_requests if gate else max((sum(1 for q in default_lines if q.prompt_id == pid) for pid in prompts),
                                          default=0)
-    known = {p.id: p for p in select_prompts(None)}
     rows: list[MatrixRow] = []
     cut: list[str] = []
     for label, qs in by_label.items():
@@ -186,26 +186,8 @@ def rebuild(lines: list[Any], before: Any, logs: Path | None = None) -> ControlM
         if not finished:
             cut.append(f"{label} ({sum(len(v) for v in series.values())} requests)")
             continue
-        results = []
-        for i, pid in enumerate(prompts):
-            first = next(q for q in qs if q.prompt_id == pid)
-            a = analyse(series[pid], process_cold=i == 0)
-            results.append(GatePromptResult.from_analysis(
-                a, prompt_id=pid, prompt_version=getattr(first, "prompt_version", 1) or 1,
-                prompt_sha256=getattr(first, "prompt_sha256", "") or "",
-                kind=known[pid].kind if pid in known else "completion", max_tokens=first.max_tokens or 0,
-                error_messages=list(dict.fromkeys(s.error for s in series[pid] if s.error))[:5],
-                prompt_tokens=sorted({q.prompt_tokens for q in qs if q.prompt_id == pid
-                                      and getattr(q, "prompt_tokens", None) is not None})))
-        reproducible, verdict = verdict_of(results, None)
-        head = qs[0]
-        controls = list(getattr(head, "controls", None) or [])
-        concurrency = getattr(head, "concurrency", None) or 1
-        gate_of_row = GateResult(
-            label=label, controls=controls, n_requests=n, concurrency=concurrency,
-            request_extra=dict(getattr(head, "request_extra", None) or {}), seed=head.seed,
-            temperature=head.temperature or 0.0, logprobs=any(q.logprobs for q in qs), prompts=results,
-            reproducible=reproducible, verdict=verdict, wall_s=0.0, http_s=round(sum(q.e2e_s or 0.0 for q in qs), 4))
+        gate_of_row = gate_of_lines(label, qs, prompts, n)
+        controls, concurrency = gate_of_row.controls, gate_of_row.concurrency
         row = MatrixRow(configuration=label, controls=controls, status="ok", concurrency=concurrency,
                          ran_controls=controls)
         row = row_from_gate(row, gate_of_row)

@@ -14,7 +14,7 @@ from suite.analysis.levels import CONFIDENCE, percent
 from suite.analysis.repro import ALPHA, Sample, analyse, answer_groups, unseen_share_bound
 from suite.analysis.stats import closed_fisher
 from suite.stages.base import ColumnType
-from suite.stages.gate_models import GatePromptResult, GateResult, verdict_of
+from suite.stages.gate_models import GatePromptResult, GateResult, select_prompts, verdict_of
 
 
 def export_rows(result: GateResult) -> list[dict[str, Any]]:
@@ -107,6 +107,32 @@ def gate_from_prompt_lines(result: GateResult, by_prompt: dict[str, list[Any]]) 
     if not said:
         return result, []
     return result.model_copy(update={"prompts": prompts}), said
+
+
+def gate_of_lines(label: str, qs: list[Any], prompts: list[str], n: int) -> GateResult:
+    """A short gate made from its request lines alone (one label's, every prompt's full series): a
+    matrix row or a restart launch its run finished before it stopped, rebuilt for the page. What
+    request lines do not keep (start-up, energy, wall time) is absent, not guessed."""
+    known = {p.id: p for p in select_prompts(None)}
+    results = []
+    for i, pid in enumerate(prompts):
+        mine = sorted((q for q in qs if q.prompt_id == pid), key=lambda q: q.index)
+        first = mine[0]
+        a = analyse([q.sample() for q in mine], process_cold=i == 0)
+        results.append(GatePromptResult.from_analysis(
+            a, prompt_id=pid, prompt_version=getattr(first, "prompt_version", 1) or 1,
+            prompt_sha256=getattr(first, "prompt_sha256", "") or "",
+            kind=known[pid].kind if pid in known else "completion", max_tokens=first.max_tokens or 0,
+            error_messages=list(dict.fromkeys(q.error for q in mine if q.error))[:5],
+            prompt_tokens=sorted({q.prompt_tokens for q in mine if getattr(q, "prompt_tokens", None) is not None})))
+    reproducible, verdict = verdict_of(results, None)
+    head = qs[0]
+    return GateResult(
+        label=label, controls=list(getattr(head, "controls", None) or []), n_requests=n,
+        concurrency=getattr(head, "concurrency", None) or 1,
+        request_extra=dict(getattr(head, "request_extra", None) or {}), seed=head.seed,
+        temperature=head.temperature or 0.0, logprobs=any(q.logprobs for q in qs), prompts=results,
+        reproducible=reproducible, verdict=verdict, wall_s=0.0, http_s=round(sum(q.e2e_s or 0.0 for q in qs), 4))
 
 
 # The gate claim's closed vocabulary: a word per pattern of the series, "undetermined" where too
