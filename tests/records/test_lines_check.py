@@ -181,3 +181,33 @@ def test_a_batch_target_is_counted_from_its_lines(tmp_path: Path) -> None:
     assert after.batch.varies_with_batch is None and after.batch.verdict.startswith("undetermined")
     notes = [r for r in after.recomputed if r.stage == "batch"]
     assert len(notes) == 1 and notes[0].now.startswith("mixed: the summary kept 1 distinct of 6 target answers")
+
+
+FOURTH_H100 = EXAMPLES / "gpu-lightning-results" / "random-lightning" / "vllm-gpu-w4a16" / "20261206T140723762356Z-b4ee4d6f"
+
+
+def test_restarts_a_run_stopped_in_are_rebuilt_from_the_launches_it_finished(tmp_path: Path) -> None:
+    """random-lightning's W4A16 arm on a fourth H100: the device's time ended during the restarts
+    (two launches with fresh caches answered; the kept pass's first launch had not answered yet).
+    The incomplete run shows the gate, the complete extraction and the restarts' two launches,
+    rebuilt from their request lines and said to be so; a launch cut mid-way is named and left out."""
+    src = FOURTH_H100
+    run = next(s for s in load_all(src.parents[2]) if s.run_id == src.name)
+    assert run.status == "incomplete" and run.extraction is not None and run.extraction.requests == 24
+    assert run.extraction.failed_requests == 0
+    r = run.restarts
+    assert r is not None and r.cache_mode == "fresh" and r.launched == 2 and r.with_kept_caches is None
+    doc = next(p for p in r.prompts if p.prompt_id == "document-4k")
+    assert doc.within_distinct == [5, 5] and r.stable_within is False
+    assert r.interrupted and "fresh caches: 2 launches" in r.interrupted and "cut mid-way" not in r.interrupted
+    assert r.caches_text == "compile caches not recorded"  # not in request lines: absent, not guessed
+
+    dst = tmp_path / "r" / "random-lightning" / "vllm-gpu-w4a16" / src.name
+    shutil.copytree(src, dst)
+    f = dst / "requests.jsonl.xz"
+    lines = [json.loads(x) for x in lzma.open(f).read().decode().splitlines()]
+    last = [i for i, d in enumerate(lines) if d.get("label") == "launch-1-fresh"][-3:]
+    f.write_bytes(lzma.compress(("\n".join(json.dumps(d) for i, d in enumerate(lines) if i not in last) + "\n").encode()))
+    cut = next(iter(load_all(tmp_path / "r"))).restarts
+    assert cut is not None and cut.launched == 1 and [o.index for o in cut.launch_outcomes] == [0]
+    assert cut.interrupted and "cut mid-way and left out: fresh caches launch 1 (12 of 15 requests)" in cut.interrupted

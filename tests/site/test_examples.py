@@ -108,10 +108,13 @@ def test_gpu_vllm_example_tree_shows_the_prefix_cache_transient_and_its_control(
     assert "vllm-gpu-triton-first-config: every launch started with empty compile caches" in page
     # the newest matrix tried prefix caching off inside one launch (the prefix cache emptied per request)
     assert "prefix-caching-off" in page and "unit: pairs of requests inside one launch" in page
-    # the restarts run cut on 2026-12-02 (30 requests kept in its record) is superseded on the page
-    # by the later complete restarts run; the cut run's note is tested in the site's own tests
-    cut = [s for s in runs if s.status != "complete"]
-    assert cut and all(s.restarts is None for s in cut)
+    # the restarts run cut on 2026-12-02 (30 requests kept in its record): its two launches that
+    # answered are rebuilt from their lines and said to be so; the later complete restarts run is
+    # the one the page shows
+    (cut,) = [s for s in runs if s.status != "complete" and s.restarts is not None]
+    assert cut.run_id == "20261202T004546788983Z-7088587e"
+    assert cut.restarts is not None and cut.restarts.launched == 2 and cut.restarts.interrupted
+    assert "the launches it finished rebuilt from their request lines" not in page
     # what the records hold, tested again with this code: the control's one answer is the cold one
     from suite.stages.controls import eliminate
 
@@ -224,7 +227,8 @@ def test_gpu_vllm_example_tree_compares_the_tiny_models_gpu_and_cpu_answers() ->
 
 def test_a_cut_run_is_named_where_no_later_run_has_the_stage(tmp_path: Path) -> None:
     """The random-qwen3 records without the later complete restarts runs: the only restarts requests are
-    those of the run cut during its third launch, and its section names them and where they are."""
+    those of the run cut during its third launch; its two launches that answered are rebuilt from
+    their request lines, and the section says the run stopped there and what it rebuilt."""
     import shutil
 
     src = EXAMPLES / "gpu-vllm-results" / "random-qwen3" / "vllm-gpu"
@@ -233,7 +237,9 @@ def test_a_cut_run_is_named_where_no_later_run_has_the_stage(tmp_path: Path) -> 
         if not run.name.startswith(("20261202T0346", "20261202T1158")):  # leave out the complete restarts runs
             shutil.copytree(run, root / "random-qwen3" / "vllm-gpu" / run.name)
     page = _model_page(root, tmp_path, "random-qwen3")
-    assert "sent 30 requests of this stage and stopped before its result" in page
+    assert ("vllm-gpu: the run stopped in the restarts: the launches it finished rebuilt from their request lines "
+            "(fresh caches: 2 launches)") in page
+    assert "2 of 2, 5 requests each" in page
 
 
 def test_a_run_page_shows_the_stages_it_ran_that_it_does_not_draw_itself(tmp_path: Path) -> None:
@@ -440,7 +446,7 @@ def test_gpu_lightning_tree_tries_a_kernel_part_and_records_the_refusal_and_the_
     assert rows["default"].distinct["document-4k"] == 16 and marlin.distinct["document-4k"] == 2
     machines = {s.signature.machine.gpu_uuids[0] for s in runs if s.arm == "vllm-gpu-w4a16"
                 and s.signature is not None and s.signature.machine is not None}
-    assert len(machines) == 2  # two H100s
+    assert len(machines) == 3  # three H100s: the third ran the gate, the extraction and part of the restarts
     page = _model_page(root, tmp_path, "random-lightning")
     # what changes it: both parts ruled out, each from its own run, on the first screen
     assert "the MoE layers&#39; kernels MARLIN (WNA16), with it Triton WNA16 fused MoE" in page
@@ -449,7 +455,9 @@ def test_gpu_lightning_tree_tries_a_kernel_part_and_records_the_refusal_and_the_
     # machines, a dimension of their own: the two H100s of the W4A16 arm, compared
     machines = page[page.index('<section id="machines">'):]
     machines = machines[:machines.index("</section>")]
-    assert "GPU-71c33d2f…" in machines and "GPU-d8a925a9…" in machines
+    assert "GPU-71c33d2f…" in machines and "GPU-d8a925a9…" in machines and "GPU-3037372f…" in machines
+    # the third H100's host ran another kernel build (hardware.os): a configuration of its own, said so
+    assert "their configurations differ (see the fields that differ)" in machines
     assert "two machines of one GPU model and driver" in machines and "one configuration (the same digest)" in machines
     assert "NVIDIA H200 (which card not recorded" in machines
     assert "no batch-invariant mode for this model: RuntimeError: VLLM batch_invariant mode is not supported for " \

@@ -46,6 +46,7 @@ from suite.stages.restarts.result import (
            claims,
            export_rows,
            from_lines,
+           rebuild,
            recompute,
            summarise,
 )
@@ -53,7 +54,7 @@ from suite.stages.restarts.settings import OPTIONS, PROFILE_KEYS, PROFILES, Rest
 
 # The names other code imports from the package (each defined in the module that imports it here).
 __all__ = ["COLUMNS", "STAGE", "LaunchOutcome", "RestartPromptResult", "RestartsResult", "RestartsSettings", "cache_counts", "cache_env", "cache_not_loaded",
-           "claims", "export_rows", "files_in", "from_lines", "planned", "recompute", "settings", "summarise"]
+           "claims", "export_rows", "files_in", "from_lines", "planned", "rebuild", "recompute", "settings", "summarise"]
 
 STAGE = Stage(name="restarts", result=RestartsResult, run="suite.stages.restarts.run:run", lines=(AnswerLine,), fresh_runtimes=True, in_bench=True,
               summary="K fresh launches of the same configuration, a short gate on each",
@@ -61,6 +62,6 @@ STAGE = Stage(name="restarts", result=RestartsResult, run="suite.stages.restarts
               planned=planned,
               settings=RestartsSettings, options=OPTIONS, profiles=PROFILES, profile_keys=PROFILE_KEYS,
               tables=(ExportTable("restarts", export_rows, COLUMNS),), exported_requests=("restarts",),
-              page_title="restarts", recompute=recompute, claims=claims, verdicts=VERDICTS, from_lines=from_lines,
+              page_title="restarts", recompute=recompute, claims=claims, verdicts=VERDICTS, from_lines=from_lines, rebuild=rebuild,
               first_screen=FirstScreen("suite.stages.restarts.screen:part", order=1),
               section=SectionTemplate("section.html", "suite.stages.restarts.view:page", slot="causes", order=2))

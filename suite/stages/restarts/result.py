@@ -8,6 +8,8 @@ here starts a runtime; `suite.stages.restarts.run` fills these records."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
@@ -17,7 +19,7 @@ from suite.analysis.levels import CONFIDENCE
 from suite.analysis.repro import ALPHA, AcrossWord, LaunchFigures, LaunchPair, Pattern, across_of, analyse_launches, joint_p, requests_for_transient
 from suite.analysis.stats import holm
 from suite.stages.base import ColumnType, FreshLaunch, length_lists
-from suite.stages.gate.result import gate_from_prompt_lines
+from suite.stages.gate.result import gate_from_prompt_lines, gate_of_lines
 from suite.stages.gate_models import GateResult, samples_of
 
 
@@ -96,6 +98,9 @@ class RestartsResult(BaseModel):
     cache_mode: Literal["fresh", "kept"] = "fresh"
     with_kept_caches: RestartsResult | None = None
     controls: list[str] = Field(default_factory=list)  # the controls every launch ran with
+    # The run stopped in the stage: the launches it finished, rebuilt from their request lines
+    # (`rebuild`), and what was cut; None where the stage finished.
+    interrupted: str | None = None
 
     @property
     def caches_text(self) -> str:
@@ -317,7 +322,7 @@ def recompute(result: RestartsResult, summary: Any = None) -> RestartsResult:
     gate keeps them), with today's statistics; the kept-caches pass too."""
     ids = list(dict.fromkeys(p.prompt_id for o in result.launch_outcomes if o.gate is not None for p in o.gate.prompts))
     again = summarise(result.launch_outcomes, ids, result.launches, result.requests_per_launch)
-    again.cache_mode, again.controls = result.cache_mode, list(result.controls)
+    again.cache_mode, again.controls, again.interrupted = result.cache_mode, list(result.controls), result.interrupted
     if result.with_kept_caches is not None:
         again.with_kept_caches = recompute(result.with_kept_caches, summary)
     return again
@@ -357,10 +362,65 @@ def from_lines(result: RestartsResult, lines: list[Any]) -> tuple[RestartsResult
         ids = list(dict.fromkeys(p.prompt_id for o in outcomes if o.gate is not None for p in o.gate.prompts))
         again = summarise(outcomes, ids, r.launches, r.requests_per_launch)
         again.cache_mode, again.controls, again.with_kept_caches = r.cache_mode, list(r.controls), kept
+        again.interrupted = r.interrupted
         return again
 
     again = one(result)
     return (again, said) if said else (result, [])
+
+
+_LAUNCH_LABEL = re.compile(r"launch-(\d+)-(fresh|kept)$")
+
+
+def rebuild(lines: list[Any], before: Any = None, logs: Path | None = None) -> RestartsResult | None:
+    """The launches a restarts stage finished before its run stopped (a time limit, a kill), rebuilt
+    from their request lines (labelled `launch-<i>-<fresh|kept>`), each cache pass with the
+    launches it finished: a launch is kept where every prompt has its full short gate (as many
+    requests as the longest launch's); the one cut mid-way is named and left out. Start-up times
+    and the compile-cache files each launch found are not in request lines: absent, not guessed
+    (so "kept" is not shown as a count). None where no launch finished. `before` and `logs` are the
+    hook's (`Stage.rebuild`); the launches' gates need neither."""
+    by: dict[tuple[str, int], list[Any]] = {}
+    for q in lines:
+        m = _LAUNCH_LABEL.match(getattr(q, "label", "") or "") if getattr(q, "kind", None) == "restarts" else None
+        if m is not None:
+            by.setdefault((m.group(2), int(m.group(1))), []).append(q)
+    if not by:
+        return None
+    gate = getattr(before, "gate", None)
+    order = [p.prompt_id for p in gate.prompts] if gate is not None else []
+    prompts = sorted({q.prompt_id for qs in by.values() for q in qs},
+                     key=lambda pid: (order.index(pid) if pid in order else len(order), pid))
+    n = max(sum(1 for q in qs if q.prompt_id == pid) for qs in by.values() for pid in prompts)
+    passes: list[RestartsResult] = []
+    cut: list[str] = []
+    modes: tuple[Literal["fresh", "kept"], ...] = ("fresh", "kept")
+    for mode in modes:
+        outcomes: list[LaunchOutcome] = []
+        for (pass_of, i), qs in sorted(by.items()):
+            if pass_of != mode:
+                continue
+            if any(sum(1 for q in qs if q.prompt_id == pid) < n for pid in prompts):
+                cut.append(f"{mode} caches launch {i} ({len(qs)} of {n * len(prompts)} requests)")
+                continue
+            outcomes.append(LaunchOutcome(index=i, status="ok", cache_dir=f"{mode}/launch-{i}",
+                                          gate=gate_of_lines(f"launch-{i}-{mode}", qs, prompts, n)))
+        if outcomes:
+            r = summarise(outcomes, prompts, len(outcomes), n)
+            r.cache_mode = mode
+            r.controls = list(outcomes[0].gate.controls if outcomes[0].gate is not None else [])
+            passes.append(r)
+    if not passes:
+        return None
+    result = passes[0]
+    if len(passes) > 1:
+        result.with_kept_caches = passes[1]
+    done = "; ".join(f"{r.cache_mode} caches: {r.launched} launch{'es' if r.launched != 1 else ''}" for r in passes)
+    result.interrupted = (f"the run stopped in the restarts: the launches it finished rebuilt from their request lines "
+                          f"({done})" + (f"; cut mid-way and left out: {', '.join(cut)}" if cut else "")
+                          + "; a launch that had not answered yet left no line; start-up times and the compile-cache "
+                            "files each launch found are not kept in request lines")
+    return result
 
 
 ACROSS_GOOD: dict[AcrossWord, bool] = {"alike": True, "differ": False, "differ or persist": False}
@@ -402,7 +462,8 @@ def claims(result: RestartsResult, summary: Any) -> list[Claim]:
                                            if chance_p is not None else None, p=chance_p,
                                            bound=max((p.unseen_bound for p in r.prompts if p.unseen_bound is not None),
                                                      default=None)),
-                         caveats=caveat_cut(cut, answered) + extra, phrase=f"{word} within {r.launched} launches",
+                         caveats=caveat_cut(cut, answered) + ([r.interrupted] if r.interrupted else []) + extra,
+                         phrase=f"{word} within {r.launched} launches",
                          text=r.within_verdict))
         for p in r.prompts:
             family = (Family(name="prompts of the across-launch verdict", size=p.family, correction="Holm")

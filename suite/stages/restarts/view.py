@@ -31,7 +31,7 @@ def restarts_view(r: RestartsResult | None) -> dict[str, Any] | None:
         "prompts": prompts, "outcomes": outcomes, "by_prompt": {p["prompt_id"]: p for p in prompts},
         "startup": [o.startup_s for o in r.launch_outcomes if o.startup_s is not None],
         "cache_mode": r.cache_mode, "kept": restarts_view(r.with_kept_caches),
-        "caches_text": r.caches_text, "controls": r.controls,
+        "caches_text": r.caches_text, "controls": r.controls, "interrupted": r.interrupted,
         "cache_counts": [o.cache_files_before for o in r.launch_outcomes],
         "cache_settings": next((o.cache_settings for o in r.launch_outcomes if o.cache_settings), {}),
     }
