@@ -153,7 +153,7 @@ def test_sessions_are_made_from_their_lines(tmp_path: Path) -> None:
     assert again.runs is not None and (again.runs.runs, again.runs.distinct_runs) == (18, 2)
     assert after.sessions.table[0].startswith("base: 2 distinct output hashes in 18 runs")
     notes = [r for r in after.recomputed if r.stage == "sessions"]
-    assert len(notes) == 1 and notes[0].now.startswith("base: the summary kept 1 distinct output hashes in 18 runs")
+    assert len(notes) == 1 and notes[0].now.startswith("base: the summary kept 1 distinct output hash in 18 runs")
     claim = next(c for c in claims_of(after, only="sessions")
                  if c.configuration == "base")
     assert claim.verdict == "output hashes differ" and claim.good is False and claim.counts["distinct_runs"] == 2

@@ -202,7 +202,9 @@ def _counts(c: SessionsConfiguration) -> tuple[Any, ...]:
 
 def _counts_text(c: SessionsConfiguration) -> str:
     r = c.runs
-    return (f"{r.distinct_runs} distinct output hashes in {r.runs} runs" if r is not None else "no run") + " (" + ", ".join(
+    hashes = f"{r.distinct_runs} distinct output hash{'es' if r.distinct_runs != 1 else ''} in {r.runs} runs" \
+        if r is not None else "no run"
+    return hashes + " (" + ", ".join(
         f"{p.prompt_id} {p.distinct} distinct of {p.runs}" for p in c.prompts) + ")"
 
 
