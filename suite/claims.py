@@ -15,6 +15,7 @@ the export's claims table render.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,7 @@ def claims_of(summary: Any, only: str | None = None) -> list[Claim]:
     return out
 
 
-def unspoken(verdicts: Any, c: Claim) -> bool:
+def unspoken(verdicts: Mapping[str, tuple[str, ...]], c: Claim) -> bool:
     """Whether a claim's verdict is outside the closed vocabulary its stage declares for its kind
     (`Stage.verdicts`); a stage that declares none for that kind is not checked."""
     return bool(verdicts) and c.verdict not in verdicts.get(c.kind, ())

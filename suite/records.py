@@ -859,10 +859,13 @@ def incomplete_summary(run_dir: Path, problems: list[str] | None = None) -> Summ
         setattr(summary, key, _stage_results(p, {key: raw}, problems)[key])
     if not live:
         # a stage the run was cut in: what it finished, rebuilt from the request lines it kept
-        for name, stage in STAGES.items():
-            if stage.rebuild is None or getattr(summary, name, None) is not None:
-                continue
-            lines = read_requests(run_dir, stage.exported_requests or (name,))
+        # (the file read once for every such stage)
+        cut = {name: (stage, set(stage.exported_requests or (name,))) for name, stage in STAGES.items()
+               if stage.rebuild is not None and getattr(summary, name, None) is None}
+        every = read_requests(run_dir, set().union(*(kinds for _, kinds in cut.values()))) if cut else []
+        for name, (stage, kinds) in cut.items():
+            assert stage.rebuild is not None
+            lines = [q for q in every if getattr(q, "kind", None) in kinds]
             if lines:
                 setattr(summary, name, stage.rebuild(lines, summary, run_dir / "logs"))
     recompute_verdicts(summary)

@@ -283,11 +283,13 @@ def from_lines(result: BatchResult, lines: list[Any]) -> tuple[BatchResult, list
     if not by_mode:
         return result, []
     said: list[str] = []
+    again_of: dict[str, PromptAnalysis] = {}  # each mode's target answers as its lines make them
     for m in result.modes:
         own = by_mode.get(m.mode)
         if not own:
             continue
-        a = analyse(sorted(own, key=lambda s: s.index), process_cold=m.mode == result.modes[0].mode)
+        own.sort(key=lambda s: s.index)
+        a = again_of[m.mode] = analyse(own, process_cold=m.mode == result.modes[0].mode)
         if answer_groups(a.answers) != answer_groups(m.target.answers) or a.errors != m.target.errors:
             said.append(f"{m.mode}: the summary kept {m.target.distinct_answers} distinct of {m.target.answered} "
                         f"target answers, its request lines say {a.distinct_answers} distinct of {a.answered}; "
@@ -300,11 +302,11 @@ def from_lines(result: BatchResult, lines: list[Any]) -> tuple[BatchResult, list
     tied = False
     everything: list[Sample] = []
     for m in result.modes:
-        samples = sorted(by_mode.get(m.mode, []), key=lambda s: s.index)
+        samples = by_mode.get(m.mode, [])
         if not samples:
             modes.append(m)
             continue
-        a = analyse(samples, process_cold=not modes)
+        a = again_of[m.mode]
         again = m.model_copy(update={"target": a, "same_as_single": None, "differ_from_single": None,
                                      "unseen_alone": None, "first_divergence": None, "divergences": [],
                                      "same_tokens_logprob_diff": None})
