@@ -246,6 +246,12 @@ def _launch_outcome(mode: str, k: int, n: int, q: float, launches: list[list[Sam
     # "NOT consistent across launches": false where the launches share one mechanism
     nc = not t["launches_differ"]
     o.claims["not consistent"] = (r.consistent_across is False, nc, nc)
+    # "NOT the same answers across launches" ("differ", or "differ or persist" where the order inside
+    # launches could not be checked): false where requests are independent with one law in every
+    # launch; true where launches differ (or answers keep one state inside a launch: the switch mode)
+    persists = mode == "switch"
+    o.claims["not the same across launches"] = (pr.across in ("differ", "differ or persist"),
+                                                nc and not persists, t["launches_differ"] or persists)
     within = r.within_verdict or ""
     # "stable within": unqualified, or with a bound on the per-request minority share; a sentence that
     # says its launches had too few answers to bound what they missed claims no more than it saw
@@ -834,7 +840,7 @@ def run_launches_sticky(rng: random.Random, p: dict[str, Any]) -> Outcome:
 def launches_sticky_scenarios(quick: bool) -> list[dict[str, Any]]:
     if quick:
         return [dict(K=6, N=20, s=0.8, q=0.3)]
-    return [dict(K=k, N=n, s=s, q=q) for k in (6, 8) for n in (5, 20) for s in (0.5, 0.8, 0.95) for q in (0.3, 0.5)]
+    return [dict(K=k, N=n, s=s, q=q) for k in (6, 8) for n in (5, 20) for s in (0.5, 0.8, 0.95, 0.99) for q in (0.3, 0.5)]
 
 
 def run_launches_unequal(rng: random.Random, p: dict[str, Any]) -> Outcome:

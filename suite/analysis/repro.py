@@ -787,6 +787,25 @@ def order_p(groups: Sequence[Sequence[Hashable]], permutations: int = 999, seed:
     return (at_most + 1) / (permutations + 1)
 
 
+def order_floor(groups: Sequence[Sequence[Hashable]], permutations: int = 999) -> float | None:
+    """The smallest p the order test (`order_p`) could give on these launches: the chance, under
+    random order inside each launch, that every launch which varied shows its fewest possible
+    changes (one block per answer: m! * prod(c!) / n! for a launch of n answers, m distinct with
+    counts c), never below the Monte Carlo floor 1 / (permutations + 1). Above ALPHA, the order
+    test cannot see answers that persist however strongly they do (a launch whose one odd answer
+    came last reads the same in random order and in a persisting state), so a launch difference
+    cannot be told from persistence. None where no launch varied inside (nothing to test)."""
+    testable = [list(g) for g in groups if len(g) >= 3 and len(set(g)) > 1]
+    if not testable:
+        return None
+    log_p = 0.0
+    for g in testable:
+        counts = Counter(g).values()
+        log_p += (math.lgamma(len(counts) + 1) + sum(math.lgamma(c + 1) for c in counts)
+                  - math.lgamma(len(g) + 1))
+    return max(math.exp(log_p), 1.0 / (permutations + 1))
+
+
 AcrossWord = Literal["alike", "alike up to the cap", "differ", "differ or persist", "no detectable difference",
                      "too few", "undetermined", "order inside launches"]
 
@@ -798,7 +817,8 @@ ORDER_TEST_MIN_ANSWERS = 20
 
 def across_of(k: int, alike: bool, truncated: int, n_answers: int, perm_p: float | None,
               adjusted_p: float | None, family: int, order: float | None,
-              switched: int = 0, per_launch: int | None = None) -> tuple[AcrossWord, bool | None, str]:
+              switched: int = 0, per_launch: int | None = None,
+              floor: float | None = 0.0) -> tuple[AcrossWord, bool | None, str]:
     """The across-launch verdict of one prompt: its word, whether it says the launches are consistent
     (True), not (False) or neither (None), and its sentence.
 
@@ -809,7 +829,10 @@ def across_of(k: int, alike: bool, truncated: int, n_answers: int, perm_p: float
     page says that the order inside launches may explain the difference instead. With few requests
     a launch the order test cannot see persistence (5 requests: answers that keep the previous one
     half the time made launches of one law "differ" in 29-50 % of runs); a switch is that
-    persistence seen in one launch."""
+    persistence seen in one launch. `floor` is the order test's smallest attainable p
+    (`order_floor`; None where no launch varied inside): above ALPHA it could not have seen
+    persistence, so "differ" is not said there either (answers that keep one state for a whole
+    launch, the same law in every launch, made six launches of 20 "differ" in 11 % of runs)."""
     if k < 2:
         return "undetermined", None, f"undetermined: {k} launch(es) answered"
     if alike:
@@ -839,6 +862,15 @@ def across_of(k: int, alike: bool, truncated: int, n_answers: int, perm_p: float
             f"launches that differ from answers that persist for several requests inside a launch "
             f"({ORDER_TEST_MIN_ANSWERS} a launch would tell): either way, the same request does not get the same "
             "answer from one start to the next")
+    if p is not None and p <= ALPHA and (floor is None or floor > ALPHA):
+        why = ("no launch varied inside" if floor is None else
+               f"the launches that varied inside did so too little for the order test to see persistence "
+               f"(its smallest attainable p is {floor:.2g})")
+        return "differ or persist", None, (
+            f"the launches' answers differ beyond what random order inside a launch gives (permutation test over "
+            f"launch labels, p = {shown}{corrected}, {k} launches), but {why}: launches that differ cannot be told "
+            "from answers that keep one state for a whole launch; either way, the same request does not get the "
+            "same answer from one start to the next")
     if p is not None and p <= ALPHA:
         return "differ", False, (f"the launches differ beyond chance inside a launch (permutation test over launch "
                                  f"labels, p = {shown}{corrected}, {k} launches)")
@@ -897,6 +929,9 @@ class LaunchesAnalysis(BaseModel):
     # The order test inside launches (`order_p`): small where answers persist from one request to
     # the next, which the launch test does not allow for. Run only where the launch test rejects (else None).
     order_p: float | None = None
+    # The smallest p the order test could give on these launches (`order_floor`; None: no launch
+    # varied inside): above ALPHA, persistence could not have been seen.
+    order_floor: float | None = None
     # How many answers each launch gave at least: the per-launch bound below rests on it.
     min_answers_per_launch: int = 0
     lengths_text: str
@@ -986,8 +1021,9 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
     order = (order_p(keyed, seed=seed) if enough and not alike and perm_p is not None and perm_p <= ALPHA
              else None)
     switched = sum(1 for f in per_launch if f.pattern == "switch")
+    floor = order_floor(keyed) if enough and not alike else None
     across, consistent, text = across_of(k, alike, truncated, n_answers, perm_p, perm_p, 1, order, switched,
-                                         min((len(kk) for kk in answering), default=None))
+                                         min((len(kk) for kk in answering), default=None), floor)
     stable_each = all(len(set(kk)) <= 1 for kk in answering) if answering else None
     cold_ps = []
     switch_ps = []
@@ -1017,6 +1053,7 @@ def analyse_launches(launches: Sequence[Sequence[Sample]], resamples: int = 2000
         # per launch, not pooled: each launch's own n bounds what it could have missed
         unseen_bound=unseen_share_bound(min(len(kk) for kk in answering)) if stable_each and answering else None,
         order_p=order,
+        order_floor=floor,
         min_answers_per_launch=min((len(kk) for kk in answering), default=0),
         cold_transient_p=cold_p,
         cold_switch_p=cold_switch,

@@ -15,6 +15,7 @@ from suite.analysis.repro import (
     analyse_runs,
     count_projection,
     launch_permutation_p,
+    order_floor,
     format_lengths,
     LengthCount,
     MIN_LAUNCHES_FOR_CI,
@@ -228,7 +229,10 @@ def test_launches_each_stable_but_different_from_each_other():
     assert r.across_distinct == 2
     assert r.agreement == 0.0 and r.agreement_ci95 is None
     assert r.modal_per_launch_distinct == 2
-    assert r.consistent_across is False and r.stable_within is True and r.across == "differ"
+    # no launch varied inside: launches that differ cannot be told from answers that keep one state for
+    # a whole launch (the same law in every launch: six launches of 20 "differed" in 11 % of runs)
+    assert r.consistent_across is None and r.stable_within is True and r.across == "differ or persist"
+    assert r.order_floor is None and "no launch varied inside" in r.across_text
     # at 5 answers a launch the same split cannot tell launches that differ from answers that persist
     # for several requests inside a launch (the same law in every launch): the claim says both
     few = analyse_launches([[s(i, ids(1)) for i in range(5)], [s(i, ids(2)) for i in range(5)]], resamples=100)
@@ -284,7 +288,7 @@ def test_a_launch_that_switched_once_and_kept_it_stops_the_launch_test_from_sayi
     whose answer changed once and stayed shows it. The launch test rejects here (four launches of one
     answer against four of the other), but two launches switched: the order inside launches may
     explain it, and the launches are not called inconsistent. Launches of one answer each, with no
-    switch, still differ."""
+    switch, differ or persist: nothing inside them tells which."""
     runs = ["AAAAA", "AAAAA", "AAAAA", "AAABB", "BBBBB", "BBBBB", "BBBBB", "BBAAA"]
     r = analyse_launches([[s(i, ids(1 if c == "A" else 2)) for i, c in enumerate(x)] for x in runs])
     assert r.permutation_p is not None and r.permutation_p <= 0.05
@@ -293,4 +297,19 @@ def test_a_launch_that_switched_once_and_kept_it_stops_the_launch_test_from_sayi
     assert "2 of 8 launches switched answer once and kept it" in r.across_text
     fixed = ["A" * 20] * 4 + ["B" * 20] * 4
     r = analyse_launches([[s(i, ids(1 if c == "A" else 2)) for i, c in enumerate(x)] for x in fixed])
-    assert r.across == "differ" and r.consistent_across is False
+    assert r.across == "differ or persist" and r.consistent_across is None
+
+
+def test_order_floor_is_the_order_tests_smallest_attainable_p():
+    """One odd answer in a launch of 20 comes as one block wherever it falls (2 of 20 places put it
+    at an end): the order test cannot go below 0.1 on it, and a launch test that rejects there is not
+    "differ". Two launches each half one answer, half another, can show persistence (p far below)."""
+    one_odd = ["A" * 19 + "B", "A" * 20, "B" * 20]
+    assert order_floor(one_odd) == pytest.approx(0.1)
+    assert order_floor(["A" * 20, "B" * 20]) is None
+    halves = ["A" * 10 + "B" * 10, "B" * 10 + "A" * 10]
+    assert order_floor(halves) == pytest.approx(1 / 1000)  # the Monte Carlo floor of 999 shuffles
+    r = analyse_launches([[s(i, ids(1 if c == "A" else 2)) for i, c in enumerate(x)]
+                          for x in ["A" * 19 + "B"] + ["A" * 20] * 3 + ["B" * 20] * 3])
+    assert r.permutation_p is not None and r.permutation_p <= 0.05
+    assert r.across == "differ or persist" and "smallest attainable p is 0.1" in r.across_text

@@ -416,7 +416,7 @@ def test_gpu_lightning_tree_tries_a_kernel_part_and_records_the_refusal_and_the_
     record names the machine apart from its configuration."""
     root = EXAMPLES / "gpu-lightning-results"
     runs = [s for s in load_all(root) if s.run_id.startswith("20261206")]
-    matrix = next(s for s in runs if s.controls is not None and s.status == "complete")
+    matrix = next(s for s in runs if s.run_id.endswith("-442868b2"))
     rows = {r.configuration: r for r in matrix.controls.rows}
     default, moe = rows["default"], rows["moe-wna16-triton"]
     assert default.kernel_path is not None and default.kernel_path["moe"] == "MARLIN (WNA16)"
@@ -446,16 +446,28 @@ def test_gpu_lightning_tree_tries_a_kernel_part_and_records_the_refusal_and_the_
     assert rows["default"].distinct["document-4k"] == 16 and marlin.distinct["document-4k"] == 2
     machines = {s.signature.machine.gpu_uuids[0] for s in runs if s.arm == "vllm-gpu-w4a16"
                 and s.signature is not None and s.signature.machine is not None}
-    assert len(machines) == 3  # three H100s: the third ran the gate, the extraction and part of the restarts
+    # four H100s: the third ran the gate, the extraction and part of the restarts; the fourth the
+    # attention and eager rows
+    assert len(machines) == 4
+    four = next(s for s in runs if s.run_id.endswith("-260407ae"))
+    assert four.status == "complete" and four.controls is not None
+    rows = {r.configuration: r for r in four.controls.rows}
+    assert rows["default"].kernel_path is not None and rows["attention-triton"].kernel_path is not None
+    assert rows["default"].kernel_path["attention"] == "FLASH_ATTN + FlashAttention 3"
+    assert rows["attention-triton"].kernel_path["attention"] == "TRITON_ATTN"
+    assert rows["attention-triton"].kernel_path["moe"] == rows["default"].kernel_path["moe"]
+    assert rows["attention-triton"].distinct["document-4k"] == 2 and rows["eager"].distinct["document-4k"] == 2
+    assert rows["default"].distinct["document-4k"] == 17 and four.controls.restoring == []
     page = _model_page(root, tmp_path, "random-lightning")
     # what changes it: both parts ruled out, each from its own run, on the first screen
     assert "the MoE layers&#39; kernels MARLIN (WNA16), with it Triton WNA16 fused MoE" in page
     assert "the linear layers&#39; kernels MarlinLinearKernel + MacheteLinearKernel, with it MarlinLinearKernel" in page
-    assert "rows from 2 runs of this arm" in page
+    assert "the attention kernels FLASH_ATTN + FlashAttention 3, with it TRITON_ATTN" in page
+    assert "nothing of 4 controls tested restores it" in page and "rows from 3 runs of this arm" in page
     # machines, a dimension of their own: the two H100s of the W4A16 arm, compared
     machines = page[page.index('<section id="machines">'):]
     machines = machines[:machines.index("</section>")]
-    assert "GPU-71c33d2f…" in machines and "GPU-d8a925a9…" in machines and "GPU-3037372f…" in machines
+    assert all(f"GPU-{u}…" in machines for u in ("71c33d2f", "d8a925a9", "3037372f", "ac7d6d01"))
     # the third H100's host ran another kernel build (hardware.os): a configuration of its own, said so
     assert "their configurations differ (see the fields that differ)" in machines
     assert "two machines of one GPU model and driver" in machines and "one configuration (the same digest)" in machines

@@ -56,6 +56,7 @@ class RestartPromptResult(BaseModel):
     permutation_p_adjusted: float | None = None
     family: int = 1
     order_p: float | None = None  # answers persist inside launches (small p): the launch test's assumption fails
+    order_floor: float | None = None  # the order test's smallest attainable p (None: no launch varied inside)
     unseen_bound: float | None = None  # one answer per launch: an answer more common would have shown
     cold_transient_p: float | None = None  # chance that random order puts the odd answers first
     cold_switch_p: float | None = None  # chance that one switch placed at random in each launch does
@@ -255,7 +256,7 @@ def with_family(prompts: list[RestartPromptResult]) -> None:
         p.across, p.consistent_across, p.across_text = across_of(
             k, False, p.truncated, p.answered, p.permutation_p, adj, family, p.order_p,
             sum(1 for x in p.within_patterns if x == "switch"),
-            min((x.answered for x in p.per_launch if x.answered), default=None))
+            min((x.answered for x in p.per_launch if x.answered), default=None), p.order_floor)
 
 
 def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: int) -> RestartsResult:
@@ -283,7 +284,8 @@ def summarise(outcomes: list[LaunchOutcome], prompt_ids: list[str], k: int, n: i
             same_sequence=a.same_sequence, same_answers=a.same_answers, consistent_across=a.consistent_across,
             stable_within=a.stable_within, within_patterns=a.within_patterns, per_launch=a.per_launch,
             pairs=a.pairs, across_logprob_diff=a.across_logprob_diff,
-            same_tokens_logprobs_apart=a.same_tokens_logprobs_apart, order_p=a.order_p))
+            same_tokens_logprobs_apart=a.same_tokens_logprobs_apart, order_p=a.order_p,
+            order_floor=a.order_floor))
     with_family(prompts)
     answering = [o for o in answered if o.gate is not None and any(p.answered for p in o.gate.prompts)]
     enough = len(answering) >= 2 and bool(prompts)

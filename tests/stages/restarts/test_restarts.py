@@ -30,11 +30,22 @@ def test_stable_within_but_not_across_launches():
     assert p.within_distinct == [1, 1] and p.across_distinct == 2
     assert p.agreement == 0.0 and p.agreement_ci95 is None  # two launches: too few for an interval
     assert p.within_agreement == 1.0
-    assert r.stable_within is True and r.consistent_across is False
+    # no launch varied inside, so nothing tells launches that differ from answers that keep one state
+    # for a whole launch (the same law in every launch): the claim names both readings
+    assert r.stable_within is True and r.consistent_across is None
     assert p.same_sequence is False and p.permutation_p is not None and p.permutation_p < 0.05
-    assert r.across_verdict.startswith("NOT consistent across launches")
-    assert "permutation test over launch labels" in r.across_verdict
+    assert p.across == "differ or persist" and p.order_floor is None
+    assert r.across_verdict.startswith("NOT the same answers across launches")
+    assert "permutation test over launch labels" in r.across_verdict and "no launch varied inside" in r.across_verdict
     assert r.within_verdict.startswith("stable within every launch")
+    # launches that vary inside in random order, at different rates: the launch test's assumption holds
+    # where the order test could see persistence, and the launches differ
+    mixed = [LaunchOutcome(index=i, status="ok", gate=gate_of(
+        [[1, 2] if (j * 7 + i) % 10 < (2 if i % 2 else 8) else [1, 3] for j in range(20)])) for i in range(4)]
+    m = summarise(mixed, ["short-open"], 4, 20)
+    assert m.prompts[0].order_floor is not None and m.prompts[0].order_floor <= 0.05
+    assert m.prompts[0].across == "differ" and m.consistent_across is False
+    assert m.across_verdict.startswith("NOT consistent across launches")
     # at 5 requests a launch (p ~ 0.008 for the same split) the claim names both readings
     short = summarise([LaunchOutcome(index=i, status="ok", gate=gate_of([[1, 2 + i]] * 5)) for i in range(2)],
                       ["short-open"], 2, 5)
@@ -162,7 +173,9 @@ def test_one_launch_in_six_differing_gets_an_interval_that_reaches_the_truth():
     assert p.agreement == pytest.approx(10 / 15)
     lo, hi = p.agreement_ci95
     assert lo <= 0.82 <= hi and hi == 1.0
-    assert r.consistent_across is False  # one launch all B in 120 answers: p tiny
+    # one launch all B in 120 answers (p tiny), but no launch varied inside: launches that differ, or
+    # answers that keep one state for a whole launch
+    assert r.consistent_across is None and p.across == "differ or persist"
 
 
 def test_a_transient_in_one_launch_is_chance_inside_a_launch_not_a_difference_between_launches():
