@@ -298,6 +298,8 @@ class KernelLine(Strict):
 KernelPart = Literal["linear", "moe", "attention"]
 # The env variable that names the kernel overrides a launch asks of the suite's plugin (comma-separated).
 OVERRIDE_ENV = "SUITE_KERNEL_OVERRIDE"
+# Joins controls into one row that applies them together (the matrix's combinations of kernel parts).
+COMBINE = "+"
 
 
 class KernelsSpec(Strict):
@@ -444,9 +446,37 @@ class RuntimeDefinition(Strict):
                 raise ValueError(f"controls.{name}.in_launch: reset_cache = true needs [server] reset_cache_path")
         return self
 
+    def parts(self, name: str) -> list[str]:
+        """The controls a row's name applies: one, or those a combination joins with `+`
+        (`moe-nvfp4-emulation+linear-nvfp4-emulation`), each checked."""
+        names = name.split(COMBINE) if COMBINE in name else [name]
+        if len(names) > 1 and ("default" in names or len(set(names)) != len(names) or "" in names):
+            raise SuiteError(f"control {name!r}: a combination joins two or more different controls with "
+                             f"{COMBINE!r} (not 'default')")
+        for n in names:
+            self.control(n)
+        return names
+
+    def kernel_parts(self, name: str) -> list[str]:
+        """The kernel parts a row's controls change (a combination: each part's, in its order)."""
+        return [k for n in self.parts(name) if (k := self.control(n).kernel) is not None]
+
     def control(self, name: str) -> Control:
         if name == "default":
             return self.controls.get("default") or Control(description="the runtime's defaults")
+        if COMBINE in name:
+            # a combination: what its parts do together (their env and args in order, every request
+            # field, the largest concurrency); each part's kernel override is applied at launch, where
+            # the plan reads the parts (`parts`), so the joined control names none itself
+            each = [self.control(n) for n in self.parts(name)]
+            return Control(
+                description=" together with ".join(c.description for c in each),
+                env={k: v for c in each for k, v in c.env.items()},
+                args=[a for c in each for a in c.args],
+                extra_body={k: v for c in each for k, v in c.extra_body.items()},
+                concurrency=max(c.concurrency for c in each),
+                refused_patterns=[r for c in each for r in c.refused_patterns],
+                source="; ".join(dict.fromkeys(c.source for c in each if c.source)))
         if name not in self.controls:
             known = ", ".join(["default", *sorted(self.controls)])
             raise SuiteError(f"runtime {self.name!r} has no control {name!r}; known: {known}")

@@ -49,7 +49,7 @@ class ArmPlan:
         args: list[str] = []
         refused: list[str] = []
         overrides: list[str] = []
-        for name in [*self.arm.controls, *controls]:
+        for name in [part for n in [*self.arm.controls, *controls] for part in self.runtime.parts(n)]:
             control = self.runtime.control(name)
             env.update(control.env)
             args.extend(control.args)
@@ -69,7 +69,7 @@ class ArmPlan:
 
     def extra_body(self, controls: list[str]) -> dict[str, Any]:
         body = dict(self.runtime.request.extra_body)
-        for name in [*self.arm.controls, *controls]:
+        for name in [part for n in [*self.arm.controls, *controls] for part in self.runtime.parts(n)]:
             body.update(self.runtime.control(name).extra_body)
         return body
 

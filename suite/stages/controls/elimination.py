@@ -436,6 +436,33 @@ def same_mix(sent: dict[str, int], other: dict[str, int]) -> bool:
     return all(sent[k] * other[first] == other[k] * sent[first] for k in sent)
 
 
+# At most this many combination rows a matrix adds (each is a launch, or two).
+COMBINATIONS_MAX = 3
+
+
+def combinations_to_try(result: ControlMatrixResult) -> list[str]:
+    """Where no control of one kernel part brings the varying prompts back to one answer (none
+    restores, or the one that does leaves the launches answering differently), the smallest
+    combinations of the parts that moved the count: pairs of the kernel-part rows credited on some
+    prompt (or restoring inside each launch only); with one such row, it with each other part tried.
+    Named `a+b` (`RuntimeDefinition.parts`), at most COMBINATIONS_MAX, none already in the matrix.
+    Nothing where no part moved: the page then says which parts were ruled out."""
+    if any(not r.starts_differ for r in result.rows if r.configuration in result.restoring):
+        return []
+    parts = [r for r in result.rows if r.status == "ok" and r.part is not None and "+" not in r.part
+             and not r.in_launch and r.configuration != "default"]
+    moved = [r for r in parts if r.configuration in result.restoring or any(t.credited for t in r.tests)]
+    if len(moved) >= 2:
+        pairs = [(a, b) for i, a in enumerate(moved) for b in moved[i + 1:]]
+    elif moved:
+        pairs = [(moved[0], b) for b in parts if b is not moved[0]]
+    else:
+        return []
+    have = {r.configuration for r in result.rows}
+    names = [f"{a.configuration}+{b.configuration}" for a, b in pairs if a.part != b.part]
+    return [n for n in names if n not in have][:COMBINATIONS_MAX]
+
+
 PART_WORDS = {"moe": "the MoE layers' kernels", "linear": "the linear layers' kernels",
               "attention": "the attention kernels"}
 
@@ -445,11 +472,15 @@ def subject_of(row: MatrixRow, default: MatrixRow | None, summary: Any = None) -
     (the default row's own start-up, else the arm's) and the kernels the row ran."""
     if row.part is None:
         return None
-    before = ((default.kernel_path if default is not None else None)
-              or getattr(getattr(summary, "signature", None), "kernel_path", None) or {}).get(row.part)
-    after = (row.kernel_path or {}).get(row.part)
-    words = PART_WORDS.get(row.part, f"the {row.part} kernels")
-    return (f"{words}{f' {before}' if before else ''}" + (f", with it {after}" if after else f", switched ({row.configuration})"))
+    path = ((default.kernel_path if default is not None else None)
+            or getattr(getattr(summary, "signature", None), "kernel_path", None) or {})
+    said = []
+    for part in row.part.split("+"):  # a combination names each part it changes, together
+        before, after = path.get(part), (row.kernel_path or {}).get(part)
+        words = PART_WORDS.get(part, f"the {part} kernels")
+        said.append(f"{words}{f' {before}' if before else ''}"
+                    + (f", with it {after}" if after else f", switched ({row.configuration})"))
+    return " together with ".join(said)
 
 
 def _row_parts(r: MatrixRow, named: bool = False) -> dict[str, float]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from suite.analysis.repro import Sample, group_answers
 from suite.errors import SuiteError
+from suite.definitions import COMBINE
 from suite.gpu import Energy
 from suite.stages.controls.elimination import eliminate
 from suite.stages.controls.result import ControlMatrixResult, MatrixRow
@@ -234,9 +235,13 @@ def annotate_rows(rows: list[MatrixRow], runtime: str, logs: Path | None,
     except SuiteError:
         definition = None
     for row in rows:
-        control = definition.controls.get(row.configuration) if definition is not None else None
-        if control is not None:
-            row.description, row.part, row.source = control.description, control.kernel, control.source
+        try:
+            control = definition.control(row.configuration) if definition is not None else None
+        except SuiteError:  # the definition no longer names it
+            control = None
+        if control is not None and definition is not None and row.configuration != "default":
+            row.description, row.part, row.source = (control.description, part_of(definition, row.configuration),
+                                                     control.source)
         log_path = row_log(logs, row.configuration)
         if definition is not None and log_path is not None and log_path.suffix == ".log":
             row.kernel_path = kernel_path(log_path, definition.kernels)
@@ -245,9 +250,18 @@ def annotate_rows(rows: list[MatrixRow], runtime: str, logs: Path | None,
     for row in rows:
         if row.configuration == "default" or row.part is None or row.kernel_path is None:
             continue
-        before, after = before_path.get(row.part), row.kernel_path.get(row.part)
-        if before is not None and after == before:
-            row.status, row.reason = "unchanged", unchanged_text(row.part, after, "the default's")
+        for part in row.part.split(COMBINE):
+            before, after = before_path.get(part), row.kernel_path.get(part)
+            if before is not None and after == before:
+                row.status, row.reason = "unchanged", unchanged_text(part, after, "the default's")
+                break
+
+
+def part_of(runtime: Any, name: str) -> str | None:
+    """The kernel part(s) a row changes, as the row records them: one part, or a combination's
+    parts joined with `+` ("moe+linear"); None for a control of no kernel part."""
+    parts = runtime.kernel_parts(name) if name != "default" else []
+    return COMBINE.join(parts) or None
 
 
 def carries_line(part: ControlMatrixResult, line: dict[str, Any]) -> bool:

@@ -26,7 +26,13 @@ from suite.errors import EnvironmentUnavailable, RuntimeStartError
 from suite.gpu import EnergyMeter
 from suite.launchers.base import LoraAdapter
 from suite.stages.base import StageContext
-from suite.stages.controls.elimination import TRANSIENT_LAUNCHES, TRANSIENT_REQUESTS, eliminate, launches_for
+from suite.stages.controls.elimination import (
+    TRANSIENT_LAUNCHES,
+    TRANSIENT_REQUESTS,
+    combinations_to_try,
+    eliminate,
+    launches_for,
+)
 from suite.stages.controls.inlaunch import run_controls
 from suite.stages.controls.result import ControlMatrixResult, LoraOutcome, MatrixRow
 from suite.stages.controls.rows import (
@@ -37,6 +43,7 @@ from suite.stages.controls.rows import (
     gate_tokens,
     lora_dir,
     lora_request_fields,
+    part_of,
     pool_launches,
     resolve_requested,
     row_from_gate,
@@ -98,7 +105,8 @@ def run_configuration(ctx: StageContext, name: str, prompts: list[str] | None = 
     control = ctx.runtime.control(name)
     controls = [] if name == "default" else [name]
     row = MatrixRow(configuration=name, controls=controls, description=control.description,
-                     status="ok", concurrency=control.concurrency, source=control.source, part=control.kernel)
+                     status="ok", concurrency=control.concurrency, source=control.source,
+                     part=part_of(ctx.runtime, name))
     try:
         with ctx.launch(controls=controls, inherit=False) as (running, client):
             row.startup_s = running.startup_s
@@ -136,16 +144,14 @@ def row_kernels(ctx: StageContext, running: Any) -> dict[str, str] | None:
 def unchanged_part(ctx: StageContext, name: str, path: dict[str, str] | None) -> str | None:
     """Why a kernel-part control's row changed nothing: its start-up named the same kernels for its
     part as the arm's own start-up did. None where the part changed, or the control is of no part."""
-    if name == "default":
+    if name == "default" or path is None:
         return None
-    part = ctx.runtime.control(name).kernel
-    if part is None or path is None:
-        return None
-    before = (getattr(getattr(ctx, "signature", None), "kernel_path", None) or {}).get(part)
-    after = path.get(part)
-    if before is None or after != before:
-        return None
-    return unchanged_text(part, before, "the arm's own")
+    arm = getattr(getattr(ctx, "signature", None), "kernel_path", None) or {}
+    for part in ctx.runtime.kernel_parts(name):  # a combination: every part must have changed
+        before, after = arm.get(part), path.get(part)
+        if before is not None and after == before:
+            return unchanged_text(part, before, "the arm's own")
+    return None
 
 
 def one_answer_each(row: MatrixRow, prompts: list[str] | None) -> bool:
@@ -368,6 +374,27 @@ def run(ctx: StageContext) -> ControlMatrixResult:
         names = [*names, *(f"{n}{OVER_LAUNCHES}" for n in undecided)]
     if automatic and in_launch and not any(n not in in_launch and n not in ("default", LORA) for n in names):
         names = [n for n in names if n != "default"]  # no launch row to compare with a default one
+    _run_rows(ctx, result, names, in_launch, carried, taken_up, transient, prompts, per_row, only)
+    if taken_up:
+        result.interrupted = (f"resumed: {', '.join(taken_up)} finished before the run was interrupted and "
+                              "were rebuilt from their request lines (no start-up time or energy for them)")
+    eliminate(result, ctx.results.get("gate"))
+    # no single kernel part restores one answer: the smallest combinations of the parts that moved it
+    combos = combinations_to_try(result) if chosen.combinations and not transient else []
+    if combos:
+        log.info("controls %s: no single kernel part restores one answer; trying together: %s",
+                 ctx.arm_name, ", ".join(combos))
+        _run_rows(ctx, result, combos, [], carried, taken_up, transient, prompts, per_row, only)
+        eliminate(result, ctx.results.get("gate"))
+    log.debug("controls %s: %s", ctx.arm_name, result.elimination)
+    return result
+
+
+def _run_rows(ctx: StageContext, result: ControlMatrixResult, names: list[str], in_launch: list[str],
+              carried: dict[str, MatrixRow], taken_up: list[str], transient: list[str] | None, prompts: list[str],
+              per_row: int, only: list[str] | None) -> None:
+    """The matrix's launch rows, one after another, appended to `result` (a resumed run's finished
+    rows taken up from `carried`)."""
     for name in names:
         if name in in_launch and name not in carried:
             continue
@@ -403,12 +430,6 @@ def run(ctx: StageContext) -> ControlMatrixResult:
                 row.why = "its pairs inside one launch could not decide: tried over launches of its own"
             result.rows.append(row)
         log.info("controls %s: %s done in %.0f s", ctx.arm_name, name, time.monotonic() - t0)
-    if taken_up:
-        result.interrupted = (f"resumed: {', '.join(taken_up)} finished before the run was interrupted and "
-                              "were rebuilt from their request lines (no start-up time or energy for them)")
-    eliminate(result, ctx.results.get("gate"))
-    log.debug("controls %s: %s", ctx.arm_name, result.elimination)
-    return result
 
 
 def run_in_launch_rows(ctx: StageContext, names: list[str], prompts: list[str], level: float,

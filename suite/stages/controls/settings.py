@@ -40,6 +40,9 @@ class ControlMatrixSettings(BaseModel):
     in_launch_alpha: float = Field(default=IN_LAUNCH_ALPHA, gt=0.0, lt=0.5)
     max_pairs: int = Field(default=MAX_PAIRS, ge=4, le=200)  # pairs a prompt may take before it stops undecided
     effect: float = Field(default=EFFECT, gt=0.0, le=1.0)  # the share of pairs an undecided row rules out
+    # Where no control of one kernel part restores one answer, try the smallest combinations of the
+    # parts that moved the count (pairs, at most three rows): `combinations_to_try`.
+    combinations: bool = True
     # The rows asked for with --controls ('all' or control names; None: none asked): checked against
     # every arm's runtime by `preflight`; what the run did is in its invocation, not its settings.
     names: list[str] | None = Field(default=None, exclude=True)

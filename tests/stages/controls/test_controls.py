@@ -105,7 +105,8 @@ def controls_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("controls")
     (summary,) = run_bench(BenchRequest.build(
         model="tiny", arms=["llamacpp"], launcher="local", profile="quick", stages=["gate", "controls"],
-        results=results, stage_values={"controls": {"names": ["prompt-cache-off", "concurrency-4", "lora"]}}))
+        results=results, stage_values={"controls": {"names": ["prompt-cache-off", "concurrency-4", "no-repack+concurrency-4",
+                                             "lora"]}}))
     RESULTS_OF[summary.run_id] = results
     return summary
 
@@ -116,7 +117,12 @@ def test_controls_on_fresh_llama_servers(controls_run):
     result = controls_run.controls
     by = {r.configuration: r for r in result.rows}
     # the default row is added: a control is only ever judged against it
-    assert set(by) == {"default", "prompt-cache-off", "concurrency-4", "lora:base", "lora:adapter"}
+    assert set(by) == {"default", "prompt-cache-off", "concurrency-4", "no-repack+concurrency-4", "lora:base",
+                       "lora:adapter"}
+    # a combination: one fresh server with both controls' flags, its gate at the largest concurrency
+    both = by["no-repack+concurrency-4"]
+    assert "--no-repack" in both.command and both.concurrency == 4 and both.gate.concurrency == 4
+    assert "--no-repack" not in by["concurrency-4"].command and both.part is None
     # prompt-cache-off is a request field: tried inside one launch, in pairs with and without it
     cache = by.pop("prompt-cache-off")
     assert cache.status == "ok", cache.reason
@@ -765,3 +771,90 @@ def test_an_in_launch_rows_stop_is_made_again_from_its_pairs():
     kept = s.controls.model_copy(deep=True)
     next(r for r in kept.rows if r.in_launch).in_launch["document-4k"].stop = "second-answer"
     assert next(r for r in recompute(kept, s).rows if r.in_launch).in_launch["document-4k"].stop == "second-answer"
+
+
+# -- combinations of kernel parts -------------------------------------------------------------------
+
+def test_a_combination_applies_every_part_together_each_checked():
+    """`a+b` is one row with both controls: their args and env in order, each part's kernel override
+    named at launch, the largest concurrency; its kernel parts are each part's. A part that is not a
+    control, `default`, or one control twice is one line naming the combination."""
+    from pathlib import Path
+
+    from suite.bench.plan import ArmPlan
+    from suite.definitions import OVERRIDE_ENV
+
+    vllm = get_definition("vllm")
+    both = vllm.control("moe-wna16-triton+linear-marlin")
+    assert vllm.parts("moe-wna16-triton+linear-marlin") == ["moe-wna16-triton", "linear-marlin"]
+    assert vllm.kernel_parts("moe-wna16-triton+linear-marlin") == ["moe", "linear"]
+    assert both.description == (f"{vllm.control('moe-wna16-triton').description} together with "
+                                f"{vllm.control('linear-marlin').description}")
+    assert both.args == vllm.control("linear-marlin").args and both.kernel is None
+    arm = SimpleNamespace(controls=[], env={}, args=[])
+    card = SimpleNamespace(served_name="m", sampling=SimpleNamespace(seed=1), context_length=4096)
+    plan = SimpleNamespace(arm=arm, runtime=vllm, card=card, model_path=Path("/m"), lora=[])
+    spec = ArmPlan.spec(plan, ["moe-wna16-triton+linear-marlin"], Path("/tmp/x.log"))  # type: ignore[arg-type]
+    assert spec.env[OVERRIDE_ENV] == "moe-wna16-triton"  # the part's override, though the joined control has none
+    assert all(a in spec.args for a in vllm.control("linear-marlin").args)
+    for wrong, said in (("moe-wna16-triton+turbo", "has no control 'turbo'"),
+                        ("default+eager", "a combination joins two or more different controls"),
+                        ("eager+eager", "a combination joins two or more different controls")):
+        with pytest.raises(SuiteError, match=said):
+            resolve_requested(SimpleNamespace(runtime=vllm), [wrong])
+    llama = get_definition("llamacpp")
+    assert llama.control("no-repack+concurrency-4").concurrency == 4
+    assert llama.control("no-repack+concurrency-4").args == ["--no-repack"]
+
+
+def _part_row(name: str, part: str | None, credited: list[bool], starts_differ: bool = False) -> MatrixRow:
+    from suite.stages.controls.result import RowTest
+
+    row = MatrixRow(configuration=name, controls=[name], status="ok", part=part)
+    row.tests = [RowTest.model_construct(prompt_id=f"p{i}", credited=c, launch_answers=2 if starts_differ else 1)
+                 for i, c in enumerate(credited)]
+    assert row.starts_differ is starts_differ
+    return row
+
+
+def test_the_smallest_combinations_come_only_where_no_single_part_restores_one_answer():
+    from suite.stages.controls.elimination import COMBINATIONS_MAX, combinations_to_try
+
+    def matrix(rows, restoring=()):
+        r = ControlMatrixResult(runtime="vllm", arm="a", requested=["all"], n_requests=20, prompts=["p0", "p1"],
+                                rows=[MatrixRow(configuration="default", status="ok"), *rows])
+        r.restoring = list(restoring)
+        return r
+
+    lin, att = _part_row("linear-x", "linear", [False, False]), _part_row("attention-x", "attention", [False, False])
+    eager = _part_row("eager", None, [False, False])
+    # the NVFP4 matrix of the H100: the MoE emulation restores one answer inside each launch only
+    moe = _part_row("moe-x", "moe", [True, True], starts_differ=True)
+    assert combinations_to_try(matrix([lin, moe, att, eager], ["moe-x"])) == ["moe-x+linear-x", "moe-x+attention-x"]
+    # a part that restores one answer outright: nothing to combine
+    whole = _part_row("moe-x", "moe", [True, True])
+    assert combinations_to_try(matrix([lin, whole, att], ["moe-x"])) == []
+    # no part moved the count: the parts are ruled out, nothing combined
+    assert combinations_to_try(matrix([lin, att, eager])) == []
+    # two parts each credited on one prompt: the pair of them, not the parts that moved nothing
+    half_l, half_m = _part_row("linear-y", "linear", [True, False]), _part_row("moe-y", "moe", [False, True])
+    assert combinations_to_try(matrix([half_l, att, half_m])) == ["linear-y+moe-y"]
+    # never one part with itself, never a row already in the matrix, at most COMBINATIONS_MAX
+    other_lin = _part_row("linear-z", "linear", [False, False])
+    done = _part_row("moe-x+attention-x", "moe+attention", [False, False])
+    assert combinations_to_try(matrix([moe, lin, other_lin, att, done], ["moe-x"])) == [
+        "moe-x+linear-x", "moe-x+linear-z"]
+    many = [_part_row(f"attention-{i}", "attention", [False, False]) for i in range(6)]
+    assert len(combinations_to_try(matrix([moe, *many], ["moe-x"]))) == COMBINATIONS_MAX
+
+
+def test_a_combination_row_names_each_part_it_changed():
+    from suite.stages.controls.elimination import subject_of
+
+    default = MatrixRow(configuration="default", status="ok",
+                        kernel_path={"moe": "MARLIN (NvFp4)", "linear": "MarlinNvFp4LinearKernel"})
+    row = MatrixRow(configuration="moe-x+linear-x", status="ok", part="moe+linear",
+                    kernel_path={"moe": "EMULATION (NvFp4)", "linear": "EmulationNvFp4LinearKernel"})
+    assert subject_of(row, default) == ("the MoE layers' kernels MARLIN (NvFp4), with it EMULATION (NvFp4) together "
+                                        "with the linear layers' kernels MarlinNvFp4LinearKernel, with it "
+                                        "EmulationNvFp4LinearKernel")
