@@ -442,6 +442,9 @@ class RuntimeDefinition(Strict):
                 f"determinism_control {self.determinism_control!r} is not one of [controls]"
             )
         for name, control in self.controls.items():
+            if COMBINE in name:
+                raise ValueError(f"controls.{name}: {COMBINE!r} joins controls into a combination row; "
+                                 "a control's own name cannot hold it")
             if control.in_launch and control.in_launch.reset_cache and not self.server.reset_cache_path:
                 raise ValueError(f"controls.{name}.in_launch: reset_cache = true needs [server] reset_cache_path")
         return self

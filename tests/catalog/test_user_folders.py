@@ -157,3 +157,17 @@ def test_a_folder_that_does_not_exist_is_one_error_line(tmp_path: Path, monkeypa
     with pytest.raises(SuiteError) as exc:
         load_definitions()
     assert str(exc.value) == f"SUITE_IMAGES: {str(tmp_path / 'nowhere')!r} is not a folder"
+
+
+def test_a_control_named_with_the_combination_sign_is_one_error_line(mine: Path) -> None:
+    """`a+b` names a row of two controls together: a control of its own cannot hold `+`."""
+    text = RUNTIME.format(name="plus-runtime") + '\n[controls."cache-off+eager"]\ndescription = "two at once"\n'
+    path = runtime_folder(mine / "images", "plus-runtime", text)
+    with pytest.raises(SuiteError) as exc:
+        load_definitions()
+    assert str(path) in str(exc.value) and "controls.cache-off+eager" in str(exc.value)
+    assert "'+' joins controls into a combination row" in str(exc.value)
+    r = run_cli(["runtimes"], {"SUITE_IMAGES": str(mine / "images")})
+    assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line == f"error: {exc.value}"
