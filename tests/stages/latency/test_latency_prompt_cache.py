@@ -8,6 +8,7 @@ processes its prompt but for the few leading tokens it shares with the previous 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from suite.profiles import get_profile
 from suite.records import RunManifest, RunRecord, new_run_id, utcnow
 from suite.stages import StageContext
 import suite.stages.latency.run as lat  # the run half: the requests it sends, timed
+from tests.conftest import start_local
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
@@ -37,8 +39,17 @@ def _ctx(rt: RunningRuntime, tmp: Path) -> StageContext:
                         )
 
 
-def test_unique_prefix_defeats_llama_servers_prompt_cache(llamacpp_server: RunningRuntime, tmp_path: Path) -> None:
-    ctx = _ctx(llamacpp_server, tmp_path)
+@pytest.fixture()
+def own_llamacpp_server(tiny_gguf: Path, tmp_path: Path) -> Iterator[RunningRuntime]:
+    """A llama-server of this test alone: the session's shared one may hold these very prompts from
+    another test's latency stage (a request then found 39 of its 44 tokens in the cache), which is
+    not what the stage meets, since the bench starts each arm's runtime afresh."""
+    with start_local("llamacpp", tiny_gguf, tmp_path) as rt:
+        yield rt
+
+
+def test_unique_prefix_defeats_llama_servers_prompt_cache(own_llamacpp_server: RunningRuntime, tmp_path: Path) -> None:
+    ctx = _ctx(own_llamacpp_server, tmp_path)
     result = lat.run(ctx)
     assert result.prompt_cache == "unique-prefix"
     level = result.levels[0]
