@@ -375,9 +375,6 @@ def run(ctx: StageContext) -> ControlMatrixResult:
     if automatic and in_launch and not any(n not in in_launch and n not in ("default", LORA) for n in names):
         names = [n for n in names if n != "default"]  # no launch row to compare with a default one
     _run_rows(ctx, result, names, in_launch, carried, taken_up, transient, prompts, per_row, only)
-    if taken_up:
-        result.interrupted = (f"resumed: {', '.join(taken_up)} finished before the run was interrupted and "
-                              "were rebuilt from their request lines (no start-up time or energy for them)")
     eliminate(result, ctx.results.get("gate"))
     # no single kernel part restores one answer: the smallest combinations of the parts that moved it
     combos = combinations_to_try(result) if chosen.combinations and not transient else []
@@ -386,6 +383,9 @@ def run(ctx: StageContext) -> ControlMatrixResult:
                  ctx.arm_name, ", ".join(combos))
         _run_rows(ctx, result, combos, [], carried, taken_up, transient, prompts, per_row, only)
         eliminate(result, ctx.results.get("gate"))
+    if taken_up:
+        result.interrupted = (f"resumed: {', '.join(taken_up)} finished before the run was interrupted and "
+                              "were rebuilt from their request lines (no start-up time or energy for them)")
     log.debug("controls %s: %s", ctx.arm_name, result.elimination)
     return result
 

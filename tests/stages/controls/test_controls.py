@@ -858,3 +858,49 @@ def test_a_combination_row_names_each_part_it_changed():
     assert subject_of(row, default) == ("the MoE layers' kernels MARLIN (NvFp4), with it EMULATION (NvFp4) together "
                                         "with the linear layers' kernels MarlinNvFp4LinearKernel, with it "
                                         "EmulationNvFp4LinearKernel")
+
+
+def test_the_combinations_run_after_the_single_rows_and_join_the_family(monkeypatch):
+    """The stage's own wiring: once the single rows are in and none restores one answer, the rows
+    `combinations_to_try` names are launched (one launch each, both controls in it) and the matrix's
+    test is made again over every row, the combinations in its family."""
+    from contextlib import contextmanager
+
+    import suite.stages.controls as controls
+
+    controls_run = importlib.import_module("suite.stages.controls.run")
+    launched: list[list[str]] = []
+    seen: list[list[str]] = []
+
+    def fake_gate_on(ctx, running, client, label, controls_, extra=None, process_cold=True, prompts=None,
+                     stop_after_distinct=None, requests=None):
+        return _gate_with(7 if label == "default" else 1, 20 if label == "default" else 2, label)
+
+    @contextmanager
+    def launch(controls=None, **kw):
+        launched.append(list(controls or []))
+        yield SimpleNamespace(startup_s=1.0, command=["x"], alive=lambda: True), None
+
+    def combos(result):
+        seen.append([r.configuration for r in result.rows])
+        return ["linear-marlin+moe-wna16-triton"] if len(seen) == 1 else []
+
+    monkeypatch.setattr(controls_run, "_gate_on", fake_gate_on)
+    monkeypatch.setattr(controls_run, "combinations_to_try", combos)
+    ctx = SimpleNamespace(runtime=get_definition("vllm"), controls_request=["linear-marlin", "moe-wna16-triton"],
+                          arm_name="a", profile=SimpleNamespace(gate_prompts=["long-open"], gate_requests=20),
+                          results={"gate": _gate_with(7, 20)}, automatic_controls=False, launch=launch, carried={},
+                          signature=SimpleNamespace(kernel_path=None),
+                          own=lambda model: controls.ControlMatrixSettings(in_launch=False))
+    result = controls_run.run(ctx)
+    assert seen[0] == ["default", "linear-marlin", "moe-wna16-triton"]  # asked once the single rows were in
+    assert launched[-1] == ["linear-marlin+moe-wna16-triton"]
+    both = result.rows[-1]
+    assert both.configuration == "linear-marlin+moe-wna16-triton" and both.part == "linear+moe"
+    assert both.p_adjusted is not None and result.family == 3  # the combination is a test of the family
+    # switched off in the stage's settings: no combination is asked for
+    seen.clear()
+    off = SimpleNamespace(**{**vars(ctx), "own": lambda model: controls.ControlMatrixSettings(
+        in_launch=False, combinations=False)})
+    assert [r.configuration for r in controls_run.run(off).rows] == ["default", "linear-marlin", "moe-wna16-triton"]
+    assert seen == []
