@@ -251,7 +251,7 @@ def _launch_outcome(mode: str, k: int, n: int, q: float, launches: list[list[Sam
     # launch; true where launches differ (or answers keep one state inside a launch: the switch mode)
     persists = mode == "switch"
     o.claims["not the same across launches"] = (pr.across in ("differ", "differ or persist"),
-                                                nc and not persists, t["launches_differ"] or persists)
+                                                nc and not persists, nc and not persists)
     within = r.within_verdict or ""
     # "stable within": unqualified, or with a bound on the per-request minority share; a sentence that
     # says its launches had too few answers to bound what they missed claims no more than it saw
