@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from suite.analysis.repro import Sample, group_answers
-from suite.errors import SuiteError
 from suite.definitions import COMBINE
+from suite.errors import SuiteError
 from suite.gpu import Energy
 from suite.stages.controls.elimination import eliminate
 from suite.stages.controls.result import ControlMatrixResult, MatrixRow
