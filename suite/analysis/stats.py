@@ -22,6 +22,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from itertools import pairwise
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -107,6 +108,20 @@ def t_quantile(p: float, df: float) -> float:
         if hi - lo < 1e-10:
             break
     return (lo + hi) / 2.0
+
+
+def lattice_step(values: Sequence[float]) -> float:
+    """The step of the lattice the values lie on, as far as the sample shows it: the smallest gap
+    between two distinct values, where every value is a whole number of such gaps from the
+    smallest; 0 where all are equal or they lie on no lattice."""
+    distinct = sorted({round(float(v), 12) for v in values})
+    step = min((b - a for a, b in pairwise(distinct)), default=0.0)
+    if step <= 0.0:
+        return 0.0
+    # a lattice only where every value is a whole number of steps from the smallest: measured
+    # values (latencies, any continuous score) have none, and no correction
+    on = all(abs((v - distinct[0]) / step - round((v - distinct[0]) / step)) < 1e-6 for v in distinct)
+    return step if on else 0.0
 
 
 def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
@@ -495,6 +510,12 @@ def paired_difference(
     skew = hall_interval(diffs, confidence) if len(diffs) >= MIN_PAIRED_FOR_SKEW else None
     if skew is not None:
         ci = (min(ci[0], skew[0]), max(ci[1], skew[1]))
+    # The differences of per-part shares lie on a lattice (one fact a part: -1, 0 or 1), so their mean
+    # moves in steps of step / n: each end widened by half a step (a continuity correction). With one
+    # fact a part at 24 parts, most differences 0, the interval covered 0.915 over 20,000 runs without
+    # it (a single -1 among 23 zeros puts the t-interval's upper end at (t - 1) / n, under a true 0.05).
+    half = lattice_step(diffs) / (2 * len(diffs))
+    ci = (ci[0] - half, ci[1] + half)
     lo, hi = max(bounds[0], ci[0]), min(bounds[1], ci[1])
     verdict = "no detectable difference" if lo <= 0.0 <= hi else ("higher" if lo > 0.0 else "lower")
     return PairedDifference(n=len(diffs), mean=m, se=se, ci_low=lo, ci_high=hi,

@@ -90,8 +90,12 @@ def test_paired_difference_mean_se_interval_and_verdict():
     diffs = [b[k] - a[k] for k in sorted(a)]
     assert d.n == 8 and d.mean == pytest.approx(stats.mean(diffs)) and d.se == pytest.approx(stats.standard_error(diffs))
     # Student's t-interval: mean -/+ t(7, 0.975) * SE, t(7, 0.975) = 2.3646 (8 sections: below
-    # MIN_PAIRED_FOR_SKEW, so not widened for skew)
-    assert (d.ci_low, d.ci_high) == pytest.approx((d.mean - 2.3646 * d.se, d.mean + 2.3646 * d.se), abs=1e-4)
+    # MIN_PAIRED_FOR_SKEW, so not widened for skew); the differences lie on a lattice of step 0.1,
+    # so each end reaches half a step of the mean further (0.1 / (2 * 8))
+    half = 0.1 / 16
+    assert (d.ci_low, d.ci_high) == pytest.approx((d.mean - 2.3646 * d.se - half, d.mean + 2.3646 * d.se + half),
+                                                  abs=1e-4)
+    assert stats.lattice_step(diffs) == pytest.approx(0.1) and stats.lattice_step([0.1, 0.25, 0.33]) == 0.0
     assert d.method == "t" and d.verdict == "no detectable difference"  # the interval reaches below 0
     # deterministic, and independent of the order of the mappings
     assert stats.paired_difference(dict(reversed(list(a.items()))), b) == d
