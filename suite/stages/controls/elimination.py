@@ -18,6 +18,7 @@ from suite.analysis.claims import Claim, Evidence, Family, run_caveats
 from suite.analysis.repro import group_answers, unseen_share_bound
 from suite.analysis.sequential import rule_out_share
 from suite.analysis.stats import fisher_fewer_others, holm, requests_needed
+from suite.definitions import COMBINE
 from suite.stages.controls.result import (
     ELIMINATION_ALPHA,
     ControlMatrixResult,
@@ -449,7 +450,7 @@ def combinations_to_try(result: ControlMatrixResult) -> list[str]:
     Nothing where no part moved: the page then says which parts were ruled out."""
     if any(not r.starts_differ for r in result.rows if r.configuration in result.restoring):
         return []
-    parts = [r for r in result.rows if r.status == "ok" and r.part is not None and "+" not in r.part
+    parts = [r for r in result.rows if r.status == "ok" and r.part is not None and COMBINE not in r.part
              and not r.in_launch and r.configuration != "default"]
     moved = [r for r in parts if r.configuration in result.restoring or any(t.credited for t in r.tests)]
     if len(moved) >= 2:
@@ -475,7 +476,7 @@ def subject_of(row: MatrixRow, default: MatrixRow | None, summary: Any = None) -
     path = ((default.kernel_path if default is not None else None)
             or getattr(getattr(summary, "signature", None), "kernel_path", None) or {})
     said = []
-    for part in row.part.split("+"):  # a combination names each part it changes, together
+    for part in row.part.split(COMBINE):  # a combination names each part it changes, together
         before, after = path.get(part), (row.kernel_path or {}).get(part)
         words = PART_WORDS.get(part, f"the {part} kernels")
         said.append(f"{words}{f' {before}' if before else ''}"
